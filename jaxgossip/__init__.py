@@ -1,0 +1,27 @@
+"""jaxgossip: decentralized (gossip) deep learning simulated on one accelerator.
+
+All N workers live in one stacked pytree (leaves ``[N, ...]``); local work is ``vmap``ped and
+communication is a kernel on the node axis.
+"""
+
+from jaxgossip import algorithms, compress, topology
+from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
+from jaxgossip.mixing import consensus_distance, mix, node_mean
+from jaxgossip.types import GossipAlgorithm, StepInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "algorithms",
+    "compress",
+    "topology",
+    "mix",
+    "node_mean",
+    "consensus_distance",
+    "run_consensus",
+    "consensus_scan",
+    "ConsensusResult",
+    "GossipAlgorithm",
+    "StepInfo",
+    "__version__",
+]

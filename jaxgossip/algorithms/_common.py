@@ -1,0 +1,97 @@
+"""Helpers shared by the algorithm factories: hyperparameter checks, round counters, bit tables."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgossip.topology import Topology
+from jaxgossip.types import Array
+
+__all__ = [
+    "CountState",
+    "check_positive",
+    "check_int",
+    "is_concrete",
+    "require_doubly_stochastic",
+    "require_column_stochastic",
+    "per_round",
+    "relax",
+]
+
+
+class CountState(NamedTuple):
+    """State of memoryless algorithms: only the round counter."""
+
+    count: Array  # [] int32, communication rounds done so far
+
+
+def is_concrete(value: Any) -> bool:
+    """False for tracers (values swept under ``vmap``/``jit``), which cannot be checked in Python."""
+    return not isinstance(value, jax.core.Tracer)
+
+
+def check_positive(name: str, value: Any, upper: float | None = None) -> Any:
+    """Checks a (possibly array-valued, sweepable) hyperparameter is finite and > 0 (and <= upper).
+
+    Traced values pass through unchecked. Returns the value unchanged.
+    """
+    if value is None:
+        raise ValueError(f"{name} must be given")
+    if is_concrete(value):
+        arr = np.asarray(value, dtype=np.float64)
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name}={value!r} must be finite")
+        if np.any(arr <= 0):
+            raise ValueError(f"{name}={value!r} must be > 0")
+        if upper is not None and np.any(arr > upper):
+            raise ValueError(f"{name}={value!r} must be <= {upper}")
+    return value
+
+
+def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """Checks a static integer hyperparameter (it fixes shapes, so it cannot be traced)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a Python int (it fixes array shapes), got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        hi = "" if maximum is None else f" and <= {maximum}"
+        raise ValueError(f"{name}={value} is out of range: need {name} >= {minimum}{hi}")
+    return int(value)
+
+
+def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
+    if not isinstance(topology, Topology):
+        raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
+    if not topology.is_doubly_stochastic:
+        raise ValueError(
+            f"{algorithm} needs doubly stochastic mixing weights (rows and columns summing to 1) so "
+            f"that the node mean is preserved; {topology.name} is not. Use metropolis weights, or a "
+            "push-sum algorithm (push_sum, sparse_push, scsp) for column-stochastic graphs"
+        )
+
+
+def require_column_stochastic(topology: Topology, algorithm: str) -> None:
+    if not isinstance(topology, Topology):
+        raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
+    if not topology.is_column_stochastic:
+        raise ValueError(
+            f"{algorithm} is a push-sum method and needs column-stochastic weights (each sender's "
+            f"outgoing weights, self included, summing to 1); {topology.name} is not. Build the graph "
+            "with weights='column'"
+        )
+
+
+def per_round(table: np.ndarray, t: Any) -> Array:
+    """Row ``t mod T`` of a host table ``[T, ...]`` (t static or traced), as float32."""
+    table = np.asarray(table, dtype=np.float32)
+    if table.shape[0] == 1:
+        return jnp.asarray(table[0])
+    return jnp.asarray(table)[jnp.asarray(t, jnp.int32) % table.shape[0]]
+
+
+def relax(x: Any, target: Any, gamma: Any) -> Any:
+    """``x + gamma (target - x)`` leaf-wise, in each leaf's dtype."""
+    return jax.tree_util.tree_map(lambda a, b: a + jnp.asarray(gamma, a.dtype) * (b - a), x, target)

@@ -1,0 +1,51 @@
+"""Flax models for jaxgossip: MLP, small CNN, CIFAR ResNet-20/110, VGG-11/16, plus helpers.
+
+Every model is a flax linen module with pure `init`/`apply`, so N workers stack as
+`jax.vmap(model.init, in_axes=(0, None))(keys, x)` (see `init_stacked`). Convolutional models take
+`conv_impl="auto" | "lax" | "matmul"` (see `conv.resolve_conv_impl`) and `norm="batch" | "group" |
+"none"`; BatchNorm running statistics live in the node-local `batch_stats` collection and are never
+communicated (see `norm`).
+"""
+
+from jaxgossip.models.cnn import CNN
+from jaxgossip.models.conv import CONV_IMPLS, Conv, conv_output_pads, resolve_conv_impl
+from jaxgossip.models.mlp import MLP
+from jaxgossip.models.nnx_utils import nnx_apply_fn, nnx_init_stacked
+from jaxgossip.models.norm import NORMS, make_norm
+from jaxgossip.models.params import (
+    as_matrix,
+    count_params,
+    from_matrix,
+    init_stacked,
+    matrix_shapes,
+)
+from jaxgossip.models.registry import REGISTRY, make_model
+from jaxgossip.models.resnet import BasicBlock, ResNet, resnet20, resnet110
+from jaxgossip.models.vgg import VGG, VGG_CONFIGS, vgg11, vgg16
+
+__all__ = [
+    "BasicBlock",
+    "CNN",
+    "CONV_IMPLS",
+    "Conv",
+    "MLP",
+    "NORMS",
+    "REGISTRY",
+    "ResNet",
+    "VGG",
+    "VGG_CONFIGS",
+    "as_matrix",
+    "conv_output_pads",
+    "count_params",
+    "from_matrix",
+    "init_stacked",
+    "make_model",
+    "make_norm",
+    "matrix_shapes",
+    "nnx_apply_fn",
+    "nnx_init_stacked",
+    "resnet110",
+    "resnet20",
+    "vgg11",
+    "vgg16",
+]

@@ -1,0 +1,702 @@
+"""Communication graphs as index arrays with weights (sparse mixing matrices).
+
+Convention: ``x_new = W @ x`` where ``W[i, j]`` is the weight *receiver* ``i`` puts on the value
+sent by ``j``. A :class:`Topology` stores, for each of its ``T`` rounds (``T = 1`` for static
+graphs), the edge list ``senders [T, E]``, ``receivers [T, E]``, ``weights [T, E]``; self-loops are
+edges, and rounds with fewer edges are padded with weight-0 edges. Round ``t`` of a run uses the
+graph ``t mod T``.
+
+From the edge list the topology derives the tables its mixing kernel needs (see
+:func:`jaxgossip.mixing.mix`): an in-neighbour slot table ``[T, N, K]`` for bounded-degree
+graphs, a dense ``[T, N, N]`` stack for dense graphs, or the raw edge list for ``segment_sum``.
+
+Constructors follow ALGORITHMS.md section 5: uniform weights on regular graphs, Metropolis-Hastings
+weights on irregular undirected graphs, and column-stochastic weights (each sender splits its mass
+over itself and its out-neighbours) for push-sum.
+
+Host-side construction is NumPy and not jittable; a topology is a static object closed over by
+jitted functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
+
+__all__ = [
+    "Topology",
+    "ring",
+    "directed_ring",
+    "torus",
+    "hypercube",
+    "exponential",
+    "one_peer_exponential",
+    "complete",
+    "star",
+    "erdos_renyi",
+    "random_directed",
+    "from_adjacency",
+    "from_matrix",
+    "schedule",
+    "spectral_gap",
+    "optimal_gamma",
+    "WEIGHT_SCHEMES",
+    "KERNELS",
+]
+
+WEIGHT_SCHEMES = ("metropolis", "uniform", "column")
+KERNELS = ("auto", "slots", "dense", "segment")
+_TOL = 1e-6
+# Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
+# measured on XLA:CPU (DESIGN.md principle 2): 0.86x copy bandwidth at K=3, 0.65x at K=9.
+_MAX_SLOTS = 16
+# Above this edge density a dense matmul beats gathers (6x at N=64, K=64 on XLA:CPU).
+_DENSE_FRACTION = 0.25
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Topology:
+    """A static or time-varying communication graph with mixing weights.
+
+    Attributes:
+      name: human-readable description, e.g. ``"ring(8)"``.
+      num_nodes: N.
+      senders: [T, E] int32, the node whose value an edge carries.
+      receivers: [T, E] int32, the node that adds ``weight * x[sender]``.
+      weights: [T, E] float64, ``W_t[receiver, sender]``; padding edges have weight 0.
+      directed: whether the underlying graph is directed (edges need not be reciprocated).
+      kernel: mixing kernel, one of ``"auto"``, ``"slots"``, ``"dense"``, ``"segment"``.
+    """
+
+    name: str
+    num_nodes: int
+    senders: np.ndarray
+    receivers: np.ndarray
+    weights: np.ndarray
+    directed: bool
+    kernel: str = "auto"
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel={self.kernel!r} is unknown; known kernels: {KERNELS}")
+        shapes = {self.senders.shape, self.receivers.shape, self.weights.shape}
+        if len(shapes) != 1 or self.senders.ndim != 2:
+            raise ValueError(
+                "senders, receivers and weights must share one [T, E] shape; got "
+                f"{self.senders.shape}, {self.receivers.shape}, {self.weights.shape}"
+            )
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def period(self) -> int:
+        """T, the number of distinct rounds before the schedule repeats."""
+        return int(self.senders.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        """E, padded edge count per round (self-loops included)."""
+        return int(self.senders.shape[1])
+
+    @property
+    def time_varying(self) -> bool:
+        return self.period > 1
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology({self.name}, N={self.num_nodes}, T={self.period}, E={self.num_edges}, "
+            f"directed={self.directed}, kernel={self.resolved_kernel})"
+        )
+
+    # ---- dense views (tests, tiny graphs, analysis) ------------------------------------------
+    def matrix(self, t: int = 0) -> np.ndarray:
+        """Dense mixing matrix ``W(t)``, numpy [N, N] float64 (round ``t mod T``)."""
+        t = int(t) % self.period
+        w = np.zeros((self.num_nodes, self.num_nodes))
+        np.add.at(w, (self.receivers[t], self.senders[t]), self.weights[t])
+        return w
+
+    def matrices(self) -> np.ndarray:
+        """All mixing matrices, numpy [T, N, N] float64."""
+        return np.stack([self.matrix(t) for t in range(self.period)])
+
+    # ---- stochasticity ------------------------------------------------------------------------
+    @functools.cached_property
+    def _row_col_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.zeros((self.period, self.num_nodes))
+        cols = np.zeros((self.period, self.num_nodes))
+        for t in range(self.period):
+            np.add.at(rows[t], self.receivers[t], self.weights[t])
+            np.add.at(cols[t], self.senders[t], self.weights[t])
+        return rows, cols
+
+    @property
+    def is_row_stochastic(self) -> bool:
+        return bool(np.allclose(self._row_col_sums[0], 1.0, atol=_TOL))
+
+    @property
+    def is_column_stochastic(self) -> bool:
+        return bool(np.allclose(self._row_col_sums[1], 1.0, atol=_TOL))
+
+    @property
+    def is_doubly_stochastic(self) -> bool:
+        return self.is_row_stochastic and self.is_column_stochastic
+
+    @functools.cached_property
+    def is_symmetric(self) -> bool:
+        return all(np.allclose(m, m.T, atol=_TOL) for m in self.matrices()) if self.num_nodes <= 4096 else False
+
+    # ---- derived tables for kernels and bit accounting ----------------------------------------
+    @functools.cached_property
+    def _real_edges(self) -> np.ndarray:
+        """[T, E] bool: edges with non-zero weight."""
+        return self.weights != 0
+
+    @functools.cached_property
+    def out_degree(self) -> np.ndarray:
+        """[T, N] int: out-neighbours (self excluded) each node sends to in round t."""
+        deg = np.zeros((self.period, self.num_nodes), dtype=np.int64)
+        for t in range(self.period):
+            keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
+            np.add.at(deg[t], self.senders[t][keep], 1)
+        return deg
+
+    @functools.cached_property
+    def in_degree(self) -> np.ndarray:
+        """[T, N] int: in-neighbours (self excluded) each node receives from in round t."""
+        deg = np.zeros((self.period, self.num_nodes), dtype=np.int64)
+        for t in range(self.period):
+            keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
+            np.add.at(deg[t], self.receivers[t][keep], 1)
+        return deg
+
+    @functools.cached_property
+    def self_weights(self) -> np.ndarray:
+        """[T, N] float64: the diagonal ``W_t[i, i]``."""
+        diag = np.zeros((self.period, self.num_nodes))
+        for t in range(self.period):
+            keep = self.senders[t] == self.receivers[t]
+            np.add.at(diag[t], self.receivers[t][keep], self.weights[t][keep])
+        return diag
+
+    @functools.cached_property
+    def slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """In-neighbour slot table: ``(neighbors [T, N, K] int32, weights [T, N, K] float64)``.
+
+        ``W_t @ x == sum_k weights[t, :, k, None] * x[neighbors[t, :, k]]``. K is the largest
+        in-degree (self included) over all rounds; unused slots point at the node itself with
+        weight 0. Slot 0 always holds the self-loop.
+        """
+        n, period = self.num_nodes, self.period
+        lists = []
+        for t in range(period):
+            w = self.weights[t]
+            keep = w != 0
+            s, r, w = self.senders[t][keep], self.receivers[t][keep], w[keep]
+            # Self-loops first so slot 0 is the node itself.
+            order = np.lexsort((s != r, r))
+            lists.append((s[order], r[order], w[order]))
+        k = 1
+        for s, r, _ in lists:
+            if r.size:
+                k = max(k, int(np.bincount(r, minlength=n).max()))
+        nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
+        slot_w = np.zeros((period, n, k))
+        for t, (s, r, w) in enumerate(lists):
+            if r.size == 0:
+                continue
+            first = np.searchsorted(r, np.arange(n))
+            pos = np.arange(r.size) - first[r]
+            has_self = np.zeros(n, dtype=bool)
+            has_self[r[s == r]] = True
+            # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
+            pos = pos + (~has_self[r]).astype(np.int64)
+            k_needed = int(pos.max()) + 1
+            if k_needed > nbr.shape[2]:
+                extra = k_needed - nbr.shape[2]
+                nbr = np.concatenate(
+                    [nbr, np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, extra))], axis=2
+                )
+                slot_w = np.concatenate([slot_w, np.zeros((period, n, extra))], axis=2)
+            nbr[t, r, pos] = s
+            slot_w[t, r, pos] = w
+        return nbr, slot_w
+
+    @property
+    def max_slots(self) -> int:
+        """K of the slot table: the largest in-degree, self included."""
+        return int(self.slots[0].shape[2])
+
+    @functools.cached_property
+    def resolved_kernel(self) -> str:
+        """The kernel ``mix`` uses: the user's choice or, for ``"auto"``, one picked by density."""
+        if self.kernel != "auto":
+            return self.kernel
+        k = self.max_slots
+        real = int(self._real_edges.sum(axis=1).max())
+        if k <= _MAX_SLOTS:
+            return "slots"
+        if real > _DENSE_FRACTION * self.num_nodes**2:
+            return "dense"
+        return "segment"
+
+    @functools.cached_property
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Oriented node pairs for edge-wise algorithms (PowerGossip).
+
+        Returns ``(a, b, w_ab, w_ba)``, each [T, P]: every unordered pair ``{a, b}`` with ``a < b``
+        and ``W_t[a, b] > 0`` or ``W_t[b, a] > 0``; ``w_ab = W_t[a, b]`` is what ``a`` takes from
+        ``b``. Padding pairs are ``(0, 0)`` with weights 0. Pairs are sorted by ``(a, b)``.
+        """
+        n = self.num_nodes
+        per_t = []
+        for t in range(self.period):
+            keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
+            s, r, w = self.senders[t][keep], self.receivers[t][keep], self.weights[t][keep]
+            lo, hi = np.minimum(s, r), np.maximum(s, r)
+            code = lo.astype(np.int64) * n + hi
+            uniq, inv = np.unique(code, return_inverse=True)
+            w_ab = np.zeros(uniq.size)
+            w_ba = np.zeros(uniq.size)
+            # Edge (s -> r): receiver r takes weight w from s.  If r = lo, it is w_ab.
+            np.add.at(w_ab, inv[r == lo], w[r == lo])
+            np.add.at(w_ba, inv[r == hi], w[r == hi])
+            per_t.append((uniq // n, uniq % n, w_ab, w_ba))
+        p = max(1, max(x[0].size for x in per_t))
+        out = [np.zeros((self.period, p), dtype=np.int32) for _ in range(2)] + [
+            np.zeros((self.period, p)) for _ in range(2)
+        ]
+        for t, arrays in enumerate(per_t):
+            for o, arr in zip(out, arrays):
+                o[t, : arr.size] = arr
+        return tuple(out)
+
+
+# ---- construction helpers -----------------------------------------------------------------------
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name}={value} is too small: need {name} >= {minimum}")
+    return int(value)
+
+
+def _from_edges(
+    name: str, n: int, rounds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], directed: bool
+) -> Topology:
+    """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed."""
+    merged = []
+    for s, r, w in rounds:
+        s, r, w = (np.asarray(a).ravel() for a in (s, r, w))
+        code = r.astype(np.int64) * n + s
+        uniq, inv = np.unique(code, return_inverse=True)
+        ws = np.zeros(uniq.size)
+        np.add.at(ws, inv, w.astype(np.float64))
+        merged.append((uniq % n, uniq // n, ws))
+    e = max(x[0].size for x in merged)
+    period = len(merged)
+    senders = np.zeros((period, e), dtype=np.int32)
+    receivers = np.zeros((period, e), dtype=np.int32)
+    weights = np.zeros((period, e))
+    for t, (s, r, w) in enumerate(merged):
+        senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
+    return Topology(name, n, senders, receivers, weights, directed)
+
+
+def _circulant(n: int, offsets: Sequence[int], weight: float) -> tuple:
+    """One round where every node i sends to i + o (mod n) for o in offsets, plus a self-loop."""
+    nodes = np.arange(n)
+    s = np.concatenate([nodes] + [nodes for _ in offsets])
+    r = np.concatenate([nodes] + [(nodes + o) % n for o in offsets])
+    w = np.full(s.size, weight)
+    return s, r, w
+
+
+def _check_connected(adj: np.ndarray, directed: bool, what: str = "graph") -> None:
+    """adj [N, N] with adj[i, j] != 0 for an edge j -> i."""
+    graph = scipy.sparse.csr_matrix(adj != 0)
+    connection = "strong" if directed else "weak"
+    count, _ = scipy.sparse.csgraph.connected_components(graph, directed=directed, connection=connection)
+    if count > 1:
+        kind = "strongly connected" if directed else "connected"
+        raise ValueError(
+            f"the {what} is not {kind}: it has {count} {'strongly ' if directed else ''}connected "
+            "components, so gossip can never reach consensus"
+        )
+
+
+# ---- constructors -------------------------------------------------------------------------------
+
+
+def ring(n: int) -> Topology:
+    """Undirected ring: i talks to i-1 and i+1 (mod n), uniform weights 1/3.
+
+    Args:
+      n: number of nodes N >= 3.
+    """
+    n = _check_int("n", n, 3)
+    return _from_edges(f"ring({n})", n, [_circulant(n, (1, -1), 1 / 3)], directed=False)
+
+
+def directed_ring(n: int) -> Topology:
+    """Directed ring: i sends to i+1 (mod n); weights 1/2 self, 1/2 to the successor.
+
+    Both row and column stochastic, so it serves gossip and push-sum alike.
+
+    Args:
+      n: number of nodes N >= 2.
+    """
+    n = _check_int("n", n, 2)
+    return _from_edges(f"directed_ring({n})", n, [_circulant(n, (1,), 0.5)], directed=n > 2)
+
+
+def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
+    """2-D torus (rows x cols grid with wrap-around): 4 neighbours + self, uniform weights 1/5.
+
+    With a side of 2 the two neighbours along it coincide and their weights add up (2/5).
+
+    Args:
+      rows, cols: grid sides, each >= 2.
+      num_nodes: optional N to check against ``rows * cols``.
+    """
+    rows, cols = _check_int("rows", rows, 2), _check_int("cols", cols, 2)
+    n = rows * cols
+    if num_nodes is not None and num_nodes != n:
+        raise ValueError(f"torus rows*cols = {rows}*{cols} = {n} does not match num_nodes={num_nodes}")
+    nodes = np.arange(n)
+    row, col = nodes // cols, nodes % cols
+    nbrs = [
+        ((row + 1) % rows) * cols + col,
+        ((row - 1) % rows) * cols + col,
+        row * cols + (col + 1) % cols,
+        row * cols + (col - 1) % cols,
+    ]
+    s = np.concatenate([nodes] * 5)
+    r = np.concatenate([nodes] + nbrs)
+    return _from_edges(f"torus({rows}x{cols})", n, [(s, r, np.full(s.size, 0.2))], directed=False)
+
+
+def hypercube(n: int) -> Topology:
+    """Hypercube on n = 2^k nodes: i talks to i XOR 2^j, j < k; uniform weights 1/(k+1).
+
+    Args:
+      n: number of nodes N, a power of two >= 2.
+    """
+    n = _check_int("n", n, 2)
+    if n & (n - 1):
+        raise ValueError(f"hypercube needs n to be a power of two, got n={n}")
+    k = n.bit_length() - 1
+    nodes = np.arange(n)
+    s = np.concatenate([nodes] * (k + 1))
+    r = np.concatenate([nodes] + [nodes ^ (1 << j) for j in range(k)])
+    return _from_edges(f"hypercube({n})", n, [(s, r, np.full(s.size, 1 / (k + 1)))], directed=False)
+
+
+def _log2_ceil(n: int) -> int:
+    return max(1, math.ceil(math.log2(n)))
+
+
+def exponential(n: int) -> Topology:
+    """Static exponential graph: i sends to i + 2^j (mod n), j < ceil(log2 n); uniform weights.
+
+    Each node keeps ``1/(tau+1)`` and receives ``1/(tau+1)`` from each of its tau in-neighbours,
+    ``tau = ceil(log2 n)``. The graph is directed but circulant, hence doubly stochastic.
+
+    Args:
+      n: number of nodes N >= 2.
+
+    References:
+      Assran et al., "Stochastic Gradient Push for Distributed Deep Learning", ICML 2019.
+      Ying et al., "Exponential Graph is Provably Efficient for Decentralized Deep Training",
+      NeurIPS 2021 (arXiv:2110.13363).
+    """
+    n = _check_int("n", n, 2)
+    tau = _log2_ceil(n)
+    offsets = [2**j for j in range(tau)]
+    rounds = [_circulant(n, offsets, 1 / (tau + 1))]
+    return _from_edges(f"exponential({n})", n, rounds, directed=n > 2)
+
+
+def one_peer_exponential(n: int) -> Topology:
+    """Time-varying one-peer exponential graph: at round t, i sends to i + 2^(t mod tau), 1/2 each.
+
+    Period ``T = tau = ceil(log2 n)``. Every round is a circulant permutation plus identity, so
+    each W(t) is doubly stochastic (gossip) and column stochastic (push-sum). For n = 2^k the
+    product of tau consecutive rounds is exactly ``J = 11^T / n`` (exact averaging).
+
+    Args:
+      n: number of nodes N >= 2.
+
+    References:
+      Assran et al., ICML 2019 (SGP graph type 5 with one peer);
+      Ying et al., NeurIPS 2021 (arXiv:2110.13363), exact averaging after log2(n) rounds.
+    """
+    n = _check_int("n", n, 2)
+    tau = _log2_ceil(n)
+    rounds = [_circulant(n, (2**t,), 0.5) for t in range(tau)]
+    return _from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2)
+
+
+def complete(n: int) -> Topology:
+    """Complete graph with weights 1/n: one round of mixing is exact averaging.
+
+    Args:
+      n: number of nodes N >= 2.
+    """
+    n = _check_int("n", n, 2)
+    nodes = np.arange(n)
+    s, r = np.meshgrid(nodes, nodes)
+    return _from_edges(f"complete({n})", n, [(s, r, np.full(s.size, 1 / n))], directed=False)
+
+
+def _metropolis(adj: np.ndarray) -> np.ndarray:
+    """W_ij = 1/(1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_j W_ij (symmetric adj)."""
+    a = (adj != 0).astype(np.float64)
+    np.fill_diagonal(a, 0.0)
+    deg = a.sum(axis=1)
+    w = a / (1.0 + np.maximum(deg[:, None], deg[None, :]))
+    np.fill_diagonal(w, 1.0 - w.sum(axis=1))
+    return w
+
+
+def star(n: int) -> Topology:
+    """Star: node 0 is the hub linked to every other node; Metropolis-Hastings weights.
+
+    Args:
+      n: number of nodes N >= 3.
+    """
+    n = _check_int("n", n, 3)
+    adj = np.zeros((n, n))
+    adj[0, 1:] = adj[1:, 0] = 1
+    return from_matrix(_metropolis(adj), name=f"star({n})")
+
+
+def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topology:
+    """Erdos-Renyi G(n, p), resampled until connected; Metropolis-Hastings weights.
+
+    Args:
+      n: number of nodes N >= 2.
+      p: edge probability in (0, 1].
+      seed: seed of the sampler (the same seed gives the same graph).
+      max_tries: samples drawn before giving up on connectivity.
+    """
+    import networkx as nx
+
+    n = _check_int("n", n, 2)
+    if not (isinstance(p, (int, float)) and 0 < p <= 1) or math.isnan(p):
+        raise ValueError(f"p={p!r} must be an edge probability in (0, 1]")
+    rng = np.random.default_rng(seed)
+    for _ in range(max_tries):
+        g = nx.gnp_random_graph(n, p, seed=int(rng.integers(2**31 - 1)))
+        if nx.is_connected(g):
+            return from_adjacency(g, weights="metropolis", name=f"erdos_renyi({n}, p={p}, seed={seed})")
+    raise ValueError(
+        f"erdos_renyi(n={n}, p={p}) drew no connected graph in {max_tries} tries; increase p "
+        f"(connectivity needs p > ln(n)/n = {math.log(n) / n:.3f} roughly)"
+    )
+
+
+def random_directed(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topology:
+    """Random directed graph (each arc j -> i with probability p), resampled until strongly
+    connected, with column-stochastic weights (each sender splits its mass uniformly over itself
+    and its out-neighbours). For push-sum methods.
+
+    Args:
+      n: number of nodes N >= 2.
+      p: arc probability in (0, 1].
+      seed: seed of the sampler.
+    """
+    n = _check_int("n", n, 2)
+    if not (isinstance(p, (int, float)) and 0 < p <= 1) or math.isnan(p):
+        raise ValueError(f"p={p!r} must be an arc probability in (0, 1]")
+    rng = np.random.default_rng(seed)
+    for _ in range(max_tries):
+        adj = (rng.random((n, n)) < p).astype(np.float64)
+        np.fill_diagonal(adj, 0)
+        graph = scipy.sparse.csr_matrix(adj)
+        count, _ = scipy.sparse.csgraph.connected_components(graph, directed=True, connection="strong")
+        if count == 1:
+            return from_adjacency(adj, weights="column", name=f"random_directed({n}, p={p}, seed={seed})")
+    raise ValueError(f"random_directed(n={n}, p={p}) drew no strongly connected graph in {max_tries} tries")
+
+
+def _adjacency_array(adj: Any) -> tuple[np.ndarray, bool]:
+    """Returns (A [N, N] with A[i, j] != 0 for an edge j -> i, directed)."""
+    try:
+        import networkx as nx
+    except ImportError:  # pragma: no cover - networkx is a dependency
+        nx = None
+    if nx is not None and isinstance(adj, nx.Graph):
+        nodes = sorted(adj.nodes())
+        if nodes != list(range(len(nodes))):
+            raise ValueError("a networkx graph must have nodes labelled 0..N-1")
+        # networkx: A[u, v] = 1 for an edge u -> v; ours is receiver-major, hence the transpose.
+        a = nx.to_numpy_array(adj, nodelist=nodes, weight=None).T
+        return a, adj.is_directed()
+    a = np.asarray(adj)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"adjacency must be a square [N, N] array, got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.number) and a.dtype != bool:
+        raise TypeError(f"adjacency must be numeric, got dtype {a.dtype}")
+    a = a.astype(np.float64)
+    if not np.all(np.isfinite(a)):
+        raise ValueError("adjacency contains NaN or inf entries")
+    if np.any(a < 0):
+        raise ValueError("adjacency has negative entries; use 0/1 (or non-negative) entries")
+    return a, not np.allclose(a, a.T)
+
+
+def from_adjacency(adj: Any, weights: str = "metropolis", name: str | None = None) -> Topology:
+    """Topology from an adjacency structure and a weight scheme.
+
+    Args:
+      adj: numpy [N, N] with ``adj[i, j] != 0`` iff i receives from j (self-loops ignored), or a
+        networkx ``Graph``/``DiGraph`` with nodes 0..N-1 (a DiGraph edge u -> v: v receives from u).
+      weights: ``"metropolis"`` (undirected graphs: ``W_ij = 1/(1 + max(d_i, d_j))``, doubly
+        stochastic), ``"uniform"`` (``W_ij = 1/(d_i + 1)`` over in-neighbours and self; doubly
+        stochastic only on regular graphs, an error otherwise) or ``"column"`` (``W_ij =
+        1/(d_out_j + 1)`` over out-neighbours and self: column stochastic, for push-sum).
+      name: optional display name.
+    """
+    if weights not in WEIGHT_SCHEMES:
+        raise ValueError(f"weights={weights!r} is unknown; known weight schemes: {WEIGHT_SCHEMES}")
+    a, directed = _adjacency_array(adj)
+    n = a.shape[0]
+    if n < 2:
+        raise ValueError(f"adjacency has N={n} nodes; gossip needs at least 2")
+    a = (a != 0).astype(np.float64)
+    np.fill_diagonal(a, 0)
+    _check_connected(a, directed, "graph given to from_adjacency")
+    if weights == "metropolis":
+        if directed:
+            raise ValueError(
+                "weights='metropolis' needs an undirected (symmetric) adjacency; for a directed "
+                "graph use weights='column' (push-sum)"
+            )
+        w = _metropolis(a)
+    elif weights == "uniform":
+        w = (a + np.eye(n)) / (a.sum(axis=1, keepdims=True) + 1)
+        if not np.allclose(w.sum(axis=0), 1.0, atol=_TOL):
+            raise ValueError(
+                "weights='uniform' is not doubly stochastic on this irregular graph (in-degrees "
+                f"range {int(a.sum(1).min())}..{int(a.sum(1).max())}); use 'metropolis' for an "
+                "undirected graph or 'column' for push-sum"
+            )
+    else:
+        w = (a + np.eye(n)) / (a.sum(axis=0, keepdims=True) + 1)
+    label = name or f"from_adjacency(N={n}, {weights})"
+    return from_matrix(w, name=label, directed=directed)
+
+
+def from_matrix(w: Any, name: str | None = None, directed: bool | None = None) -> Topology:
+    """Topology from explicit mixing matrices.
+
+    Args:
+      w: [N, N] or [T, N, N] array, ``w[t, i, j]`` = weight receiver i puts on j. Entries must be
+        finite and non-negative; every row sum or every column sum must be 1 (checked again, in
+        the required direction, by the algorithm that uses it). The union graph over the period
+        must be strongly connected.
+      name: optional display name.
+      directed: override the directedness inferred from symmetry.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    if w.ndim == 2:
+        w = w[None]
+    if w.ndim != 3 or w.shape[1] != w.shape[2]:
+        raise ValueError(f"mixing matrix must be [N, N] or [T, N, N], got shape {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("mixing matrix contains NaN or inf entries")
+    if np.any(w < 0):
+        bad = np.argwhere(w < 0)[0]
+        raise ValueError(f"mixing matrix has negative weights (e.g. W[{bad[0]}][{bad[1]}, {bad[2]}] = {w[tuple(bad)]:.3g})")
+    period, n, _ = w.shape
+    if n < 2:
+        raise ValueError(f"mixing matrix has N={n} nodes; gossip needs at least 2")
+    rows_ok = np.allclose(w.sum(axis=2), 1.0, atol=_TOL)
+    cols_ok = np.allclose(w.sum(axis=1), 1.0, atol=_TOL)
+    if not (rows_ok or cols_ok):
+        raise ValueError(
+            "mixing matrix is neither row nor column stochastic: row sums span "
+            f"[{w.sum(2).min():.4g}, {w.sum(2).max():.4g}], column sums span "
+            f"[{w.sum(1).min():.4g}, {w.sum(1).max():.4g}]"
+        )
+    union = (w != 0).any(axis=0).astype(np.float64)
+    np.fill_diagonal(union, 0)
+    if directed is None:
+        directed = not all(np.allclose(m != 0, (m != 0).T) for m in w)
+    _check_connected(union, True, "union graph of the mixing matrices")
+    rounds = []
+    for m in w:
+        r, s = np.nonzero(m)
+        rounds.append((s, r, m[r, s]))
+    return _from_edges(name or f"from_matrix(N={n}, T={period})", n, rounds, directed=bool(directed))
+
+
+def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topology:
+    """Concatenates topologies on the same N into one time-varying topology (round t uses
+    ``topologies[t mod len]``, each of them expanded over its own period)."""
+    if not topologies:
+        raise ValueError("schedule needs at least one topology")
+    n = topologies[0].num_nodes
+    rounds = []
+    for topo in topologies:
+        if topo.num_nodes != n:
+            raise ValueError(f"schedule mixes node counts: {topo.name} has N={topo.num_nodes}, expected {n}")
+        for t in range(topo.period):
+            rounds.append((topo.senders[t], topo.receivers[t], topo.weights[t]))
+    directed = any(t.directed for t in topologies)
+    label = name or "schedule(" + ", ".join(t.name for t in topologies) + ")"
+    topo = _from_edges(label, n, rounds, directed)
+    union = (topo.matrices() != 0).any(axis=0).astype(np.float64)
+    np.fill_diagonal(union, 0)
+    _check_connected(union, True, "union graph of the schedule")
+    return topo
+
+
+# ---- spectral tools -----------------------------------------------------------------------------
+
+
+def spectral_gap(topo: Topology) -> float:
+    """``1 - |lambda_2(W)|``, with ``|lambda_2|`` the second-largest eigenvalue magnitude.
+
+    This is the Koloskova et al. (ICML 2019) convention delta (ALGORITHMS.md 5.2). For a
+    time-varying topology the per-round gap of one period is returned,
+    ``1 - |lambda_2(W(T-1) ... W(0))|^(1/T)``, which is 1 when a period averages exactly.
+
+    Raises:
+      ValueError: if W is not doubly stochastic (the gap then does not measure convergence to the
+        average; push-sum graphs need the debiased analysis instead).
+    """
+    if not topo.is_doubly_stochastic:
+        raise ValueError(f"spectral_gap needs doubly stochastic weights; {topo.name} is not")
+    prod = np.eye(topo.num_nodes)
+    for t in range(topo.period):
+        prod = topo.matrix(t) @ prod
+    mags = np.sort(np.abs(np.linalg.eigvals(prod)))[::-1]
+    lam2 = mags[1] if mags.size > 1 else 0.0
+    return float(1.0 - lam2 ** (1.0 / topo.period))
+
+
+def optimal_gamma(topo: Topology) -> float:
+    """Over-relaxation ``gamma* = 2 / ((1 - lambda_2) + (1 - lambda_N))`` for ``I + gamma (W - I)``.
+
+    Balances the two extreme non-unit eigenvalues of a static symmetric W (8-ring: 1.3084;
+    ALGORITHMS.md 5.3).
+
+    Raises:
+      ValueError: for time-varying or non-symmetric W.
+    """
+    if topo.time_varying:
+        raise ValueError(f"optimal_gamma needs a static topology; {topo.name} has period {topo.period}")
+    w = topo.matrix(0)
+    if not np.allclose(w, w.T, atol=_TOL):
+        raise ValueError(f"optimal_gamma needs a symmetric W; {topo.name} is not symmetric")
+    lam = np.sort(np.linalg.eigvalsh(w))[::-1]
+    return float(2.0 / ((1.0 - lam[1]) + (1.0 - lam[-1])))
