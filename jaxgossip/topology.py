@@ -48,6 +48,7 @@ __all__ = [
     "optimal_gamma",
     "WEIGHT_SCHEMES",
     "KERNELS",
+    "make",
 ]
 
 WEIGHT_SCHEMES = ("metropolis", "uniform", "column")
@@ -700,3 +701,58 @@ def optimal_gamma(topo: Topology) -> float:
         raise ValueError(f"optimal_gamma needs a symmetric W; {topo.name} is not symmetric")
     lam = np.sort(np.linalg.eigvalsh(w))[::-1]
     return float(2.0 / ((1.0 - lam[1]) + (1.0 - lam[-1])))
+
+
+# ---- by name ------------------------------------------------------------------------------------
+
+_BY_NAME = (
+    "ring",
+    "directed_ring",
+    "torus",
+    "hypercube",
+    "exponential",
+    "one_peer_exponential",
+    "complete",
+    "star",
+    "erdos_renyi",
+    "random_directed",
+)
+
+
+def _near_square(n: int) -> tuple[int, int]:
+    rows = int(math.isqrt(n))
+    while n % rows:
+        rows -= 1
+    return rows, n // rows
+
+
+def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
+    """Topology from a name such as ``"ring"``, ``"torus"``, ``"erdos_renyi:0.3"``,
+    ``"random_directed:0.2"`` or ``"torus:4x8"`` (used by configs and the CLI).
+
+    ``torus`` without sides picks the most square ``rows x cols = num_nodes``; ``erdos_renyi`` and
+    ``random_directed`` take their edge probability after the colon and use ``seed``.
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"topology spec must be a string, got {spec!r}")
+    name, _, arg = spec.partition(":")
+    if name not in _BY_NAME:
+        raise ValueError(f"unknown topology {name!r}; known topologies: {list(_BY_NAME)}")
+    if name == "torus":
+        if arg:
+            try:
+                rows, cols = (int(v) for v in arg.lower().split("x"))
+            except ValueError:
+                raise ValueError(f"torus spec {spec!r} must look like 'torus:ROWSxCOLS'") from None
+        else:
+            rows, cols = _near_square(num_nodes)
+        return torus(rows, cols, num_nodes=num_nodes)
+    if name in ("erdos_renyi", "random_directed"):
+        try:
+            p = float(arg) if arg else 0.3
+        except ValueError:
+            raise ValueError(f"{name} spec {spec!r} must look like '{name}:P' with P a probability") from None
+        return (erdos_renyi if name == "erdos_renyi" else random_directed)(num_nodes, p, seed)
+    if arg:
+        raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
+    return globals()[name](num_nodes)

@@ -1,0 +1,357 @@
+"""The edge between configs and the pure library: build a run from a config, execute it in chunks
+with progress, checkpoints and outputs. File I/O and printing live here and in ``cli.py`` only.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxgossip import algorithms, data, models, topology
+from jaxgossip.train import Metrics, Trainer, TrainState, check_finite, make_train
+
+__all__ = ["TrainConfig", "Built", "build", "make_optimizer", "run_training", "metrics_to_rows", "load_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (JSON/YAML/Python configs map onto these fields)."""
+
+    dataset: str = "auto"
+    data_dir: str | None = None
+    partition: str = "iid"
+    num_nodes: int = 8
+    topology: str = "ring"
+    algorithm: str = "gossip"
+    algorithm_options: dict = dataclasses.field(default_factory=dict)
+    model: str = "cnn"
+    model_options: dict = dataclasses.field(default_factory=dict)
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 1e-4
+    weight_decay_mask: str = "all"  # "all" or "no_1d" (skip biases and normalization scales)
+    warmup_rounds: int = 0
+    warmup_from: float = 0.0  # learning rate at round 0 of the warm-up
+    decay_rounds: tuple = ()
+    decay_factor: float = 0.1
+    batch_size: int = 32
+    num_rounds: int = 200
+    eval_every: int = 20
+    evals_per_chunk: int = 1
+    ordering: str = "atc"
+    identical_init: bool = True
+    augment: bool = False
+    eval_size: int = 2000
+    eval_chunk: int = 500
+    seed: int = 0
+    name: str = ""
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Parses a ``--key=value`` string into the type of the field's default."""
+    if not isinstance(value, str):
+        return tuple(value) if isinstance(default, tuple) else value
+    if isinstance(default, bool):
+        if value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"--{name}={value!r} is not a boolean")
+    if isinstance(default, (dict, tuple)) or value.startswith(("{", "[")):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--{name}={value!r} is not valid JSON: {err}") from None
+        return tuple(parsed) if isinstance(default, tuple) else parsed
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"--{name}={value!r} is not an int") from None
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"--{name}={value!r} is not a number") from None
+    if default is None and value.lower() in ("none", "null"):
+        return None
+    return value
+
+
+def config_from_dict(values: dict, base: TrainConfig | None = None) -> TrainConfig:
+    """Applies a dict of field values (from a file or ``--key=value``) to ``base``."""
+    base = base or TrainConfig()
+    changes = {}
+    for name, value in values.items():
+        name = name.replace("-", "_")
+        if "." in name:  # algorithm_options.gamma=0.5 style overrides
+            head, _, sub = name.partition(".")
+            if head not in ("algorithm_options", "model_options"):
+                raise ValueError(f"unknown config key {name!r}; dotted keys work for algorithm_options / model_options")
+            merged = dict(changes.get(head, getattr(base, head)))
+            merged[sub] = json.loads(value) if isinstance(value, str) and _looks_json(value) else value
+            changes[head] = merged
+            continue
+        if name not in _FIELDS:
+            raise ValueError(f"unknown config key {name!r}; known keys: {sorted(_FIELDS)}")
+        changes[name] = _coerce(name, value, getattr(base, name))
+    return dataclasses.replace(base, **changes)
+
+
+def _looks_json(value: str) -> bool:
+    try:
+        json.loads(value)
+        return True
+    except json.JSONDecodeError:
+        return False
+
+
+def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
+    """Reads a JSON, YAML or Python config (a ``get_config()`` returning a dict or TrainConfig)."""
+    config = TrainConfig()
+    if path:
+        if not os.path.exists(path):
+            raise ValueError(f"config file {path!r} does not exist")
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            with open(path) as f:
+                values = yaml.safe_load(f) or {}
+        elif path.endswith(".json"):
+            with open(path) as f:
+                values = json.load(f)
+        elif path.endswith(".py"):
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location("_jaxgossip_config", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            if not hasattr(module, "get_config"):
+                raise ValueError(f"python config {path!r} must define get_config()")
+            values = module.get_config()
+            if isinstance(values, TrainConfig):
+                values = values.to_dict()
+        else:
+            raise ValueError(f"config file {path!r} must end in .json, .yaml, .yml or .py")
+        if not isinstance(values, dict):
+            raise ValueError(f"config file {path!r} must hold a mapping of config keys")
+        config = config_from_dict(values, config)
+    if overrides:
+        config = config_from_dict(overrides, config)
+    return config
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """SGD with (Nesterov) momentum, decoupled-from-nothing weight decay (added to the gradient, as
+    PyTorch's SGD does), linear warm-up and step decay — the paper recipes of ALGORITHMS.md 2.7/7."""
+    if config.lr <= 0 or not math.isfinite(config.lr):
+        raise ValueError(f"lr={config.lr} must be a positive number")
+    boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
+    if any(b <= 0 for b in boundaries):
+        raise ValueError(f"decay_rounds={config.decay_rounds} must come after warmup_rounds={config.warmup_rounds}")
+    schedule = optax.piecewise_constant_schedule(config.lr, boundaries)
+    if config.warmup_rounds > 0:
+        warm = optax.linear_schedule(config.warmup_from, config.lr, config.warmup_rounds)
+        schedule = optax.join_schedules([warm, schedule], [config.warmup_rounds])
+    if config.weight_decay_mask not in ("all", "no_1d"):
+        raise ValueError(f"weight_decay_mask={config.weight_decay_mask!r} must be 'all' or 'no_1d'")
+    mask = None
+    if config.weight_decay_mask == "no_1d":
+        mask = lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params)  # noqa: E731
+    parts = []
+    if config.weight_decay:
+        parts.append(optax.add_decayed_weights(config.weight_decay, mask))
+    parts.append(optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum)))
+    return optax.chain(*parts)
+
+
+@dataclasses.dataclass
+class Built:
+    """A configured run: the trainer plus what reports need."""
+
+    config: TrainConfig
+    trainer: Trainer
+    dataset: data.Dataset
+    topology: topology.Topology
+    algorithm: Any
+    histograms: np.ndarray
+    num_params: int
+
+
+def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
+    """Loads data, partitions it, builds topology, algorithm, model, optimizer and trainer."""
+    if dataset is None:
+        dataset = data.load_dataset(config.dataset, data_dir=config.data_dir)
+    if config.num_nodes > dataset.y_train.shape[0]:
+        raise ValueError(
+            f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
+        )
+    parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=config.seed)
+    shards = data.shard_dataset(dataset, parts)
+    topo = topology.make(config.topology, config.num_nodes, seed=config.seed)
+    alg = algorithms.make(config.algorithm, topo, **config.algorithm_options)
+    model = models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+    eval_size = min(config.eval_size, dataset.y_test.shape[0])
+    augment = data.augment_cifar if config.augment else None
+    trainer = make_train(
+        model,
+        alg,
+        shards,
+        (dataset.x_test[:eval_size], dataset.y_test[:eval_size]),
+        make_optimizer(config),
+        num_rounds=config.num_rounds,
+        batch_size=config.batch_size,
+        eval_every=config.eval_every,
+        ordering=config.ordering,
+        identical_init=config.identical_init,
+        augment=augment,
+        eval_chunk=min(config.eval_chunk, eval_size),
+    )
+    one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
+    num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))
+    hist = data.label_histograms(dataset.y_train, parts, dataset.num_classes)
+    return Built(config, trainer, dataset, topo, alg, hist, num_params)
+
+
+def metrics_to_rows(metrics: Metrics) -> list[dict]:
+    """Metrics (stacked over evaluation points) as a list of flat dict rows for CSV/JSON."""
+    arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
+    rows = []
+    for i in range(arrays["round"].shape[0]):
+        row = {}
+        for name, value in arrays.items():
+            if name == "bits":
+                row["bits_mean"] = float(value[i].mean())
+                row["bits_max"] = float(value[i].max())
+                row["MB_per_node"] = float(value[i].mean() / 8e6)
+            elif name == "round":
+                row[name] = int(value[i])
+            else:
+                row[name] = float(value[i])
+        rows.append(row)
+    return rows
+
+
+def _concat(parts: list[Metrics]) -> Metrics:
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *parts)
+
+
+def _write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
+    with open(os.path.join(out_dir, "metrics.json"), "w") as f:
+        json.dump({"rows": rows, **extra}, f, indent=1)
+    if rows:
+        with open(os.path.join(out_dir, "metrics.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def run_training(
+    config: TrainConfig,
+    out_dir: str | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    stop_after_chunks: int | None = None,
+    dataset: data.Dataset | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Runs a configured training in chunks of ``evals_per_chunk`` evaluation intervals.
+
+    After every chunk the metrics so far are written (``metrics.json``/``metrics.csv`` under
+    ``out_dir``) and, if ``out_dir`` is given, an orbax checkpoint of the full state; a later call
+    with ``resume=True`` continues from it and gives the same result as an uninterrupted run.
+    ``stop_after_chunks`` interrupts deliberately (for tests and preemptible jobs).
+
+    Returns:
+      ``{"rows": [...], "metrics": Metrics, "state": TrainState, "built": Built, "wall_time": s,
+      "finished": bool}``.
+    """
+    from jaxgossip import checkpoint
+
+    built = build(config, dataset)
+    trainer = built.trainer
+    log(f"data: {built.dataset.source}")
+    log(
+        f"run: {config.algorithm} on {built.topology.name}, {config.num_nodes} nodes, model {config.model} "
+        f"({built.num_params:,} params/node), partition {config.partition}, {config.num_rounds} rounds"
+    )
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(config.to_dict(), f, indent=1)
+    ckpt_dir = os.path.join(out_dir, "checkpoint") if out_dir else None
+
+    state = trainer.init(jax.random.key(config.seed))
+    done_evals, parts, wall = 0, [], 0.0
+    if ckpt_dir and resume and checkpoint.exists(ckpt_dir):
+        state, saved_metrics, wall = checkpoint.restore(ckpt_dir, state, config.to_dict())
+        parts = [saved_metrics] if saved_metrics is not None else []
+        done_evals = int(np.asarray(state.round)) // config.eval_every
+        log(f"resumed from {ckpt_dir} at round {int(np.asarray(state.round))}")
+
+    per_chunk = max(1, config.evals_per_chunk)
+    total = trainer.num_evals
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, initial=done_evals, desc=config.name or config.algorithm, unit="eval", leave=False)
+    chunks_run = 0
+    extra = {"data_source": built.dataset.source, "topology": built.topology.name, "num_params": built.num_params}
+    try:
+        while done_evals < total:
+            if stop_after_chunks is not None and chunks_run >= stop_after_chunks:
+                break
+            n = min(per_chunk, total - done_evals)
+            start = time.perf_counter()
+            state, chunk_metrics = trainer.run_chunk(state, n)
+            jax.block_until_ready(state)
+            wall += time.perf_counter() - start
+            parts.append(jax.device_get(chunk_metrics))
+            done_evals += n
+            chunks_run += 1
+            if out_dir:
+                _write_metrics(out_dir, metrics_to_rows(_concat(parts)), {**extra, "wall_time": wall})
+            check_finite(chunk_metrics)
+            if ckpt_dir:
+                checkpoint.save(ckpt_dir, state, _concat(parts), wall, config.to_dict())
+            if bar is not None:
+                last = metrics_to_rows(jax.device_get(chunk_metrics))[-1]
+                bar.set_postfix(loss=f"{last['train_loss']:.3f}", acc=f"{last['test_acc']:.3f}")
+                bar.update(n)
+    finally:
+        if bar is not None:
+            bar.close()
+    metrics = _concat(parts) if parts else None
+    rows = metrics_to_rows(metrics) if metrics is not None else []
+    if out_dir:
+        _write_metrics(out_dir, rows, {**extra, "wall_time": wall})
+    return {
+        "rows": rows,
+        "metrics": metrics,
+        "state": state,
+        "built": built,
+        "wall_time": wall,
+        "finished": done_evals >= total,
+    }
