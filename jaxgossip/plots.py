@@ -1,0 +1,125 @@
+"""Figures and text tables for runs (edge module: matplotlib and files)."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["plot_training", "plot_consensus", "plot_topology", "format_table"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str = "") -> list[str]:
+    """Writes accuracy vs rounds, accuracy vs MB sent per node, and consensus distance vs rounds.
+
+    Args:
+      runs: name -> metric rows (``jaxgossip.runner.metrics_to_rows``).
+      out_dir: folder for ``accuracy_vs_rounds.png``, ``accuracy_vs_bits.png``, ``consensus.png``.
+
+    Returns:
+      The paths written.
+    """
+    plt = _pyplot()
+    os.makedirs(out_dir, exist_ok=True)
+    specs = [
+        ("accuracy_vs_rounds.png", "round", "test_acc", "rounds", "test accuracy (averaged model)", False),
+        ("accuracy_vs_bits.png", "MB_per_node", "test_acc", "MB sent per node", "test accuracy (averaged model)", True),
+        ("consensus.png", "round", "consensus", "rounds", "consensus distance", False),
+    ]
+    paths = []
+    for filename, xkey, ykey, xlabel, ylabel, logx in specs:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, rows in runs.items():
+            if not rows:
+                continue
+            xs = np.array([r[xkey] for r in rows], dtype=float)
+            ys = np.array([r[ykey] for r in rows], dtype=float)
+            ax.plot(xs, ys, marker="o", markersize=3, label=name)
+        if logx:
+            ax.set_xscale("log")
+        if ykey == "consensus":
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        if title:
+            ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        path = os.path.join(out_dir, filename)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def plot_consensus(
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: str, title: str = "", bits_unit: float = 8e6
+) -> str:
+    """Consensus error vs rounds and vs bits (two panels).
+
+    Args:
+      curves: name -> (error [S + 1], cumulative bits [S + 1]).
+      path: PNG path.
+      bits_unit: divisor for the bits axis (8e6: MB).
+    """
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, (error, bits) in curves.items():
+        error = np.asarray(error, dtype=float)
+        ax1.plot(np.arange(error.size), error, label=name)
+        ax2.plot(np.asarray(bits, dtype=float) / bits_unit, error, label=name)
+    for ax, xlabel in ((ax1, "rounds"), (ax2, "MB sent (all nodes)" if bits_unit == 8e6 else "bits")):
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("consensus error")
+        ax.grid(alpha=0.3)
+    ax2.set_xscale("symlog")
+    ax1.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_topology(topo, path: str | None = None, t: int = 0):
+    """Draws round ``t`` of a topology with networkx (arrows for directed graphs)."""
+    import networkx as nx
+
+    plt = _pyplot()
+    w = topo.matrix(t)
+    graph = nx.DiGraph() if topo.directed else nx.Graph()
+    graph.add_nodes_from(range(topo.num_nodes))
+    receivers, senders = np.nonzero(w)
+    graph.add_edges_from((int(s), int(r)) for s, r in zip(senders, receivers) if s != r)
+    fig, ax = plt.subplots(figsize=(4, 4))
+    nx.draw_circular(graph, ax=ax, with_labels=True, node_size=250, font_size=7, arrows=topo.directed)
+    ax.set_title(f"{topo.name}, round {t}", fontsize=9)
+    if path:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig
+
+
+def format_table(rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]]) -> str:
+    """Plain-text table; ``columns`` = (key, header, format spec)."""
+    header = [h for _, h, _ in columns]
+    body = [[format(r[k], f) if isinstance(r[k], (int, float)) else str(r[k]) for k, _, f in columns] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)
