@@ -97,7 +97,7 @@ def test_large_models_shapes_only(name):
 def test_forward_shapes(name, x_shape, options):
   model = models.make_model(name, num_classes=7, **options)
   x = jax.random.normal(jax.random.key(0), x_shape)
-  variables = model.init(jax.random.key(1), x)
+  variables = jax.jit(model.init)(jax.random.key(1), x)
   logits = jax.jit(model.apply)(variables, x)
   assert logits.shape == (x_shape[0], 7)
   assert bool(jnp.all(jnp.isfinite(logits)))
@@ -173,12 +173,14 @@ def test_conv_impls_agree_under_vmap_over_nodes():
 def test_resnet20_lax_and_matmul_share_checkpoints():
   x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))
   lax_model = models.resnet20(conv_impl="lax")
-  variables = lax_model.init(jax.random.key(1), x)
+  variables = jax.jit(lax_model.init)(jax.random.key(1), x)
   mm_model = models.resnet20(conv_impl="matmul")
   assert (jax.tree.map(jnp.shape, jax.eval_shape(mm_model.init, jax.random.key(1), x))
           == jax.tree.map(jnp.shape, variables))
-  out_lax, _ = lax_model.apply(variables, x, train=True, mutable=["batch_stats"])
-  out_mm, _ = mm_model.apply(variables, x, train=True, mutable=["batch_stats"])
+  def forward(model):
+    return jax.jit(lambda v: model.apply(v, x, train=True, mutable=["batch_stats"])[0])(variables)
+
+  out_lax, out_mm = forward(lax_model), forward(mm_model)
   np.testing.assert_allclose(out_mm, out_lax, rtol=1e-4, atol=1e-4)
 
 
@@ -189,7 +191,7 @@ def test_batch_stats_are_node_local():
   model = models.CNN(num_classes=3, features=(4, 8), norm="batch")
   x = jnp.zeros((4, 8, 8, 1))
   keys = jnp.stack([jax.random.key(0)] * 2)
-  variables = models.init_stacked(model, keys, x)  # identical initial models
+  variables = jax.jit(lambda k: models.init_stacked(model, k, x))(keys)  # identical models
   assert jax.tree.leaves(variables["batch_stats"])[0].shape[0] == 2
 
   @jax.jit
@@ -216,9 +218,9 @@ def test_group_and_no_norm_have_no_batch_stats(norm):
   assert set(variables) == {"params"}
   model = models.CNN(num_classes=3, features=(4, 8), norm=norm)
   x = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
-  variables = model.init(jax.random.key(1), x)
+  variables = jax.jit(model.init)(jax.random.key(1), x)
   assert set(variables) == {"params"}
-  assert model.apply(variables, x, train=True).shape == (2, 3)
+  assert jax.jit(lambda v: model.apply(v, x, train=True))(variables).shape == (2, 3)
 
 
 def test_bad_norm_raises():

@@ -11,12 +11,14 @@ from typing import Callable
 
 from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.gossip import gossip
+from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.topology import Topology
 from jaxgossip.types import GossipAlgorithm
 
 REGISTRY: dict[str, Callable[..., GossipAlgorithm]] = {
     "gossip": gossip,
     "allreduce": allreduce,
+    "power_gossip": power_gossip,
 }
 
 
@@ -37,4 +39,4 @@ def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
     return factory(topology, **hyperparameters)
 
 
-__all__ = ["REGISTRY", "make", "gossip", "allreduce"]
+__all__ = ["REGISTRY", "make", "gossip", "allreduce", "power_gossip"]

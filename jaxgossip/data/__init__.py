@@ -1,0 +1,81 @@
+"""Data for jaxgossip: datasets, tfds builders, partitioners, on-device shards, augmentation.
+
+Typical use::
+
+    from jaxgossip import data
+    ds = data.load_dataset("auto")                     # Fashion-MNIST if available, else digits
+    parts = data.partition(ds.y_train, 8, "dirichlet:0.1", seed=0)
+    shards = data.shard_dataset(ds, parts)             # x [N, M_max, H, W, C], counts [N]
+    x, y = data.sample_batch(shards, key, 32)          # x [N, B, H, W, C], y [N, B]
+"""
+
+from jaxgossip.data.augment import augment_cifar, random_crop, random_flip
+from jaxgossip.data.builders import (
+    BUILDER_NAMES,
+    JaxgossipCifar10,
+    JaxgossipCifar100,
+    JaxgossipFashionMnist,
+    JaxgossipMnist,
+    get_builder,
+    is_prepared,
+    prepare,
+    read_prepared,
+)
+from jaxgossip.data.datasets import (
+    DATASET_NAMES,
+    Dataset,
+    fashion_mnist_available,
+    load_dataset,
+    load_digits,
+    make_synthetic,
+    standardize,
+)
+from jaxgossip.data.partitioners import SCHEMES, dirichlet, iid, label_histograms, partition, shards, skew
+from jaxgossip.data.raw import DEBIAN_FASHION_MNIST_DIR, DatasetNotFoundError, RawSplit, read_idx
+from jaxgossip.data.node_shards import (
+    NodeShards,
+    check_batch_size,
+    make_node_shards,
+    sample_batch,
+    sample_node_batch,
+    shard_dataset,
+)
+
+__all__ = [
+    "BUILDER_NAMES",
+    "DATASET_NAMES",
+    "DEBIAN_FASHION_MNIST_DIR",
+    "SCHEMES",
+    "Dataset",
+    "DatasetNotFoundError",
+    "JaxgossipCifar10",
+    "JaxgossipCifar100",
+    "JaxgossipFashionMnist",
+    "JaxgossipMnist",
+    "NodeShards",
+    "RawSplit",
+    "augment_cifar",
+    "check_batch_size",
+    "dirichlet",
+    "fashion_mnist_available",
+    "get_builder",
+    "iid",
+    "is_prepared",
+    "label_histograms",
+    "load_dataset",
+    "load_digits",
+    "make_node_shards",
+    "make_synthetic",
+    "partition",
+    "prepare",
+    "random_crop",
+    "random_flip",
+    "read_idx",
+    "read_prepared",
+    "sample_batch",
+    "sample_node_batch",
+    "shard_dataset",
+    "shards",
+    "skew",
+    "standardize",
+]

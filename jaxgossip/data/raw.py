@@ -234,6 +234,7 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
             ("copyreg", "_reconstructor"),
             ("__builtin__", "object"),
             ("builtins", "object"),
+        ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 store bytes
     }
 
     def find_class(self, module, name):
