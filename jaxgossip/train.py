@@ -219,7 +219,9 @@ def make_train(
     if num_rounds % eval_every:
         raise ValueError(f"num_rounds={num_rounds} must be a multiple of eval_every={eval_every}")
     sampler = sampler or _data.sample_batch
-    _data.check_batch_size(shards, batch_size)
+    # Batches are drawn with replacement, but a batch larger than a node's whole shard means that
+    # node's "epoch" is shorter than one step: almost always a configuration mistake.
+    _data.check_batch_size(shards, batch_size, replace=False)
     num_nodes = int(shards.counts.shape[0])
     x_eval, y_eval = (jnp.asarray(a) for a in eval_data)
     eval_chunk = min(eval_chunk, int(x_eval.shape[0]))
