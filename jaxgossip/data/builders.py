@@ -3,9 +3,9 @@
 Each builder is a ``tfds.core.GeneratorBasedBuilder`` whose features are
 ``image``, a ``tfds.features.Tensor`` uint8 [H, W, C], and ``label``, a
 ``tfds.features.ClassLabel`` (an int64 scalar tensor that also records the
-number of classes), plus ``coarse_label`` (20 classes) for CIFAR-100. It never downloads: the raw files are read
-from the tfds *manual* folder, which :func:`prepare` points at the folder the
-user names. Prepared data is written as ArrayRecord and read back with
+number of classes), plus ``coarse_label`` (20 classes) for CIFAR-100. It never
+downloads: the raw files are read from the tfds *manual* folder, which
+:func:`prepare` points at the folder the user names. Prepared data is written as ArrayRecord and read back with
 ``tfds.data_source`` (random access, no TensorFlow needed), so the whole path
 works with ``tensorflow-datasets`` alone.
 
@@ -25,8 +25,10 @@ Once ``jaxgossip.data`` is imported, ``tfds.data_source("jaxgossip_mnist",
 data_dir=...)`` works like for any registered dataset (and so does
 ``tfds.testing.mock_data``).
 
-Preparation speed (2-core CPU): Fashion-MNIST's 70,000 images take about
-10 s, dominated by tfds's per-example serialization.
+Speed on an idle 2-core CPU: preparing Fashion-MNIST's 70,000 images takes
+about 7 s and reading them back about 3 s, both dominated by tfds's
+per-example (de)serialization in Python. Verified offline (no network
+namespace): nothing is fetched.
 """
 
 from __future__ import annotations
@@ -167,8 +169,7 @@ class _CifarBuilder(_RawImageBuilder, skip_registration=True):
     _CITATION = "Krizhevsky. Learning multiple layers of features from tiny images. Tech. report, U. Toronto, 2009."
 
     def _locate(self, directory):
-        path = raw.find_cifar(self._KEY, directory)
-        return None if path is None else path
+        return raw.find_cifar(self._KEY, directory)
 
     def _read_split(self, located, split):
         return raw.read_cifar_split(self._KEY, located, split)
