@@ -150,7 +150,7 @@ def demo_runs(quick: bool = False) -> list[dict]:
         {"name": "sparse_push 10%", "algorithm": "sparse_push", "topology": "one_peer_exponential",
          "algorithm_options": {"fraction": 0.1, "gamma": 0.3}},
         {"name": "scsp 10%", "algorithm": "scsp", "topology": "one_peer_exponential",
-         "algorithm_options": {"fraction": 0.1, "gamma": 0.3}},
+         "algorithm_options": {"fraction": 0.1, "gamma": 0.3}, "final_merge": 4},
     ]
     return runs
 
@@ -191,6 +191,7 @@ def _demo(args, overrides) -> int:
             algorithm=run["algorithm"],
             topology=run["topology"],
             algorithm_options=run.get("algorithm_options", {}),
+            final_merge=run.get("final_merge"),
         )
         result = run_training(
             config,

@@ -121,5 +121,6 @@ def format_table(rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    numeric = [all(isinstance(r[k], (int, float)) for r in rows) for k, _, _ in columns]
+    lines += ["  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(b, widths, numeric)) for b in body]
     return "\n".join(lines)

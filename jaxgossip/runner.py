@@ -56,6 +56,7 @@ class TrainConfig:
     eval_chunk: int = 500
     seed: int = 0
     name: str = ""
+    final_merge: Any = None  # None, R (gossip/push-sum rounds after training) or "exact" (SCSP part (a))
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -266,6 +267,20 @@ def _write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
             writer.writerows(rows)
 
 
+def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[TrainState, dict]:
+    """Runs the final merge phase (R communication rounds or exact averaging, bits counted) and
+    evaluates the merged models. Not checkpointed: it is applied to the finished run."""
+    rounds = built.config.final_merge
+    if isinstance(rounds, str) and rounds.isdigit():
+        rounds = int(rounds)
+    merge_fn = jax.jit(algorithms.make_merge(built.topology, rounds))
+    params, comm_state, info = merge_fn(state.params, state.comm_state)
+    state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
+    point = jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss))
+    row = metrics_to_rows(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point))[0]
+    return state, row
+
+
 def run_training(
     config: TrainConfig,
     out_dir: str | None = None,
@@ -345,6 +360,12 @@ def run_training(
             bar.close()
     metrics = _concat(parts) if parts else None
     rows = metrics_to_rows(metrics) if metrics is not None else []
+    for row in rows:
+        row["phase"] = "train"
+    if done_evals >= total and config.final_merge not in (None, 0, "none") and rows:
+        state, merged = _final_merge(built, state, float(rows[-1]["train_loss"]))
+        rows.append(dict(merged, phase="merged"))
+        log(f"final merge ({config.final_merge}): acc {merged['test_acc']:.4f}")
     if out_dir:
         _write_metrics(out_dir, rows, {**extra, "wall_time": wall})
     return {
