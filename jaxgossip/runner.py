@@ -210,7 +210,12 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
     parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=config.seed)
     shards = data.shard_dataset(dataset, parts)
     topo = topology.make(config.topology, config.num_nodes, seed=config.seed)
-    alg = algorithms.make(config.algorithm, topo, **config.algorithm_options)
+    options = dict(config.algorithm_options)
+    if config.algorithm == "power_gossip":
+        # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
+        # the reference compresses them (ALGORITHMS.md 2.4).
+        options.setdefault("matrix_view", "flax_kernel")
+    alg = algorithms.make(config.algorithm, topo, **options)
     model = models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
     eval_size = min(config.eval_size, dataset.y_test.shape[0])
     augment = data.augment_cifar if config.augment else None

@@ -150,7 +150,9 @@ class Topology:
 
     @functools.cached_property
     def is_symmetric(self) -> bool:
-        return all(np.allclose(m, m.T, atol=_TOL) for m in self.matrices()) if self.num_nodes <= 4096 else False
+        """Whether every W(t) is symmetric (checked on the pair list, O(E))."""
+        _, _, w_ab, w_ba = self.pairs
+        return bool(np.allclose(w_ab, w_ba, atol=_TOL))
 
     # ---- derived tables for kernels and bit accounting ----------------------------------------
     @functools.cached_property
