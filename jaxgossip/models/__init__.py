@@ -12,6 +12,7 @@ from jaxgossip.models.conv import CONV_IMPLS, Conv, conv_output_pads, resolve_co
 from jaxgossip.models.mlp import MLP
 from jaxgossip.models.nnx_utils import nnx_apply_fn, nnx_init_stacked
 from jaxgossip.models.norm import NORMS, make_norm
+from jaxgossip.models.pool import max_pool
 from jaxgossip.models.params import (
     as_matrix,
     count_params,
@@ -42,6 +43,7 @@ __all__ = [
     "make_model",
     "make_norm",
     "matrix_shapes",
+    "max_pool",
     "nnx_apply_fn",
     "nnx_init_stacked",
     "resnet110",

@@ -10,6 +10,7 @@ from flax import linen as nn
 
 from jaxgossip.models.conv import Conv
 from jaxgossip.models.norm import make_norm
+from jaxgossip.models.pool import max_pool
 
 __all__ = ["CNN"]
 
@@ -46,7 +47,7 @@ class CNN(nn.Module):
       x = Conv(channels, 3, padding=1, use_bias=self.norm == "none", impl=self.conv_impl,
                name=f"conv{i + 1}")(x)
       x = make_norm(self.norm, train, groups=self.norm_groups, name=f"norm{i + 1}")(x)
-      x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
+      x = max_pool(nn.relu(x), 2)
     x = jnp.reshape(x, (x.shape[0], -1))
     for i, width in enumerate(self.hidden):
       x = nn.relu(nn.Dense(width, name=f"fc{i + 1}")(x))

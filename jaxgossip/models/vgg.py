@@ -3,8 +3,8 @@
 This is the common CIFAR adaptation of Simonyan & Zisserman's configurations "A" (VGG-11) and
 "D" (VGG-16): every 3x3 conv (padding 1, with bias, as PyTorch's default) is followed by
 normalization and ReLU, 2x2 max-pools shrink 32x32 inputs to 1x1x512, and the classifier is a
-single linear layer 512 -> num_classes (the variant used in the Sparse-Push author's code base and
-in many CIFAR repositories). Parameter counts for 10 classes: VGG-11 9,231,114; VGG-16 14,728,266.
+single linear layer 512 -> num_classes, as in most public CIFAR code bases (which head the
+Sparse-Push experiments used was not verified here). Parameter counts for 10 classes: VGG-11 9,231,114; VGG-16 14,728,266.
 `classifier_hidden=(512, 512)` gives the larger 512-512-512-10 head of some reference codes
 (without dropout).
 
@@ -24,6 +24,7 @@ from flax import linen as nn
 
 from jaxgossip.models.conv import Conv
 from jaxgossip.models.norm import make_norm
+from jaxgossip.models.pool import max_pool
 
 __all__ = ["VGG", "VGG_CONFIGS", "vgg11", "vgg16"]
 
@@ -65,7 +66,7 @@ class VGG(nn.Module):
     index = 0
     for layer in VGG_CONFIGS[self.config]:
       if layer == "M":
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = max_pool(x, 2)
         continue
       index += 1
       x = Conv(int(layer), 3, padding=1, use_bias=True, impl=self.conv_impl,
