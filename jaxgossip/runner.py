@@ -56,6 +56,7 @@ class TrainConfig:
     eval_chunk: int = 500
     seed: int = 0
     name: str = ""
+    node_batch: int = 0  # 0: vmap over all nodes; k: gradients k nodes at a time (faster for convs on CPU)
     final_merge: Any = None  # None, R (gossip/push-sum rounds after training) or "exact" (SCSP part (a))
 
     def replace(self, **changes) -> "TrainConfig":
@@ -232,6 +233,7 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
         identical_init=config.identical_init,
         augment=augment,
         eval_chunk=min(config.eval_chunk, eval_size),
+        node_batch=config.node_batch or None,
     )
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
     num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))

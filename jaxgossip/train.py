@@ -184,6 +184,7 @@ def make_train(
     augment: Callable[[PRNGKey, Array], Array] | None = None,
     eval_chunk: int = 500,
     sampler: Callable | None = None,
+    node_batch: int | None = None,
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
@@ -203,6 +204,10 @@ def make_train(
       eval_chunk: evaluation batch size.
       sampler: ``sampler(shards, key, batch_size) -> (x [N, B, ...], y [N, B])``; defaults to
         :func:`jaxgossip.data.sample_batch`.
+      node_batch: if set, local gradients are computed ``node_batch`` nodes at a time
+        (``lax.map`` over groups of ``vmap``) instead of one ``vmap`` over all N. Measured on
+        XLA:CPU (``experiments/bench_conv.py``): for conv nets 4 nodes at a time was 1.3x faster than
+        a full vmap of 16; on accelerators a full vmap (None) is the fast path.
 
     Returns:
       A :class:`Trainer`.
@@ -233,7 +238,14 @@ def make_train(
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
         return loss, new_stats
 
-    grad_fn = jax.vmap(jax.value_and_grad(loss_fn, has_aux=True))
+    single_grad = jax.value_and_grad(loss_fn, has_aux=True)
+    if node_batch is not None and (not isinstance(node_batch, (int, np.integer)) or node_batch < 1):
+        raise ValueError(f"node_batch={node_batch!r} must be None or a positive int")
+
+    def grad_fn(z, stats, x, y):
+        if node_batch is None or node_batch >= num_nodes:
+            return jax.vmap(single_grad)(z, stats, x, y)
+        return jax.lax.map(lambda args: single_grad(*args), (z, stats, x, y), batch_size=int(node_batch))
 
     def init(key: PRNGKey) -> TrainState:
         key_init, key_run = jax.random.split(key)
