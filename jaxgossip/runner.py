@@ -56,6 +56,7 @@ class TrainConfig:
     eval_chunk: int = 500
     seed: int = 0
     name: str = ""
+    devices: int = 1  # spread the node axis over this many devices (jax.sharding); N % devices == 0
     node_batch: int = 0  # 0: vmap over all nodes; k: gradients k nodes at a time (faster for convs on CPU)
     final_merge: Any = None  # None, R (gossip/push-sum rounds after training) or "exact" (SCSP part (a))
 
@@ -198,6 +199,7 @@ class Built:
     algorithm: Any
     histograms: np.ndarray
     num_params: int
+    mesh: Any = None
 
 
 def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
@@ -210,6 +212,12 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
         )
     parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=config.seed)
     shards = data.shard_dataset(dataset, parts)
+    mesh = None
+    if config.devices != 1:
+        from jaxgossip import sharding
+
+        mesh = sharding.node_mesh(config.num_nodes, config.devices)
+        shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
     topo = topology.make(config.topology, config.num_nodes, seed=config.seed)
     options = dict(config.algorithm_options)
     if config.algorithm == "power_gossip":
@@ -238,7 +246,7 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
     num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))
     hist = data.label_histograms(dataset.y_train, parts, dataset.num_classes)
-    return Built(config, trainer, dataset, topo, alg, hist, num_params)
+    return Built(config, trainer, dataset, topo, alg, hist, num_params, mesh)
 
 
 def metrics_to_rows(metrics: Metrics) -> list[dict]:
@@ -325,6 +333,10 @@ def run_training(
     ckpt_dir = os.path.join(out_dir, "checkpoint") if out_dir else None
 
     state = trainer.init(jax.random.key(config.seed))
+    if built.mesh is not None:
+        from jaxgossip import sharding
+
+        state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
     done_evals, parts, wall = 0, [], 0.0
     if ckpt_dir and resume and checkpoint.exists(ckpt_dir):
         state, saved_metrics, wall = checkpoint.restore(ckpt_dir, state, config.to_dict())

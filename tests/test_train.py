@@ -224,3 +224,34 @@ def test_cli_reports_bad_input(tmp_path, capsys):
 
     assert main(["train", "--out", str(tmp_path), "--no-progress", "--dataset=synthetic", "--algorithm=nope"]) == 2
     assert "unknown algorithm" in capsys.readouterr().err
+
+
+def test_node_batch_equals_full_vmap():
+    base = _config(num_nodes=8)
+    a = run_training(base, None, progress=False, log=lambda s: None)
+    b = run_training(base.replace(node_batch=3), None, progress=False, log=lambda s: None)
+    for x, y in zip(jax.tree_util.tree_leaves(a["state"].params), jax.tree_util.tree_leaves(b["state"].params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "alg_name, topo, options",
+    [("gossip", "ring", {}), ("power_gossip", "ring", {}), ("sparse_push", "one_peer_exponential", {"fraction": 0.3, "gamma": 0.5})],
+)
+def test_training_sharded_over_8_devices_equals_one_device(alg_name, topo, options):
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices (tests/conftest.py requests 8 CPU devices)")
+    config = _config(num_nodes=8, algorithm=alg_name, topology=topo, algorithm_options=options, num_rounds=10)
+    a = run_training(config, None, progress=False, log=lambda s: None)
+    b = run_training(config.replace(devices=8), None, progress=False, log=lambda s: None)
+    leaves = jax.tree_util.tree_leaves(b["state"].params)
+    assert leaves[0].sharding.spec == jax.sharding.PartitionSpec("nodes")
+    for x, y in zip(jax.tree_util.tree_leaves(a["state"].params), leaves):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+
+
+def test_devices_must_divide_nodes():
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices")
+    with pytest.raises(ValueError, match="cannot be split evenly"):
+        run_training(_config(num_nodes=6, devices=4), None, progress=False, log=lambda s: None)
