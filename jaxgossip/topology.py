@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 from typing import Any, Sequence
 
 import numpy as np
@@ -201,8 +202,9 @@ class Topology:
             w = self.weights[t]
             keep = w != 0
             s, r, w = self.senders[t][keep], self.receivers[t][keep], w[keep]
-            # Self-loops first so slot 0 is the node itself.
-            order = np.lexsort((s != r, r))
+            # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
+            # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
+            order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
             lists.append((s[order], r[order], w[order]))
         k = 1
         for s, r, _ in lists:
@@ -240,12 +242,13 @@ class Topology:
         """The kernel ``mix`` uses: the user's choice or, for ``"auto"``, one picked by density."""
         if self.kernel != "auto":
             return self.kernel
-        k = self.max_slots
-        real = int(self._real_edges.sum(axis=1).max())
-        if k <= _MAX_SLOTS:
-            return "slots"
-        if real > _DENSE_FRACTION * self.num_nodes**2:
+        density = int(self._real_edges.sum(axis=1).max()) / self.num_nodes**2
+        # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
+        # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
+        if density > 0.5 or (self.max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
             return "dense"
+        if self.max_slots <= _MAX_SLOTS:
+            return "slots"
         return "segment"
 
     @functools.cached_property
@@ -292,9 +295,13 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 
 def _from_edges(
-    name: str, n: int, rounds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], directed: bool
+    name: str, n: int, rounds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], directed: bool | None = None
 ) -> Topology:
-    """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed."""
+    """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
+
+    ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
+    without i -> j.
+    """
     merged = []
     for s, r, w in rounds:
         s, r, w = (np.asarray(a).ravel() for a in (s, r, w))
@@ -310,7 +317,15 @@ def _from_edges(
     weights = np.zeros((period, e))
     for t, (s, r, w) in enumerate(merged):
         senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
-    return Topology(name, n, senders, receivers, weights, directed)
+    if directed is None:
+        directed = False
+        for s, r, w in merged:
+            keep = w != 0
+            forward = set(zip(s[keep].tolist(), r[keep].tolist()))
+            if any((b, a) not in forward for a, b in forward):
+                directed = True
+                break
+    return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
 def _circulant(n: int, offsets: Sequence[int], weight: float) -> tuple:
@@ -320,6 +335,15 @@ def _circulant(n: int, offsets: Sequence[int], weight: float) -> tuple:
     r = np.concatenate([nodes] + [(nodes + o) % n for o in offsets])
     w = np.full(s.size, weight)
     return s, r, w
+
+
+def _check_probability(p: Any, what: str) -> float:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise ValueError(f"p={p!r} must be an {what} probability in (0, 1], a real number")
+    p = float(p)
+    if not 0 < p <= 1:  # also rejects NaN
+        raise ValueError(f"p={p!r} must be an {what} probability in (0, 1]")
+    return p
 
 
 def _check_connected(adj: np.ndarray, directed: bool, what: str = "graph") -> None:
@@ -424,7 +448,7 @@ def exponential(n: int) -> Topology:
     tau = _log2_ceil(n)
     offsets = [2**j for j in range(tau)]
     rounds = [_circulant(n, offsets, 1 / (tau + 1))]
-    return _from_edges(f"exponential({n})", n, rounds, directed=n > 2)
+    return _from_edges(f"exponential({n})", n, rounds)
 
 
 def one_peer_exponential(n: int) -> Topology:
@@ -493,8 +517,7 @@ def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topol
     import networkx as nx
 
     n = _check_int("n", n, 2)
-    if not (isinstance(p, (int, float)) and 0 < p <= 1) or math.isnan(p):
-        raise ValueError(f"p={p!r} must be an edge probability in (0, 1]")
+    p = _check_probability(p, "edge")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
         g = nx.gnp_random_graph(n, p, seed=int(rng.integers(2**31 - 1)))
@@ -517,8 +540,7 @@ def random_directed(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> T
       seed: seed of the sampler.
     """
     n = _check_int("n", n, 2)
-    if not (isinstance(p, (int, float)) and 0 < p <= 1) or math.isnan(p):
-        raise ValueError(f"p={p!r} must be an arc probability in (0, 1]")
+    p = _check_probability(p, "arc")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
         adj = (rng.random((n, n)) < p).astype(np.float64)
@@ -553,7 +575,9 @@ def _adjacency_array(adj: Any) -> tuple[np.ndarray, bool]:
         raise ValueError("adjacency contains NaN or inf entries")
     if np.any(a < 0):
         raise ValueError("adjacency has negative entries; use 0/1 (or non-negative) entries")
-    return a, not np.allclose(a, a.T)
+    pattern = a != 0
+    np.fill_diagonal(pattern, False)
+    return a, not np.array_equal(pattern, pattern.T)
 
 
 def from_adjacency(adj: Any, weights: str = "metropolis", name: str | None = None) -> Topology:
@@ -684,6 +708,9 @@ def spectral_gap(topo: Topology) -> float:
         prod = topo.matrix(t) @ prod
     mags = np.sort(np.abs(np.linalg.eigvals(prod)))[::-1]
     lam2 = mags[1] if mags.size > 1 else 0.0
+    # A period that averages exactly leaves |lambda_2| at rounding level; its 1/T-th root would
+    # inflate 1e-16 to ~1e-5.
+    lam2 = 0.0 if lam2 < 1e-12 else lam2
     return float(1.0 - lam2 ** (1.0 / topo.period))
 
 

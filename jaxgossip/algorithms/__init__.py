@@ -10,15 +10,25 @@ import inspect
 from typing import Callable
 
 from jaxgossip.algorithms.allreduce import allreduce
+from jaxgossip.algorithms.choco import choco
+from jaxgossip.algorithms.deepsqueeze import deepsqueeze
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.power_gossip import power_gossip
+from jaxgossip.algorithms.push_sum import push_sum
+from jaxgossip.algorithms.scsp import make_merge, merge, scsp
+from jaxgossip.algorithms.sparse_push import sparse_push
 from jaxgossip.topology import Topology
 from jaxgossip.types import GossipAlgorithm
 
 REGISTRY: dict[str, Callable[..., GossipAlgorithm]] = {
     "gossip": gossip,
     "allreduce": allreduce,
+    "choco": choco,
+    "deepsqueeze": deepsqueeze,
     "power_gossip": power_gossip,
+    "push_sum": push_sum,
+    "sparse_push": sparse_push,
+    "scsp": scsp,
 }
 
 
@@ -39,4 +49,4 @@ def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
     return factory(topology, **hyperparameters)
 
 
-__all__ = ["REGISTRY", "make", "gossip", "allreduce", "power_gossip"]
+__all__ = ["REGISTRY", "make", "gossip", "allreduce", "choco", "deepsqueeze", "power_gossip", "push_sum", "sparse_push", "scsp", "merge", "make_merge"]
