@@ -4,7 +4,7 @@ All N workers live in one stacked pytree (leaves ``[N, ...]``); local work is ``
 communication is a kernel on the node axis.
 """
 
-from jaxgossip import algorithms, compress, topology
+from jaxgossip import algorithms, compress, cost, topology
 from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.mixing import consensus_distance, mix, node_mean
 from jaxgossip.types import GossipAlgorithm, StepInfo
@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 __all__ = [
     "algorithms",
     "compress",
+    "cost",
     "topology",
     "mix",
     "node_mean",

@@ -1,0 +1,365 @@
+"""Cost model: simulated wall-clock, compute, memory and energy of a decentralized run.
+
+Bits alone do not say how long a round takes: a ring pays two latencies per round, a dense graph
+many, and a compressed message still pays the full latency. This module turns the bits each node
+sent in each round (``StepInfo.bits`` stacked over rounds, or the cumulative ``Metrics.bits`` of a
+training run via :func:`per_round_bits`) into simulated time on a network of links, and adds
+per-node compute (FLOPs), memory and energy, the quantities Sparse-Push reports for edge devices.
+
+The model (host-side NumPy, not jittable; a post-hoc analysis of a run):
+
+* A message of ``B`` bits over a link of bandwidth ``b`` (bit/s) and latency ``l`` (s) takes
+  ``l + B / b``. A link is a node's uplink (scalar or per-node ``[N]``) or one directed edge of the
+  topology (``[T, E]``, aligned with ``topology.senders``). Only the sending side is modelled: no
+  downlink contention, no queueing, no packet loss.
+* In round ``r`` (graph ``t = r mod T``) node ``i`` sends one message to each of its
+  ``out_degree[t, i]`` out-neighbours (self excluded). In every algorithm of this library all of one
+  node's messages in a round have the same size (the same compressed or dense model, or the same
+  projection, goes to every neighbour), so a message carries ``bits[r, i] / out_degree[t, i]`` bits.
+  A node that sent 0 bits in a round sent no message and pays no latency.
+* ``mode="serial"``: a node's messages share its uplink one after another,
+  ``c_i = sum_e (l_e + B_i / b_e)``; ``mode="parallel"``: they go out concurrently on independent
+  links, ``c_i = max_e (l_e + B_i / b_e)``.
+* ``exchanges = I`` sequential exchanges per round (PowerGossip's ``num_iterations``): the round's
+  bits are split evenly over the I exchanges and each pays the latency again, ``c_i = I c_i^(1)``.
+* Compute per round ``p_i = F / s_i`` with ``F`` the FLOPs of one local step
+  (:func:`flops_per_step`) and ``s_i`` the node's FLOP/s.
+* Rounds are synchronous, so a round lasts until its slowest node is done. Without overlap a node
+  computes, then sends: ``tau_r = max_i (p_i + c_i)``. With ``overlap=True`` (the "same_iterate"
+  ordering of D-PSGD sends ``x_k`` while the gradient at ``x_k`` is computed):
+  ``tau_r = max_i max(p_i, c_i)``.
+* All-reduce (``allreduce=`` instead of a topology; its ``StepInfo.bits`` is one model ``B`` per
+  node): ``"ring"`` is the bandwidth-optimal ring all-reduce, ``2 (N - 1)`` steps in which every
+  node sends ``B / N`` bits to its successor, ``c_i = 2 (N - 1) (l_i + B / (N b_i))``, putting
+  ``2 (N - 1) B / N`` bits on the wire; ``"message"`` charges one message of ``B`` bits,
+  ``c_i = l_i + B / b_i`` (the bit accounting's own convention).
+* Energy per node and round: ``e_{r,i} = F j^flop_i + (bits on the wire)_{r,i} j^bit_i``.
+
+.. math::
+
+   \\tau_r = \\max_i \\big(p_i + c_{r,i}\\big), \\qquad
+   c_{r,i} = I \\sum_{e:\\,s(e)=i} \\Big(l_e + \\frac{\\mathrm{bits}_{r,i}}{I\\,d^{out}_{t,i}\\,b_e}\\Big),
+   \\qquad \\text{total} = \\sum_{r<R} \\tau_r
+
+References:
+  Aketi, Singh, Roy, "Sparse-Push: Communication- & Energy-Efficient Decentralized Distributed
+  Learning over Directed & Time-Varying Graphs with non-IID Datasets", 2021 (arXiv:2102.05715).
+  Patarasuk, Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 2009
+  (the ring all-reduce).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxgossip.topology import Topology
+
+__all__ = [
+    "LinkModel",
+    "EnergyModel",
+    "CostReport",
+    "MODES",
+    "ALLREDUCE_MODELS",
+    "simulate",
+    "per_round_bits",
+    "flops_per_step",
+    "memory_per_node",
+]
+
+MODES = ("serial", "parallel")
+ALLREDUCE_MODELS = ("ring", "message")
+
+
+def _array(name: str, value: Any, minimum: float, strict: bool) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim > 2:
+        raise ValueError(f"{name} must be a scalar, [N] or [T, E]; got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite; got {value!r}")
+    below = arr <= minimum if strict else arr < minimum
+    if np.any(below):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}; got min {arr.min()}")
+    return arr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkModel:
+    """Links of the network: a message of B bits costs ``latency_s + B / bandwidth_bps`` seconds.
+
+    Attributes:
+      bandwidth_bps: > 0, bit/s; a scalar (every link), [N] (each node's uplink) or [T, E] (each
+        directed edge of the topology, aligned with ``topology.senders``; self-loops and padding
+        are ignored).
+      latency_s: >= 0, seconds per message; same shapes as ``bandwidth_bps``.
+    """
+
+    bandwidth_bps: Any
+    latency_s: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "bandwidth_bps", _array("bandwidth_bps", self.bandwidth_bps, 0.0, True))
+        object.__setattr__(self, "latency_s", _array("latency_s", self.latency_s, 0.0, False))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EnergyModel:
+    """Energy prices, scalars or per node [N]: joules per FLOP computed and per bit sent (>= 0)."""
+
+    joules_per_flop: Any
+    joules_per_bit: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "joules_per_flop", _array("joules_per_flop", self.joules_per_flop, 0.0, False))
+        object.__setattr__(self, "joules_per_bit", _array("joules_per_bit", self.joules_per_bit, 0.0, False))
+
+
+class CostReport(NamedTuple):
+    """What :func:`simulate` returns (seconds, bits, joules, bytes)."""
+
+    comm_time: np.ndarray  # [R] s, communication time of the slowest node in each round
+    compute_time: np.ndarray  # [N] s, each node's compute time per round
+    round_time: np.ndarray  # [R] s, wall-clock of each synchronous round
+    total_time: float  # s, sum of round_time
+    bits: np.ndarray  # [R, N] bits each node put on the wire (ring all-reduce: 2 (N-1) / N of B)
+    energy: np.ndarray  # [R, N] J each node spent per round (zeros without an EnergyModel)
+    memory: float | None  # bytes per node, as given to simulate (see memory_per_node)
+
+    @property
+    def total_energy(self) -> np.ndarray:
+        """[N] J each node spent over all R rounds."""
+        return self.energy.sum(axis=0)
+
+
+def _per_node(name: str, arr: np.ndarray, num_nodes: int) -> np.ndarray:
+    """A scalar or [N] array as [N]."""
+    if arr.ndim == 0:
+        return np.full(num_nodes, float(arr))
+    if arr.shape != (num_nodes,):
+        raise ValueError(f"{name} per node must have shape [N] = ({num_nodes},); got {arr.shape}")
+    return arr
+
+
+def _per_edge(name: str, arr: np.ndarray, topology: Topology) -> np.ndarray:
+    """A scalar, per-node uplink [N] or per-edge [T, E] array as [T, E]."""
+    if arr.ndim == 2:
+        if arr.shape != topology.senders.shape:
+            raise ValueError(f"{name} per edge must have shape [T, E] = {topology.senders.shape}; got {arr.shape}")
+        return arr
+    return _per_node(name, arr, topology.num_nodes)[topology.senders]
+
+
+def _graph_comm(bits, topology, link, mode, exchanges):
+    """[R, N] seconds each node spends sending its messages of each round."""
+    num_rounds, period = bits.shape[0], topology.period
+    bandwidth = _per_edge("bandwidth_bps", link.bandwidth_bps, topology)
+    latency = _per_edge("latency_s", link.latency_s, topology)
+    degree = topology.out_degree[np.arange(num_rounds) % period]  # [R, N]
+    bad = (bits > 0) & (degree == 0)
+    if np.any(bad):
+        r, i = np.argwhere(bad)[0]
+        raise ValueError(
+            f"bits[{r}, {i}] > 0 but node {i} has no out-neighbours in round {r} of {topology.name}; "
+            "for an all-reduce pass allreduce='ring' or 'message'"
+        )
+    message = bits / np.maximum(degree, 1) / exchanges  # [R, N] bits per message
+    comm = np.zeros_like(bits)
+    scatter = np.add.at if mode == "serial" else np.maximum.at
+    for t in range(period):  # a loop over the graph period, never over nodes or edges
+        rows = np.arange(t, num_rounds, period)
+        senders = topology.senders[t]
+        real = (topology.weights[t] != 0) & (senders != topology.receivers[t])
+        size = message[rows][:, senders]  # [R_t, E]
+        edge_time = np.where(real & (size > 0), latency[t] + size / bandwidth[t], 0.0)
+        per_node = np.zeros((topology.num_nodes, rows.size))
+        scatter(per_node, senders, edge_time.T)
+        comm[rows] = per_node.T
+    return exchanges * comm
+
+
+def simulate(
+    bits: Any,
+    topology: Topology | None,
+    link: LinkModel,
+    *,
+    mode: str = "serial",
+    exchanges: int = 1,
+    allreduce: str | None = None,
+    flops_per_step: float = 0.0,
+    device_flops: Any = None,
+    overlap: bool = False,
+    energy: EnergyModel | None = None,
+    memory_bytes: float | None = None,
+) -> CostReport:
+    """Simulated wall-clock and energy of R synchronous rounds (model in the module docstring).
+
+    Args:
+      bits: [R, N] bits each node sent in each round (``StepInfo.bits`` stacked over rounds, or
+        :func:`per_round_bits` of ``Metrics.bits``); round r uses graph ``r mod T``.
+      topology: the graph the bits were sent on; ``None`` (or ignored) with ``allreduce``.
+      link: a :class:`LinkModel`.
+      mode: ``"serial"`` (a node's messages share its uplink) or ``"parallel"``.
+      exchanges: I >= 1, sequential exchanges per round (PowerGossip's ``num_iterations``).
+      allreduce: ``None`` (gossip over ``topology``), ``"ring"`` or ``"message"`` (see above);
+        links must then be scalar or per node.
+      flops_per_step: F >= 0, FLOPs of one node's local step (:func:`flops_per_step`).
+      device_flops: > 0, FLOP/s, scalar or [N]; required when ``flops_per_step > 0``.
+      overlap: whether compute and communication of a round overlap.
+      energy: an :class:`EnergyModel`, or None for zero energy.
+      memory_bytes: bytes per node (:func:`memory_per_node`), copied into the report.
+
+    Returns:
+      A :class:`CostReport`.
+    """
+    bits = np.asarray(bits, dtype=np.float64)
+    if bits.ndim != 2 or bits.shape[0] < 1:
+        raise ValueError(f"bits must have shape [R, N] with R >= 1; got {bits.shape}")
+    if not np.all(np.isfinite(bits)) or np.any(bits < 0):
+        raise ValueError("bits must be finite and >= 0")
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is unknown; known modes: {MODES}")
+    if isinstance(exchanges, bool) or not isinstance(exchanges, (int, np.integer)) or exchanges < 1:
+        raise ValueError(f"exchanges must be an int >= 1; got {exchanges!r}")
+    num_nodes = bits.shape[1]
+    if allreduce is not None:
+        if allreduce not in ALLREDUCE_MODELS:
+            raise ValueError(f"allreduce={allreduce!r} is unknown; known models: {ALLREDUCE_MODELS}")
+        if link.bandwidth_bps.ndim == 2 or link.latency_s.ndim == 2:
+            raise ValueError("allreduce needs scalar or per-node [N] links, not per-edge [T, E] arrays")
+        bandwidth = _per_node("bandwidth_bps", link.bandwidth_bps, num_nodes)
+        latency = _per_node("latency_s", link.latency_s, num_nodes)
+        steps, chunk = (2 * (num_nodes - 1), num_nodes) if allreduce == "ring" else (1, 1)
+        comm = np.where(bits > 0, steps * (latency + bits / chunk / bandwidth), 0.0)
+        wire = bits * steps / chunk
+    else:
+        if topology is None:
+            raise ValueError("topology is None; pass the Topology the bits were sent on, or allreduce=")
+        if topology.num_nodes != num_nodes:
+            raise ValueError(
+                f"bits has N = {num_nodes} columns but topology {topology.name} has {topology.num_nodes} nodes"
+            )
+        comm = _graph_comm(bits, topology, link, mode, int(exchanges))
+        wire = bits
+    flops = float(flops_per_step)
+    if not np.isfinite(flops) or flops < 0:
+        raise ValueError(f"flops_per_step must be finite and >= 0; got {flops_per_step!r}")
+    if device_flops is None:
+        if flops > 0:
+            raise ValueError("flops_per_step > 0 needs device_flops (FLOP/s, scalar or [N])")
+        compute = np.zeros(num_nodes)
+    else:
+        compute = flops / _per_node("device_flops", _array("device_flops", device_flops, 0.0, True), num_nodes)
+    node_time = np.maximum(compute, comm) if overlap else compute + comm  # [R, N]
+    round_time = node_time.max(axis=1)
+    joules = np.zeros_like(bits)
+    if energy is not None:
+        j_flop = _per_node("joules_per_flop", energy.joules_per_flop, num_nodes)
+        j_bit = _per_node("joules_per_bit", energy.joules_per_bit, num_nodes)
+        joules = flops * j_flop + wire * j_bit
+    return CostReport(
+        comm_time=comm.max(axis=1),
+        compute_time=compute,
+        round_time=round_time,
+        total_time=float(round_time.sum()),
+        bits=wire,
+        energy=joules,
+        memory=memory_bytes,
+    )
+
+
+def per_round_bits(cumulative_bits: Any, rounds: Any) -> np.ndarray:
+    """Per-round bits [R, N] from cumulative bits at evaluation points (``Metrics.bits``).
+
+    The bits sent between two evaluation points are spread evenly over the rounds between them:
+    exact when every round of an interval sent the same bits (static graphs, fixed compression),
+    an approximation otherwise (use ``eval_every=1`` or stack ``StepInfo.bits`` to be exact).
+
+    Args:
+      cumulative_bits: [M, N] cumulative bits of each node at M evaluation points.
+      rounds: [M] increasing round counts of those points (``Metrics.round``); R = rounds[-1].
+    """
+    cumulative = np.asarray(cumulative_bits, dtype=np.float64)
+    rounds = np.asarray(rounds).astype(np.int64)
+    if cumulative.ndim != 2 or rounds.shape != cumulative.shape[:1] or rounds.size == 0:
+        raise ValueError(f"cumulative_bits must be [M, N] and rounds [M]; got {cumulative.shape}, {rounds.shape}")
+    gaps = np.diff(rounds, prepend=0)
+    if np.any(gaps < 0) or rounds[-1] < 1:
+        raise ValueError(f"rounds must be non-decreasing, >= 0 and end >= 1; got {rounds}")
+    sent = np.diff(cumulative, axis=0, prepend=0.0)
+    if np.any(sent[gaps == 0] != 0):
+        raise ValueError("cumulative_bits changes between two evaluation points with the same round")
+    return np.repeat(sent / np.maximum(gaps, 1)[:, None], gaps, axis=0)
+
+
+def _flops_from_analysis(analysis: Any) -> float:
+    """The "flops" entry of ``Compiled.cost_analysis()`` (a dict, a list of dicts, or None)."""
+    if isinstance(analysis, (list, tuple)):
+        analysis = analysis[0] if analysis else None
+    flops = analysis.get("flops") if isinstance(analysis, dict) else None
+    if flops is None or not np.isfinite(flops) or flops < 0:
+        raise RuntimeError(
+            f"this backend ({jax.default_backend()}) gave no FLOP count in cost_analysis(); "
+            "pass flops_per_step to simulate by hand (about 6 x batch x parameters for a dense net)"
+        )
+    return float(flops)
+
+
+def flops_per_step(loss_fn: Callable, params: Any, batch: Any, *, grad: bool = True) -> float:
+    """FLOPs of one node's local step, as counted by XLA for the compiled program.
+
+    Lowers and compiles ``jax.grad(loss_fn)(params, batch)`` (or ``loss_fn`` itself with
+    ``grad=False``, e.g. a whole train step) and reads ``cost_analysis()["flops"]``. A multiply-add
+    counts 2; a dense layer ``[B, in] @ [in, out]`` costs ``2 B in out`` forward and 1x (weight
+    gradient only) to 2x (weight and input gradients) that again backward, so a step is 2x to 3x
+    the forward matmul FLOPs. The optimizer update (``O(D)``) is not included.
+
+    Args:
+      loss_fn: ``loss_fn(params, batch) -> scalar`` for ONE node (no node axis).
+      params: one node's parameters (arrays or ``jax.ShapeDtypeStruct``).
+      batch: one node's batch [B, ...].
+      grad: differentiate ``loss_fn`` w.r.t. ``params`` (True) or count ``loss_fn`` as is.
+
+    Raises:
+      RuntimeError: the backend reports no FLOP count (supply the number by hand).
+    """
+    fn = jax.grad(loss_fn) if grad else loss_fn
+    return _flops_from_analysis(jax.jit(fn).lower(params, batch).compile().cost_analysis())
+
+
+def _nbytes(leaf: Any) -> int:
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        leaf = jax.eval_shape(jax.random.key_data, leaf)
+        dtype = leaf.dtype
+    if dtype is None:  # Python scalars
+        dtype = jax.numpy.result_type(leaf)
+    return int(np.prod(np.shape(leaf), dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def memory_per_node(params: Any, opt_state: Any = None, comm_state: Any = None, num_nodes: int | None = None) -> float:
+    """Bytes per node: the stacked params, optimizer state and algorithm state, divided by N.
+
+    Every leaf counts ``size * itemsize`` (arrays or ``jax.ShapeDtypeStruct``, e.g. from
+    ``jax.eval_shape``); the total is divided by N. Per-node leaves ``[N, ...]`` thus count their
+    own slice, while shared leaves (round counters, PRNG keys) and per-pair state (PowerGossip's
+    ``[P, m, R]`` bases, held by the two endpoints in a real deployment) are spread evenly over the
+    nodes. Choco holds two extra model copies (``x_hat`` and ``s``); PowerGossip only ``O((m + n)
+    R)`` per pair and leaf.
+
+    Args:
+      params: pytree with leaves [N, ...].
+      opt_state, comm_state: pytrees (stacked optimizer state, ``GossipAlgorithm.init`` state).
+      num_nodes: N; by default the leading axis of the first leaf of ``params``.
+    """
+    if num_nodes is None:
+        leaves = jax.tree_util.tree_leaves(params)
+        if not leaves or not np.shape(leaves[0]):
+            raise ValueError("num_nodes is None and params has no leaf with a leading node axis")
+        num_nodes = np.shape(leaves[0])[0]
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 1:
+        raise ValueError(f"num_nodes must be an int >= 1; got {num_nodes!r}")
+    trees = (params, opt_state, comm_state)
+    return sum(_nbytes(leaf) for leaf in jax.tree_util.tree_leaves(trees)) / num_nodes
