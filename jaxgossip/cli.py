@@ -1,4 +1,4 @@
-"""The ``jaxgossip`` console script: ``train``, ``consensus``, ``demo`` (edge module).
+"""The ``jaxgossip`` console script: ``train``, ``consensus``, ``sweep``, ``demo`` (edge module).
 
 Every command takes an optional config file (``--config`` JSON/YAML/Python) plus ``--key=value``
 overrides of its fields, shows a progress bar, writes its results under ``--out`` and prints a
@@ -221,6 +221,43 @@ def _demo(args, overrides) -> int:
     return 0
 
 
+def _sweep(args, overrides) -> int:
+    import jax
+
+    from jaxgossip import sweeps
+    from jaxgossip.runner import load_config
+
+    axes = {}
+    for key in [k for k in overrides if k.startswith("sweep.")]:
+        value = json.loads(overrides.pop(key))
+        axes[key[len("sweep."):]] = value if isinstance(value, list) else [value]
+    seeds = json.loads(overrides.pop("seeds", "3"))
+    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    config = load_config(args.config, overrides)
+    out = args.out or os.path.join("runs", "sweep")
+    os.makedirs(out, exist_ok=True)
+    start = time.perf_counter()
+    points, metrics = sweeps.sweep_training(config, axes, seeds)
+    jax.block_until_ready(metrics)
+    wall = time.perf_counter() - start
+    rows = sweeps.summarize(points, metrics)
+    from jaxgossip import plots
+
+    columns = [(name, name.split(".")[-1], ".4g") for name in points]
+    columns += [("test_acc", "acc(avg)", ".4f"), ("test_acc_std", "+-", ".4f"), ("consensus", "consensus", ".3g"),
+                ("MB_per_node", "MB/node", ".2f")]
+    text = plots.format_table(rows, columns)
+    print(text)
+    print(f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s")
+    with open(os.path.join(out, "sweep.json"), "w") as f:
+        json.dump({"config": config.to_dict(), "axes": axes, "seeds": seeds, "rows": rows, "wall_time": wall}, f, indent=1)
+    with open(os.path.join(out, "sweep.md"), "w") as f:
+        f.write(f"```\n{text}\n```\n")
+    plots.plot_sweep(rows, list(points), os.path.join(out, "sweep.png"))
+    print(f"wrote {out}/sweep.json, sweep.md and sweep.png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jaxgossip", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -228,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         ("train", "train N workers with one algorithm and topology"),
         ("consensus", "communication-only consensus comparison"),
         ("demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push and SCSP on non-IID data"),
+        ("sweep", "vmap a training run over seeds x --sweep.AXIS=[values] in one compile"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--config", default=None, help="JSON, YAML or Python config file")
@@ -240,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     overrides = _split_overrides(extra)
     try:
-        return {"train": _train, "consensus": _consensus, "demo": _demo}[args.command](args, overrides)
+        commands = {"train": _train, "consensus": _consensus, "demo": _demo, "sweep": _sweep}
+        return commands[args.command](args, overrides)
     except (ValueError, TypeError) as err:
         print(f"jaxgossip {args.command}: error: {err}", file=sys.stderr)
         return 2

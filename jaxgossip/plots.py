@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["plot_training", "plot_consensus", "plot_topology", "format_table"]
+__all__ = ["plot_training", "plot_consensus", "plot_topology", "plot_sweep", "format_table"]
 
 
 def _pyplot():
@@ -112,6 +112,32 @@ def plot_topology(topo, path: str | None = None, t: int = 0):
         fig.savefig(path, dpi=110)
         plt.close(fig)
     return fig
+
+
+def plot_sweep(rows: Sequence[Mapping], axes: Sequence[str], path: str) -> str:
+    """Final accuracy (mean +- std over seeds) against the first axis, one line per value of the
+    other axes."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    first, rest = axes[0], list(axes[1:])
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[a] for a in rest), []).append(row)
+    for key, group in groups.items():
+        group = sorted(group, key=lambda r: r[first])
+        xs = [r[first] for r in group]
+        ax.errorbar(xs, [r["test_acc"] for r in group], yerr=[r["test_acc_std"] for r in group], marker="o",
+                    capsize=3, label=", ".join(f"{a.split('.')[-1]}={v:.3g}" for a, v in zip(rest, key)) or None)
+    ax.set_xscale("log")
+    ax.set_xlabel(first.split(".")[-1])
+    ax.set_ylabel("test accuracy (averaged model)")
+    ax.grid(alpha=0.3)
+    if rest:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def format_table(rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]]) -> str:

@@ -20,7 +20,7 @@ import optax
 from jaxgossip import algorithms, data, models, topology
 from jaxgossip.train import Metrics, Trainer, TrainState, check_finite, make_train
 
-__all__ = ["TrainConfig", "Built", "build", "make_optimizer", "run_training", "metrics_to_rows", "load_config"]
+__all__ = ["TrainConfig", "Built", "build", "Prepared", "prepare", "make_trainer", "make_optimizer", "run_training", "metrics_to_rows", "load_config"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,8 @@ class TrainConfig:
     augment: bool = False
     eval_size: int = 2000
     eval_chunk: int = 500
-    seed: int = 0
+    seed: int = 0  # model init, batches, compression randomness
+    data_seed: int | None = None  # partition and random graphs; None: the same as seed
     name: str = ""
     devices: int = 1  # spread the node axis over this many devices (jax.sharding); N % devices == 0
     node_batch: int = 0  # 0: vmap over all nodes; k: gradients k nodes at a time (faster for convs on CPU)
@@ -164,10 +165,14 @@ def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
     return config
 
 
+def _concrete(value: Any) -> bool:
+    return not isinstance(value, jax.core.Tracer)
+
+
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """SGD with (Nesterov) momentum, decoupled-from-nothing weight decay (added to the gradient, as
     PyTorch's SGD does), linear warm-up and step decay — the paper recipes of ALGORITHMS.md 2.7/7."""
-    if config.lr <= 0 or not math.isfinite(config.lr):
+    if _concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
         raise ValueError(f"lr={config.lr} must be a positive number")
     boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
     if any(b <= 0 for b in boundaries):
@@ -182,7 +187,7 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     if config.weight_decay_mask == "no_1d":
         mask = lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params)  # noqa: E731
     parts = []
-    if config.weight_decay:
+    if not _concrete(config.weight_decay) or config.weight_decay:
         parts.append(optax.add_decayed_weights(config.weight_decay, mask))
     parts.append(optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum)))
     return optax.chain(*parts)
@@ -202,15 +207,28 @@ class Built:
     mesh: Any = None
 
 
-def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
-    """Loads data, partitions it, builds topology, algorithm, model, optimizer and trainer."""
+@dataclasses.dataclass
+class Prepared:
+    """The parts of a run that fix array shapes: data, shards, graph, model (built once per sweep)."""
+
+    dataset: data.Dataset
+    parts: list
+    shards: Any
+    topology: topology.Topology
+    model: Any
+    mesh: Any
+
+
+def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
+    """Loads and partitions the data and builds the topology and the model."""
     if dataset is None:
         dataset = data.load_dataset(config.dataset, data_dir=config.data_dir)
     if config.num_nodes > dataset.y_train.shape[0]:
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
         )
-    parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=config.seed)
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=data_seed)
     shards = data.shard_dataset(dataset, parts)
     mesh = None
     if config.devices != 1:
@@ -218,35 +236,51 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
 
         mesh = sharding.node_mesh(config.num_nodes, config.devices)
         shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
-    topo = topology.make(config.topology, config.num_nodes, seed=config.seed)
+    topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
+    model = models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+    return Prepared(dataset, parts, shards, topo, model, mesh)
+
+
+def make_algorithm(config: TrainConfig, topo: topology.Topology):
     options = dict(config.algorithm_options)
     if config.algorithm == "power_gossip":
         # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
         # the reference compresses them (ALGORITHMS.md 2.4).
         options.setdefault("matrix_view", "flax_kernel")
-    alg = algorithms.make(config.algorithm, topo, **options)
-    model = models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
-    eval_size = min(config.eval_size, dataset.y_test.shape[0])
-    augment = data.augment_cifar if config.augment else None
+    return algorithms.make(config.algorithm, topo, **options)
+
+
+def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
+    """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
+    algorithm options) may hold traced values here, so this can run inside ``vmap``."""
+    alg = make_algorithm(config, prep.topology)
+    eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     trainer = make_train(
-        model,
+        prep.model,
         alg,
-        shards,
-        (dataset.x_test[:eval_size], dataset.y_test[:eval_size]),
+        prep.shards,
+        (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),
         make_optimizer(config),
         num_rounds=config.num_rounds,
         batch_size=config.batch_size,
         eval_every=config.eval_every,
         ordering=config.ordering,
         identical_init=config.identical_init,
-        augment=augment,
+        augment=data.augment_cifar if config.augment else None,
         eval_chunk=min(config.eval_chunk, eval_size),
         node_batch=config.node_batch or None,
     )
+    return trainer, alg
+
+
+def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
+    """Loads data, partitions it, builds topology, algorithm, model, optimizer and trainer."""
+    prep = prepare(config, dataset)
+    trainer, alg = make_trainer(config, prep)
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
     num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))
-    hist = data.label_histograms(dataset.y_train, parts, dataset.num_classes)
-    return Built(config, trainer, dataset, topo, alg, hist, num_params, mesh)
+    hist = data.label_histograms(prep.dataset.y_train, prep.parts, prep.dataset.num_classes)
+    return Built(config, trainer, prep.dataset, prep.topology, alg, hist, num_params, prep.mesh)
 
 
 def metrics_to_rows(metrics: Metrics) -> list[dict]:
