@@ -40,7 +40,7 @@ class TrainConfig:
     momentum: float = 0.9
     nesterov: bool = True
     weight_decay: float = 1e-4
-    weight_decay_mask: str = "all"  # "all" or "no_1d" (skip biases and normalization scales)
+    weight_decay_mask: str = "all"  # "all", "no_1d" (skip all 1-D leaves) or "no_norm" (skip norm layers)
     warmup_rounds: int = 0
     warmup_from: float = 0.0  # learning rate at round 0 of the warm-up
     decay_rounds: tuple = ()
@@ -169,6 +169,11 @@ def _concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
+def _is_norm_key(entry: Any) -> bool:
+    name = str(getattr(entry, "key", getattr(entry, "name", ""))).lower()
+    return name.startswith(("bn", "norm", "batchnorm", "groupnorm", "layernorm"))
+
+
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """SGD with (Nesterov) momentum, decoupled-from-nothing weight decay (added to the gradient, as
     PyTorch's SGD does), linear warm-up and step decay — the paper recipes of ALGORITHMS.md 2.7/7."""
@@ -181,11 +186,18 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     if config.warmup_rounds > 0:
         warm = optax.linear_schedule(config.warmup_from, config.lr, config.warmup_rounds)
         schedule = optax.join_schedules([warm, schedule], [config.warmup_rounds])
-    if config.weight_decay_mask not in ("all", "no_1d"):
-        raise ValueError(f"weight_decay_mask={config.weight_decay_mask!r} must be 'all' or 'no_1d'")
-    mask = None
-    if config.weight_decay_mask == "no_1d":
-        mask = lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params)  # noqa: E731
+    masks = {
+        "all": None,
+        "no_1d": lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params),
+        # The BN exclusion of the PowerGossip recipe (ALGORITHMS.md 2.4): no decay on the scale and
+        # bias of normalization layers (named bn*/norm* in jaxgossip.models).
+        "no_norm": lambda params: jax.tree_util.tree_map_with_path(
+            lambda path, p: not any(_is_norm_key(k) for k in path), params
+        ),
+    }
+    if config.weight_decay_mask not in masks:
+        raise ValueError(f"weight_decay_mask={config.weight_decay_mask!r} must be one of {sorted(masks)}")
+    mask = masks[config.weight_decay_mask]
     parts = []
     if not _concrete(config.weight_decay) or config.weight_decay:
         parts.append(optax.add_decayed_weights(config.weight_decay, mask))
@@ -302,6 +314,15 @@ def metrics_to_rows(metrics: Metrics) -> list[dict]:
     return rows
 
 
+def _with_wall(rows: list[dict], walls: list[float]) -> list[dict]:
+    """Adds the cumulative wall time (seconds, at the end of each row's chunk; compile included in
+    the first chunk, unknown (NaN) for rows restored from a checkpoint) to the rows."""
+    offset = len(rows) - len(walls)
+    for i, row in enumerate(rows):
+        row["wall_time"] = walls[i - offset] if i >= offset else float("nan")
+    return rows
+
+
 def _concat(parts: list[Metrics]) -> Metrics:
     return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *parts)
 
@@ -371,7 +392,7 @@ def run_training(
         from jaxgossip import sharding
 
         state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
-    done_evals, parts, wall = 0, [], 0.0
+    done_evals, parts, wall, walls = 0, [], 0.0, []
     if ckpt_dir and resume and checkpoint.exists(ckpt_dir):
         state, saved_metrics, wall = checkpoint.restore(ckpt_dir, state, config.to_dict())
         parts = [saved_metrics] if saved_metrics is not None else []
@@ -397,10 +418,11 @@ def run_training(
             jax.block_until_ready(state)
             wall += time.perf_counter() - start
             parts.append(jax.device_get(chunk_metrics))
+            walls.extend([wall] * n)
             done_evals += n
             chunks_run += 1
             if out_dir:
-                _write_metrics(out_dir, metrics_to_rows(_concat(parts)), {**extra, "wall_time": wall})
+                _write_metrics(out_dir, _with_wall(metrics_to_rows(_concat(parts)), walls), {**extra, "wall_time": wall})
             check_finite(chunk_metrics)
             if ckpt_dir:
                 checkpoint.save(ckpt_dir, state, _concat(parts), wall, config.to_dict())
@@ -412,7 +434,7 @@ def run_training(
         if bar is not None:
             bar.close()
     metrics = _concat(parts) if parts else None
-    rows = metrics_to_rows(metrics) if metrics is not None else []
+    rows = _with_wall(metrics_to_rows(metrics), walls) if metrics is not None else []
     for row in rows:
         row["phase"] = "train"
     if done_evals >= total and config.final_merge not in (None, 0, "none") and rows:
