@@ -149,11 +149,18 @@ def compressed_push_sum(
         def correct(x, s_, h):
             return x + jnp.asarray(gamma, x.dtype) * (s_ + _bcast(a, h) * h - h)
 
+        all_x_hat, all_s = put(state.x_hat, c, x_hat), put(state.s, c, s)
+        if num_copies > 1:
+            # Read the updated copies back from the stacked buffers (same values). Otherwise XLA
+            # fuses x_hat + q and s + r into the correction below as reads of the OLD [P, N, ...]
+            # buffers after they are overwritten, so it copies both buffers whole every round
+            # instead of updating the active slice in place (2x slower, 2.5x the temporary memory).
+            x_hat, s = take(all_x_hat, c), take(all_s, c)
         new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
         # w_i + gamma (mu_i + W_ii w_i - w_i) with mu_i + W_ii w_i = sum_j W_ij w_j.
         w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
         bits = per_round(topology.out_degree, t) * (payload_bits + _WEIGHT_BITS)
-        new_state = SparsePushState(w=w, x_hat=put(state.x_hat, c, x_hat), s=put(state.s, c, s), count=t + 1)
+        new_state = SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1)
         return new_params, new_state, StepInfo(bits=bits)
 
     def debias_fn(params, state):
