@@ -416,3 +416,38 @@ def test_flax_kernel_view_matches_pytorch_matrix(rng):
         np.testing.assert_array_equal(np.asarray(mats[node]), np.asarray(as_matrix(kernel[node])))
     np.testing.assert_array_equal(np.asarray(_from_matrix(mats, kernel, "flax_kernel")), np.asarray(kernel))
     assert _to_matrix(kernel, "leading").shape == (2, 3, 60)
+
+
+def _to_torch(leaf):
+    """[N, kh, kw, C_in, F] -> [N, F, C_in, kh, kw] (explicit transpose; 1-D node leaves as they are)."""
+    if leaf.ndim < 3:
+        return leaf
+    nd = leaf.ndim - 1
+    return jnp.transpose(leaf, (0,) + tuple(1 + a for a in (nd - 1, nd - 2) + tuple(range(nd - 2))))
+
+
+@pytest.mark.parametrize(
+    "name,rank,num_iterations,warm_start",
+    [("ring8", 1, 1, True), ("time_varying", 2, 2, False)],  # I = 1, 2; rank 1, 2; warm and fresh bases
+)
+def test_flax_kernel_view_matches_transpose_formulation(rng, name, rank, num_iterations, warm_start):
+    """The reshape-only flax_kernel path equals transposing every kernel to its PyTorch matrix
+    (F, C_in * kh * kw) and running the "leading" view on it: params, U and V over several rounds."""
+    topo = _topologies()[name]
+    n = topo.num_nodes
+    x0 = {  # 4-D, 3-D and 2-D kernels with distinct axis sizes, plus a 1-D leaf
+        "conv": jnp.asarray(rng.normal(size=(n, 3, 2, 5, 4)), jnp.float32),
+        "conv1d": jnp.asarray(rng.normal(size=(n, 3, 4, 6)), jnp.float32),
+        "dense": jnp.asarray(rng.normal(size=(n, 7, 3)), jnp.float32),
+        "bias": jnp.asarray(rng.normal(size=(n, 4)), jnp.float32),
+    }
+    opts = dict(rank=rank, num_iterations=num_iterations, gamma=1.3, warm_start=warm_start, seed=2)
+    x, state, bits = _run(power_gossip(topo, matrix_view="flax_kernel", **opts), x0, 4)
+    y, ref_state, ref_bits = _run(power_gossip(topo, matrix_view="leading", **opts),
+                                  jax.tree_util.tree_map(_to_torch, x0), 4)
+    for key in x0:
+        np.testing.assert_allclose(np.asarray(_to_torch(x[key])), np.asarray(y[key]), rtol=RTOL, atol=ATOL)
+    for got, want in zip(state.u + state.v, ref_state.u + ref_state.v):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(bits, ref_bits)

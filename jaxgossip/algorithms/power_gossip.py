@@ -119,6 +119,16 @@ def _pair_tables(topology: Topology) -> _PairTables:
 
 
 # ---- matrix views -------------------------------------------------------------------------------
+#
+# Both views are computed on a free reshape of the leaf, never on a transposed copy. "leading" is
+# the matrix M = reshape(x, (m, n)) itself. For "flax_kernel" the leaf (kh, kw, C_in, F) reshapes
+# for free to M' = reshape(x, (kh * kw * C_in, F)) = Pi M^T, where M (F, C_in * kh * kw) is the
+# PyTorch matrix and Pi the row permutation (C_in, kh, kw) -> (kh, kw, C_in). Because
+# D' = Pi D^T, a right half-step on M (orth V, P = D V_hat, Delta = P V_hat^T) is a left half-step
+# on M' with the basis Pi V (D'^T Pi V_hat = D V_hat, Pi V_hat P^T = Pi Delta^T, and the
+# column-wise Gram-Schmidt commutes with a row permutation), and a left half-step on M is a right
+# half-step on M'. So the flax view runs on M' with right/left swapped and the working bases
+# (Pi V, U) in the roles of (U, V); only the small bases [P, n, R] are permuted, once per round.
 
 
 def _flax_axes(ndim: int) -> tuple[int, ...]:
@@ -134,7 +144,8 @@ def _matrix_shape(shape: tuple[int, ...], view: str) -> tuple[int, int]:
 
 
 def _to_matrix(leaf: Array, view: str) -> Array:
-    """[N, *s] -> [N, m, n] float32."""
+    """[N, *s] -> [N, m, n] float32, the matrix view itself (transposes for "flax_kernel"; not
+    used by the algorithm, which works on :func:`_to_working` instead)."""
     x = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
     if view == "flax_kernel":
         x = jnp.transpose(x, (0,) + tuple(1 + a for a in _flax_axes(leaf.ndim - 1)))
@@ -148,6 +159,32 @@ def _from_matrix(x: Array, like: Array, view: str) -> Array:
         x = x.reshape((like.shape[0],) + tuple(shape[a] for a in axes))
         x = jnp.transpose(x, (0,) + tuple(1 + a for a in np.argsort(axes)))
     return x.reshape(like.shape).astype(like.dtype)
+
+
+def _to_working(leaf: Array, view: str) -> Array:
+    """[N, *s] -> the matrix the half-steps run on, by a free reshape: [N, m, n] ("leading") or
+    [N, n, m] = M' ("flax_kernel", rows in the leaf's (kh, kw, C_in) order), float32."""
+    x = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
+    if view == "flax_kernel":
+        return x.reshape(leaf.shape[0], -1, leaf.shape[-1])
+    return x.reshape(leaf.shape[0], leaf.shape[1], -1)
+
+
+def _permute_rows(basis: Array, shape: tuple[int, ...], to_flax: bool) -> Array:
+    """Rows of a right basis ``[P, n, R]`` of the flax view between the PyTorch column order
+    (C_in, kh, kw) of M and the (kh, kw, C_in) row order of M' (``to_flax``) or back. ``shape`` is
+    the node leaf shape (kh, kw, C_in, F); identity for 2-D leaves."""
+    if len(shape) <= 2:
+        return basis
+    torch_dims = (shape[-2],) + tuple(shape[:-2])  # (C_in, kh, kw)
+    k = len(torch_dims)
+    if to_flax:
+        x = basis.reshape((basis.shape[0],) + torch_dims + (basis.shape[-1],))
+        perm = (0,) + tuple(range(2, k + 1)) + (1, k + 1)  # (P, C_in, kh, kw, R) -> (P, kh, kw, C_in, R)
+    else:
+        x = basis.reshape((basis.shape[0],) + tuple(shape[:-2]) + (shape[-2], basis.shape[-1]))
+        perm = (0, k) + tuple(range(1, k)) + (k + 1,)  # (P, kh, kw, C_in, R) -> (P, C_in, kh, kw, R)
+    return jnp.transpose(x, perm).reshape(basis.shape)
 
 
 # ---- the power-iteration half-steps ---------------------------------------------------------------
@@ -329,7 +366,10 @@ def power_gossip(
         ``jaxgossip.models.as_matrix``); use it to reproduce the reference on flax models
         (``"leading"`` would give ``(kh, kw * C_in * F)``). It applies to every >= 2-D leaf, so a
         flax ``Embed`` table ``(V, E)``, already in PyTorch layout, is seen transposed (same
-        subspaces, the right/left half-step order swapped).
+        subspaces, the right/left half-step order swapped). No kernel is transposed: the
+        half-steps run on the free reshape ``(kh * kw * C_in, F)``, which is the transposed
+        PyTorch matrix up to a row permutation, with right and left swapped; only the bases are
+        permuted (the stored U, V are those of the PyTorch matrix, as documented above).
       seed: Python int or ``jax.random.key``, base of the shared per-edge randomness.
 
     Returns:
@@ -417,16 +457,24 @@ def power_gossip(
         if matrices:
             tables = round_tables(state.count)
             gcoef = jnp.asarray(gamma, jnp.float32) * tables["coef"]
+            flipped = matrix_view == "flax_kernel"  # half-steps on M' = Pi M^T (see "matrix views")
+            node_shapes = [leaves[i].shape[1:] for i, *_ in matrices]
+            other = {"right": "left", "left": "right"}
 
             def exchange(side, t, mats, us, vs):
+                # side is the half-step on the view's matrix M; the carried (us, vs) are the
+                # working bases, (U, V) or, flipped, (Pi V, U), with the working side swapped.
                 fresh = [None] * len(matrices)
                 if not warm_start:  # refill the active buffers (V for right, U for left steps)
                     rows = [n if side == "right" else m for _, m, n, _ in matrices]
                     chunks = draw(state.key, t + 1, [d * r for d, (*_, r) in zip(rows, matrices)])
                     fresh = [c.reshape(-1, d, r) for c, d, (*_, r) in zip(chunks, rows, matrices)]
+                    if flipped and side == "right":
+                        fresh = [_permute_rows(f, s, True) for f, s in zip(fresh, node_shapes)]
+                work_side = other[side] if flipped else side
                 out = [], [], []
                 for l in range(len(matrices)):
-                    res = _half_step(mats[l], us[l], vs[l], side, fresh[l], gcoef, tables, static_edges)
+                    res = _half_step(mats[l], us[l], vs[l], work_side, fresh[l], gcoef, tables, static_edges)
                     for o, val in zip(out, res):
                         o.append(val)
                 return tuple(tuple(o) for o in out)
@@ -443,10 +491,14 @@ def power_gossip(
                 ]
                 return jax.lax.switch(branch, branches, *carry)
 
-            mats = tuple(_to_matrix(leaves[i], matrix_view) for i, *_ in matrices)
+            mats = tuple(_to_working(leaves[i], matrix_view) for i, *_ in matrices)
+            if flipped:
+                us, vs = tuple(_permute_rows(v, s, True) for v, s in zip(vs, node_shapes)), tuple(us)
             mats, us, vs = jax.lax.fori_loop(0, num_iterations, iteration, (mats, tuple(us), tuple(vs)))
+            if flipped:
+                us, vs = tuple(vs), tuple(_permute_rows(u, s, False) for u, s in zip(us, node_shapes))
             for (i, *_), mat in zip(matrices, mats):
-                new_leaves[i] = _from_matrix(mat, leaves[i], matrix_view)
+                new_leaves[i] = mat.reshape(leaves[i].shape).astype(leaves[i].dtype)
 
         bits = _round_bits(leaves, matrices, vectors, state.count)
         new_state = PowerGossipState(state.count + 1, us, vs, state.key)
