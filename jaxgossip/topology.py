@@ -161,23 +161,23 @@ class Topology:
         """[T, E] bool: edges with non-zero weight."""
         return self.weights != 0
 
-    @functools.cached_property
-    def out_degree(self) -> np.ndarray:
-        """[T, N] int: out-neighbours (self excluded) each node sends to in round t."""
+    def _count_per_node(self, endpoint: np.ndarray) -> np.ndarray:
+        """[T, N]: real non-self edges per node, counted at ``endpoint`` (senders or receivers)."""
         deg = np.zeros((self.period, self.num_nodes), dtype=np.int64)
         for t in range(self.period):
             keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
-            np.add.at(deg[t], self.senders[t][keep], 1)
+            np.add.at(deg[t], endpoint[t][keep], 1)
         return deg
+
+    @functools.cached_property
+    def out_degree(self) -> np.ndarray:
+        """[T, N] int: out-neighbours (self excluded) each node sends to in round t."""
+        return self._count_per_node(self.senders)
 
     @functools.cached_property
     def in_degree(self) -> np.ndarray:
         """[T, N] int: in-neighbours (self excluded) each node receives from in round t."""
-        deg = np.zeros((self.period, self.num_nodes), dtype=np.int64)
-        for t in range(self.period):
-            keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
-            np.add.at(deg[t], self.receivers[t][keep], 1)
-        return deg
+        return self._count_per_node(self.receivers)
 
     @functools.cached_property
     def self_weights(self) -> np.ndarray:
