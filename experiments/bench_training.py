@@ -28,12 +28,13 @@ at the end: CNN at N = 16 >= 2x faster than (c); MLP at N = 64 >= 10x faster tha
 <= 1.0x the time of (b).
 
 With ``conv_impl="lax"`` the trainer takes tens of seconds per round on XLA:CPU (its convolutions
-run inside ``lax.scan``/``lax.map`` loop bodies, where the kernel-gradient convolution is ~45x
+run inside ``lax.scan``/``lax.map`` loop bodies, where the kernel-gradient convolution is 35-45x
 slower; jax-ml/jax#12868), so by default only its default variant (all nodes, 1 device) is timed,
-once, for R = 1; ``--full`` adds node_batch=4 and 2 devices for it (+~4 min).
+once, for R = 1; ``--full`` adds node_batch=4 and 2 devices for it (+~4 min). ``--conv-in-loop``
+times just that effect on one convolution layer (~10 s).
 
-  python experiments/bench_training.py           # ~6 min on the shared 2-core dev box
-  python experiments/bench_training.py --quick   # ~2 min: CNN N=16 (no lax trainer) and MLP N=64
+  python experiments/bench_training.py           # ~6 min (347 s) on the shared 2-core dev box
+  python experiments/bench_training.py --quick   # ~3 min: CNN N=16 (no lax trainer) and MLP N=64
 
 Results on the dev box and conclusions: experiments/README.md, section "Training benchmark".
 """
@@ -45,14 +46,15 @@ import datetime
 import os
 import platform
 import statistics
+import sys
 import time
 from functools import partial
 
 import jax
 
-# Must run before anything touches the backend; parsed from argv by hand for that reason.
+# Must run before anything touches the backend, hence read from argv by hand (--cpu-devices=K form).
 _CPU_DEVICES = 2
-for _arg in os.sys.argv[1:]:
+for _arg in sys.argv[1:]:
     if _arg.startswith("--cpu-devices="):
         _CPU_DEVICES = int(_arg.split("=", 1)[1])
 jax.config.update("jax_num_cpu_devices", _CPU_DEVICES)
@@ -244,6 +246,42 @@ def breakdown(config: TrainConfig, built, state, step, optimizer) -> dict:
     }
 
 
+def conv_in_loop(log) -> None:
+    """Why the trainer cannot use ``conv_impl="lax"`` on XLA:CPU: one 3x3 convolution of the CNN
+    (32 x 14x14x32 -> 64 channels) and its two gradients, twice in straight-line code vs inside a
+    2-iteration ``lax.fori_loop`` (what ``lax.scan`` / ``lax.map`` compile to)."""
+    from jax import lax
+
+    x = jax.random.normal(jax.random.key(0), (BATCH, 14, 14, 32))
+    k = jax.random.normal(jax.random.key(1), (3, 3, 32, 64))
+    g = jax.random.normal(jax.random.key(2), (BATCH, 14, 14, 64))
+
+    def conv(x, k):
+        return lax.conv_general_dilated(x, k, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    pieces = {
+        "forward": conv,
+        "kernel gradient": lambda x, k: jax.vjp(lambda k: conv(x, k), k)[1](g)[0],
+        "input gradient": lambda x, k: jax.vjp(lambda x: conv(x, k), x)[1](g)[0],
+    }
+
+    def timed(fn):
+        fn = jax.jit(fn)
+        jax.block_until_ready(fn(x, k))
+        ts = []
+        for _ in range(5):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(x, k))
+            ts.append(time.perf_counter() - start)
+        return 1e3 * statistics.median(ts)
+
+    log("lax conv 14x14x32->64, B=32, two evaluations (ms): straight-line vs inside fori_loop(2)")
+    for name, f in pieces.items():
+        outside = timed(lambda x, k, f=f: f(x, k).sum() + f(x * 1.0001, k).sum())
+        inside = timed(lambda x, k, f=f: lax.fori_loop(0, 2, lambda i, c: c + f(x, k).sum(), 0.0))
+        log(f"  {name:<16} {outside:8.2f} {inside:9.2f}  ({inside / outside:.1f}x)")
+
+
 # ----------------------------------------------------------------------------------------------
 # Timing
 
@@ -381,10 +419,11 @@ def plan(quick: bool, full: bool, two_devices: bool) -> list[dict]:
     """Which variants each (model, N) case times; sized for ~5-6 min on the shared 2-core box."""
     dev2 = [2] if two_devices else []
     grid = [(nb, d) for d in [1] + dev2 for nb in (None, 4)]
-    lax_vec = grid if full else [(None, 1)]  # the lax conv in the trainer's scan: ~45 s per round at N=16
+    lax_vec = grid if full else [(None, 1)]  # lax conv in the trainer: 17-45 s/round at N=16
     if quick:
         return [
-            dict(model="cnn", n=16, impls=["lax", "matmul"], vec={"matmul": grid}, rounds=1, reps=2, breakdown=False),
+            dict(model="cnn", n=16, impls=["lax", "matmul"], vec={"matmul": grid + [(1, 1)]}, rounds=1, reps=2,
+                 breakdown=False),
             dict(model="mlp", n=64, impls=[None], vec={None: grid + [(1, 1)]}, rounds=4, reps=2, breakdown=True),
         ]
     return [
@@ -400,12 +439,15 @@ def plan(quick: bool, full: bool, two_devices: bool) -> list[dict]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="CNN N=16 (without the lax trainer) and MLP N=64, fewer reps (~2 min)")
+    parser.add_argument("--quick", action="store_true",
+                        help="CNN N=16 (without the lax trainer) and MLP N=64, fewer reps (~3 min)")
     parser.add_argument("--full", action="store_true",
                         help="also time the trainer with conv_impl=lax for node_batch=4 and 2 devices (+~4 min)")
     parser.add_argument("--cpu-devices", type=int, default=_CPU_DEVICES,
                         help="CPU devices to create (read before jax starts); 2 on the 2-core box")
     parser.add_argument("--only", default=None, help="comma list of model:N cases to run, e.g. mlp:64")
+    parser.add_argument("--conv-in-loop", action="store_true",
+                        help="only time one lax convolution and its gradients inside vs outside a loop (~10 s)")
     args = parser.parse_args()
 
     def log(msg):
@@ -416,6 +458,9 @@ def main():
         keep = {(m, int(k)) for m, k in (c.split(":") for c in args.only.split(","))}
         cases = [c for c in cases if (c["model"], c["n"]) in keep]
     log(machine_info())
+    if args.conv_in_loop:
+        conv_in_loop(log)
+        return
     log(machine_ceiling())
     start = time.perf_counter()
     rows = []

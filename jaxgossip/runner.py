@@ -58,7 +58,9 @@ class TrainConfig:
     data_seed: int | None = None  # partition and random graphs; None: the same as seed
     name: str = ""
     devices: int = 1  # spread the node axis over this many devices (jax.sharding); N % devices == 0
-    node_batch: int = 0  # 0: vmap over all nodes; k: gradients k nodes at a time (faster for convs on CPU)
+    # Local gradients k nodes at a time (lax.map) instead of one vmap over all N (0). "auto": 1 for
+    # conv models on CPU, where experiments/bench_training.py measured 1.4-2.6x faster rounds.
+    node_batch: Any = "auto"
     final_merge: Any = None  # None, R (gossip/push-sum rounds after training) or "exact" (SCSP part (a))
 
     def replace(self, **changes) -> "TrainConfig":
@@ -262,6 +264,17 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
     return algorithms.make(config.algorithm, topo, **options)
 
 
+def _node_batch(config: TrainConfig) -> int | None:
+    value = config.node_batch
+    if value == "auto":
+        return 1 if config.model != "mlp" and jax.default_backend() == "cpu" else None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"node_batch={value!r} must be 'auto', 0 (full vmap) or a positive int")
+    return value or None
+
+
 def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
     """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
     algorithm options) may hold traced values here, so this can run inside ``vmap``."""
@@ -280,7 +293,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
         identical_init=config.identical_init,
         augment=data.augment_cifar if config.augment else None,
         eval_chunk=min(config.eval_chunk, eval_size),
-        node_batch=config.node_batch or None,
+        node_batch=_node_batch(config),
     )
     return trainer, alg
 

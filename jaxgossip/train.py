@@ -206,8 +206,9 @@ def make_train(
         :func:`jaxgossip.data.sample_batch`.
       node_batch: if set, local gradients are computed ``node_batch`` nodes at a time
         (``lax.map`` over groups of ``vmap``) instead of one ``vmap`` over all N. Measured on
-        XLA:CPU (``experiments/bench_conv.py``): for conv nets 4 nodes at a time was 1.3x faster than
-        a full vmap of 16; on accelerators a full vmap (None) is the fast path.
+        XLA:CPU (``experiments/bench_training.py``): for conv nets one node at a time was 1.4x
+        (N = 16) to 2.6x (N = 64) faster than a full vmap; for MLPs the full vmap (None) is faster,
+        and on accelerators a full vmap is the expected fast path (not yet measured).
 
     Returns:
       A :class:`Trainer`.
