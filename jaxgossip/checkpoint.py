@@ -75,7 +75,9 @@ def restore(ckpt_dir: str, like_state, config: dict):
         raise CheckpointError(f"checkpoint {ckpt_dir} is unreadable (meta.json): {err}") from None
     saved = meta.get("config", {})
     differing = sorted(
-        k for k in set(saved) | set(config) if k not in _RESUMABLE_CHANGES and _norm(saved.get(k)) != _norm(config.get(k))
+        k
+        for k in set(saved) | set(config)
+        if k not in _RESUMABLE_CHANGES and _norm(saved.get(k)) != _norm(config.get(k))
     )
     if differing:
         details = ", ".join(f"{k}: saved {saved.get(k)!r} vs now {config.get(k)!r}" for k in differing)

@@ -126,8 +126,13 @@ def _consensus(args, overrides) -> int:
     print(
         plots.format_table(
             rows,
-            [("name", "run", ""), ("topology", "topology", ""), ("final_error", "final error", ".3e"),
-             ("MB_total", "MB (all nodes)", ".2f"), ("time", "time(s)", ".2f")],
+            [
+                ("name", "run", ""),
+                ("topology", "topology", ""),
+                ("final_error", "final error", ".3e"),
+                ("MB_total", "MB (all nodes)", ".2f"),
+                ("time", "time(s)", ".2f"),
+            ],
         )
     )
     print(f"wrote {out}/consensus.json and consensus.png")
@@ -142,15 +147,32 @@ def demo_runs(quick: bool = False) -> list[dict]:
     methods on the time-varying one-peer exponential graph, as each needs)."""
     runs = [
         {"name": "gossip", "algorithm": "gossip", "topology": "ring"},
-        {"name": "choco top-10%", "algorithm": "choco", "topology": "ring",
-         "algorithm_options": {"compressor": "top_k", "compressor_options": {"fraction": 0.1}, "gamma": 0.3}},
-        {"name": "power_gossip r1", "algorithm": "power_gossip", "topology": "ring",
-         "algorithm_options": {"rank": 1, "num_iterations": 1}},
+        {
+            "name": "choco top-10%",
+            "algorithm": "choco",
+            "topology": "ring",
+            "algorithm_options": {"compressor": "top_k", "compressor_options": {"fraction": 0.1}, "gamma": 0.3},
+        },
+        {
+            "name": "power_gossip r1",
+            "algorithm": "power_gossip",
+            "topology": "ring",
+            "algorithm_options": {"rank": 1, "num_iterations": 1},
+        },
         {"name": "push_sum", "algorithm": "push_sum", "topology": "one_peer_exponential"},
-        {"name": "sparse_push 10%", "algorithm": "sparse_push", "topology": "one_peer_exponential",
-         "algorithm_options": {"fraction": 0.1, "gamma": 0.3}},
-        {"name": "scsp 10%", "algorithm": "scsp", "topology": "one_peer_exponential",
-         "algorithm_options": {"fraction": 0.1, "gamma": 0.3}, "final_merge": 4},
+        {
+            "name": "sparse_push 10%",
+            "algorithm": "sparse_push",
+            "topology": "one_peer_exponential",
+            "algorithm_options": {"fraction": 0.1, "gamma": 0.3},
+        },
+        {
+            "name": "scsp 10%",
+            "algorithm": "scsp",
+            "topology": "one_peer_exponential",
+            "algorithm_options": {"fraction": 0.1, "gamma": 0.3},
+            "final_merge": 4,
+        },
     ]
     return runs
 
@@ -203,9 +225,14 @@ def _demo(args, overrides) -> int:
         )
         rows = result["rows"]
         results[run["name"]] = rows
-        table.append(dict(rows[-1], name=f"{run['name']} ({result['built'].topology.name})", wall_time=result["wall_time"]))
-        print(f"  {run['name']:<18} acc {rows[-1]['test_acc']:.4f}  MB/node {rows[-1]['MB_per_node']:.2f}  "
-              f"({result['wall_time']:.1f}s)", flush=True)
+        table.append(
+            dict(rows[-1], name=f"{run['name']} ({result['built'].topology.name})", wall_time=result["wall_time"])
+        )
+        print(
+            f"  {run['name']:<18} acc {rows[-1]['test_acc']:.4f}  MB/node {rows[-1]['MB_per_node']:.2f}  "
+            f"({result['wall_time']:.1f}s)",
+            flush=True,
+        )
     gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith("gossip")), float("nan"))
     for row in table:
         row["reduction"] = gossip_mb / row["MB_per_node"] if row["MB_per_node"] else float("nan")
@@ -217,7 +244,9 @@ def _demo(args, overrides) -> int:
         f.write(f"data: {dataset.source}\n\n```\n{text}\n```\n")
     with open(os.path.join(out, "comparison.json"), "w") as f:
         json.dump({"config": base.to_dict(), "rows": table}, f, indent=1)
-    print(f"wrote {out}/comparison.md, comparison.json and plots (accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)")
+    print(
+        f"wrote {out}/comparison.md, comparison.json and plots (accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)"
+    )
     return 0
 
 
@@ -230,7 +259,7 @@ def _sweep(args, overrides) -> int:
     axes = {}
     for key in [k for k in overrides if k.startswith("sweep.")]:
         value = json.loads(overrides.pop(key))
-        axes[key[len("sweep."):]] = value if isinstance(value, list) else [value]
+        axes[key[len("sweep.") :]] = value if isinstance(value, list) else [value]
     seeds = json.loads(overrides.pop("seeds", "3"))
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     config = load_config(args.config, overrides)
@@ -244,13 +273,19 @@ def _sweep(args, overrides) -> int:
     from jaxgossip import plots
 
     columns = [(name, name.split(".")[-1], ".4g") for name in points]
-    columns += [("test_acc", "acc(avg)", ".4f"), ("test_acc_std", "+-", ".4f"), ("consensus", "consensus", ".3g"),
-                ("MB_per_node", "MB/node", ".2f")]
+    columns += [
+        ("test_acc", "acc(avg)", ".4f"),
+        ("test_acc_std", "+-", ".4f"),
+        ("consensus", "consensus", ".3g"),
+        ("MB_per_node", "MB/node", ".2f"),
+    ]
     text = plots.format_table(rows, columns)
     print(text)
     print(f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s")
     with open(os.path.join(out, "sweep.json"), "w") as f:
-        json.dump({"config": config.to_dict(), "axes": axes, "seeds": seeds, "rows": rows, "wall_time": wall}, f, indent=1)
+        json.dump(
+            {"config": config.to_dict(), "axes": axes, "seeds": seeds, "rows": rows, "wall_time": wall}, f, indent=1
+        )
     with open(os.path.join(out, "sweep.md"), "w") as f:
         f.write(f"```\n{text}\n```\n")
     plots.plot_sweep(rows, list(points), os.path.join(out, "sweep.png"))

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
+from jaxgossip.types import GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["ConsensusResult", "run_consensus", "consensus_scan"]
 

@@ -43,8 +43,7 @@ def check_params(topology_or_n: Topology | int, x: Params, name: str = "params")
         where = jax.tree_util.keystr(path) or "<root>"
         if len(shape) == 0 or shape[0] != n:
             raise ValueError(
-                f"{name} leaf {where} has shape {tuple(shape)}; every leaf needs a leading node axis "
-                f"of size N={n}"
+                f"{name} leaf {where} has shape {tuple(shape)}; every leaf needs a leading node axis of size N={n}"
             )
         if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
             raise TypeError(f"{name} leaf {where} has dtype {jnp.result_type(leaf)}; mixing needs floating leaves")

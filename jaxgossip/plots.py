@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -126,8 +126,14 @@ def plot_sweep(rows: Sequence[Mapping], axes: Sequence[str], path: str) -> str:
     for key, group in groups.items():
         group = sorted(group, key=lambda r: r[first])
         xs = [r[first] for r in group]
-        ax.errorbar(xs, [r["test_acc"] for r in group], yerr=[r["test_acc_std"] for r in group], marker="o",
-                    capsize=3, label=", ".join(f"{a.split('.')[-1]}={v:.3g}" for a, v in zip(rest, key)) or None)
+        ax.errorbar(
+            xs,
+            [r["test_acc"] for r in group],
+            yerr=[r["test_acc_std"] for r in group],
+            marker="o",
+            capsize=3,
+            label=", ".join(f"{a.split('.')[-1]}={v:.3g}" for a, v in zip(rest, key)) or None,
+        )
     ax.set_xscale("log")
     ax.set_xlabel(first.split(".")[-1])
     ax.set_ylabel("test accuracy (averaged model)")

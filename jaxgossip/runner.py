@@ -10,7 +10,8 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,18 @@ import optax
 from jaxgossip import algorithms, data, models, topology
 from jaxgossip.train import Metrics, Trainer, TrainState, check_finite, make_train
 
-__all__ = ["TrainConfig", "Built", "build", "Prepared", "prepare", "make_trainer", "make_optimizer", "run_training", "metrics_to_rows", "load_config"]
+__all__ = [
+    "TrainConfig",
+    "Built",
+    "build",
+    "Prepared",
+    "prepare",
+    "make_trainer",
+    "make_optimizer",
+    "run_training",
+    "metrics_to_rows",
+    "load_config",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +75,7 @@ class TrainConfig:
     node_batch: Any = "auto"
     final_merge: Any = None  # None, R (gossip/push-sum rounds after training) or "exact" (SCSP part (a))
 
-    def replace(self, **changes) -> "TrainConfig":
+    def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -203,7 +215,9 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     parts = []
     if not _concrete(config.weight_decay) or config.weight_decay:
         parts.append(optax.add_decayed_weights(config.weight_decay, mask))
-    parts.append(optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum)))
+    parts.append(
+        optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum))
+    )
     return optax.chain(*parts)
 
 
@@ -435,7 +449,9 @@ def run_training(
             done_evals += n
             chunks_run += 1
             if out_dir:
-                _write_metrics(out_dir, _with_wall(metrics_to_rows(_concat(parts)), walls), {**extra, "wall_time": wall})
+                _write_metrics(
+                    out_dir, _with_wall(metrics_to_rows(_concat(parts)), walls), {**extra, "wall_time": wall}
+                )
             check_finite(chunk_metrics)
             if ckpt_dir:
                 checkpoint.save(ckpt_dir, state, _concat(parts), wall, config.to_dict())

@@ -11,7 +11,8 @@ the devices of all hosts and the same mesh spans them. No launcher of our own is
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np

@@ -12,7 +12,8 @@ Grid points are the Cartesian product of the axes; seeds are an inner axis, so r
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

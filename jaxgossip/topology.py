@@ -24,7 +24,8 @@ import dataclasses
 import functools
 import math
 import numbers
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse
@@ -207,7 +208,7 @@ class Topology:
             order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
             lists.append((s[order], r[order], w[order]))
         k = 1
-        for s, r, _ in lists:
+        for _, r, _ in lists:
             if r.size:
                 k = max(k, int(np.bincount(r, minlength=n).max()))
         nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
@@ -642,7 +643,9 @@ def from_matrix(w: Any, name: str | None = None, directed: bool | None = None) -
         raise ValueError("mixing matrix contains NaN or inf entries")
     if np.any(w < 0):
         bad = np.argwhere(w < 0)[0]
-        raise ValueError(f"mixing matrix has negative weights (e.g. W[{bad[0]}][{bad[1]}, {bad[2]}] = {w[tuple(bad)]:.3g})")
+        raise ValueError(
+            f"mixing matrix has negative weights (e.g. W[{bad[0]}][{bad[1]}, {bad[2]}] = {w[tuple(bad)]:.3g})"
+        )
     period, n, _ = w.shape
     if n < 2:
         raise ValueError(f"mixing matrix has N={n} nodes; gossip needs at least 2")

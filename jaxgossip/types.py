@@ -7,7 +7,8 @@ neighbour slots), R (rank), B (batch).
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 

@@ -96,7 +96,7 @@ class Harness:
         self.debias = jax.jit(self.alg.debias)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def harness(name):
     return Harness(name)
 

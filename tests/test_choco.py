@@ -156,7 +156,9 @@ def test_deepsqueeze_matches_numpy_reference(topo_name, comp_name):
 def test_hand_counted_bits_per_message():
     # top_k(0.25): w has 20 entries -> 5 kept, 5-bit indices; b has 3 -> 1 kept, 2-bit index.
     assert _np_top_k(np.ones(20), 0.25)[1] + _np_top_k(np.ones(3), 0.25)[1] == 5 * 37 + 1 * 34
-    _, _, bits = _run(choco(jg.topology.ring(N), gamma=0.3, compressor="top_k", compressor_options={"fraction": 0.25}), _x0(), 1)
+    _, _, bits = _run(
+        choco(jg.topology.ring(N), gamma=0.3, compressor="top_k", compressor_options={"fraction": 0.25}), _x0(), 1
+    )
     np.testing.assert_array_equal(bits[0], np.full(N, 2 * (5 * 37 + 34)))
     _, _, bits = _run(deepsqueeze(jg.topology.exponential(N), gamma=0.3, compressor="sign"), _x0(), 1)
     np.testing.assert_array_equal(bits[0], np.full(N, 3 * ((20 + 32) + (3 + 32))))

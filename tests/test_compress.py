@@ -196,7 +196,9 @@ def test_qsgd_values_lie_on_the_level_grid(levels, rescale):
 def test_qsgd_is_unbiased_and_rescale_scales_the_expectation():
     d, levels, num_keys = 8, 2, 4000
     leaf = _normal(13, (d,))
-    plain, scaled = _monte_carlo([compress.qsgd(levels=levels), compress.qsgd(levels=levels, rescale=True)], leaf, num_keys)
+    plain, scaled = _monte_carlo(
+        [compress.qsgd(levels=levels), compress.qsgd(levels=levels, rescale=True)], leaf, num_keys
+    )
     plain, scaled = plain.mean(0), scaled.mean(0)
     # Per-entry std of one sample <= ||v|| / (2 levels); of the mean <= 0.004 ||v||.
     tol = 0.03 * np.linalg.norm(leaf)

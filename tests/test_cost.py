@@ -82,8 +82,9 @@ def test_energy():
     rng = np.random.default_rng(0)
     bits = rng.uniform(1e3, 1e6, size=(3, 4))
     j_flop, j_bit, flops = 1e-11, np.array([1e-9, 2e-9, 3e-9, 4e-9]), 5e8
-    report = simulate(bits, topo, LinkModel(BW, LAT), flops_per_step=flops, device_flops=1e12,
-                      energy=EnergyModel(j_flop, j_bit))
+    report = simulate(
+        bits, topo, LinkModel(BW, LAT), flops_per_step=flops, device_flops=1e12, energy=EnergyModel(j_flop, j_bit)
+    )
     np.testing.assert_allclose(report.energy, flops * j_flop + bits * j_bit, rtol=1e-12)
     np.testing.assert_allclose(report.total_energy, (flops * j_flop + bits * j_bit).sum(0), rtol=1e-12)
 
@@ -113,8 +114,11 @@ def _loop_reference(bits, topo, bandwidth, latency, mode, flops, device_flops):
         t = r % topo.period
         node_times = []
         for i in range(n):
-            edges = [e for e in range(topo.num_edges)
-                     if topo.senders[t, e] == i and topo.receivers[t, e] != i and topo.weights[t, e] != 0]
+            edges = [
+                e
+                for e in range(topo.num_edges)
+                if topo.senders[t, e] == i and topo.receivers[t, e] != i and topo.weights[t, e] != 0
+            ]
             msgs = [latency[t, e] + bits[r, i] / len(edges) / bandwidth[t, e] for e in edges if bits[r, i] > 0]
             comm = (sum(msgs) if mode == "serial" else max(msgs)) if msgs else 0.0
             node_times.append(flops / device_flops[i] + comm)
@@ -135,8 +139,9 @@ def test_against_loop_reference(mode, topo_name):
     latency = rng.uniform(0.0, 0.05, size=topo.senders.shape)
     bits = rng.uniform(1e4, 1e6, size=(7, n)) * (rng.random((7, n)) > 0.2)
     device_flops = rng.uniform(1e9, 1e10, size=n)
-    report = simulate(bits, topo, LinkModel(bandwidth, latency), mode=mode, flops_per_step=1e8,
-                      device_flops=device_flops)
+    report = simulate(
+        bits, topo, LinkModel(bandwidth, latency), mode=mode, flops_per_step=1e8, device_flops=device_flops
+    )
     expected = _loop_reference(bits, topo, bandwidth, latency, mode, 1e8, device_flops)
     np.testing.assert_allclose(report.round_time, expected, rtol=1e-12)
 
@@ -187,7 +192,8 @@ def test_memory_per_node():
     # power_gossip: P = 4 pairs of the 4-ring, u and v [P, 16, 1] fp32, a count and a PRNG key
     pairs = topo.pairs[0].shape[-1]
     assert memory_per_node(params, None, states["power_gossip"]) == pytest.approx(
-        model + (2 * pairs * m * 1 * 4 + 4 + 8) / n)
+        model + (2 * pairs * m * 1 * 4 + 4 + 8) / n
+    )
     opt_state = jax.vmap(optax.adam(1e-3).init)(params)
     shapes = jax.eval_shape(lambda: opt_state)
     assert memory_per_node(params, shapes) == pytest.approx(3 * model + 4)  # mu, nu and [N] counts

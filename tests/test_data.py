@@ -52,7 +52,9 @@ def make_idx_dir(directory, num_train=40, num_test=20, seed=0):
 
 def fingerprint(images, labels):
     """Order-free multiset of (label, image hash): tfds shuffles examples when writing."""
-    return sorted((int(l), hashlib.sha1(np.ascontiguousarray(im).tobytes()).hexdigest()) for im, l in zip(images, labels))
+    return sorted(
+        (int(l), hashlib.sha1(np.ascontiguousarray(im).tobytes()).hexdigest()) for im, l in zip(images, labels)
+    )
 
 
 def _cifar_batch(rng, count, fine_classes=None):
@@ -98,7 +100,9 @@ def test_digits_loader_shapes_classes_and_split():
     assert ds.y_train.shape == (1437,) and ds.y_test.shape == (360,)
     assert set(np.unique(ds.y_train)) == set(range(10)) == set(np.unique(ds.y_test))
     # stratified: every class is ~20 % held out
-    frac = np.bincount(ds.y_test, minlength=10) / (np.bincount(ds.y_test, minlength=10) + np.bincount(ds.y_train, minlength=10))
+    frac = np.bincount(ds.y_test, minlength=10) / (
+        np.bincount(ds.y_test, minlength=10) + np.bincount(ds.y_train, minlength=10)
+    )
     np.testing.assert_allclose(frac, 0.2, atol=0.02)
     # standardized with train statistics
     assert abs(float(ds.x_train.mean())) < 1e-4 and abs(float(ds.x_train.std()) - 1) < 1e-3
@@ -266,7 +270,9 @@ def test_real_fashion_mnist_slice_from_debian_package(fashion_mnist_raw_dir, tmp
     assert "read with tfds.data_source" in ds.source
     truth = raw.read_idx_split(raw.find_idx_files(fashion_mnist_raw_dir), "test")
     assert truth.images.shape == (10000, 28, 28, 1)
-    assert fingerprint(ds.x_test[..., 0].astype(np.uint8), ds.y_test) == fingerprint(truth.images[:5000, ..., 0], truth.labels[:5000])
+    assert fingerprint(ds.x_test[..., 0].astype(np.uint8), ds.y_test) == fingerprint(
+        truth.images[:5000, ..., 0], truth.labels[:5000]
+    )
     assert data.fashion_mnist_available(tmp_path / "elsewhere", raw_dir=fashion_mnist_raw_dir)
 
 
@@ -470,7 +476,9 @@ def test_sampler_without_replacement_and_check_batch_size():
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         data.check_batch_size(shards, 0)
     data.check_batch_size(shards, 1, replace=False)
-    big = data.make_node_shards(np.arange(30, dtype=np.float32), np.zeros(30, np.int32), [np.arange(10), np.arange(10, 30)], pad_value=SENTINEL)
+    big = data.make_node_shards(
+        np.arange(30, dtype=np.float32), np.zeros(30, np.int32), [np.arange(10), np.arange(10, 30)], pad_value=SENTINEL
+    )
     data.check_batch_size(big, 10, replace=False)
     x, _ = _sample(big, jax.random.key(1), 10, replace=False)
     x = np.asarray(x)

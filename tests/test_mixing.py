@@ -124,7 +124,7 @@ def with_kernel(topo, kernel):
 # ---------------------------------------------------------------- mix == W(t) @ x
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mixed(name):
     """Every kernel of topology ``name`` in ONE jit (compiles dominate on a shared 2-core CPU):
     static t for each round of the period plus a wrap-around round, and for time-varying graphs

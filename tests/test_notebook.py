@@ -1,8 +1,6 @@
 """The Colab demo notebook runs end to end (small settings) and shows its figures."""
 
 import os
-import shutil
-import sys
 
 import pytest
 
@@ -24,7 +22,7 @@ def test_notebook_is_stored_without_outputs():
     first = nb.cells[0]
     assert first.cell_type == "markdown"
     assert "https://colab.research.google.com/github/OWNER/REPO/blob/main/experiments/colab_demo.ipynb" in first.source
-    assert "find_spec(\"jaxgossip\")" in code[0].source and "git+https://github.com/OWNER/REPO" in code[0].source
+    assert 'find_spec("jaxgossip")' in code[0].source and "git+https://github.com/OWNER/REPO" in code[0].source
 
 
 def test_notebook_runs(tmp_path, monkeypatch):

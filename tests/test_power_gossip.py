@@ -1,6 +1,7 @@
 """Tests for PowerGossip (jaxgossip.algorithms.power_gossip) against a NumPy per-edge loop."""
 
 import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,8 +71,20 @@ def _packed_draw(seed, n, a, b, counter, sizes):
     return np.split(np.asarray(z, np.float64), np.cumsum(sizes)[:-1])
 
 
-def reference(topo, x0, state0, num_rounds, *, num_iterations=1, gamma=1.0, warm_start=True,
-              skip_first_round=True, vector_gamma=1.0, matrix_view="leading", seed=0):
+def reference(
+    topo,
+    x0,
+    state0,
+    num_rounds,
+    *,
+    num_iterations=1,
+    gamma=1.0,
+    warm_start=True,
+    skip_first_round=True,
+    vector_gamma=1.0,
+    matrix_view="leading",
+    seed=0,
+):
     """PowerGossip by the equations, per edge, in float64. x0: list of [N, ...] leaves."""
     n = topo.num_nodes
     edges = _edge_list(topo)
@@ -230,8 +243,10 @@ def test_mean_preserved(rng):
 @pytest.mark.parametrize("skip_first_round", [True, False])
 def test_full_rank_square_leaves_equal_exact_gossip(rng, skip_first_round):
     topo = tp.ring(6)
-    x0 = {"w": jnp.asarray(rng.normal(size=(6, 4, 4)), jnp.float32),
-          "b": jnp.asarray(rng.normal(size=(6, 3)), jnp.float32)}
+    x0 = {
+        "w": jnp.asarray(rng.normal(size=(6, 4, 4)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=(6, 3)), jnp.float32),
+    }
     gamma = 1.2
     alg = power_gossip(topo, rank=4, gamma=gamma, vector_gamma=gamma, skip_first_round=skip_first_round)
     exact = gossip(topo, gamma=gamma)
@@ -254,8 +269,10 @@ def test_full_rank_square_leaves_equal_exact_gossip(rng, skip_first_round):
 
 @pytest.mark.parametrize("topo", [tp.ring(8), tp.torus(2, 4)], ids=["ring8", "torus2x4"])
 def test_converges_to_mean(rng, topo):
-    x0 = {"w": jnp.asarray(rng.normal(size=(8, 6, 5)), jnp.float32),
-          "b": jnp.asarray(rng.normal(size=(8, 4)), jnp.float32)}
+    x0 = {
+        "w": jnp.asarray(rng.normal(size=(8, 6, 5)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=(8, 4)), jnp.float32),
+    }
     alg = make("power_gossip", topo, rank=1, gamma=1.0)
     result = run_consensus(alg, x0, 300, jax.random.key(0))
     error = np.asarray(result.error)
@@ -265,8 +282,15 @@ def test_converges_to_mean(rng, topo):
 
 # ---- bit accounting: ResNet-20 shapes on the 8-ring (ALGORITHMS.md 2.9) -------------------------
 
-RESNET20_MATRICES = ([(16, 27)] + [(16, 144)] * 6 + [(32, 144), (32, 16)] + [(32, 288)] * 5
-                     + [(64, 288), (64, 32)] + [(64, 576)] * 5 + [(10, 64)])
+RESNET20_MATRICES = (
+    [(16, 27)]
+    + [(16, 144)] * 6
+    + [(32, 144), (32, 16)]
+    + [(32, 288)] * 5
+    + [(64, 288), (64, 32)]
+    + [(64, 576)] * 5
+    + [(10, 64)]
+)
 RESNET20_VECTORS = [16] * 14 + [32] * 14 + [64] * 14 + [10]  # BN scale/shift + fc bias = 1,578
 
 
@@ -295,6 +319,7 @@ def test_resnet20_bits_per_epoch(num_iterations, megabytes):
             x, state = carry
             x, state, info = alg.step(x, state, jax.random.key(0))
             return (x, state), info.bits
+
         return jax.lax.scan(body, (x, state), None, length=steps_per_epoch)
 
     per_epoch = []
@@ -443,8 +468,9 @@ def test_flax_kernel_view_matches_transpose_formulation(rng, name, rank, num_ite
     }
     opts = dict(rank=rank, num_iterations=num_iterations, gamma=1.3, warm_start=warm_start, seed=2)
     x, state, bits = _run(power_gossip(topo, matrix_view="flax_kernel", **opts), x0, 4)
-    y, ref_state, ref_bits = _run(power_gossip(topo, matrix_view="leading", **opts),
-                                  jax.tree_util.tree_map(_to_torch, x0), 4)
+    y, ref_state, ref_bits = _run(
+        power_gossip(topo, matrix_view="leading", **opts), jax.tree_util.tree_map(_to_torch, x0), 4
+    )
     for key in x0:
         np.testing.assert_allclose(np.asarray(_to_torch(x[key])), np.asarray(y[key]), rtol=RTOL, atol=ATOL)
     for got, want in zip(state.u + state.v, ref_state.u + ref_state.v):

@@ -360,7 +360,10 @@ def test_scsp_without_compensation_is_sparse_push():
     topo = TOPOLOGIES["one_peer_exponential"]()
     x0 = _x0(11)
     x_sp, s_sp, b_sp = _run(sparse_push(topo, fraction=0.25, gamma=0.3), x0, 3)
-    for alg in (scsp(topo, fraction=0.25, gamma=0.3, compensation=False), scsp(topo, fraction=0.25, gamma=0.3, max_boost=1)):
+    for alg in (
+        scsp(topo, fraction=0.25, gamma=0.3, compensation=False),
+        scsp(topo, fraction=0.25, gamma=0.3, max_boost=1),
+    ):
         x, state, bits = _run(alg, x0, 3)
         _assert_tree_close(x, x_sp, rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(bits, b_sp)

@@ -27,7 +27,9 @@ def _config(**changes):
 
 
 def test_training_sweep_equals_individual_runs():
-    config = _config(algorithm="choco", algorithm_options={"compressor": "top_k", "compressor_options": {"fraction": 0.5}})
+    config = _config(
+        algorithm="choco", algorithm_options={"compressor": "top_k", "compressor_options": {"fraction": 0.5}}
+    )
     axes = {"lr": [0.02, 0.1], "algorithm_options.gamma": [0.3, 0.8]}
     points, metrics = sweeps.sweep_training(config, axes, seeds=[0, 1])
     assert np.asarray(metrics.test_acc).shape == (4, 2, 2)

@@ -180,14 +180,24 @@ def test_mismatched_and_unreadable_checkpoint(tmp_path):
 def test_weight_decay_masks():
     from jaxgossip.runner import make_optimizer
 
-    params = {"conv": {"kernel": jnp.ones((3, 3, 2, 4)), "bias": jnp.ones(4)}, "bn1": {"scale": jnp.ones(4), "bias": jnp.ones(4)}}
+    params = {
+        "conv": {"kernel": jnp.ones((3, 3, 2, 4)), "bias": jnp.ones(4)},
+        "bn1": {"scale": jnp.ones(4), "bias": jnp.ones(4)},
+    }
     grads = jax.tree_util.tree_map(jnp.zeros_like, params)
-    for mask, decayed in (("all", {"kernel", "conv_bias", "scale", "bn_bias"}), ("no_1d", {"kernel"}),
-                          ("no_norm", {"kernel", "conv_bias"})):
+    for mask, decayed in (
+        ("all", {"kernel", "conv_bias", "scale", "bn_bias"}),
+        ("no_1d", {"kernel"}),
+        ("no_norm", {"kernel", "conv_bias"}),
+    ):
         opt = make_optimizer(TrainConfig(lr=1.0, momentum=0.0, weight_decay=0.5, weight_decay_mask=mask))
         updates, _ = opt.update(grads, opt.init(params), params)
-        moved = {"kernel": updates["conv"]["kernel"], "conv_bias": updates["conv"]["bias"],
-                 "scale": updates["bn1"]["scale"], "bn_bias": updates["bn1"]["bias"]}
+        moved = {
+            "kernel": updates["conv"]["kernel"],
+            "conv_bias": updates["conv"]["bias"],
+            "scale": updates["bn1"]["scale"],
+            "bn_bias": updates["bn1"]["bias"],
+        }
         assert {k for k, v in moved.items() if float(jnp.abs(v).max()) > 0} == decayed, mask
     with pytest.raises(ValueError, match="weight_decay_mask"):
         make_optimizer(TrainConfig(weight_decay_mask="some"))
@@ -198,13 +208,32 @@ def test_cli_writes_every_promised_file(tmp_path, capsys):
 
     out = str(tmp_path / "cli")
     code = main(
-        ["train", "--out", out, "--no-progress", "--dataset=synthetic", "--num_nodes=4", "--model=mlp",
-         '--model_options={"hidden": [8]}', "--batch_size=8", "--num_rounds=10", "--eval_every=5",
-         "--eval_size=128", "--eval_chunk=64"]
+        [
+            "train",
+            "--out",
+            out,
+            "--no-progress",
+            "--dataset=synthetic",
+            "--num_nodes=4",
+            "--model=mlp",
+            '--model_options={"hidden": [8]}',
+            "--batch_size=8",
+            "--num_rounds=10",
+            "--eval_every=5",
+            "--eval_size=128",
+            "--eval_chunk=64",
+        ]
     )
     assert code == 0
-    for name in ("metrics.json", "metrics.csv", "config.json", "accuracy_vs_rounds.png", "accuracy_vs_bits.png",
-                 "consensus.png", "checkpoint/meta.json"):
+    for name in (
+        "metrics.json",
+        "metrics.csv",
+        "config.json",
+        "accuracy_vs_rounds.png",
+        "accuracy_vs_bits.png",
+        "consensus.png",
+        "checkpoint/meta.json",
+    ):
         assert os.path.exists(os.path.join(out, name)), name
     rows = json.load(open(os.path.join(out, "metrics.json")))["rows"]
     assert [r["round"] for r in rows] == [5, 10]
@@ -254,7 +283,11 @@ def test_node_batch_equals_full_vmap():
 
 @pytest.mark.parametrize(
     "alg_name, topo, options",
-    [("gossip", "ring", {}), ("power_gossip", "ring", {}), ("sparse_push", "one_peer_exponential", {"fraction": 0.3, "gamma": 0.5})],
+    [
+        ("gossip", "ring", {}),
+        ("power_gossip", "ring", {}),
+        ("sparse_push", "one_peer_exponential", {"fraction": 0.3, "gamma": 0.5}),
+    ],
 )
 def test_training_sharded_over_8_devices_equals_one_device(alg_name, topo, options):
     if len(jax.devices()) < 8:

@@ -7,7 +7,7 @@ file; adding it to :data:`REGISTRY` enrolls it in the shared test suite and the 
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.choco import choco
@@ -49,4 +49,17 @@ def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
     return factory(topology, **hyperparameters)
 
 
-__all__ = ["REGISTRY", "make", "gossip", "allreduce", "choco", "deepsqueeze", "power_gossip", "push_sum", "sparse_push", "scsp", "merge", "make_merge"]
+__all__ = [
+    "REGISTRY",
+    "make",
+    "gossip",
+    "allreduce",
+    "choco",
+    "deepsqueeze",
+    "power_gossip",
+    "push_sum",
+    "sparse_push",
+    "scsp",
+    "merge",
+    "make_merge",
+]

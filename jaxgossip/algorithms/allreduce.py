@@ -38,7 +38,9 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
     def step_fn(params, state, key):
         del key
         mean = jax.tree_util.tree_map(
-            lambda x: jnp.broadcast_to(jnp.mean(x.astype(jnp.promote_types(x.dtype, jnp.float32)), 0), x.shape).astype(x.dtype),
+            lambda x: jnp.broadcast_to(jnp.mean(x.astype(jnp.promote_types(x.dtype, jnp.float32)), 0), x.shape).astype(
+                x.dtype
+            ),
             params,
         )
         bits = jnp.full((num_nodes,), float(leaf_bits(params)), jnp.float32)

@@ -72,7 +72,9 @@ def resolve_compressor(
         name = spec.pop("name")
         twice = sorted(set(spec) & set(options))
         if twice:
-            raise ValueError(f"{algorithm}: compressor option(s) {twice} given both in the spec and in compressor_options")
+            raise ValueError(
+                f"{algorithm}: compressor option(s) {twice} given both in the spec and in compressor_options"
+            )
         options = {**spec, **options}
     elif isinstance(compressor, str):
         name = compressor
@@ -86,7 +88,9 @@ def resolve_compressor(
         return compress.make(name, **options)
     except TypeError as err:
         if "unexpected keyword" in str(err):
-            raise TypeError(f"{algorithm}: compressor {name!r} does not take option(s) {sorted(options)}: {err}") from err
+            raise TypeError(
+                f"{algorithm}: compressor {name!r} does not take option(s) {sorted(options)}: {err}"
+            ) from err
         raise
 
 

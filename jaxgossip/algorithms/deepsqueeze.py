@@ -87,9 +87,7 @@ def deepsqueeze(
 
     def init_fn(params):
         check_params(topology, params)
-        return DeepSqueezeState(
-            delta=jax.tree_util.tree_map(jnp.zeros_like, params), count=jnp.zeros([], jnp.int32)
-        )
+        return DeepSqueezeState(delta=jax.tree_util.tree_map(jnp.zeros_like, params), count=jnp.zeros([], jnp.int32))
 
     def step_fn(params, state, key):
         t = state.count

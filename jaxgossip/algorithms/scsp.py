@@ -22,7 +22,8 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +33,8 @@ from jaxgossip import compress
 from jaxgossip.algorithms._common import check_int, check_positive, per_round, require_column_stochastic
 from jaxgossip.algorithms.sparse_push import (
     _check_public_copies,
-    compressed_push_sum,
     _top_k_compressor,
+    compressed_push_sum,
 )
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology

@@ -30,8 +30,6 @@ from jaxgossip.data.datasets import (
     make_synthetic,
     standardize,
 )
-from jaxgossip.data.partitioners import SCHEMES, dirichlet, iid, label_histograms, partition, shards, skew
-from jaxgossip.data.raw import DEBIAN_FASHION_MNIST_DIR, DatasetNotFoundError, RawSplit, read_idx
 from jaxgossip.data.node_shards import (
     NodeShards,
     check_batch_size,
@@ -40,6 +38,8 @@ from jaxgossip.data.node_shards import (
     sample_node_batch,
     shard_dataset,
 )
+from jaxgossip.data.partitioners import SCHEMES, dirichlet, iid, label_histograms, partition, shards, skew
+from jaxgossip.data.raw import DEBIAN_FASHION_MNIST_DIR, DatasetNotFoundError, RawSplit, read_idx
 
 __all__ = [
     "BUILDER_NAMES",

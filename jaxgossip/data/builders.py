@@ -51,8 +51,16 @@ BUILDER_NAMES = {
 }
 
 _FASHION_NAMES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 
 
@@ -145,7 +153,9 @@ class JaxgossipMnist(_IdxBuilder):
     MANUAL_DOWNLOAD_INSTRUCTIONS = raw.idx_instructions("mnist")
     _DESCRIPTION = "MNIST handwritten digits, prepared by jaxgossip from local IDX files."
     _HOMEPAGE = "http://yann.lecun.com/exdb/mnist/"
-    _CITATION = "LeCun, Bottou, Bengio, Haffner. Gradient-based learning applied to document recognition. Proc. IEEE 1998."
+    _CITATION = (
+        "LeCun, Bottou, Bengio, Haffner. Gradient-based learning applied to document recognition. Proc. IEEE 1998."
+    )
 
 
 class JaxgossipFashionMnist(_IdxBuilder):
@@ -288,9 +298,7 @@ def prepare(
     if _prepared(builder):
         return os.fspath(builder.data_dir)
     if find_raw(name, [raw_dir]) is None:
-        raise raw.DatasetNotFoundError(
-            f"no raw {name} files in {raw_dir}: {builder.MANUAL_DOWNLOAD_INSTRUCTIONS}"
-        )
+        raise raw.DatasetNotFoundError(f"no raw {name} files in {raw_dir}: {builder.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     config = tfds.download.DownloadConfig(
         manual_dir=os.fspath(raw_dir),
         compute_stats=tfds.download.ComputeStatsMode.SKIP,

@@ -50,7 +50,9 @@ def _finish(parts: Sequence[np.ndarray], scheme: str) -> list[np.ndarray]:
     out = [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
     for i, p in enumerate(out):
         if p.size == 0:
-            raise ValueError(f"{scheme}: node {i} was left empty (received no samples); use fewer nodes or a milder skew")
+            raise ValueError(
+                f"{scheme}: node {i} was left empty (received no samples); use fewer nodes or a milder skew"
+            )
     return out
 
 
@@ -207,9 +209,7 @@ def shards(labels, num_nodes: int, per_node: int, *, seed: int = 0) -> list[np.n
         raise ValueError(f"shards: per_node must be an int >= 1, got {per_node!r}")
     num_shards = per_node * num_nodes
     if num_shards > labels.shape[0]:
-        raise ValueError(
-            f"shards: per_node * num_nodes = {num_shards} shards but only M={labels.shape[0]} samples"
-        )
+        raise ValueError(f"shards: per_node * num_nodes = {num_shards} shards but only M={labels.shape[0]} samples")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(labels.shape[0])
     order = perm[np.argsort(labels[perm], kind="stable")]

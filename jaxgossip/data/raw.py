@@ -52,32 +52,32 @@ class DatasetNotFoundError(FileNotFoundError, ValueError):
 
 # IDX type codes -> numpy big-endian dtypes.
 _IDX_DTYPES = {
-        0x08: np.dtype(np.uint8),
-        0x09: np.dtype(np.int8),
-        0x0B: np.dtype(">i2"),
-        0x0C: np.dtype(">i4"),
-        0x0D: np.dtype(">f4"),
-        0x0E: np.dtype(">f8"),
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
 }
 
 #: File stems of the IDX datasets, per split: (images, labels).
 IDX_FILES = {
-        "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-        "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 
 #: Archive and folder names of the CIFAR python versions.
 CIFAR_FILES = {
-        "cifar10": ("cifar-10-python.tar.gz", "cifar-10-batches-py"),
-        "cifar100": ("cifar-100-python.tar.gz", "cifar-100-python"),
+    "cifar10": ("cifar-10-python.tar.gz", "cifar-10-batches-py"),
+    "cifar100": ("cifar-100-python.tar.gz", "cifar-100-python"),
 }
 
 _CIFAR_MEMBERS = {
-        "cifar10": {
-                "train": tuple(f"data_batch_{i}" for i in range(1, 6)),
-                "test": ("test_batch",),
-        },
-        "cifar100": {"train": ("train",), "test": ("test",)},
+    "cifar10": {
+        "train": tuple(f"data_batch_{i}" for i in range(1, 6)),
+        "test": ("test_batch",),
+    },
+    "cifar100": {"train": ("train",), "test": ("test",)},
 }
 
 #: Where the Debian package ``dataset-fashion-mnist`` installs its files.
@@ -129,7 +129,7 @@ def parse_idx(buffer: bytes) -> np.ndarray:
     expected = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(buffer) != expected:
         raise ValueError(
-                f"IDX size mismatch: header says shape {shape} ({expected} bytes), file has {len(buffer)} bytes"
+            f"IDX size mismatch: header says shape {shape} ({expected} bytes), file has {len(buffer)} bytes"
         )
     data = np.frombuffer(buffer, dtype=dtype, offset=header).reshape(shape)
     return data.astype(dtype.newbyteorder("="), copy=True)
@@ -187,10 +187,10 @@ def idx_instructions(name: str) -> str:
     text = f"put the four {name} IDX files ({files}) in one folder and pass it as raw_dir"
     if name == "fashion_mnist":
         text += (
-                f" (the Debian/Ubuntu package 'dataset-fashion-mnist' installs them in "
-                f"{DEBIAN_FASHION_MNIST_DIR}; without root, `apt-get download dataset-fashion-mnist && "
-                f"dpkg-deb -x dataset-fashion-mnist_*.deb DIR` unpacks them under DIR{DEBIAN_FASHION_MNIST_DIR}, "
-                f"see .ci/fetch_fashion_mnist.sh)"
+            f" (the Debian/Ubuntu package 'dataset-fashion-mnist' installs them in "
+            f"{DEBIAN_FASHION_MNIST_DIR}; without root, `apt-get download dataset-fashion-mnist && "
+            f"dpkg-deb -x dataset-fashion-mnist_*.deb DIR` unpacks them under DIR{DEBIAN_FASHION_MNIST_DIR}, "
+            f"see .ci/fetch_fashion_mnist.sh)"
         )
     return text
 
@@ -206,7 +206,7 @@ def read_idx_split(files: dict[str, tuple[str, str]], split: str) -> RawSplit:
     labels = read_idx(labels_path)
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
         raise ValueError(
-                f"inconsistent IDX files: images {images.shape} ({images_path}), labels {labels.shape} ({labels_path})"
+            f"inconsistent IDX files: images {images.shape} ({images_path}), labels {labels.shape} ({labels_path})"
         )
     return RawSplit(images.astype(np.uint8)[..., None], labels.astype(np.int64))
 
@@ -224,16 +224,16 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     """
 
     _ALLOWED = {
-            ("numpy", "ndarray"),
-            ("numpy", "dtype"),
-            ("numpy.core.multiarray", "_reconstruct"),
-            ("numpy._core.multiarray", "_reconstruct"),
-            ("numpy.core.multiarray", "scalar"),
-            ("numpy._core.multiarray", "scalar"),
-            ("copy_reg", "_reconstructor"),
-            ("copyreg", "_reconstructor"),
-            ("__builtin__", "object"),
-            ("builtins", "object"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("copy_reg", "_reconstructor"),
+        ("copyreg", "_reconstructor"),
+        ("__builtin__", "object"),
+        ("builtins", "object"),
         ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 store bytes
     }
 
@@ -279,8 +279,8 @@ def cifar_instructions(name: str) -> str:
     """Human-readable description of the CIFAR files a user must provide."""
     archive, folder = CIFAR_FILES[name]
     return (
-            f"put {archive} (the CIFAR 'python version' from https://www.cs.toronto.edu/~kriz/cifar.html) "
-            f"or its extracted folder {folder}/ in a folder and pass that folder as raw_dir"
+        f"put {archive} (the CIFAR 'python version' from https://www.cs.toronto.edu/~kriz/cifar.html) "
+        f"or its extracted folder {folder}/ in a folder and pass that folder as raw_dir"
     )
 
 

@@ -12,7 +12,6 @@ from jaxgossip.models.conv import CONV_IMPLS, Conv, conv_output_pads, resolve_co
 from jaxgossip.models.mlp import MLP
 from jaxgossip.models.nnx_utils import nnx_apply_fn, nnx_init_stacked
 from jaxgossip.models.norm import NORMS, make_norm
-from jaxgossip.models.pool import max_pool
 from jaxgossip.models.params import (
     as_matrix,
     count_params,
@@ -20,6 +19,7 @@ from jaxgossip.models.params import (
     init_stacked,
     matrix_shapes,
 )
+from jaxgossip.models.pool import max_pool
 from jaxgossip.models.registry import REGISTRY, make_model
 from jaxgossip.models.resnet import BasicBlock, ResNet, resnet20, resnet110
 from jaxgossip.models.vgg import VGG, VGG_CONFIGS, vgg11, vgg16
@@ -47,6 +47,7 @@ __all__ = [
     "nnx_apply_fn",
     "nnx_init_stacked",
     "resnet110",
+    "resolve_conv_impl",
     "resnet20",
     "vgg11",
     "vgg16",

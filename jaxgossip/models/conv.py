@@ -21,8 +21,8 @@ float32 rounding in value and gradient.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,37 +37,37 @@ PaddingLike = str | int | Sequence[int] | Sequence[tuple[int, int]]
 
 
 def resolve_conv_impl(impl: str, backend: str | None = None) -> str:
-  """Maps a `conv_impl` option to the concrete formulation ("lax" or "matmul").
+    """Maps a `conv_impl` option to the concrete formulation ("lax" or "matmul").
 
-  "auto" picks by backend (`jax.default_backend()` unless `backend` is given): "matmul" on "cpu",
-  where the vmapped lax convolution measured 3x slower (2117 vs 704 ms per vmapped step of 16 CNNs;
-  see the module docstring and `experiments/bench_conv.py`), and "lax" on "gpu"/"tpu", whose
-  convolution kernels (cuDNN, the TPU MXU) handle batched convolutions natively and avoid the
-  kh*kw-fold im2col memory. The GPU/TPU choice is not measured here (no accelerator was
-  available); rerun the benchmark there to confirm it.
+    "auto" picks by backend (`jax.default_backend()` unless `backend` is given): "matmul" on "cpu",
+    where the vmapped lax convolution measured 3x slower (2117 vs 704 ms per vmapped step of 16 CNNs;
+    see the module docstring and `experiments/bench_conv.py`), and "lax" on "gpu"/"tpu", whose
+    convolution kernels (cuDNN, the TPU MXU) handle batched convolutions natively and avoid the
+    kh*kw-fold im2col memory. The GPU/TPU choice is not measured here (no accelerator was
+    available); rerun the benchmark there to confirm it.
 
-  Args:
-    impl: "auto", "lax" or "matmul".
-    backend: optional backend name; defaults to `jax.default_backend()`.
+    Args:
+      impl: "auto", "lax" or "matmul".
+      backend: optional backend name; defaults to `jax.default_backend()`.
 
-  Returns:
-    "lax" or "matmul".
-  """
-  if impl not in CONV_IMPLS:
-    raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {impl!r}")
-  if impl != "auto":
-    return impl
-  backend = jax.default_backend() if backend is None else backend
-  return "matmul" if backend == "cpu" else "lax"
+    Returns:
+      "lax" or "matmul".
+    """
+    if impl not in CONV_IMPLS:
+        raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {impl!r}")
+    if impl != "auto":
+        return impl
+    backend = jax.default_backend() if backend is None else backend
+    return "matmul" if backend == "cpu" else "lax"
 
 
 def _pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
-  if isinstance(value, int):
-    return (value, value)
-  value = tuple(value)
-  if len(value) != 2 or not all(isinstance(v, int) for v in value):
-    raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-  return value  # type: ignore[return-value]
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def conv_output_pads(
@@ -76,114 +76,114 @@ def conv_output_pads(
     strides: Sequence[int],
     padding: PaddingLike,
 ) -> list[tuple[int, int]]:
-  """Explicit (low, high) padding per spatial dimension, with `lax.conv_general_dilated` semantics.
+    """Explicit (low, high) padding per spatial dimension, with `lax.conv_general_dilated` semantics.
 
-  "SAME" pads `max((ceil(H / s) - 1) * s + k - H, 0)` in total, the smaller half at the low end
-  (TensorFlow/XLA convention); "VALID" pads nothing; an int p pads (p, p) like PyTorch's
-  `padding=p`; a sequence gives per-dimension ints or (low, high) pairs.
-  """
-  if isinstance(padding, str):
-    mode = padding.upper()
-    if mode == "VALID":
-      return [(0, 0)] * len(in_size)
-    if mode != "SAME":
-      raise ValueError(f"padding must be 'SAME', 'VALID', an int or pairs, got {padding!r}")
+    "SAME" pads `max((ceil(H / s) - 1) * s + k - H, 0)` in total, the smaller half at the low end
+    (TensorFlow/XLA convention); "VALID" pads nothing; an int p pads (p, p) like PyTorch's
+    `padding=p`; a sequence gives per-dimension ints or (low, high) pairs.
+    """
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode == "VALID":
+            return [(0, 0)] * len(in_size)
+        if mode != "SAME":
+            raise ValueError(f"padding must be 'SAME', 'VALID', an int or pairs, got {padding!r}")
+        pads = []
+        for h, k, s in zip(in_size, kernel_size, strides):
+            out = -(-h // s)
+            total = max((out - 1) * s + k - h, 0)
+            pads.append((total // 2, total - total // 2))
+        return pads
+    if isinstance(padding, int):
+        return [(padding, padding)] * len(in_size)
     pads = []
-    for h, k, s in zip(in_size, kernel_size, strides):
-      out = -(-h // s)
-      total = max((out - 1) * s + k - h, 0)
-      pads.append((total // 2, total - total // 2))
-    return pads
-  if isinstance(padding, int):
-    return [(padding, padding)] * len(in_size)
-  pads = []
-  for p in padding:
-    pads.append((p, p) if isinstance(p, int) else tuple(p))
-  if len(pads) != len(in_size):
-    raise ValueError(f"padding needs {len(in_size)} entries, got {padding!r}")
-  return pads  # type: ignore[return-value]
+    for p in padding:
+        pads.append((p, p) if isinstance(p, int) else tuple(p))
+    if len(pads) != len(in_size):
+        raise ValueError(f"padding needs {len(in_size)} entries, got {padding!r}")
+    return pads  # type: ignore[return-value]
 
 
 def _conv_matmul(x, kernel, strides, pads, precision):
-  """im2col convolution: x [B, H, W, C], kernel [kh, kw, C, F] -> [B, Ho, Wo, F]."""
-  kh, kw, c, f = kernel.shape
-  sh, sw = strides
-  (lo_h, hi_h), (lo_w, hi_w) = pads
-  b, h, w, _ = x.shape
-  out_h = (h + lo_h + hi_h - kh) // sh + 1
-  out_w = (w + lo_w + hi_w - kw) // sw + 1
-  if any(p != 0 for pair in pads for p in pair):
-    x = jnp.pad(x, ((0, 0), (lo_h, hi_h), (lo_w, hi_w), (0, 0)))
-  # Patch channel index is (i * kw + j) * C + c, matching kernel.reshape(kh * kw * C, F).
-  patches = [
-      lax.slice(
-          x,
-          (0, i, j, 0),
-          (b, i + (out_h - 1) * sh + 1, j + (out_w - 1) * sw + 1, c),
-          (1, sh, sw, 1),
-      )
-      for i in range(kh)
-      for j in range(kw)
-  ]
-  patches = patches[0] if len(patches) == 1 else jnp.concatenate(patches, axis=-1)
-  return jnp.dot(patches, kernel.reshape(kh * kw * c, f), precision=precision)
+    """im2col convolution: x [B, H, W, C], kernel [kh, kw, C, F] -> [B, Ho, Wo, F]."""
+    kh, kw, c, f = kernel.shape
+    sh, sw = strides
+    (lo_h, hi_h), (lo_w, hi_w) = pads
+    b, h, w, _ = x.shape
+    out_h = (h + lo_h + hi_h - kh) // sh + 1
+    out_w = (w + lo_w + hi_w - kw) // sw + 1
+    if any(p != 0 for pair in pads for p in pair):
+        x = jnp.pad(x, ((0, 0), (lo_h, hi_h), (lo_w, hi_w), (0, 0)))
+    # Patch channel index is (i * kw + j) * C + c, matching kernel.reshape(kh * kw * C, F).
+    patches = [
+        lax.slice(
+            x,
+            (0, i, j, 0),
+            (b, i + (out_h - 1) * sh + 1, j + (out_w - 1) * sw + 1, c),
+            (1, sh, sw, 1),
+        )
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    patches = patches[0] if len(patches) == 1 else jnp.concatenate(patches, axis=-1)
+    return jnp.dot(patches, kernel.reshape(kh * kw * c, f), precision=precision)
 
 
 class Conv(nn.Module):
-  """2-D convolution over NHWC inputs with a selectable formulation ("lax" or "matmul").
+    """2-D convolution over NHWC inputs with a selectable formulation ("lax" or "matmul").
 
-  Drop-in for the 2-D case of `flax.linen.Conv`: same parameter names and shapes (`kernel`
-  [kh, kw, C_in, F], `bias` [F]), same default initializers (LeCun normal kernel, zero bias), and
-  `lax.conv_general_dilated` padding semantics. `impl="matmul"` computes the same function as one
-  matmul over im2col patches, which vectorizes well under `jax.vmap` over the node axis on CPU;
-  `impl="auto"` resolves with `resolve_conv_impl` (matmul on CPU, lax on GPU/TPU).
+    Drop-in for the 2-D case of `flax.linen.Conv`: same parameter names and shapes (`kernel`
+    [kh, kw, C_in, F], `bias` [F]), same default initializers (LeCun normal kernel, zero bias), and
+    `lax.conv_general_dilated` padding semantics. `impl="matmul"` computes the same function as one
+    matmul over im2col patches, which vectorizes well under `jax.vmap` over the node axis on CPU;
+    `impl="auto"` resolves with `resolve_conv_impl` (matmul on CPU, lax on GPU/TPU).
 
-  Attributes:
-    features: number of output channels F.
-    kernel_size: int or (kh, kw).
-    strides: int or (sh, sw).
-    padding: "SAME", "VALID", an int p (PyTorch-style (p, p) on both spatial dims) or a sequence
-      of per-dimension ints or (low, high) pairs.
-    use_bias: whether to add a bias [F].
-    impl: "auto", "lax" or "matmul".
-    precision: passed to the convolution / matmul.
-    kernel_init, bias_init: initializers.
+    Attributes:
+      features: number of output channels F.
+      kernel_size: int or (kh, kw).
+      strides: int or (sh, sw).
+      padding: "SAME", "VALID", an int p (PyTorch-style (p, p) on both spatial dims) or a sequence
+        of per-dimension ints or (low, high) pairs.
+      use_bias: whether to add a bias [F].
+      impl: "auto", "lax" or "matmul".
+      precision: passed to the convolution / matmul.
+      kernel_init, bias_init: initializers.
 
-  Input: x [..., H, W, C_in] (any number of leading batch dims, e.g. [B, H, W, C]).
-  Output: [..., H_out, W_out, F].
-  """
+    Input: x [..., H, W, C_in] (any number of leading batch dims, e.g. [B, H, W, C]).
+    Output: [..., H_out, W_out, F].
+    """
 
-  features: int
-  kernel_size: int | Sequence[int] = 3
-  strides: int | Sequence[int] = 1
-  padding: PaddingLike = "SAME"
-  use_bias: bool = True
-  impl: str = "auto"
-  precision: Any = None
-  kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
-  bias_init: Callable[..., jax.Array] = nn.initializers.zeros_init()
+    features: int
+    kernel_size: int | Sequence[int] = 3
+    strides: int | Sequence[int] = 1
+    padding: PaddingLike = "SAME"
+    use_bias: bool = True
+    impl: str = "auto"
+    precision: Any = None
+    kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
+    bias_init: Callable[..., jax.Array] = nn.initializers.zeros_init()
 
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    kh, kw = _pair(self.kernel_size, "kernel_size")
-    strides = _pair(self.strides, "strides")
-    impl = resolve_conv_impl(self.impl)
-    in_features = x.shape[-1]
-    kernel = self.param("kernel", self.kernel_init, (kh, kw, in_features, self.features))
-    batch_shape = x.shape[:-3]
-    x = x.reshape((-1,) + x.shape[-3:])
-    pads = conv_output_pads(x.shape[1:3], (kh, kw), strides, self.padding)
-    if impl == "lax":
-      y = lax.conv_general_dilated(
-          x,
-          kernel,
-          window_strides=strides,
-          padding=pads,
-          dimension_numbers=("NHWC", "HWIO", "NHWC"),
-          precision=self.precision,
-      )
-    else:
-      y = _conv_matmul(x, kernel, strides, pads, self.precision)
-    if self.use_bias:
-      y = y + self.param("bias", self.bias_init, (self.features,))
-    return y.reshape(batch_shape + y.shape[1:])
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kh, kw = _pair(self.kernel_size, "kernel_size")
+        strides = _pair(self.strides, "strides")
+        impl = resolve_conv_impl(self.impl)
+        in_features = x.shape[-1]
+        kernel = self.param("kernel", self.kernel_init, (kh, kw, in_features, self.features))
+        batch_shape = x.shape[:-3]
+        x = x.reshape((-1,) + x.shape[-3:])
+        pads = conv_output_pads(x.shape[1:3], (kh, kw), strides, self.padding)
+        if impl == "lax":
+            y = lax.conv_general_dilated(
+                x,
+                kernel,
+                window_strides=strides,
+                padding=pads,
+                dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                precision=self.precision,
+            )
+        else:
+            y = _conv_matmul(x, kernel, strides, pads, self.precision)
+        if self.use_bias:
+            y = y + self.param("bias", self.bias_init, (self.features,))
+        return y.reshape(batch_shape + y.shape[1:])

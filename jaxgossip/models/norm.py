@@ -19,7 +19,7 @@ for non-IID decentralized training).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 from flax import linen as nn
@@ -29,25 +29,23 @@ __all__ = ["NORMS", "make_norm"]
 NORMS = ("batch", "group", "none")
 
 
-def make_norm(
-    norm: str, train: bool, *, groups: int = 2, name: str | None = None
-) -> Callable[[jax.Array], jax.Array]:
-  """Returns the normalization layer `x [..., C] -> [..., C]` (call inside an `nn.compact` method).
+def make_norm(norm: str, train: bool, *, groups: int = 2, name: str | None = None) -> Callable[[jax.Array], jax.Array]:
+    """Returns the normalization layer `x [..., C] -> [..., C]` (call inside an `nn.compact` method).
 
-  Args:
-    norm: "batch", "group" or "none".
-    train: BatchNorm uses batch statistics (and updates `batch_stats`, which must be passed as
-      mutable to `apply`) when True, running statistics when False. Ignored otherwise.
-    groups: number of groups for GroupNorm; must divide C.
-    name: submodule name (e.g. "bn1"), so parameter paths stay stable.
+    Args:
+      norm: "batch", "group" or "none".
+      train: BatchNorm uses batch statistics (and updates `batch_stats`, which must be passed as
+        mutable to `apply`) when True, running statistics when False. Ignored otherwise.
+      groups: number of groups for GroupNorm; must divide C.
+      name: submodule name (e.g. "bn1"), so parameter paths stay stable.
 
-  Returns:
-    A callable layer.
-  """
-  if norm == "batch":
-    return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name)
-  if norm == "group":
-    return nn.GroupNorm(num_groups=groups, epsilon=1e-5, name=name)
-  if norm == "none":
-    return lambda x: x
-  raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+    Returns:
+      A callable layer.
+    """
+    if norm == "batch":
+        return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name)
+    if norm == "group":
+        return nn.GroupNorm(num_groups=groups, epsilon=1e-5, name=name)
+    if norm == "none":
+        return lambda x: x
+    raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")

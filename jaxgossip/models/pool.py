@@ -18,18 +18,18 @@ __all__ = ["max_pool"]
 
 
 def max_pool(x: jax.Array, window: int = 2) -> jax.Array:
-  """Max over non-overlapping `window x window` patches (VALID: trailing rows/cols are dropped).
+    """Max over non-overlapping `window x window` patches (VALID: trailing rows/cols are dropped).
 
-  Args:
-    x: [..., H, W, C].
-    window: patch size (also the stride).
+    Args:
+      x: [..., H, W, C].
+      window: patch size (also the stride).
 
-  Returns:
-    [..., H // window, W // window, C], equal to
-    `flax.linen.max_pool(x, (window, window), strides=(window, window))`.
-  """
-  *batch, h, w, c = x.shape
-  ho, wo = h // window, w // window
-  x = x[..., : ho * window, : wo * window, :]
-  x = x.reshape(*batch, ho, window, wo, window, c)
-  return jnp.max(x, axis=(-4, -2))
+    Returns:
+      [..., H // window, W // window, C], equal to
+      `flax.linen.max_pool(x, (window, window), strides=(window, window))`.
+    """
+    *batch, h, w, c = x.shape
+    ho, wo = h // window, w // window
+    x = x[..., : ho * window, : wo * window, :]
+    x = x.reshape(*batch, ho, window, wo, window, c)
+    return jnp.max(x, axis=(-4, -2))

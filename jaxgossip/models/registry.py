@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from flax import linen as nn
 
@@ -15,11 +15,11 @@ __all__ = ["REGISTRY", "make_model"]
 
 
 def _mlp(num_classes: int = 10, **options) -> MLP:
-  return MLP(num_classes=num_classes, **options)
+    return MLP(num_classes=num_classes, **options)
 
 
 def _cnn(num_classes: int = 10, **options) -> CNN:
-  return CNN(num_classes=num_classes, **options)
+    return CNN(num_classes=num_classes, **options)
 
 
 REGISTRY: dict[str, Callable[..., nn.Module]] = {
@@ -33,20 +33,20 @@ REGISTRY: dict[str, Callable[..., nn.Module]] = {
 
 
 def make_model(name: str, num_classes: int = 10, **options) -> nn.Module:
-  """Builds a registered flax linen model by name.
+    """Builds a registered flax linen model by name.
 
-  Args:
-    name: one of `REGISTRY` ("mlp", "cnn", "resnet20", "resnet110", "vgg11", "vgg16").
-    num_classes: output logits.
-    **options: model attributes, e.g. `hidden=(128,)` for the MLP, or `norm="group"` and
-      `conv_impl="matmul"` for the convolutional models.
+    Args:
+      name: one of `REGISTRY` ("mlp", "cnn", "resnet20", "resnet110", "vgg11", "vgg16").
+      num_classes: output logits.
+      **options: model attributes, e.g. `hidden=(128,)` for the MLP, or `norm="group"` and
+        `conv_impl="matmul"` for the convolutional models.
 
-  Returns:
-    An `nn.Module` with pure `init(key, x)` / `apply(variables, x, train=...)`.
+    Returns:
+      An `nn.Module` with pure `init(key, x)` / `apply(variables, x, train=...)`.
 
-  Raises:
-    ValueError: unknown name (the message lists the known ones).
-  """
-  if name not in REGISTRY:
-    raise ValueError(f"unknown model name {name!r}; known models: {sorted(REGISTRY)}")
-  return REGISTRY[name](num_classes=num_classes, **options)
+    Raises:
+      ValueError: unknown name (the message lists the known ones).
+    """
+    if name not in REGISTRY:
+        raise ValueError(f"unknown model name {name!r}; known models: {sorted(REGISTRY)}")
+    return REGISTRY[name](num_classes=num_classes, **options)

@@ -34,78 +34,93 @@ _he_fan_out = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
 
 class BasicBlock(nn.Module):
-  """Two 3x3 convs with norm and ReLU plus a shortcut; x [B, H, W, C] -> [B, H/s, W/s, F]."""
+    """Two 3x3 convs with norm and ReLU plus a shortcut; x [B, H, W, C] -> [B, H/s, W/s, F]."""
 
-  features: int
-  strides: int = 1
-  norm: str = "batch"
-  norm_groups: int = 2
-  conv_impl: str = "auto"
+    features: int
+    strides: int = 1
+    norm: str = "batch"
+    norm_groups: int = 2
+    conv_impl: str = "auto"
 
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    def conv(features, kernel, strides, name):
-      return Conv(features, kernel, strides=strides, padding=kernel // 2, use_bias=False,
-                  impl=self.conv_impl, kernel_init=_he_fan_out, name=name)
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        def conv(features, kernel, strides, name):
+            return Conv(
+                features,
+                kernel,
+                strides=strides,
+                padding=kernel // 2,
+                use_bias=False,
+                impl=self.conv_impl,
+                kernel_init=_he_fan_out,
+                name=name,
+            )
 
-    def norm(name):
-      return make_norm(self.norm, train, groups=self.norm_groups, name=name)
+        def norm(name):
+            return make_norm(self.norm, train, groups=self.norm_groups, name=name)
 
-    y = nn.relu(norm("bn1")(conv(self.features, 3, self.strides, "conv1")(x)))
-    y = norm("bn2")(conv(self.features, 3, 1, "conv2")(y))
-    shortcut = x
-    if self.strides != 1 or x.shape[-1] != self.features:
-      shortcut = conv(self.features, 1, self.strides, "downsample_conv")(x)
-      shortcut = norm("downsample_bn")(shortcut)
-    return nn.relu(y + shortcut)
+        y = nn.relu(norm("bn1")(conv(self.features, 3, self.strides, "conv1")(x)))
+        y = norm("bn2")(conv(self.features, 3, 1, "conv2")(y))
+        shortcut = x
+        if self.strides != 1 or x.shape[-1] != self.features:
+            shortcut = conv(self.features, 1, self.strides, "downsample_conv")(x)
+            shortcut = norm("downsample_bn")(shortcut)
+        return nn.relu(y + shortcut)
 
 
 class ResNet(nn.Module):
-  """CIFAR ResNet of depth 6n + 2 (3 stages of n basic blocks, 16/32/64 channels).
+    """CIFAR ResNet of depth 6n + 2 (3 stages of n basic blocks, 16/32/64 channels).
 
-  Attributes:
-    depth: 20, 32, 44, 56, 110, ... (must be 6n + 2).
-    num_classes: output logits.
-    width: channels of the first stage (16 in the reference; stages use width * (1, 2, 4)).
-    norm: "batch" (default; running stats are node-local, see `jaxgossip.models.norm`),
-      "group" or "none".
-    norm_groups: groups for GroupNorm.
-    conv_impl: "auto", "lax" or "matmul"; see `jaxgossip.models.conv.resolve_conv_impl`.
+    Attributes:
+      depth: 20, 32, 44, 56, 110, ... (must be 6n + 2).
+      num_classes: output logits.
+      width: channels of the first stage (16 in the reference; stages use width * (1, 2, 4)).
+      norm: "batch" (default; running stats are node-local, see `jaxgossip.models.norm`),
+        "group" or "none".
+      norm_groups: groups for GroupNorm.
+      conv_impl: "auto", "lax" or "matmul"; see `jaxgossip.models.conv.resolve_conv_impl`.
 
-  Input: x [B, H, W, 3] (32x32 for CIFAR; any size works, pooling is global).
-  Output: logits [B, num_classes].
-  With norm="batch", call `apply(..., train=True, mutable=["batch_stats"])` for training.
-  """
+    Input: x [B, H, W, 3] (32x32 for CIFAR; any size works, pooling is global).
+    Output: logits [B, num_classes].
+    With norm="batch", call `apply(..., train=True, mutable=["batch_stats"])` for training.
+    """
 
-  depth: int = 20
-  num_classes: int = 10
-  width: int = 16
-  norm: str = "batch"
-  norm_groups: int = 2
-  conv_impl: str = "auto"
+    depth: int = 20
+    num_classes: int = 10
+    width: int = 16
+    norm: str = "batch"
+    norm_groups: int = 2
+    conv_impl: str = "auto"
 
-  @nn.compact
-  def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    if (self.depth - 2) % 6 != 0 or self.depth < 8:
-      raise ValueError(f"depth must be 6n + 2 with n >= 1, got {self.depth}")
-    blocks_per_stage = (self.depth - 2) // 6
-    x = Conv(self.width, 3, padding=1, use_bias=False, impl=self.conv_impl,
-             kernel_init=_he_fan_out, name="conv1")(x)
-    x = nn.relu(make_norm(self.norm, train, groups=self.norm_groups, name="bn1")(x))
-    for stage in range(3):
-      for block in range(blocks_per_stage):
-        strides = 2 if stage > 0 and block == 0 else 1
-        x = BasicBlock(self.width * 2**stage, strides, self.norm, self.norm_groups,
-                       self.conv_impl, name=f"layer{stage + 1}_{block}")(x, train)
-    x = jnp.mean(x, axis=(-3, -2))
-    return nn.Dense(self.num_classes, name="fc")(x)
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        if (self.depth - 2) % 6 != 0 or self.depth < 8:
+            raise ValueError(f"depth must be 6n + 2 with n >= 1, got {self.depth}")
+        blocks_per_stage = (self.depth - 2) // 6
+        x = Conv(self.width, 3, padding=1, use_bias=False, impl=self.conv_impl, kernel_init=_he_fan_out, name="conv1")(
+            x
+        )
+        x = nn.relu(make_norm(self.norm, train, groups=self.norm_groups, name="bn1")(x))
+        for stage in range(3):
+            for block in range(blocks_per_stage):
+                strides = 2 if stage > 0 and block == 0 else 1
+                x = BasicBlock(
+                    self.width * 2**stage,
+                    strides,
+                    self.norm,
+                    self.norm_groups,
+                    self.conv_impl,
+                    name=f"layer{stage + 1}_{block}",
+                )(x, train)
+        x = jnp.mean(x, axis=(-3, -2))
+        return nn.Dense(self.num_classes, name="fc")(x)
 
 
 def resnet20(num_classes: int = 10, **options) -> ResNet:
-  """ResNet-20 (Choco/PowerGossip variant; 272,474 parameters for 10 classes). See `ResNet`."""
-  return ResNet(depth=20, num_classes=num_classes, **options)
+    """ResNet-20 (Choco/PowerGossip variant; 272,474 parameters for 10 classes). See `ResNet`."""
+    return ResNet(depth=20, num_classes=num_classes, **options)
 
 
 def resnet110(num_classes: int = 10, **options) -> ResNet:
-  """ResNet-110 (18 blocks per stage; 1,730,714 parameters for 10 classes). See `ResNet`."""
-  return ResNet(depth=110, num_classes=num_classes, **options)
+    """ResNet-110 (18 blocks per stage; 1,730,714 parameters for 10 classes). See `ResNet`."""
+    return ResNet(depth=110, num_classes=num_classes, **options)
