@@ -1,0 +1,15 @@
+"""Sparse-Push CIFAR-10 recipe: ``sparse_push_1pct``, vgg11, 16 nodes (see sparsepush_cifar10.py); the partition is
+an override: --partition=iid (default), skew:0.8 or dirichlet:0.1.
+
+    jaxgossip train --config experiments/configs/sparsepush_cifar10_vgg11_n16_sparse_push_1pct.py --data_dir=DIR --partition=skew:0.8 \\
+        --out runs/sparsepush_cifar10_vgg11_n16_sparse_push_1pct_skew08
+"""
+
+import os
+import runpy
+
+_BASE = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparsepush_cifar10.py"))
+
+
+def get_config() -> dict:
+    return _BASE["get_config"]("vgg11", 16, "sparse_push_1pct")
