@@ -12,6 +12,7 @@ from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.power_gossip import _from_matrix, _to_matrix, power_gossip
 from jaxgossip.consensus import run_consensus
+from jaxgossip.mixing import consensus_distance
 
 RTOL, ATOL = 1e-4, 2e-5
 
@@ -111,7 +112,7 @@ def reference(
                 sent += leaf[0].size
         for j in range(num_iterations):
             t = rnd * num_iterations + j
-            if skip_first_round and t == 0:
+            if skip_first_round and rnd == 0:  # the reference's loop breaks at t = 0: no exchange in round 0
                 continue
             if not warm_start:  # one packed draw per pair: all V's (odd t) or all U's (even t)
                 dims = [(state0.v if t % 2 == 1 else state0.u)[k].shape[1:] for k in range(len(mat_ids))]
@@ -331,8 +332,9 @@ def test_resnet20_bits_per_epoch(num_iterations, megabytes):
         per_epoch.append(float(np.sum(np.asarray(bits), dtype=np.float64)) / 8 / 8 / 1e6)  # MB per worker
     # Steady state: epochs 2 and 3 contain equally many right and left steps on average.
     np.testing.assert_allclose(np.mean(per_epoch[1:]), megabytes, rtol=0.01)
-    # Epoch 1 lacks the compressed exchange of t = 0 (a left step of 5,755 floats for even I).
-    floats_per_neighbour = {1: 24 * 794 + 24 * 5755 + 49 * 1578, 2: 49 * 794 + 48 * 5755 + 49 * 1578}
+    # Epoch 1 lacks the compressed exchanges of round 0 (t = 0 .. I-1): for I = 1 one left step of
+    # 5,755 floats; for I = 2 also the right step t = 1 (794 floats).
+    floats_per_neighbour = {1: 24 * 794 + 24 * 5755 + 49 * 1578, 2: 48 * 794 + 48 * 5755 + 49 * 1578}
     np.testing.assert_allclose(per_epoch[0], floats_per_neighbour[num_iterations] * 4 * 2 / 1e6, rtol=1e-6)
 
 
@@ -477,3 +479,19 @@ def test_flax_kernel_view_matches_transpose_formulation(rng, name, rank, num_ite
         assert got.shape == want.shape
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
     np.testing.assert_array_equal(bits, ref_bits)
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2, 3])
+def test_identical_first_round_does_not_kill_warm_start(rng, num_iterations):
+    """Training starts from identical models: round 0 must not store a zero product as the
+    warm-start basis (which would silence the edges for good); later differences still converge."""
+    topo = tp.ring(8)
+    alg = power_gossip(topo, rank=1, num_iterations=num_iterations, gamma=1.308)
+    same = {"w": jnp.broadcast_to(jnp.asarray(rng.normal(size=(6, 5)), jnp.float32), (8, 6, 5))}
+    step = jax.jit(alg.step)
+    x, state, _ = step(same, alg.init(same), jax.random.key(0))
+    x = {"w": jnp.asarray(rng.normal(size=(8, 6, 5)), jnp.float32)}  # the nodes drift apart
+    start = float(consensus_distance(x))
+    for _ in range(300):
+        x, state, _ = step(x, state, jax.random.key(0))
+    assert float(consensus_distance(x)) < 1e-4 * start

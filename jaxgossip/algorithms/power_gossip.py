@@ -315,9 +315,11 @@ def power_gossip(
     ``orth`` is column-wise Gram-Schmidt with columns scaled ``c / (||c|| + 1e-8)``. The gossip
     iteration counter is global, ``t = count * I + j`` for iteration ``j < I`` of round ``count``,
     and the I iterations of one round run sequentially (each on the X left by the previous one).
-    With ``skip_first_round`` the iteration ``t = 0`` exchanges nothing (the reference assumes
-    identical initial models), so the first exchange is a right step for odd I, a left step for
-    even I. The product is stored *unnormalised* as the next basis; the used basis stays in its
+    With ``skip_first_round`` the first round (iterations ``t = 0 .. I-1``) exchanges nothing for
+    matrix leaves (the reference's loop breaks at ``t = 0``; it assumes identical initial models),
+    so the first exchange is ``t = I``: a right step for odd I, a left step for even I. (Doing
+    ``t = 1 .. I-1`` in round 0 instead would, with identical models, store a zero product as the
+    warm-start basis and silence that edge for good.) The product is stored *unnormalised* as the next basis; the used basis stays in its
     buffer in orthonormalised form. With ``R = m = n`` the projection is the identity and a
     square leaf follows exact gossip with relaxation ``gamma``.
 
@@ -483,7 +485,9 @@ def power_gossip(
                 t = state.count * num_iterations + j
                 branch = jnp.where(t % 2 == 1, 1, 2)
                 if skip_first_round:
-                    branch = jnp.where(t == 0, 0, branch)
+                    # The reference's iteration loop breaks at t = 0, which ends the whole first
+                    # round: no iteration of round 0 exchanges (ALGORITHMS.md 2.2).
+                    branch = jnp.where(state.count == 0, 0, branch)
                 branches = [
                     lambda *c: c,
                     lambda *c: exchange("right", t, *c),
@@ -512,7 +516,7 @@ def power_gossip(
         left = float(sum(r * n * value_bits(i) for i, m, n, r in matrices))
         dense = float(sum(int(np.prod(jnp.shape(leaves[i])[1:], dtype=np.int64)) * value_bits(i) for i in vectors))
         t = count * num_iterations + jnp.arange(num_iterations)
-        exchanged = jnp.ones_like(t, bool) if not skip_first_round else t != 0
+        exchanged = jnp.ones_like(t, bool) if not skip_first_round else jnp.broadcast_to(count != 0, t.shape)
         num_right = jnp.sum(exchanged & (t % 2 == 1)).astype(jnp.float32)
         num_left = jnp.sum(exchanged & (t % 2 == 0)).astype(jnp.float32)
         degree = host.degree[0] if period == 1 else jnp.asarray(host.degree)[count % period]
