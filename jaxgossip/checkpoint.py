@@ -26,6 +26,7 @@ class CheckpointError(ValueError):
 
 
 def exists(ckpt_dir: str) -> bool:
+    """Whether ``ckpt_dir`` holds a complete checkpoint (its meta.json is written last)."""
     return os.path.exists(os.path.join(ckpt_dir, "meta.json"))
 
 

@@ -294,6 +294,7 @@ def _sweep(args, overrides) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``jaxgossip`` console script; returns the exit status (2 on bad input)."""
     parser = argparse.ArgumentParser(prog="jaxgossip", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (

@@ -63,6 +63,7 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
 
 
 def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
+    """Raises ValueError unless every W(t) has rows and columns summing to 1 (mean-preserving)."""
     if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
     if not topology.is_doubly_stochastic:
@@ -74,6 +75,7 @@ def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
 
 
 def require_column_stochastic(topology: Topology, algorithm: str) -> None:
+    """Raises ValueError unless every W(t) has columns summing to 1 (mass-preserving push-sum)."""
     if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
     if not topology.is_column_stochastic:

@@ -355,7 +355,7 @@ def power_gossip(
         float or array (sweepable). 1.308 is the 8-ring optimum used in the paper.
       warm_start: reuse the last product as the next basis (True, the method) or draw a fresh
         random basis before each iteration (False, the paper's "rand" ablation).
-      skip_first_round: no compressed exchange at iteration ``t = 0`` (True, the reference code);
+      skip_first_round: no compressed exchange in round 0 (True, the reference code);
         False exchanges from the start (a left half-step on the random U).
       vector_gamma: relaxation > 0 of the exact gossip on 1-D leaves. The reference uses the
         default 1.0 there whatever ``gamma`` is (ALGORITHMS.md 10.1); pass ``vector_gamma=gamma``
