@@ -737,18 +737,22 @@ def optimal_gamma(topo: Topology) -> float:
 
 # ---- by name ------------------------------------------------------------------------------------
 
-_BY_NAME = (
-    "ring",
-    "directed_ring",
-    "torus",
-    "hypercube",
-    "exponential",
-    "one_peer_exponential",
-    "complete",
-    "star",
-    "erdos_renyi",
-    "random_directed",
-)
+# Constructors reachable by name from configs (from_adjacency / from_matrix need arrays).
+_BY_NAME = {
+    fn.__name__: fn
+    for fn in (
+        ring,
+        directed_ring,
+        torus,
+        hypercube,
+        exponential,
+        one_peer_exponential,
+        complete,
+        star,
+        erdos_renyi,
+        random_directed,
+    )
+}
 
 
 def _near_square(n: int) -> tuple[int, int]:
@@ -787,4 +791,4 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
         return (erdos_renyi if name == "erdos_renyi" else random_directed)(num_nodes, p, seed)
     if arg:
         raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
-    return globals()[name](num_nodes)
+    return _BY_NAME[name](num_nodes)
