@@ -78,13 +78,15 @@ def plot_consensus(
     for name, (error, bits) in curves.items():
         error = np.asarray(error, dtype=float)
         ax1.plot(np.arange(error.size), error, label=name)
-        ax2.plot(np.asarray(bits, dtype=float) / bits_unit, error, label=name)
+        sent = np.asarray(bits, dtype=float) / bits_unit
+        keep = sent > 0  # a log axis; rounds before the first bit sent have nothing to show
+        ax2.plot(sent[keep], error[keep], label=name)
     for ax, xlabel in ((ax1, "rounds"), (ax2, "MB sent (all nodes)" if bits_unit == 8e6 else "bits")):
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("consensus error")
         ax.grid(alpha=0.3)
-    ax2.set_xscale("symlog")
+    ax2.set_xscale("log")
     ax1.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
