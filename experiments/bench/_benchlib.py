@@ -1,0 +1,84 @@
+"""Helpers shared by the benchmark-suite scripts: machine description, timing, XLA analyses."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+
+
+def machine_info() -> dict:
+    """Machine, JAX version and date (the header every suite result carries)."""
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    devices = jax.devices()
+    return {
+        "platform": platform.platform(),
+        "cpu_model": cpu,
+        "nproc": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d.device_kind) for d in devices],
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def header_line(info: dict) -> str:
+    return (
+        f"machine: {info['cpu_model']}, nproc={info['nproc']}, backend={info['backend']} "
+        f"({', '.join(sorted(set(info['devices'])))}), JAX {info['jax_version']}, {info['date']}, "
+        f"load average {info['load_average']}"
+    )
+
+
+def median_seconds(fn: Callable[[], object], reps: int) -> float:
+    """Median wall time of ``reps`` calls of ``fn`` (results blocked on)."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compiled_bytes(compiled) -> float | None:
+    """Peak-memory estimate of a compiled executable: arguments + outputs + temporaries - aliased
+    (XLA's ``memory_analysis``); None where the backend does not report it."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not implemented on every backend
+        return None
+    if m is None:
+        return None
+    return float(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes)
+
+
+def compiled_flops(compiled) -> float | None:
+    """FLOPs of one call of a compiled executable from XLA's ``cost_analysis`` (None if absent)."""
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001
+        return None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    if not cost:
+        return None
+    flops = float(cost.get("flops", 0.0))
+    return flops or None
+
+
+def tree_bytes(tree) -> int:
+    return int(sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(tree) if hasattr(leaf, "nbytes")))
