@@ -44,6 +44,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import resnet20_shapes  # noqa: E402
 
 import jaxgossip as jg
 from jaxgossip import topology as T
@@ -58,28 +59,6 @@ GB = 1e9
 # ---- parameter pytrees ----------------------------------------------------------------------------
 
 
-def resnet20_shapes(num_classes: int = 10) -> dict:
-    """ResNet-20 (CIFAR, 1x1-conv shortcut + BN on the downsampling blocks) in flax layout."""
-    tree = {"conv1": {"kernel": (3, 3, 3, 16)}, "bn1": {"scale": (16,), "bias": (16,)}}
-    c_in = 16
-    for stage, width in enumerate((16, 32, 64), start=1):
-        for block in range(3):
-            name = f"layer{stage}_{block}"
-            blk = {
-                "conv1": {"kernel": (3, 3, c_in, width)},
-                "bn1": {"scale": (width,), "bias": (width,)},
-                "conv2": {"kernel": (3, 3, width, width)},
-                "bn2": {"scale": (width,), "bias": (width,)},
-            }
-            if c_in != width:
-                blk["shortcut_conv"] = {"kernel": (1, 1, c_in, width)}
-                blk["shortcut_bn"] = {"scale": (width,), "bias": (width,)}
-            tree[name] = blk
-            c_in = width
-    tree["fc"] = {"kernel": (64, num_classes), "bias": (num_classes,)}
-    return tree
-
-
 def is_shape(x) -> bool:
     return isinstance(x, tuple) and all(isinstance(d, int) for d in x)
 
@@ -89,15 +68,15 @@ def param_specs(kind: str, num_nodes: int):
         shapes = resnet20_shapes()
     else:
         shapes = {"w": (1000, 1000)}
-    return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct((num_nodes,) + s, jnp.float32), shapes,
-                                  is_leaf=is_shape)
+    return jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct((num_nodes,) + s, jnp.float32), shapes, is_leaf=is_shape
+    )
 
 
 def make_params(specs, seed: int = 0):
     leaves, treedef = jax.tree_util.tree_flatten(specs)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree_util.tree_unflatten(
-        treedef, [jax.random.normal(k, s.shape, s.dtype) for k, s in zip(keys, leaves)])
+    return jax.tree_util.tree_unflatten(treedef, [jax.random.normal(k, s.shape, s.dtype) for k, s in zip(keys, leaves)])
 
 
 # ---- algorithms -----------------------------------------------------------------------------------
@@ -259,8 +238,9 @@ def main() -> None:
     parser.add_argument("--slow-s", type=float, default=8.0, help="calls slower than this get 2 repetitions")
     parser.add_argument("--tag", default=None, help="suffix of the output files (default: 'quick' with --quick)")
     parser.add_argument("--no-topk", action="store_true", help="skip the top-k alternatives table")
-    parser.add_argument("--only-topk", action="store_true", help="only the top-k alternatives table (mix rounds "
-                        "timed for the ratio)")
+    parser.add_argument(
+        "--only-topk", action="store_true", help="only the top-k alternatives table (mix rounds timed for the ratio)"
+    )
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     nodes = args.nodes or ([16, 64] if args.quick else [16, 64, 256])
@@ -287,17 +267,28 @@ def main() -> None:
                 print(f"{kind} N={n} D={d}: mix on {topo.name}: {sec * 1e3:.2f} ms/round ({note})", flush=True)
             for name, (tkind, alg) in ({} if args.only_topk else algorithms(kind, ring, opexp)).items():
                 sec, need, note = time_alg(alg, specs, args.rounds, reps, max_bytes, args.slow_s)
-                row = {"kind": kind, "N": n, "D": d, "algorithm": name, "topology": tkind,
-                       "mix_ms": None if base[tkind] is None else base[tkind] * 1e3,
-                       "ms": None if sec is None else sec * 1e3, "mem_GB": need / GB, "note": note}
+                row = {
+                    "kind": kind,
+                    "N": n,
+                    "D": d,
+                    "algorithm": name,
+                    "topology": tkind,
+                    "mix_ms": None if base[tkind] is None else base[tkind] * 1e3,
+                    "ms": None if sec is None else sec * 1e3,
+                    "mem_GB": need / GB,
+                    "note": note,
+                }
                 row["ratio"] = None if sec is None or base[tkind] is None else sec / base[tkind]
                 rows.append(row)
                 if sec is None:
                     skipped.append(f"{kind} N={n} {name}: {note}")
                     print(f"   {name:18s} {note}", flush=True)
                 else:
-                    print(f"   {name:18s} {sec * 1e3:10.2f} ms/round  ratio {row['ratio']:7.2f}  "
-                          f"(est. {need / GB:.2f} GB, {note})", flush=True)
+                    print(
+                        f"   {name:18s} {sec * 1e3:10.2f} ms/round  ratio {row['ratio']:7.2f}  "
+                        f"(est. {need / GB:.2f} GB, {note})",
+                        flush=True,
+                    )
 
     topk_rows = []
     if not args.no_topk:
@@ -310,13 +301,21 @@ def main() -> None:
             for name, sel in SELECTORS.items():
                 sec, kept = time_selector(sel, params, 0.01, reps)
                 vs = None if ring_ms is None else sec * 1e3 / ring_ms
-                topk_rows.append({"kind": kind, "N": n, "selector": name, "ms": sec * 1e3, "kept_entries": kept,
-                                  "vs_mix_ring": vs})
-                print(f"top-1% selection {kind} N={n} {name:28s} {sec * 1e3:9.2f} ms  kept {kept}  "
-                      f"(x{vs if vs is not None else float('nan'):.2f} of a ring mix round)", flush=True)
+                topk_rows.append(
+                    {"kind": kind, "N": n, "selector": name, "ms": sec * 1e3, "kept_entries": kept, "vs_mix_ring": vs}
+                )
+                print(
+                    f"top-1% selection {kind} N={n} {name:28s} {sec * 1e3:9.2f} ms  kept {kept}  "
+                    f"(x{vs if vs is not None else float('nan'):.2f} of a ring mix round)",
+                    flush=True,
+                )
             del params
 
-    lines = ["| params | N | mix ms (ring / one-peer exp) | " + " | ".join(algorithms("resnet20", T.ring(4), T.one_peer_exponential(4))) + " |"]
+    lines = [
+        "| params | N | mix ms (ring / one-peer exp) | "
+        + " | ".join(algorithms("resnet20", T.ring(4), T.one_peer_exponential(4)))
+        + " |"
+    ]
     lines.append("|" + "---|" * (3 + 8))
     for kind in args.kinds:
         for n in nodes:
@@ -327,8 +326,10 @@ def main() -> None:
             cells = ["skipped (mem)" if r["ratio"] is None else f"{r['ratio']:.2f}x" for r in sub]
             lines.append(f"| {kind} | {n} | {ring_ms:.2f} / {op_ms:.2f} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
-    lines2 = ["| params | N | selector (top-1 % of every leaf, all nodes) | ms | x ring mix round | kept entries |",
-              "|---|---|---|---|---|---|"]
+    lines2 = [
+        "| params | N | selector (top-1 % of every leaf, all nodes) | ms | x ring mix round | kept entries |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in topk_rows:
         vs = "-" if r["vs_mix_ring"] is None else f"{r['vs_mix_ring']:.2f}"
         lines2.append(f"| {r['kind']} | {r['N']} | {r['selector']} | {r['ms']:.2f} | {vs} | {r['kept_entries']} |")
@@ -341,11 +342,18 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     suffix = f"_{args.tag}" if args.tag else ("_quick" if args.quick else "")
     with open(os.path.join(args.out, f"bench_communication{suffix}.json"), "w") as f:
-        json.dump({"machine": info, "settings": {"rounds_per_call": args.rounds, "reps": reps, "max_gb": args.max_gb,
-                                                 "nodes": nodes},
-                   "mix_ms": [{"kind": k, "N": n, "topology": t, "ms": v} for (k, n, t), v in mix_ms.items()],
-                   "rows": rows, "skipped": skipped,
-                   "topk_alternatives": topk_rows}, f, indent=1)
+        json.dump(
+            {
+                "machine": info,
+                "settings": {"rounds_per_call": args.rounds, "reps": reps, "max_gb": args.max_gb, "nodes": nodes},
+                "mix_ms": [{"kind": k, "N": n, "topology": t, "ms": v} for (k, n, t), v in mix_ms.items()],
+                "rows": rows,
+                "skipped": skipped,
+                "topk_alternatives": topk_rows,
+            },
+            f,
+            indent=1,
+        )
     with open(os.path.join(args.out, f"bench_communication{suffix}.md"), "w") as f:
         f.write(table + "\n\n" + table2 + "\n")
 

@@ -34,30 +34,19 @@ import argparse
 import dataclasses
 import datetime
 import os
-import platform
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import cpu_model  # noqa: E402
 
 import jaxgossip as jg
 from jaxgossip import topology as T
 
 BYTES = 4  # float32
 MAX_ARRAY_BYTES = 2 * 1024**3  # skip [N, D] float32 arrays above ~2 GB (mix needs ~3x that in RAM)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def time_fn(fn, args_for_rep, reps: int) -> float:
@@ -74,7 +63,6 @@ def time_fn(fn, args_for_rep, reps: int) -> float:
 
 def make_x(n: int, d: int) -> jax.Array:
     return jax.jit(lambda key: jax.random.normal(key, (n, d), jnp.float32))(jax.random.key(0))
-
 
 
 def rounds_for(size_bytes: int, mode: str) -> int:

@@ -35,6 +35,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import resnet20_shapes  # noqa: E402
 
 import jaxgossip as jg
 from jaxgossip import topology as tp
@@ -45,27 +46,6 @@ HIGHEST = jax.lax.Precision.HIGHEST
 
 
 # ---- table 1: one round on a ResNet-20 shaped pytree ---------------------------------------------
-
-
-def resnet20_shapes(num_classes: int = 10) -> dict:
-    """Node shapes of ResNet-20 (CIFAR; 1x1-conv + BN shortcut on downsampling blocks), flax layout."""
-    tree = {"conv1": {"kernel": (3, 3, 3, 16)}, "bn1": {"scale": (16,), "bias": (16,)}}
-    c_in = 16
-    for stage, width in enumerate((16, 32, 64), start=1):
-        for block in range(3):
-            blk = {
-                "conv1": {"kernel": (3, 3, c_in, width)},
-                "bn1": {"scale": (width,), "bias": (width,)},
-                "conv2": {"kernel": (3, 3, width, width)},
-                "bn2": {"scale": (width,), "bias": (width,)},
-            }
-            if c_in != width:
-                blk["shortcut_conv"] = {"kernel": (1, 1, c_in, width)}
-                blk["shortcut_bn"] = {"scale": (width,), "bias": (width,)}
-            tree[f"layer{stage}_{block}"] = blk
-            c_in = width
-    tree["fc"] = {"kernel": (64, num_classes), "bias": (num_classes,)}
-    return tree
 
 
 def make_params(num_nodes: int, seed: int = 0) -> dict:
@@ -213,8 +193,12 @@ def kernel_table(topologies, shapes, reps: int) -> None:
                 outs.append(out)
                 cells += [f"{mem.temp_size_in_bytes / 1e6:.1f}", f"{statistics.median(times) * 1e3:.1f}"]
             err = float(jnp.abs(outs[0][0] - outs[1][0]).max())
-            print(f"| {topo.name} | {num_pairs} | {m} x {nn} | {r} | {x.nbytes / 1e6:.1f} | " + " | ".join(cells)
-                  + f" | {err:.1e} |", flush=True)
+            print(
+                f"| {topo.name} | {num_pairs} | {m} x {nn} | {r} | {x.nbytes / 1e6:.1f} | "
+                + " | ".join(cells)
+                + f" | {err:.1e} |",
+                flush=True,
+            )
     print()
 
 

@@ -44,13 +44,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import sys
 import time
 from functools import partial
 
 import jax
+from _common import cpu_model  # noqa: E402
 
 # Must run before anything touches the backend, hence read from argv by hand (--cpu-devices=K form).
 _CPU_DEVICES = 2
@@ -73,15 +73,7 @@ EVAL = 16
 
 
 def machine_info() -> str:
-    model = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = cpu_model()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
         f"date {datetime.datetime.now().isoformat(timespec='minutes')} | nproc {os.cpu_count()} | CPU {model} | "
@@ -103,8 +95,10 @@ def machine_ceiling() -> str:
             jax.block_until_ready(fn(arg))
             ts.append(time.perf_counter() - start)
         out[name] = statistics.median(ts)
-    return (f"1024^3 f32 matmul {2 * 1024**3 / out['mm'] / 1e9:.0f} GFLOP/s; 64 MiB read+write "
-            f"{2 * v.nbytes / out['ax'] / 1e9:.1f} GB/s (medians of 5)")
+    return (
+        f"1024^3 f32 matmul {2 * 1024**3 / out['mm'] / 1e9:.0f} GFLOP/s; 64 MiB read+write "
+        f"{2 * v.nbytes / out['ax'] / 1e9:.1f} GB/s (medians of 5)"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,8 +217,14 @@ def loops(config: TrainConfig, dataset, vec_state, built) -> dict:
         flops = float(cost.get("flops", 0.0)) or None
     except Exception:  # cost analysis is best-effort
         pass
-    return {"1xN": n_single, "loop": simulator, "np-gossip": partial(np_gossip, params), "flops": flops,
-            "step": step, "optimizer": optimizer}
+    return {
+        "1xN": n_single,
+        "loop": simulator,
+        "np-gossip": partial(np_gossip, params),
+        "flops": flops,
+        "step": step,
+        "optimizer": optimizer,
+    }
 
 
 def breakdown(config: TrainConfig, built, state, step, optimizer) -> dict:
@@ -353,12 +353,26 @@ def run_case(case: dict, log) -> list[dict]:
     rows = []
     for name, (kind, impl, impl_rounds) in meta.items():
         med, lo, hi, count = res[name]
-        row = dict(model=model, n=n, name=name, kind=kind, impl=impl, ms=1e3 * med, reps=count,
-                   spread=(1e3 * lo, 1e3 * hi), flops=flops.get(impl))
+        row = dict(
+            model=model,
+            n=n,
+            name=name,
+            kind=kind,
+            impl=impl,
+            ms=1e3 * med,
+            reps=count,
+            spread=(1e3 * lo, 1e3 * hi),
+            flops=flops.get(impl),
+        )
         if kind == "a":
             ev = res["eval " + name][0]
-            row.update(ms=1e3 * (med - ev) / impl_rounds, chunk_ms=1e3 * med, eval_ms=1e3 * ev, rounds=impl_rounds,
-                       compile_s=compile_s[name])
+            row.update(
+                ms=1e3 * (med - ev) / impl_rounds,
+                chunk_ms=1e3 * med,
+                eval_ms=1e3 * ev,
+                rounds=impl_rounds,
+                compile_s=compile_s[name],
+            )
         rows.append(row)
     return rows
 
@@ -372,8 +386,10 @@ def print_table(rows, log):
         single = {r["impl"]: r["ms"] for r in rs if r["kind"] == "b"}
         best_loop = min(loop.values())
         log(f"\n{model.upper()} N={n}, B={BATCH}: ms per round (median); speedup = loop ms / variant ms")
-        log(f"  {'variant':<28}{'ms/round':>10}{'vs loop':>9}{'vs best':>9}{'/ 1xN':>8}{'GFLOP/s':>9}"
-            f"{'reps':>5}   chunk ms (R), eval ms")
+        log(
+            f"  {'variant':<28}{'ms/round':>10}{'vs loop':>9}{'vs best':>9}{'/ 1xN':>8}{'GFLOP/s':>9}"
+            f"{'reps':>5}   chunk ms (R), eval ms"
+        )
         for r in rs:
             impl, fl = r["impl"], r["flops"]
             compute = r["name"].split("/")[0] in ("1xN", "loop", "vmap-step") or r["kind"] == "a"
@@ -384,12 +400,16 @@ def print_table(rows, log):
             extra = f"   {r['chunk_ms']:.0f} ({r['rounds']}), {r['eval_ms']:.1f}" if r["kind"] == "a" else ""
             same = f"{loop[impl] / r['ms']:8.2f}x" if impl in loop else f"{'-':>9}"
             ones = single.get(impl, min(single.values()))  # no same-impl 1xN: the fastest one
-            log(f"  {r['name']:<28}{r['ms']:10.1f}{same}{best_loop / r['ms']:8.2f}x"
-                f"{r['ms'] / ones:7.2f}x{gf}{r['reps']:>5}{extra}")
+            log(
+                f"  {r['name']:<28}{r['ms']:10.1f}{same}{best_loop / r['ms']:8.2f}x"
+                f"{r['ms'] / ones:7.2f}x{gf}{r['reps']:>5}{extra}"
+            )
         fl = {r["impl"]: r["flops"] for r in rs if r["flops"]}
         if fl:
-            log("  one node's step (XLA cost analysis): "
-                + ", ".join(f"{impl or model} {f / 1e9:.3f} GFLOP" for impl, f in fl.items()))
+            log(
+                "  one node's step (XLA cost analysis): "
+                + ", ".join(f"{impl or model} {f / 1e9:.3f} GFLOP" for impl, f in fl.items())
+            )
 
 
 def check_targets(rows, log):
@@ -405,14 +425,18 @@ def check_targets(rows, log):
             log(f"  {model} N={n}: not measured")
             continue
         speed = loop["ms"] / vec["ms"]
-        log(f"  {model} N={n} >= {factor:g}x faster than the per-node loop: {speed:.2f}x ({vec['name']} "
-            f"{vec['ms']:.1f} ms vs {loop['name']} {loop['ms']:.1f} ms) -> {'HOLDS' if speed >= factor else 'MISSED'}")
+        log(
+            f"  {model} N={n} >= {factor:g}x faster than the per-node loop: {speed:.2f}x ({vec['name']} "
+            f"{vec['ms']:.1f} ms vs {loop['name']} {loop['ms']:.1f} ms) -> {'HOLDS' if speed >= factor else 'MISSED'}"
+        )
     for model, n in sorted({(r["model"], r["n"]) for r in rows}):
         vec, single = best(model, n, "a"), best(model, n, "b")
         if vec and single:
             ratio = vec["ms"] / single["ms"]
-            log(f"  {model} N={n} vectorized <= 1.0x N single steps: {ratio:.2f}x ({vec['name']} {vec['ms']:.1f} ms vs "
-                f"{single['name']} {single['ms']:.1f} ms) -> {'HOLDS' if ratio <= 1.0 else 'MISSED'}")
+            log(
+                f"  {model} N={n} vectorized <= 1.0x N single steps: {ratio:.2f}x ({vec['name']} {vec['ms']:.1f} ms vs "
+                f"{single['name']} {single['ms']:.1f} ms) -> {'HOLDS' if ratio <= 1.0 else 'MISSED'}"
+            )
 
 
 def plan(quick: bool, full: bool, two_devices: bool) -> list[dict]:
@@ -422,32 +446,66 @@ def plan(quick: bool, full: bool, two_devices: bool) -> list[dict]:
     lax_vec = grid if full else [(None, 1)]  # lax conv in the trainer: 17-45 s/round at N=16
     if quick:
         return [
-            dict(model="cnn", n=16, impls=["lax", "matmul"], vec={"matmul": grid + [(1, 1)]}, rounds=1, reps=2,
-                 breakdown=False),
+            dict(
+                model="cnn",
+                n=16,
+                impls=["lax", "matmul"],
+                vec={"matmul": grid + [(1, 1)]},
+                rounds=1,
+                reps=2,
+                breakdown=False,
+            ),
             dict(model="mlp", n=64, impls=[None], vec={None: grid + [(1, 1)]}, rounds=4, reps=2, breakdown=True),
         ]
     return [
-        dict(model="cnn", n=16, impls=["lax", "matmul"], vec={"lax": lax_vec, "matmul": grid + [(1, 1)]},
-             rounds=2, rounds_by_impl={"lax": 1}, reps=3, breakdown=True),
+        dict(
+            model="cnn",
+            n=16,
+            impls=["lax", "matmul"],
+            vec={"lax": lax_vec, "matmul": grid + [(1, 1)]},
+            rounds=2,
+            rounds_by_impl={"lax": 1},
+            reps=3,
+            breakdown=True,
+        ),
         dict(model="mlp", n=16, impls=[None], vec={None: grid + [(1, 1)]}, rounds=8, reps=4, breakdown=True),
         dict(model="mlp", n=64, impls=[None], vec={None: grid + [(1, 1)]}, rounds=8, reps=4, breakdown=True),
         # N=64 CNN: the per-node baselines with the faster (lax) conv; the trainer with matmul convs.
-        dict(model="cnn", n=64, impls=["lax", "matmul"], vec={"matmul": [(None, 1), (4, 1), (1, 1)]},
-             loops_for={"lax"}, rounds=1, reps=2, breakdown=False),
+        dict(
+            model="cnn",
+            n=64,
+            impls=["lax", "matmul"],
+            vec={"matmul": [(None, 1), (4, 1), (1, 1)]},
+            loops_for={"lax"},
+            rounds=1,
+            reps=2,
+            breakdown=False,
+        ),
     ]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="CNN N=16 (without the lax trainer) and MLP N=64, fewer reps (~3 min)")
-    parser.add_argument("--full", action="store_true",
-                        help="also time the trainer with conv_impl=lax for node_batch=4 and 2 devices (+~4 min)")
-    parser.add_argument("--cpu-devices", type=int, default=_CPU_DEVICES,
-                        help="CPU devices to create (read before jax starts); 2 on the 2-core box")
+    parser.add_argument(
+        "--quick", action="store_true", help="CNN N=16 (without the lax trainer) and MLP N=64, fewer reps (~3 min)"
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also time the trainer with conv_impl=lax for node_batch=4 and 2 devices (+~4 min)",
+    )
+    parser.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=_CPU_DEVICES,
+        help="CPU devices to create (read before jax starts); 2 on the 2-core box",
+    )
     parser.add_argument("--only", default=None, help="comma list of model:N cases to run, e.g. mlp:64")
-    parser.add_argument("--conv-in-loop", action="store_true",
-                        help="only time one lax convolution and its gradients inside vs outside a loop (~10 s)")
+    parser.add_argument(
+        "--conv-in-loop",
+        action="store_true",
+        help="only time one lax convolution and its gradients inside vs outside a loop (~10 s)",
+    )
     args = parser.parse_args()
 
     def log(msg):

@@ -107,8 +107,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="400 rounds instead of 2000")
     parser.add_argument("--dim", type=int, default=50, help="each node holds a dim x dim matrix")
-    parser.add_argument("--graphs", choices=("two", "all"), default="two",
-                        help="'two': one-peer exponential and random_directed; 'all' adds the random schedule")
+    parser.add_argument(
+        "--graphs",
+        choices=("two", "all"),
+        default="two",
+        help="'two': one-peer exponential and random_directed; 'all' adds the random schedule",
+    )
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--num-gammas", type=int, default=12)
     parser.add_argument("--p", type=float, default=0.2, help="arc probability of the random digraphs")
@@ -122,19 +126,32 @@ def main() -> None:
     target = jg.node_mean(x0)
     key = jax.random.key(0)
     info = machine_info()
-    print(f"{info}\n{n} nodes, {shape} N(0,1) per node, {num_steps} rounds, gamma grid {gammas.min():g}..{gammas.max():g} "
-          f"({len(gammas)} values)")
+    print(
+        f"{info}\n{n} nodes, {shape} N(0,1) per node, {num_steps} rounds, gamma grid {gammas.min():g}..{gammas.max():g} "
+        f"({len(gammas)} values)"
+    )
     os.makedirs(args.out, exist_ok=True)
 
-    out = {"machine": info, "setting": {
-        "num_nodes": n, "values": f"[{n}, {args.dim}, {args.dim}] N(0,1), node i from fold_in(key({args.seed}), i)",
-        "num_steps": num_steps, "gamma_grid": gammas.tolist(), "densities": list(DENSITIES),
-        "scsp": {"target_residual": 0.05, "max_boost": 4}, "merge_rounds": MERGE_ROUNDS,
-        "error": "(1/N) sum_i ||x_i / w_i - mean(x0)||_F^2"}, "graphs": {}}
+    out = {
+        "machine": info,
+        "setting": {
+            "num_nodes": n,
+            "values": f"[{n}, {args.dim}, {args.dim}] N(0,1), node i from fold_in(key({args.seed}), i)",
+            "num_steps": num_steps,
+            "gamma_grid": gammas.tolist(),
+            "densities": list(DENSITIES),
+            "scsp": {"target_residual": 0.05, "max_boost": 4},
+            "merge_rounds": MERGE_ROUNDS,
+            "error": "(1/N) sum_i ||x_i / w_i - mean(x0)||_F^2",
+        },
+        "graphs": {},
+    }
     md = []
     for gname, topo in graphs(n, args.p, args.graphs).items():
-        print(f"\n== {topo.name}: period {topo.period}, doubly stochastic {topo.is_doubly_stochastic}, "
-              f"out-degree range {int(topo.out_degree.min())}..{int(topo.out_degree.max())}")
+        print(
+            f"\n== {topo.name}: period {topo.period}, doubly stochastic {topo.is_doubly_stochastic}, "
+            f"out-degree range {int(topo.out_degree.min())}..{int(topo.out_degree.max())}"
+        )
         curves, rows, finals = {}, [], {}
 
         t0 = time.perf_counter()
@@ -145,42 +162,67 @@ def main() -> None:
 
         for density in DENSITIES:
             name = f"sparse_push {density:.0%}"
-            errors, cbits, x, state, secs = sweep(lambda g, d=density: sparse_push(topo, fraction=d, gamma=g),
-                                                  gammas, x0, num_steps, key)
+            errors, cbits, x, state, secs = sweep(
+                lambda g, d=density: sparse_push(topo, fraction=d, gamma=g), gammas, x0, num_steps, key
+            )
             i = best_index(errors)
             curves[name] = (errors[i], cbits[i])
             finals[name] = (pick(x, i), pick(state, i))
-            rows.append({"method": name, "gamma": float(gammas[i]), "seconds": secs,
-                         "sweep_final_error": [float(e) for e in errors[:, -1]]})
-            print(f"{name:24s} best gamma {gammas[i]:.3g}: final {errors[i, -1]:.3e} ({secs:.1f} s sweep); "
-                  + ", ".join(f"{g:.2g}:{e:.1e}" for g, e in zip(gammas, errors[:, -1])))
+            rows.append(
+                {
+                    "method": name,
+                    "gamma": float(gammas[i]),
+                    "seconds": secs,
+                    "sweep_final_error": [float(e) for e in errors[:, -1]],
+                }
+            )
+            print(
+                f"{name:24s} best gamma {gammas[i]:.3g}: final {errors[i, -1]:.3e} ({secs:.1f} s sweep); "
+                + ", ".join(f"{g:.2g}:{e:.1e}" for g, e in zip(gammas, errors[:, -1]))
+            )
 
         name = "scsp 1% +comp"
-        errors, cbits, x, state, secs = sweep(lambda g: scsp(topo, fraction=0.01, gamma=g, compensation=True),
-                                              gammas, x0, num_steps, key)
+        errors, cbits, x, state, secs = sweep(
+            lambda g: scsp(topo, fraction=0.01, gamma=g, compensation=True), gammas, x0, num_steps, key
+        )
         i = best_index(errors)
         curves[name] = (errors[i], cbits[i])
         finals[name] = (pick(x, i), pick(state, i))
-        rows.append({"method": name, "gamma": float(gammas[i]), "seconds": secs,
-                     "sweep_final_error": [float(e) for e in errors[:, -1]]})
-        print(f"{name:24s} best gamma {gammas[i]:.3g}: final {errors[i, -1]:.3e} ({secs:.1f} s sweep); "
-              + ", ".join(f"{g:.2g}:{e:.1e}" for g, e in zip(gammas, errors[:, -1])))
+        rows.append(
+            {
+                "method": name,
+                "gamma": float(gammas[i]),
+                "seconds": secs,
+                "sweep_final_error": [float(e) for e in errors[:, -1]],
+            }
+        )
+        print(
+            f"{name:24s} best gamma {gammas[i]:.3g}: final {errors[i, -1]:.3e} ({secs:.1f} s sweep); "
+            + ", ".join(f"{g:.2g}:{e:.1e}" for g, e in zip(gammas, errors[:, -1]))
+        )
 
         g1 = next(r["gamma"] for r in rows if r["method"] == "sparse_push 1%")
         t0 = time.perf_counter()
         res = jg.run_consensus(scsp(topo, fraction=0.01, gamma=g1, compensation=False), x0, num_steps, key)
         err, bits = np.asarray(res.error, np.float64), np.asarray(res.bits, np.float64)
-        same = bool(np.allclose(err, curves["sparse_push 1%"][0], rtol=1e-4, atol=1e-6)
-                    and np.allclose(bits, curves["sparse_push 1%"][1]))
-        rows.append({"method": "scsp 1% no comp", "gamma": g1, "seconds": time.perf_counter() - t0,
-                     "equals_sparse_push": same})
+        same = bool(
+            np.allclose(err, curves["sparse_push 1%"][0], rtol=1e-4, atol=1e-6)
+            and np.allclose(bits, curves["sparse_push 1%"][1])
+        )
+        rows.append(
+            {"method": "scsp 1% no comp", "gamma": g1, "seconds": time.perf_counter() - t0, "equals_sparse_push": same}
+        )
         curves["scsp 1% no comp"] = (err, bits)
         print(f"scsp 1% no comp at gamma {g1:.3g}: final {err[-1]:.3e}; identical to sparse_push 1%: {same}")
 
         for row in rows:
             err, bits = curves[row["method"]]
-            row.update(final_error=float(err[-1]), initial_error=float(err[0]), bits_total=float(bits[-1]),
-                       MB_per_node=float(bits[-1] / n / 8e6))
+            row.update(
+                final_error=float(err[-1]),
+                initial_error=float(err[0]),
+                bits_total=float(bits[-1]),
+                MB_per_node=float(bits[-1] / n / 8e6),
+            )
             row["thresholds"] = {}
             for level in THRESHOLDS:
                 r, mb = crossing(err, bits, level, n)
@@ -190,15 +232,26 @@ def main() -> None:
                 row["after_merge"] = {"rounds": MERGE_ROUNDS, "error": e, "merge_MB_per_node": mb}
 
         png = os.path.join(args.out, f"consensus_directed_{gname}.png")
-        labels = {r["method"] + ("" if r["gamma"] is None else f" (gamma {r['gamma']:.3g})"): curves[r["method"]]
-                  for r in rows}
-        plot_consensus(labels, png, title=f"{topo.name}: 16 x {args.dim}x{args.dim} N(0,1), debiased error, {num_steps} rounds")
-        out["graphs"][gname] = {"topology": topo.name, "period": topo.period,
-                                "doubly_stochastic": bool(topo.is_doubly_stochastic), "results": rows}
+        labels = {
+            r["method"] + ("" if r["gamma"] is None else f" (gamma {r['gamma']:.3g})"): curves[r["method"]]
+            for r in rows
+        }
+        plot_consensus(
+            labels, png, title=f"{topo.name}: 16 x {args.dim}x{args.dim} N(0,1), debiased error, {num_steps} rounds"
+        )
+        out["graphs"][gname] = {
+            "topology": topo.name,
+            "period": topo.period,
+            "doubly_stochastic": bool(topo.is_doubly_stochastic),
+            "results": rows,
+        }
 
         md.append(f"\n**{topo.name}** (period {topo.period}, doubly stochastic: {topo.is_doubly_stochastic})\n")
-        md.append("| method | gamma | final error | MB sent / node | " + " | ".join(
-            f"rounds / MB per node to error {lvl:g}" for lvl in THRESHOLDS) + f" | error after {MERGE_ROUNDS} merge rounds (+MB/node) |")
+        md.append(
+            "| method | gamma | final error | MB sent / node | "
+            + " | ".join(f"rounds / MB per node to error {lvl:g}" for lvl in THRESHOLDS)
+            + f" | error after {MERGE_ROUNDS} merge rounds (+MB/node) |"
+        )
         md.append("|" + "---|" * (5 + len(THRESHOLDS)))
         for row in rows:
             cells = []
@@ -208,8 +261,11 @@ def main() -> None:
             g = "-" if row["gamma"] is None else f"{row['gamma']:.3g}"
             merge = row.get("after_merge")
             merge_cell = "-" if merge is None else f"{merge['error']:.3g} (+{merge['merge_MB_per_node']:.3f})"
-            md.append(f"| {row['method']} | {g} | {row['final_error']:.3g} | {row['MB_per_node']:.3f} | "
-                      + " | ".join(cells) + f" | {merge_cell} |")
+            md.append(
+                f"| {row['method']} | {g} | {row['final_error']:.3g} | {row['MB_per_node']:.3f} | "
+                + " | ".join(cells)
+                + f" | {merge_cell} |"
+            )
 
     with open(os.path.join(args.out, "consensus_directed.json"), "w") as f:
         json.dump(out, f, indent=1)

@@ -38,12 +38,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import cpu_model  # noqa: E402
 
 import jaxgossip as jg
 from jaxgossip import topology as T
@@ -52,17 +52,6 @@ from jaxgossip.plots import plot_consensus
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 THRESHOLDS = (1e2, 1.0, 1e-2)  # absolute consensus errors (initial error ~ 8 750)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def machine_info() -> dict:
@@ -159,8 +148,10 @@ def main() -> None:
     x0 = initial_values(n, (m, d), args.seed)
     key = jax.random.key(0)
     info = machine_info()
-    print(f"{info}\n8-ring, {m}x{d} N(0,1) per node, {num_steps} rounds, gamma* = {gamma_star:.4f}, "
-          f"top-k keep ratio (m+n)/(2mn)*r/2 = {keep:g} ({int(np.floor(keep * m * d))} of {m * d} entries)")
+    print(
+        f"{info}\n8-ring, {m}x{d} N(0,1) per node, {num_steps} rounds, gamma* = {gamma_star:.4f}, "
+        f"top-k keep ratio (m+n)/(2mn)*r/2 = {keep:g} ({int(np.floor(keep * m * d))} of {m * d} entries)"
+    )
 
     curves, rows, sweeps = {}, [], {}
 
@@ -193,8 +184,10 @@ def main() -> None:
             "final_error": [float(e) for e in errors[:, -1]],
             "chosen_index": i,
         }
-        print(f"{name:28s} final error {errors[i, -1]:.3e}  MB/node {bits[i, -1] / n / 8e6:8.3f}  "
-              f"best gamma {gammas[i]:.4g} of {len(gammas)} ({secs:.1f} s for the whole sweep, one compile)")
+        print(
+            f"{name:28s} final error {errors[i, -1]:.3e}  MB/node {bits[i, -1] / n / 8e6:8.3f}  "
+            f"best gamma {gammas[i]:.4g} of {len(gammas)} ({secs:.1f} s for the whole sweep, one compile)"
+        )
         print("   sweep final errors: " + ", ".join(f"{g:.3g}:{e:.2e}" for g, e in zip(gammas, errors[:, -1])))
 
     for row in rows:
@@ -213,13 +206,15 @@ def main() -> None:
     suffix = "" if args.index_bits == "log2" else f"_idx{args.index_bits}"
     png = os.path.join(args.out, f"consensus_ring8{suffix}.png")
     labels = {
-        row["method"] + (f" (best gamma {row['gamma']:.3g})" if row["gamma_swept"] else f" (gamma {row['gamma']:.3f})"): curves[
+        row["method"]
+        + (f" (best gamma {row['gamma']:.3g})" if row["gamma_swept"] else f" (gamma {row['gamma']:.3f})"): curves[
             row["method"]
         ]
         for row in rows
     }
     plot_consensus(
-        labels, png,
+        labels,
+        png,
         title=f"8-ring, 100x100 N(0,1) per node, {num_steps} rounds; top-k index bits: {index_bits}",
     )
     result = {
@@ -242,8 +237,11 @@ def main() -> None:
     with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
 
-    head = "| method | gamma | final error | MB sent / node | " + " | ".join(
-        f"rounds / MB per node to error {lvl:g}" for lvl in THRESHOLDS) + " |"
+    head = (
+        "| method | gamma | final error | MB sent / node | "
+        + " | ".join(f"rounds / MB per node to error {lvl:g}" for lvl in THRESHOLDS)
+        + " |"
+    )
     lines = [head, "|" + "---|" * (4 + len(THRESHOLDS))]
     for row in rows:
         cells = []
@@ -251,7 +249,11 @@ def main() -> None:
             th = row["thresholds"][f"{lvl:g}"]
             cells.append("not reached" if th["round"] is None else f"{th['round']} / {th['MB_per_node']:.3f}")
         g = f"{row['gamma']:.4g}" + (" (swept)" if row["gamma_swept"] else "")
-        lines.append(f"| {row['method']} | {g} | {row['final_error']:.3g} | {row['MB_per_node']:.3f} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {row['method']} | {g} | {row['final_error']:.3g} | {row['MB_per_node']:.3f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     table = "\n".join(lines)
     with open(os.path.join(args.out, f"consensus_ring8{suffix}.md"), "w") as f:
         f.write(table + "\n")

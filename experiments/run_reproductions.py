@@ -28,12 +28,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import runpy
 import time
 
 import jax
 import numpy as np
+from _common import cpu_model  # noqa: E402
 
 from jaxgossip import data
 from jaxgossip.plots import format_table, plot_training
@@ -45,15 +45,7 @@ CONFIGS = os.path.join(HERE, "configs")
 
 def machine() -> str:
     """One line: CPU model, core count, JAX version and backend, date."""
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return (
         f"{cpu}, {os.cpu_count()} cores, JAX {jax.__version__} ({jax.default_backend()}), "
         f"{datetime.date.today().isoformat()}"

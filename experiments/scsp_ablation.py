@@ -36,10 +36,18 @@ def variants(fraction: float, gamma: float, merge_rounds: int) -> list[dict]:
         {"name": "push_sum (uncompressed)", "algorithm": "push_sum", "options": {}, "merge": None},
         {"name": "sparse_push", "algorithm": "sparse_push", "options": sparse, "merge": None},
         # Same bits as (b) roughly: does the adaptive budget beat a uniformly larger one?
-        {"name": "sparse_push 4x density", "algorithm": "sparse_push",
-         "options": {**sparse, "fraction": min(1.0, 4 * fraction)}, "merge": None},
-        {"name": "scsp (a) merge only", "algorithm": "scsp", "options": {**sparse, "compensation": False},
-         "merge": merge_rounds},
+        {
+            "name": "sparse_push 4x density",
+            "algorithm": "sparse_push",
+            "options": {**sparse, "fraction": min(1.0, 4 * fraction)},
+            "merge": None,
+        },
+        {
+            "name": "scsp (a) merge only",
+            "algorithm": "scsp",
+            "options": {**sparse, "compensation": False},
+            "merge": merge_rounds,
+        },
         {"name": "scsp (b) compensation only", "algorithm": "scsp", "options": sparse, "merge": None},
         {"name": "scsp (a)+(b)", "algorithm": "scsp", "options": sparse, "merge": merge_rounds},
     ]
@@ -78,8 +86,11 @@ def main() -> None:
         accs, node_accs, mbs, walls = [], [], [], []
         for seed in range(seeds):
             config = base.replace(
-                algorithm=variant["algorithm"], algorithm_options=variant["options"], final_merge=variant["merge"],
-                seed=seed, name=variant["name"],
+                algorithm=variant["algorithm"],
+                algorithm_options=variant["options"],
+                final_merge=variant["merge"],
+                seed=seed,
+                name=variant["name"],
             )
             start = time.perf_counter()
             result = run_training(config, None, progress=False, dataset=dataset, log=lambda s: None)
@@ -98,21 +109,32 @@ def main() -> None:
                 "wall": float(np.mean(walls)),
             }
         )
-        print(f"{variant['name']:<28} acc {table[-1]['acc']:.4f} +- {table[-1]['acc_std']:.4f}  "
-              f"nodes {table[-1]['node_acc']:.4f}  MB/node {table[-1]['MB']:.3f}", flush=True)
+        print(
+            f"{variant['name']:<28} acc {table[-1]['acc']:.4f} +- {table[-1]['acc_std']:.4f}  "
+            f"nodes {table[-1]['node_acc']:.4f}  MB/node {table[-1]['MB']:.3f}",
+            flush=True,
+        )
     reference = table[0]["MB"]
     for row in table:
         row["reduction"] = reference / row["MB"]
     text = format_table(
         table,
-        [("name", "variant", ""), ("acc", "acc(avg model)", ".4f"), ("acc_std", "+-", ".4f"),
-         ("node_acc", "acc(nodes)", ".4f"), ("MB", "MB/node", ".3f"), ("reduction", "x less than SGP", ".1f"),
-         ("wall", "time(s)", ".1f")],
+        [
+            ("name", "variant", ""),
+            ("acc", "acc(avg model)", ".4f"),
+            ("acc_std", "+-", ".4f"),
+            ("node_acc", "acc(nodes)", ".4f"),
+            ("MB", "MB/node", ".3f"),
+            ("reduction", "x less than SGP", ".1f"),
+            ("wall", "time(s)", ".1f"),
+        ],
     )
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    setting = (f"digits, 16 nodes, one_peer_exponential(16), dirichlet({args.alpha}), MLP(64), {rounds} rounds, "
-               f"top-{args.fraction:.0%}, gamma={args.gamma}, {seeds} seed(s)")
+    setting = (
+        f"digits, 16 nodes, one_peer_exponential(16), dirichlet({args.alpha}), MLP(64), {rounds} rounds, "
+        f"top-{args.fraction:.0%}, gamma={args.gamma}, {seeds} seed(s)"
+    )
     with open(os.path.join(args.out, "scsp_ablation.json"), "w") as f:
         json.dump({"setting": setting, "rows": table}, f, indent=1)
     with open(os.path.join(args.out, "scsp_ablation.md"), "w") as f:

@@ -6,23 +6,19 @@ import datetime
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 import jax
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import cpu_model  # noqa: E402
+
 
 def machine_info() -> dict:
     """Machine, JAX version and date (the header every suite result carries)."""
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     devices = jax.devices()
     return {
         "platform": platform.platform(),
