@@ -79,7 +79,7 @@ def _resnet_param_formula(blocks_per_stage, num_classes=10):
     total = 3 * 16 * 9 + 2 * 16
     c_in = 16
     for c in (16, 32, 64):
-        for b in range(blocks_per_stage):
+        for _ in range(blocks_per_stage):
             total += c_in * c * 9 + 2 * c + c * c * 9 + 2 * c
             if c_in != c:
                 total += c_in * c + 2 * c

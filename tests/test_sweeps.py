@@ -3,27 +3,15 @@
 import jax
 import numpy as np
 import pytest
+from tiny import tiny_config
 
 import jaxgossip as jg
 from jaxgossip import sweeps
-from jaxgossip.runner import TrainConfig, run_training
+from jaxgossip.runner import run_training
 
 
 def _config(**changes):
-    base = TrainConfig(
-        dataset="synthetic",
-        num_nodes=4,
-        model="mlp",
-        model_options={"hidden": [8]},
-        batch_size=8,
-        num_rounds=10,
-        eval_every=5,
-        evals_per_chunk=2,
-        lr=0.05,
-        eval_size=128,
-        eval_chunk=64,
-    )
-    return base.replace(**changes)
+    return tiny_config(**{"num_rounds": 10, "evals_per_chunk": 2, **changes})
 
 
 def test_training_sweep_equals_individual_runs():

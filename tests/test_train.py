@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from tiny import tiny_config
 
 import jaxgossip as jg
 from jaxgossip import data, models
@@ -135,21 +136,7 @@ def test_batchnorm_statistics_stay_per_node(synthetic):
     assert not np.allclose(stats[0], stats[1]), "label-sorted shards must give different node statistics"
 
 
-def _config(**changes):
-    base = TrainConfig(
-        dataset="synthetic",
-        num_nodes=4,
-        model="mlp",
-        model_options={"hidden": [8]},
-        batch_size=8,
-        num_rounds=20,
-        eval_every=5,
-        evals_per_chunk=1,
-        lr=0.05,
-        eval_size=128,
-        eval_chunk=64,
-    )
-    return base.replace(**changes)
+_config = tiny_config
 
 
 def test_resume_equals_uninterrupted(tmp_path):
