@@ -15,11 +15,11 @@ into ``experiments/results/repro_powergossip/`` and ``experiments/results/repro_
 (plots per partition in subfolders). The full-size CIFAR-10 configs need a GPU and are not run here.
 
     python experiments/run_reproductions.py [--study all|powergossip|sparsepush] [--seeds 2]
-        [--variants NAME ...] [--rounds R] [--out experiments/results]
+        [--variants NAME ...] [--rounds R] [--dataset NAME] [--out experiments/results]
 
 Seed s sets ``seed = s`` (model init, batches, compression randomness, and, since ``data_seed``
 is unset, the partition too). An epoch is ``num_rounds * N * B / M`` with M the training samples
-of the dataset actually loaded (``dataset="auto"``: Fashion-MNIST if prepared, else digits).
+of the dataset loaded: the configs' Fashion-MNIST, or ``--dataset NAME`` (e.g. ``digits``, offline).
 """
 
 from __future__ import annotations
@@ -90,10 +90,17 @@ def run_study(study: str, seeds: int, variants: list[str] | None, rounds: int | 
         runs = [r for r in runs if r["name"] in variants or r["name"].split(" ")[0] in variants]
     results = []
     for run in runs:
-        overrides = {"num_rounds": rounds, "eval_every": max(1, rounds // 8)} if rounds else {}
+        overrides = {}
+        if rounds:  # the schedule scales with the run, as in the configs
+            overrides = {
+                "num_rounds": rounds,
+                "eval_every": max(1, rounds // 6),
+                "warmup_rounds": rounds // 20,
+                "decay_rounds": (rounds // 2, (3 * rounds) // 4),
+            }
         finals, curves, walls = [], None, []
         for seed in range(seeds):
-            config = load_config(None, {**run["config"], **overrides, "seed": seed})
+            config = load_config(None, {**run["config"], **overrides, "seed": seed, "dataset": dataset.name})
             try:
                 result = run_training(config, None, progress=False, dataset=dataset, log=lambda s: None)
             except FloatingPointError as err:  # diverged: recorded as NaN accuracy, bits unknown
@@ -200,13 +207,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--variants", nargs="*", help="only these variant names (e.g. gossip pg_i1_warm scsp)")
     parser.add_argument("--rounds", type=int, default=None, help="override num_rounds (smoke runs)")
+    parser.add_argument("--dataset", default=None, help="override the configs' dataset (default: theirs)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
-    dataset = data.load_dataset("auto")
     studies = ["powergossip", "sparsepush"] if args.study == "all" else [args.study]
     for study in studies:
+        dataset = data.load_dataset(args.dataset or study_runs(study)[0]["config"]["dataset"])
         start = time.perf_counter()
         results = run_study(study, args.seeds, args.variants, args.rounds, args.out, dataset)
         write(study, results, args, dataset, time.perf_counter() - start, args.out)

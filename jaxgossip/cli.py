@@ -3,19 +3,26 @@
 Every command takes an optional config file (``--config`` JSON/YAML/Python) plus ``--key=value``
 overrides of its fields, shows a progress bar, writes its results under ``--out`` and prints a
 summary table.
+
+Next to the bits, every table reports what a real deployment would experience under the cost model
+of :mod:`jaxgossip.cost`, set with ``--link.*``, ``--node.flops`` and ``--energy.*`` (see
+:data:`COST_OPTIONS`): simulated communication time per round and in total, and for training runs
+the memory per node, and, when set, compute time, the simulated wall-clock and energy per node.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import sys
 import time
 
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "COST_OPTIONS", "CostModel", "cost_model_from_args", "training_cost"]
 
 
 def _split_overrides(extra: list[str]) -> dict:
@@ -26,6 +33,317 @@ def _split_overrides(extra: list[str]) -> dict:
         key, value = item[2:].split("=", 1)
         overrides[key] = value
     return overrides
+
+
+# ---- cost model -------------------------------------------------------------------------------
+
+# --option: (metavar, help); the defaults live in CostModel. 1 Gbit/s is commodity Ethernet. 100 us
+# per message is an assumption, not a measurement: the order of a small TCP message's one-way
+# latency inside a LAN or data centre (a switch hop plus two kernel network stacks, tens to a few
+# hundred microseconds); wide-area or wireless edge links have 10-100x more.
+COST_OPTIONS = {
+    "link.bandwidth": ("BIT/S", "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)"),
+    "link.latency": (
+        "S",
+        "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
+    ),
+    "link.mode": (
+        "serial|parallel",
+        "serial: a node's messages of a round share its uplink one after another (default); "
+        "parallel: they go out at once on independent links",
+    ),
+    "link.allreduce": (
+        "ring|message",
+        "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one model-sized "
+        "message per node",
+    ),
+    "node.flops": (
+        "FLOP/S",
+        "compute speed of a node (e.g. 1e12); adds compute time per round and the simulated wall-clock "
+        "of training runs (default: compute not modelled)",
+    ),
+    "energy.flop": ("J", "joules per FLOP computed; with --energy.bit adds energy per node (default 0)"),
+    "energy.bit": ("J", "joules per bit sent (default 0)"),
+}
+
+
+def _dest(option: str) -> str:
+    return option.replace(".", "_")
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """The CLI's cost-model options, validated (units: bit/s, s, FLOP/s, J)."""
+
+    bandwidth: float = 1e9
+    latency: float = 1e-4
+    mode: str = "serial"
+    allreduce: str = "ring"
+    node_flops: float | None = None
+    joules_per_flop: float | None = None
+    joules_per_bit: float | None = None
+
+    @property
+    def energy(self) -> bool:
+        """Whether energy is reported (either energy option was given)."""
+        return self.joules_per_flop is not None or self.joules_per_bit is not None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def cost_model_from_args(args: argparse.Namespace) -> CostModel:
+    """Validates the ``--link.*``, ``--node.flops`` and ``--energy.*`` options.
+
+    Raises:
+      ValueError: naming the option: not a number, not finite, out of range, unknown mode.
+    """
+
+    units = {"link.bandwidth": "bit/s", "link.latency": "s", "node.flops": "FLOP/s"}
+
+    def number(option: str, strict: bool, default: float | None) -> float | None:
+        text = getattr(args, _dest(option), None)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"--{option}={text!r} is not a number") from None
+        if not math.isfinite(value) or (value <= 0 if strict else value < 0):
+            bound = "> 0" if strict else ">= 0"
+            raise ValueError(f"--{option}={text} must be a finite number {bound} ({units.get(option, 'J')})")
+        return value
+
+    from jaxgossip import cost
+
+    mode = getattr(args, "link_mode", None) or CostModel.mode
+    if mode not in cost.MODES:
+        raise ValueError(f"--link.mode={mode!r} is unknown; known modes: {', '.join(cost.MODES)}")
+    allreduce = getattr(args, "link_allreduce", None) or CostModel.allreduce
+    if allreduce not in cost.ALLREDUCE_MODELS:
+        raise ValueError(f"--link.allreduce={allreduce!r} is unknown; known models: {', '.join(cost.ALLREDUCE_MODELS)}")
+    return CostModel(
+        bandwidth=number("link.bandwidth", True, CostModel.bandwidth),
+        latency=number("link.latency", False, CostModel.latency),
+        mode=mode,
+        allreduce=allreduce,
+        node_flops=number("node.flops", True, None),
+        joules_per_flop=number("energy.flop", False, None),
+        joules_per_bit=number("energy.bit", False, None),
+    )
+
+
+def _simulate(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, flops: float = 0.0, **kwargs):
+    """:func:`jaxgossip.cost.simulate` of ``bits`` [R, N] under ``model``.
+
+    Compute is timed only with ``--node.flops``; the energy of the FLOPs needs no FLOP/s, so the
+    callers add it (``F * joules_per_flop`` per round) and only the bits are priced here.
+    """
+    from jaxgossip import cost
+
+    timed = flops if model.node_flops is not None else 0.0
+    return cost.simulate(
+        bits,
+        None if allreduce else topo,
+        cost.LinkModel(model.bandwidth, model.latency),
+        mode=model.mode,
+        exchanges=1 if allreduce else exchanges,
+        allreduce=model.allreduce if allreduce else None,
+        flops_per_step=timed,
+        device_flops=model.node_flops if timed else None,
+        energy=cost.EnergyModel(0.0, model.joules_per_bit or 0.0),
+        **kwargs,
+    )
+
+
+def _exchanges(algorithm: str, options: dict) -> int:
+    """Sequential exchanges per round: PowerGossip's ``num_iterations``, 1 for everything else."""
+    return int(options.get("num_iterations", 1)) if algorithm == "power_gossip" else 1
+
+
+def _cost_columns(model: CostModel, training: bool) -> list[tuple[str, str, str]]:
+    """Table columns of the cost fields that ``model`` produces."""
+    columns = [("comm_s_per_round", "comm s/round", ".3g"), ("comm_s", "comm s", ".4g")]
+    if training and model.node_flops is not None:
+        columns += [("compute_s_per_round", "compute s/round", ".3g"), ("sim_s", "sim s", ".4g")]
+    if training:
+        columns.append(("mem_MB_per_node", "mem MB/node", ".3g"))
+    if model.energy:
+        columns.append(("energy_J_per_node", "J/node", ".4g"))
+    return columns
+
+
+def _with_cost(columns: list, model: CostModel, training: bool) -> list:
+    """``columns`` with the cost columns inserted after the MB column (and its "vs gossip" ratio)."""
+    keys = [c[0] for c in columns]
+    at = keys.index("reduction") + 1 if "reduction" in keys else keys.index(next(k for k in keys if "MB" in k)) + 1
+    return columns[:at] + _cost_columns(model, training) + columns[at:]
+
+
+def _recording(alg, num_nodes: int, num_steps: int):
+    """``alg`` whose state also records each round's ``StepInfo.bits`` [S, N] (consensus_scan sums
+    them over nodes, but the time of a round depends on what each node sent)."""
+    import jax.numpy as jnp
+
+    from jaxgossip.types import GossipAlgorithm
+
+    def init(x):
+        return alg.init(x), jnp.zeros((num_steps, num_nodes), jnp.float32), jnp.zeros([], jnp.int32)
+
+    def step(x, state, key):
+        inner, log, r = state
+        x, inner, info = alg.step(x, inner, key)
+        return x, (inner, log.at[r].set(info.bits), r + 1), info
+
+    return GossipAlgorithm(init, step, lambda x, state: alg.debias(x, state[0]), alg.name)
+
+
+def _step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
+    """FLOPs of one node's local step (0 unless ``need_flops``) and bytes per node of a run.
+
+    The step is the gradient of the mean cross-entropy of one node's batch [B, ...], as in
+    ``jaxgossip.train.make_train`` (optimizer update, augmentation and evaluation not counted).
+    Memory is params, normalization statistics, optimizer and algorithm state, from shapes only.
+    """
+    import jax
+    import optax
+
+    from jaxgossip import cost, models, train
+    from jaxgossip.runner import make_algorithm, make_optimizer
+
+    fns = train.linen_model_fns(
+        models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+    )
+    x, y = dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size]
+    params, stats = jax.eval_shape(fns.init, jax.random.key(0), x[:1])
+    n = config.num_nodes
+    stacked = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((n, *a.shape), a.dtype), (params, stats))
+    opt_state = jax.eval_shape(jax.vmap(make_optimizer(config).init), stacked[0])
+    comm_state = jax.eval_shape(make_algorithm(config, topo).init, stacked[0])
+    memory = cost.memory_per_node(stacked, opt_state, comm_state, num_nodes=n)
+    if not need_flops:
+        return 0.0, memory
+
+    def loss(p, batch):
+        s, xb, yb = batch
+        logits, _ = fns.apply(p, s, xb, True)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+    return cost.flops_per_step(loss, params, (stats, x, y)), memory
+
+
+def training_cost(
+    model: CostModel,
+    config,
+    topo,
+    rounds,
+    cumulative_bits,
+    *,
+    flops: float,
+    memory: float,
+    merge_bits=None,
+) -> list[dict]:
+    """Cost fields of every evaluation point of a training run (and of its final merge).
+
+    Args:
+      model: the cost model.
+      config: the run's ``TrainConfig`` (algorithm, options, ordering, final_merge).
+      topo: the run's topology.
+      rounds: [M] ``Metrics.round``; cumulative_bits: [M, N] ``Metrics.bits``.
+      flops: FLOPs of one local step (0: not measured); memory: bytes per node.
+      merge_bits: [N] bits each node sent in the final merge, or None.
+
+    Returns:
+      M dicts (M + 1 with ``merge_bits``), cumulative up to each point: ``comm_s`` and
+      ``comm_s_per_round`` (its mean over the training rounds so far), ``mem_MB_per_node``, with
+      ``--node.flops`` ``compute_s_per_round`` and ``sim_s`` (simulated wall-clock), with energy
+      options ``energy_J_per_node`` (mean over nodes), and ``gflop_per_step`` when measured. The
+      merge adds its rounds (communication only) to ``comm_s``, ``sim_s`` and the energy.
+    """
+    from jaxgossip import cost
+
+    rounds = np.asarray(rounds).astype(np.int64)
+    allreduce = config.algorithm == "allreduce"
+    bits = cost.per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
+    report = _simulate(
+        model,
+        bits,
+        topo,
+        allreduce=allreduce,
+        exchanges=_exchanges(config.algorithm, config.algorithm_options),
+        flops=flops,
+        overlap=config.ordering == "same_iterate",
+    )
+    flop_joules = flops * (model.joules_per_flop or 0.0)  # per node and round
+    comm = np.cumsum(report.comm_time)
+    wall = np.cumsum(report.round_time)
+    joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)
+    out = []
+    for r in rounds:
+        row = {"comm_s_per_round": float(comm[r - 1] / r), "comm_s": float(comm[r - 1])}
+        if model.node_flops is not None:
+            row["compute_s_per_round"] = float(report.compute_time.max())
+            row["sim_s"] = float(wall[r - 1])
+        row["mem_MB_per_node"] = memory / 1e6
+        if flops:
+            row["gflop_per_step"] = flops / 1e9
+        if model.energy:
+            row["energy_J_per_node"] = float(joules[r - 1])
+        out.append(row)
+    if merge_bits is not None:
+        merge = config.final_merge
+        merge = int(merge) if isinstance(merge, str) and merge.isdigit() else merge
+        merge_bits = np.asarray(merge_bits, dtype=np.float64)
+        start = int(rounds[-1])
+        if merge == "exact":
+            extra = _simulate(model, merge_bits[None], topo, allreduce=True)
+        else:
+            # The merge's rounds continue the graph sequence of training (rounds R .. R + merge - 1).
+            spread = cost.per_round_bits(
+                np.stack([np.zeros_like(merge_bits), merge_bits]), [start, start + merge], topo
+            )
+            extra = _simulate(model, spread[start:], topo, allreduce=False, start_round=start)
+        row = dict(out[-1])
+        row["comm_s"] += float(extra.comm_time.sum())
+        if "sim_s" in row:
+            row["sim_s"] += extra.total_time
+        if model.energy:
+            row["energy_J_per_node"] += float(extra.energy.sum(axis=0).mean())
+        out.append(row)
+    return out
+
+
+def _run_cost(model: CostModel, result: dict, *, out_dir: str | None) -> list[dict]:
+    """The rows of a ``run_training`` result with its cost fields; rewrites ``metrics.json`` and
+    ``metrics.csv`` under ``out_dir`` with them and the cost model."""
+    import jax
+
+    built, metrics, rows = result["built"], result["metrics"], result["rows"]
+    config = built.config
+    need_flops = model.node_flops is not None or bool(model.joules_per_flop)
+    try:
+        flops, memory = _step_flops_and_memory(config, built.dataset, built.topology, need_flops)
+    except RuntimeError as err:  # the backend counts no FLOPs: report communication only
+        print(f"jaxgossip: compute time and FLOP energy not reported: {err}", file=sys.stderr)
+        _, memory = _step_flops_and_memory(config, built.dataset, built.topology, False)
+        flops, model = 0.0, dataclasses.replace(model, node_flops=None)
+    cumulative = np.asarray(metrics.bits, dtype=np.float64)
+    merged = len(rows) > cumulative.shape[0]
+    merge_bits = None
+    if merged:
+        merge_bits = np.asarray(jax.device_get(result["state"].bits), np.float64) - cumulative[-1]
+    fields = training_cost(
+        model, config, built.topology, metrics.round, cumulative, flops=flops, memory=memory, merge_bits=merge_bits
+    )
+    rows = [dict(row, **extra) for row, extra in zip(rows, fields)]
+    if out_dir and os.path.exists(os.path.join(out_dir, "metrics.json")):
+        from jaxgossip.runner import _write_metrics
+
+        with open(os.path.join(out_dir, "metrics.json")) as f:
+            saved = json.load(f)
+        saved.pop("rows", None)
+        _write_metrics(out_dir, rows, {**saved, "cost_model": model.to_dict()})
+    return rows
 
 
 # ---- train ------------------------------------------------------------------------------------
@@ -53,10 +371,11 @@ def _train(args, overrides) -> int:
     except FloatingPointError as err:
         print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)
         return 3
-    rows = result["rows"]
+    rows = _run_cost(args.cost, result, out_dir=out)
     plots.plot_training({config.name or config.algorithm: rows}, out, title=result["built"].topology.name)
     last = dict(rows[-1], name=config.name or config.algorithm, wall_time=result["wall_time"], reduction=float("nan"))
-    print(plots.format_table([last], [c for c in _TRAIN_COLUMNS if c[0] != "reduction"]))
+    columns = _with_cost([c for c in _TRAIN_COLUMNS if c[0] != "reduction"], args.cost, training=True)
+    print(plots.format_table([last], columns))
     print(f"wrote {out}/metrics.json, metrics.csv, config.json and plots")
     return 0
 
@@ -107,34 +426,48 @@ def _consensus(args, overrides) -> int:
         topo = jg.topology.make(run.get("topology", config["topology"]), n, seed=int(config["seed"]))
         alg = jg.algorithms.make(run["algorithm"], topo, **run.get("options", {}))
         start = time.perf_counter()
-        result = jg.run_consensus(alg, x0, int(config["num_steps"]), jax.random.key(1))
+        steps = int(config["num_steps"])
+        result = jg.run_consensus(_recording(alg, n, steps), x0, steps, jax.random.key(1))
         error = np.asarray(result.error)
         wall = time.perf_counter() - start
         curves[run["name"]] = (error, result.bits)
-        rows.append(
-            {
-                "name": run["name"],
-                "topology": topo.name,
-                "final_error": float(error[-1]),
-                "MB_total": float(result.bits[-1] / 8e6),
-                "time": wall,
-            }
+        report = _simulate(
+            args.cost,
+            np.asarray(result.state[1], dtype=np.float64),
+            topo,
+            allreduce=run["algorithm"] == "allreduce",
+            exchanges=_exchanges(run["algorithm"], run.get("options", {})),
         )
+        row = {
+            "name": run["name"],
+            "topology": topo.name,
+            "final_error": float(error[-1]),
+            "MB_total": float(result.bits[-1] / 8e6),
+            "comm_s_per_round": float(report.comm_time.mean()),
+            "comm_s": float(report.comm_time.sum()),
+        }
+        if args.cost.energy:
+            row["energy_J_per_node"] = float(report.total_energy.mean())
+        rows.append(dict(row, time=wall))
     plots.plot_consensus(curves, os.path.join(out, "consensus.png"), title=f"{n} nodes, x of shape {config['shape']}")
     with open(os.path.join(out, "consensus.json"), "w") as f:
-        json.dump({"config": config, "rows": rows, "error": {k: v[0].tolist() for k, v in curves.items()}}, f)
-    print(
-        plots.format_table(
-            rows,
-            [
-                ("name", "run", ""),
-                ("topology", "topology", ""),
-                ("final_error", "final error", ".3e"),
-                ("MB_total", "MB (all nodes)", ".2f"),
-                ("time", "time(s)", ".2f"),
-            ],
+        json.dump(
+            {
+                "config": config,
+                "cost_model": args.cost.to_dict(),
+                "rows": rows,
+                "error": {k: v[0].tolist() for k, v in curves.items()},
+            },
+            f,
         )
-    )
+    columns = [
+        ("name", "run", ""),
+        ("topology", "topology", ""),
+        ("final_error", "final error", ".3e"),
+        ("MB_total", "MB (all nodes)", ".2f"),
+        ("time", "time(s)", ".2f"),
+    ]
+    print(plots.format_table(rows, _with_cost(columns, args.cost, training=False)))
     print(f"wrote {out}/consensus.json and consensus.png")
     return 0
 
@@ -215,15 +548,11 @@ def _demo(args, overrides) -> int:
             algorithm_options=run.get("algorithm_options", {}),
             final_merge=run.get("final_merge"),
         )
+        run_dir = os.path.join(out, run["name"].replace(" ", "_").replace("%", "pct"))
         result = run_training(
-            config,
-            os.path.join(out, run["name"].replace(" ", "_").replace("%", "pct")),
-            resume=False,
-            progress=not args.no_progress,
-            dataset=dataset,
-            log=lambda s: None,
+            config, run_dir, resume=False, progress=not args.no_progress, dataset=dataset, log=lambda s: None
         )
-        rows = result["rows"]
+        rows = _run_cost(args.cost, result, out_dir=run_dir)
         results[run["name"]] = rows
         table.append(
             dict(rows[-1], name=f"{run['name']} ({result['built'].topology.name})", wall_time=result["wall_time"])
@@ -236,16 +565,17 @@ def _demo(args, overrides) -> int:
     gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith("gossip")), float("nan"))
     for row in table:
         row["reduction"] = gossip_mb / row["MB_per_node"] if row["MB_per_node"] else float("nan")
-    text = plots.format_table(table, _TRAIN_COLUMNS)
+    text = plots.format_table(table, _with_cost(_TRAIN_COLUMNS, args.cost, training=True))
     print()
     print(text)
     plots.plot_training(results, out, title=f"{base.dataset}, {base.num_nodes} nodes, {base.partition}")
     with open(os.path.join(out, "comparison.md"), "w") as f:
         f.write(f"data: {dataset.source}\n\n```\n{text}\n```\n")
     with open(os.path.join(out, "comparison.json"), "w") as f:
-        json.dump({"config": base.to_dict(), "rows": table}, f, indent=1)
+        json.dump({"config": base.to_dict(), "cost_model": args.cost.to_dict(), "rows": table}, f, indent=1)
     print(
-        f"wrote {out}/comparison.md, comparison.json and plots (accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)"
+        f"wrote {out}/comparison.md, comparison.json and plots "
+        "(accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)"
     )
     return 0
 
@@ -265,11 +595,26 @@ def _sweep(args, overrides) -> int:
     config = load_config(args.config, overrides)
     out = args.out or os.path.join("runs", "sweep")
     os.makedirs(out, exist_ok=True)
+    from jaxgossip import data, topology
+
+    dataset = data.load_dataset(config.dataset, data_dir=config.data_dir)
     start = time.perf_counter()
-    points, metrics = sweeps.sweep_training(config, axes, seeds)
+    points, metrics = sweeps.sweep_training(config, axes, seeds, dataset=dataset)
     jax.block_until_ready(metrics)
     wall = time.perf_counter() - start
     rows = sweeps.summarize(points, metrics)
+    # The graph is shared by all grid points and seeds (built from the data seed, as prepare does).
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
+    need_flops = args.cost.node_flops is not None or bool(args.cost.joules_per_flop)
+    flops, memory = _step_flops_and_memory(config, dataset, topo, need_flops)
+    rounds, bits = np.asarray(metrics.round), np.asarray(metrics.bits, dtype=np.float64)  # [G, S, M], [..., N]
+    for g, row in enumerate(rows):
+        per_seed = [
+            training_cost(args.cost, config, topo, rounds[g, s], bits[g, s], flops=flops, memory=memory)[-1]
+            for s in range(bits.shape[1])
+        ]
+        row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})
     from jaxgossip import plots
 
     columns = [(name, name.split(".")[-1], ".4g") for name in points]
@@ -279,12 +624,22 @@ def _sweep(args, overrides) -> int:
         ("consensus", "consensus", ".3g"),
         ("MB_per_node", "MB/node", ".2f"),
     ]
+    columns = _with_cost(columns, args.cost, training=True)
     text = plots.format_table(rows, columns)
     print(text)
     print(f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s")
     with open(os.path.join(out, "sweep.json"), "w") as f:
         json.dump(
-            {"config": config.to_dict(), "axes": axes, "seeds": seeds, "rows": rows, "wall_time": wall}, f, indent=1
+            {
+                "config": config.to_dict(),
+                "cost_model": args.cost.to_dict(),
+                "axes": axes,
+                "seeds": seeds,
+                "rows": rows,
+                "wall_time": wall,
+            },
+            f,
+            indent=1,
         )
     with open(os.path.join(out, "sweep.md"), "w") as f:
         f.write(f"```\n{text}\n```\n")
@@ -311,9 +666,13 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in --out")
         if name == "demo":
             p.add_argument("--quick", action="store_true", help="a 1-minute version")
+        group = p.add_argument_group("cost model (jaxgossip.cost; reported next to the bits)")
+        for option, (metavar, help_option) in COST_OPTIONS.items():
+            group.add_argument(f"--{option}", dest=_dest(option), default=None, metavar=metavar, help=help_option)
     args, extra = parser.parse_known_args(argv)
     overrides = _split_overrides(extra)
     try:
+        args.cost = cost_model_from_args(args)
         commands = {"train": _train, "consensus": _consensus, "demo": _demo, "sweep": _sweep}
         return commands[args.command](args, overrides)
     except (ValueError, TypeError) as err:

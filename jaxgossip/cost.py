@@ -153,24 +153,25 @@ def _per_edge(name: str, arr: np.ndarray, topology: Topology) -> np.ndarray:
     return _per_node(name, arr, topology.num_nodes)[topology.senders]
 
 
-def _graph_comm(bits, topology, link, mode, exchanges):
+def _graph_comm(bits, topology, link, mode, exchanges, start_round):
     """[R, N] seconds each node spends sending its messages of each round."""
     num_rounds, period = bits.shape[0], topology.period
     bandwidth = _per_edge("bandwidth_bps", link.bandwidth_bps, topology)
     latency = _per_edge("latency_s", link.latency_s, topology)
-    degree = topology.out_degree[np.arange(num_rounds) % period]  # [R, N]
+    graph = (start_round + np.arange(num_rounds)) % period  # [R] graph index of each round
+    degree = topology.out_degree[graph]  # [R, N]
     bad = (bits > 0) & (degree == 0)
     if np.any(bad):
         r, i = np.argwhere(bad)[0]
         raise ValueError(
-            f"bits[{r}, {i}] > 0 but node {i} has no out-neighbours in round {r} of {topology.name}; "
-            "for an all-reduce pass allreduce='ring' or 'message'"
+            f"bits[{r}, {i}] > 0 but node {i} has no out-neighbours in round {start_round + r} of "
+            f"{topology.name}; for an all-reduce pass allreduce='ring' or 'message'"
         )
     message = bits / np.maximum(degree, 1) / exchanges  # [R, N] bits per message
     comm = np.zeros_like(bits)
     scatter = np.add.at if mode == "serial" else np.maximum.at
     for t in range(period):  # a loop over the graph period, never over nodes or edges
-        rows = np.arange(t, num_rounds, period)
+        rows = np.flatnonzero(graph == t)
         senders = topology.senders[t]
         real = (topology.weights[t] != 0) & (senders != topology.receivers[t])
         size = message[rows][:, senders]  # [R_t, E]
@@ -194,12 +195,14 @@ def simulate(
     overlap: bool = False,
     energy: EnergyModel | None = None,
     memory_bytes: float | None = None,
+    start_round: int = 0,
 ) -> CostReport:
     """Simulated wall-clock and energy of R synchronous rounds (model in the module docstring).
 
     Args:
       bits: [R, N] bits each node sent in each round (``StepInfo.bits`` stacked over rounds, or
-        :func:`per_round_bits` of ``Metrics.bits``); round r uses graph ``r mod T``.
+        :func:`per_round_bits` of ``Metrics.bits``); row r is round ``start_round + r`` and uses
+        graph ``(start_round + r) mod T``.
       topology: the graph the bits were sent on; ``None`` (or ignored) with ``allreduce``.
       link: a :class:`LinkModel`.
       mode: ``"serial"`` (a node's messages share its uplink) or ``"parallel"``.
@@ -211,6 +214,8 @@ def simulate(
       overlap: whether compute and communication of a round overlap.
       energy: an :class:`EnergyModel`, or None for zero energy.
       memory_bytes: bytes per node (:func:`memory_per_node`), copied into the report.
+      start_round: int >= 0, the round the first row of ``bits`` is (e.g. ``num_rounds`` for the
+        rounds of a final merge, which continue the graph sequence of training).
 
     Returns:
       A :class:`CostReport`.
@@ -224,6 +229,8 @@ def simulate(
         raise ValueError(f"mode={mode!r} is unknown; known modes: {MODES}")
     if isinstance(exchanges, bool) or not isinstance(exchanges, (int, np.integer)) or exchanges < 1:
         raise ValueError(f"exchanges must be an int >= 1; got {exchanges!r}")
+    if isinstance(start_round, bool) or not isinstance(start_round, (int, np.integer)) or start_round < 0:
+        raise ValueError(f"start_round must be an int >= 0; got {start_round!r}")
     num_nodes = bits.shape[1]
     if allreduce is not None:
         if allreduce not in ALLREDUCE_MODELS:
@@ -242,7 +249,7 @@ def simulate(
             raise ValueError(
                 f"bits has N = {num_nodes} columns but topology {topology.name} has {topology.num_nodes} nodes"
             )
-        comm = _graph_comm(bits, topology, link, mode, int(exchanges))
+        comm = _graph_comm(bits, topology, link, mode, int(exchanges), int(start_round))
         wire = bits
     flops = float(flops_per_step)
     if not np.isfinite(flops) or flops < 0:
@@ -271,16 +278,23 @@ def simulate(
     )
 
 
-def per_round_bits(cumulative_bits: Any, rounds: Any) -> np.ndarray:
+def per_round_bits(cumulative_bits: Any, rounds: Any, topology: Topology | None = None) -> np.ndarray:
     """Per-round bits [R, N] from cumulative bits at evaluation points (``Metrics.bits``).
 
-    The bits sent between two evaluation points are spread evenly over the rounds between them:
-    exact when every round of an interval sent the same bits (static graphs, fixed compression),
-    an approximation otherwise (use ``eval_every=1`` or stack ``StepInfo.bits`` to be exact).
+    Without ``topology`` the bits a node sent between two evaluation points are spread evenly over
+    the rounds between them: exact when every round of an interval sent the same bits (static
+    graphs, fixed compression). With ``topology`` they are spread in proportion to the node's
+    out-degree in each round (round r, 0-based, uses graph ``r mod T``), matching how every
+    algorithm here sends one message per out-neighbour: exact on time-varying graphs whenever a
+    node's message size is constant within an interval, and a node never gets bits in a round in
+    which it has no out-neighbour. Either way it is an approximation for messages whose size
+    changes inside an interval (SCSP's adaptive k, PowerGossip's skipped first round); use
+    ``eval_every=1`` or stack ``StepInfo.bits`` to be exact.
 
     Args:
       cumulative_bits: [M, N] cumulative bits of each node at M evaluation points.
       rounds: [M] increasing round counts of those points (``Metrics.round``); R = rounds[-1].
+      topology: optional, the graph the bits were sent on (N nodes).
     """
     cumulative = np.asarray(cumulative_bits, dtype=np.float64)
     rounds = np.asarray(rounds).astype(np.int64)
@@ -292,7 +306,25 @@ def per_round_bits(cumulative_bits: Any, rounds: Any) -> np.ndarray:
     sent = np.diff(cumulative, axis=0, prepend=0.0)
     if np.any(sent[gaps == 0] != 0):
         raise ValueError("cumulative_bits changes between two evaluation points with the same round")
-    return np.repeat(sent / np.maximum(gaps, 1)[:, None], gaps, axis=0)
+    if topology is None:
+        return np.repeat(sent / np.maximum(gaps, 1)[:, None], gaps, axis=0)
+    if topology.num_nodes != cumulative.shape[1]:
+        raise ValueError(
+            f"cumulative_bits has N = {cumulative.shape[1]} columns but topology {topology.name} has "
+            f"{topology.num_nodes} nodes"
+        )
+    degree = topology.out_degree[np.arange(rounds[-1]) % topology.period].astype(np.float64)  # [R, N]
+    interval = np.repeat(np.arange(rounds.size), gaps)  # [R] evaluation interval of each round
+    per_interval = np.zeros_like(cumulative)
+    np.add.at(per_interval, interval, degree)  # [M, N] out-degree summed over each interval
+    bad = (sent != 0) & (per_interval == 0)
+    if np.any(bad):
+        m, i = np.argwhere(bad)[0]
+        raise ValueError(
+            f"node {i} sent bits up to round {rounds[m]} but has no out-neighbour in any of those rounds of "
+            f"{topology.name}; pass topology=None for an all-reduce"
+        )
+    return degree * (sent / np.where(per_interval > 0, per_interval, 1.0))[interval]
 
 
 def _flops_from_analysis(analysis: Any) -> float:

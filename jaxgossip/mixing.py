@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.topology import Topology
+from jaxgossip.topology_stack import TopologyStack, mix_stacked
 from jaxgossip.types import Array, Params
 
 __all__ = ["mix", "check_params", "node_mean", "consensus_distance", "num_params_per_node", "leaf_bits"]
@@ -34,7 +35,10 @@ def check_params(topology_or_n: Topology | int, x: Params, name: str = "params")
       ValueError: a leaf has no leading axis or a leading axis other than N.
       TypeError: a leaf is not floating point (mixing would silently round it).
     """
-    n = topology_or_n.num_nodes if isinstance(topology_or_n, Topology) else int(topology_or_n)
+    if isinstance(topology_or_n, (Topology, TopologyStack)):
+        n = topology_or_n.num_nodes
+    else:
+        n = int(topology_or_n)
     leaves = jax.tree_util.tree_leaves_with_path(x)
     if not leaves:
         raise ValueError(f"{name} is an empty pytree")
@@ -124,7 +128,9 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
     .. math::  X^{t+1} = W^{(t)} X^{t}
 
     Works under ``jit``, ``vmap`` (e.g. over seeds), ``lax.scan`` with a traced round counter, and
-    with the node axis sharded over devices (``NamedSharding``).
+    with the node axis sharded over devices (``NamedSharding``). ``topology`` may also be one member
+    of a :class:`~jaxgossip.topology_stack.TopologyStack` (its tables traced, under ``vmap`` over
+    the stack), so that one compile mixes over many graphs.
 
     Args:
       topology: the graph; ``W(t)`` is its round ``t mod T``.
@@ -135,8 +141,10 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
       A pytree like ``x`` (same shapes and dtypes).
     """
     check_params(topology, x)
-    kernel = _KERNELS[topology.resolved_kernel]
     idx = _round(topology, t)
+    if isinstance(topology, TopologyStack):
+        return jax.tree_util.tree_map(lambda leaf: mix_stacked(topology, leaf, idx), x)
+    kernel = _KERNELS[topology.resolved_kernel]
     return jax.tree_util.tree_map(lambda leaf: kernel(topology, leaf, idx), x)
 
 

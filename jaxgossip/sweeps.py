@@ -7,11 +7,17 @@ iterations, ...) needs separate runs; asking to sweep it raises a ``ValueError``
 
 Grid points are the Cartesian product of the axes; seeds are an inner axis, so results have shape
 ``[G, S]`` (G grid points, S seeds) and equal the corresponding individual runs.
+
+Graphs fix shapes too, but graphs of one node count can be padded to common tables
+(:mod:`jaxgossip.topology_stack`): :func:`sweep_topologies` and :func:`sweep_topologies_training`
+run one algorithm over a list of topologies with one compile per group of same-shape graphs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip import algorithms, topology_stack
 from jaxgossip.consensus import consensus_scan
+from jaxgossip.topology import Topology, spectral_gap
 from jaxgossip.types import GossipAlgorithm, Params
 
 __all__ = [
@@ -29,6 +37,10 @@ __all__ = [
     "sweep_training",
     "sweep_consensus",
     "summarize",
+    "TopologySweep",
+    "sweep_topologies",
+    "sweep_topologies_training",
+    "topology_rows",
 ]
 
 # Config fields that are traced values inside a run and may therefore be vmapped.
@@ -51,7 +63,8 @@ _SHAPE_REASONS = {
     "num_nodes": "N is the leading axis of every array",
     "batch_size": "B fixes the batch shape",
     "num_rounds": "the scan length is static",
-    "topology": "the graph's index tables are compile-time constants",
+    "topology": "graphs have their own index tables; use sweep_topologies / sweep_topologies_training, which "
+    "share one compile per group of same-shape graphs",
     "model": "the model fixes the parameter shapes",
     "momentum": "momentum None vs a value selects the optimizer's structure",
 }
@@ -171,3 +184,214 @@ def summarize(points: Mapping[str, np.ndarray], metrics) -> list[dict]:
         row["MB_per_node"] = float(bits[g].mean() / 8e6)
         rows.append(row)
     return rows
+
+
+@dataclasses.dataclass
+class TopologySweep:
+    """Outcome of :func:`sweep_topologies` for G graphs and S seeds.
+
+    Attributes:
+      topologies: the G graphs, in the order given.
+      seeds: the S seeds.
+      error: per graph, [S, R + 1] consensus error ``(1/N) sum_i ||x_i - mean(x0)||^2`` (before round
+        1 and after each of the R rounds), NumPy.
+      bits: per graph, [S, R] bits sent by all nodes together in each round, NumPy float64.
+      groups: the compile groups, lists of graph indices (one compiled program each).
+      group_seconds: wall time of each group (compile + run + transfer), seconds.
+    """
+
+    topologies: list
+    seeds: list
+    error: list
+    bits: list
+    groups: list
+    group_seconds: list
+
+
+def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
+    topologies = list(topologies)
+    if not topologies:
+        raise ValueError("a topology sweep needs at least one topology")
+    for i, topo in enumerate(topologies):
+        if not isinstance(topo, Topology):
+            raise TypeError(f"topologies[{i}] is a {type(topo).__name__}, not a jaxgossip Topology")
+    return topologies
+
+
+def _group_plan(algorithm: str, topologies: list[Topology], stack: bool) -> list[list[int]]:
+    if algorithm not in algorithms.REGISTRY:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {sorted(algorithms.REGISTRY)}")
+    if stack and algorithm in topology_stack.STACKABLE:
+        return topology_stack.group(topologies)
+    return [[i] for i in range(len(topologies))]
+
+
+def _graph_values(per_graph, members: list[Topology]) -> dict[str, np.ndarray]:
+    """per_graph(topology) -> {name: float} for each member, as name -> [G] float32."""
+    if per_graph is None:
+        return {}
+    values = [dict(per_graph(t)) for t in members]
+    names = sorted(values[0])
+    for t, v in zip(members, values):
+        if sorted(v) != names:
+            raise ValueError(f"per_graph returned keys {sorted(v)} for {t.name} but {names} for {members[0].name}")
+    return {n: np.asarray([v[n] for v in values], dtype=np.float32) for n in names}
+
+
+def sweep_topologies(
+    algorithm: str,
+    topologies: Sequence[Topology],
+    *,
+    dim: int,
+    num_steps: int,
+    seeds: Sequence[int],
+    options: Mapping[str, Any] | None = None,
+    per_graph: Callable[[Topology], Mapping[str, float]] | None = None,
+    stack: bool = True,
+) -> TopologySweep:
+    """Consensus runs of one algorithm on many graphs x seeds, one compile per group of same-shape graphs.
+
+    Graph g with seed s starts from ``x0 = normal(key_x, [N_g, D])`` and runs
+    ``algorithms.make(algorithm, topologies[g], **options, **per_graph(topologies[g]))`` for R rounds
+    with key ``key_a``, where ``key_x, key_a = jax.random.split(jax.random.key(s))``; the result
+    equals :func:`jaxgossip.consensus.consensus_scan` of that run (tested). Graphs of one
+    :func:`jaxgossip.topology_stack.signature` share a :class:`~jaxgossip.topology_stack.TopologyStack`
+    and one program vmapped over graphs and seeds when the algorithm is in
+    :data:`jaxgossip.topology_stack.STACKABLE`; other algorithms (PowerGossip, Sparse-Push, SCSP) and
+    ``stack=False`` run one program per graph, vmapped over seeds.
+
+    Args:
+      algorithm: registered algorithm name.
+      topologies: G graphs (any node counts).
+      dim: D, values per node.
+      num_steps: R rounds.
+      seeds: S integer seeds (x0 and the algorithm's randomness).
+      options: hyperparameters shared by all graphs (static, e.g. ``compressor="sign"``).
+      per_graph: optional ``topology -> {name: float}``, per-graph traced hyperparameters such as
+        ``lambda t: {"gamma": optimal_gamma(t)}``.
+      stack: False runs every graph on its own (for comparison and timing).
+
+    Returns:
+      :class:`TopologySweep`.
+    """
+    topologies = _check_topologies(topologies)
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise ValueError(f"dim={dim!r} must be a positive int")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        raise ValueError(f"num_steps={num_steps!r} must be a positive int")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed")
+    options = dict(options or {})
+    plan = _group_plan(algorithm, topologies, stack)
+    keys = jnp.stack([jax.random.key(s) for s in seeds])
+
+    def one(topo, point, key):
+        key_x, key_a = jax.random.split(key)
+        x0 = jax.random.normal(key_x, (topo.num_nodes, int(dim)), jnp.float32)
+        alg = algorithms.make(algorithm, topo, **options, **point)
+        errors, bits, _, _ = consensus_scan(alg, x0, int(num_steps), key_a)
+        return errors, bits
+
+    error, bits, seconds = [None] * len(topologies), [None] * len(topologies), []
+    for members in plan:
+        start = time.perf_counter()
+        graphs = [topologies[i] for i in members]
+        values = {k: jnp.asarray(v) for k, v in _graph_values(per_graph, graphs).items()}
+        if stack and algorithm in topology_stack.STACKABLE:
+            stacked = topology_stack.stack(graphs)
+            run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
+            errs, bs = run(stacked, values, keys)
+        else:
+            point = {k: v[0] for k, v in values.items()}
+            run = jax.jit(jax.vmap(lambda key, point=point, topo=graphs[0]: one(topo, point, key)))
+            errs, bs = jax.tree_util.tree_map(lambda a: a[None], run(keys))
+        errs, bs = np.asarray(errs), np.asarray(bs, dtype=np.float64)
+        seconds.append(time.perf_counter() - start)
+        for j, i in enumerate(members):
+            error[i], bits[i] = errs[j], bs[j]
+    return TopologySweep(topologies, seeds, error, bits, plan, seconds)
+
+
+def topology_rows(result: TopologySweep, tol: float = 1e-4) -> list[dict]:
+    """One row per graph: name, N, spectral gap, mean degree, final relative error (mean and std over
+    seeds), rounds and MB per node until the relative error ``error_r / error_0`` first drops below
+    ``tol`` (seed mean; NaN if a seed never gets there), total MB per node, compile group."""
+    rows = []
+    group_of = {i: g for g, members in enumerate(result.groups) for i in members}
+    for i, topo in enumerate(result.topologies):
+        rel = result.error[i] / result.error[i][:, :1]  # [S, R + 1]
+        cum_mb = np.cumsum(result.bits[i], axis=1) / topo.num_nodes / 8e6  # [S, R]
+        reached = rel[:, 1:] <= tol
+        rounds = np.where(reached.any(axis=1), reached.argmax(axis=1) + 1, np.nan)
+        mb_at = np.array([cum_mb[s, int(r) - 1] if np.isfinite(r) else np.nan for s, r in enumerate(rounds)])
+        try:
+            gap = spectral_gap(topo)
+        except ValueError:  # column-stochastic only: no doubly stochastic gap
+            gap = float("nan")
+        rows.append(
+            {
+                "name": topo.name,
+                "N": topo.num_nodes,
+                "spectral_gap": gap,
+                "mean_degree": float(topo.out_degree.mean()),
+                "final_error": float(rel[:, -1].mean()),
+                "final_error_std": float(rel[:, -1].std()),
+                "rounds_to_tol": float(rounds.mean()),
+                "MB_to_tol": float(mb_at.mean()),
+                "MB_per_node": float(cum_mb[:, -1].mean()),
+                "group": group_of[i],
+                "group_size": len(result.groups[group_of[i]]),
+            }
+        )
+    return rows
+
+
+def sweep_topologies_training(
+    config,
+    topologies: Sequence[Topology],
+    seeds: Sequence[int],
+    dataset=None,
+    per_graph: Callable[[Topology], Mapping[str, float]] | None = None,
+    stack: bool = True,
+):
+    """Trains ``config`` on every graph x seed, one compile per group of same-shape graphs.
+
+    Graph g with seed s runs exactly like ``run_training`` of ``config.replace(seed=s)`` with the
+    topology replaced by ``topologies[g]`` (and ``per_graph(topologies[g])`` merged into the
+    algorithm options); data partition from ``config.data_seed`` (or ``config.seed``) shared by
+    all. Every graph needs ``config.num_nodes`` nodes.
+
+    Returns:
+      ``(metrics, groups)``: metrics a list over graphs of ``Metrics`` with leaves
+      ``[S, num_evals, ...]``; groups the compile groups (lists of graph indices).
+    """
+    from jaxgossip.runner import make_trainer, prepare
+
+    topologies = _check_topologies(topologies)
+    for topo in topologies:
+        if topo.num_nodes != config.num_nodes:
+            raise ValueError(f"{topo.name} has N={topo.num_nodes} nodes but config.num_nodes={config.num_nodes}")
+    plan = _group_plan(config.algorithm, topologies, stack)
+    prep = prepare(config, dataset)
+    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+
+    def one(topo, point, key):
+        options = {**config.algorithm_options, **point}
+        trainer, _ = make_trainer(config.replace(algorithm_options=options), dataclasses.replace(prep, topology=topo))
+        return trainer.train(key)[1]
+
+    out = [None] * len(topologies)
+    for members in plan:
+        graphs = [topologies[i] for i in members]
+        values = {k: jnp.asarray(v) for k, v in _graph_values(per_graph, graphs).items()}
+        if config.algorithm in topology_stack.STACKABLE and stack:
+            run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
+            metrics = run(topology_stack.stack(graphs), values, keys)
+        else:
+            point = {k: v[0] for k, v in values.items()}
+            run = jax.jit(jax.vmap(lambda key, point=point, topo=graphs[0]: one(topo, point, key)))
+            metrics = jax.tree_util.tree_map(lambda a: a[None], run(keys))
+        for j, i in enumerate(members):
+            out[i] = jax.tree_util.tree_map(lambda a, j=j: np.asarray(a[j]), metrics)
+    return out, plan

@@ -21,7 +21,7 @@ CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))
 IDS = [os.path.basename(p)[:-3] for p in CONFIG_FILES]
 
 # Input shape of each dataset the configs name (synthetic smoke data is 8x8x1).
-INPUT_SHAPES = {"cifar10": (32, 32, 3), "auto": (8, 8, 1), "digits": (8, 8, 1)}
+INPUT_SHAPES = {"cifar10": (32, 32, 3), "fashion_mnist": (28, 28, 1), "auto": (8, 8, 1), "digits": (8, 8, 1)}
 
 # Tiny shapes for the 2-round smoke runs; the model is replaced by a tiny CNN (convolution kernels
 # still exercise PowerGossip's flax_kernel matrix view).

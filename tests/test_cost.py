@@ -162,6 +162,46 @@ def test_per_round_bits():
     np.testing.assert_allclose(out.cumsum(0)[[1, 3, 4]], cumulative)
 
 
+def _alternating(n=4):
+    """Round t even: undirected ring (out-degree 2); t odd: directed ring (out-degree 1)."""
+    return jg.topology.schedule([jg.topology.ring(n), jg.topology.directed_ring(n)])
+
+
+def test_per_round_bits_follows_out_degree_of_each_round():
+    topo = _alternating()
+    message = np.array([100.0, 200.0, 300.0, 400.0])  # each node's (constant) message size
+    exact = topo.out_degree[np.arange(6) % 2] * message  # [R, N] bits actually sent
+    cumulative = exact.cumsum(0)[[2, 5]]  # evaluation points after rounds 3 and 6
+    spread = per_round_bits(cumulative, [3, 6], topo)
+    np.testing.assert_allclose(spread, exact, rtol=1e-12)
+    even = per_round_bits(cumulative, [3, 6])
+    assert not np.allclose(even, exact)  # even spreading charges odd rounds too much
+    # a round in which a node has no out-neighbour gets none of its bits (even spreading would
+    # charge it half of them, which simulate rejects)
+    no_edges = jg.topology.schedule([jg.topology.ring(4), _self_loops_only(4)])
+    bits = no_edges.out_degree[np.arange(4) % 2] * 50.0
+    np.testing.assert_allclose(per_round_bits(bits.cumsum(0)[[1, 3]], [2, 4], no_edges), bits)
+
+
+def test_simulate_start_round_picks_the_graph_of_each_round():
+    topo = _alternating()
+    bits = np.full((2, 4), B)  # B bits per node: 2 messages of B / 2 on the ring, 1 of B on the cycle
+    ring_round, cycle_round = 2 * (LAT + B / 2 / BW), LAT + B / BW
+    np.testing.assert_allclose(simulate(bits, topo, LinkModel(BW, LAT)).round_time, [ring_round, cycle_round])
+    np.testing.assert_allclose(
+        simulate(bits, topo, LinkModel(BW, LAT), start_round=3).round_time, [cycle_round, ring_round]
+    )
+    with pytest.raises(ValueError, match="start_round must be an int >= 0"):
+        simulate(bits, topo, LinkModel(BW, LAT), start_round=-1)
+    with pytest.raises(ValueError, match="has no out-neighbours in round 5"):
+        simulate(
+            np.ones((2, 4)),
+            jg.topology.schedule([jg.topology.ring(4), _self_loops_only(4)]),
+            LinkModel(BW, LAT),
+            start_round=4,
+        )
+
+
 def test_flops_per_step_dense_layer():
     batch, fan_in, fan_out = 32, 16, 8
     loss = lambda w, x: jnp.sum((x @ w) ** 2)  # noqa: E731
@@ -199,9 +239,9 @@ def test_memory_per_node():
     assert memory_per_node(params, shapes) == pytest.approx(3 * model + 4)  # mu, nu and [N] counts
 
 
-def _self_loops_only():
-    eye = np.array([[0, 1]], np.int32)
-    return jg.topology.Topology("self-loops", 2, eye, eye, np.ones((1, 2)), directed=False)
+def _self_loops_only(n=2):
+    eye = np.arange(n, dtype=np.int32)[None]
+    return jg.topology.Topology("self-loops", n, eye, eye, np.ones((1, n)), directed=False)
 
 
 def test_errors():
@@ -255,3 +295,7 @@ def test_errors():
         per_round_bits(np.ones((2, 3)), [2, 1])
     with pytest.raises(ValueError, match=r"cumulative_bits must be \[M, N\]"):
         per_round_bits(np.ones((2, 3)), [1, 2, 3])
+    with pytest.raises(ValueError, match="cumulative_bits has N = 3 columns"):
+        per_round_bits(np.ones((1, 3)), [2], topo)
+    with pytest.raises(ValueError, match="node 0 sent bits up to round 1 but has no out-neighbour"):
+        per_round_bits(np.ones((1, 4)), [1], _self_loops_only(4))

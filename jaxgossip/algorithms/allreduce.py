@@ -27,7 +27,7 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
     References:
       Goyal et al., "Accurate, Large Minibatch SGD", 2017 (arXiv:1706.02677).
     """
-    num_nodes = topology.num_nodes if isinstance(topology, Topology) else int(topology)
+    num_nodes = topology.num_nodes if hasattr(topology, "num_nodes") else int(topology)
     if num_nodes < 1:
         raise ValueError(f"allreduce needs at least one node, got N={num_nodes}")
 

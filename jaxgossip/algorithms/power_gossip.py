@@ -19,7 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms._common import check_int, check_positive, relax, require_doubly_stochastic
+from jaxgossip.algorithms._common import (
+    check_int,
+    check_positive,
+    relax,
+    require_doubly_stochastic,
+    require_host_topology,
+)
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, GossipAlgorithm, StepInfo
@@ -387,6 +393,7 @@ def power_gossip(
       Vogels, Karimireddy, Jaggi, "Practical Low-Rank Communication Compression in Decentralized
       Deep Learning", NeurIPS 2020 (arXiv:2008.01425).
     """
+    require_host_topology(topology, "power_gossip")
     require_doubly_stochastic(topology, "power_gossip")
     _require_symmetric(topology)
     rank = check_int("rank", rank, 1)

@@ -30,7 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms._common import check_int, check_positive, per_round, require_column_stochastic
+from jaxgossip.algorithms._common import (
+    check_int,
+    check_positive,
+    per_round,
+    require_column_stochastic,
+    require_host_topology,
+)
 from jaxgossip.algorithms.sparse_push import (
     _check_public_copies,
     _top_k_compressor,
@@ -169,6 +175,7 @@ def scsp(
       Aketi, Singh, Rabaey, arXiv:2102.05715, 2021 (Sparse-Push and SCSP; compensation rule ours).
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340).
     """
+    require_host_topology(topology, "scsp")
     require_column_stochastic(topology, "scsp")
     comp = _top_k_compressor("scsp", fraction, k, index_bits)
     check_positive("gamma", gamma)

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms._common import check_positive, per_round, require_column_stochastic
+from jaxgossip.algorithms._common import check_positive, per_round, require_column_stochastic, require_host_topology
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
@@ -245,6 +245,7 @@ def sparse_push(
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340) (Choco-Gossip).
       Assran, Loizou, Ballas, Rabbat, ICML 2019 (arXiv:1811.10792) (SGP).
     """
+    require_host_topology(topology, "sparse_push")
     require_column_stochastic(topology, "sparse_push")
     comp = _top_k_compressor("sparse_push", fraction, k, index_bits)
     check_positive("gamma", gamma)

@@ -1,0 +1,215 @@
+"""The cost-model columns of the CLI (``--link.*``, ``--node.flops``, ``--energy.*``) against hand
+computations, the training-cost helper on hand-made bits, and bad options."""
+
+import csv
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from tiny import tiny_config
+
+import jaxgossip as jg
+from jaxgossip.cli import CostModel, main, training_cost
+
+BW, LAT = 1e8, 1e-3  # bit/s, s
+# tiny_config: 4 nodes, 20 rounds evaluated every 5, batch 8, an MLP 64 -> 8 -> 10 (with biases) on
+# the synthetic data (64 inputs, 10 classes)
+D = 64 * 8 + 8 + 8 * 10 + 10
+
+
+def _json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _train(tmp_path, out, *flags, **changes) -> int:
+    """``jaxgossip train`` of tiny_config(**changes) (as a JSON config file) with ``flags``, in one
+    chunk (one compile of the 4 evaluation intervals, one checkpoint)."""
+    path = str(tmp_path / "tiny.json")
+    with open(path, "w") as f:
+        json.dump(tiny_config(**{"evals_per_chunk": 4, **changes}).to_dict(), f)
+    return main(["train", "--config", path, "--out", out, "--no-progress", *flags])
+
+
+def test_consensus_cost_columns(tmp_path, capsys):
+    out = str(tmp_path / "cons")
+    runs = [
+        {"name": "gossip", "algorithm": "gossip", "options": {"gamma": 1.0}},
+        {"name": "allreduce", "algorithm": "allreduce", "options": {}},
+        {"name": "push_sum", "algorithm": "push_sum", "topology": "one_peer_exponential"},
+    ]
+    argv = ["consensus", "--out", out, "--no-progress", "--shape=[10]", "--num_steps=5", f"--runs={json.dumps(runs)}"]
+    cost_flags = [f"--link.bandwidth={BW}", f"--link.latency={LAT}", "--energy.bit=1e-9"]
+    assert main(argv + cost_flags) == 0
+    table = capsys.readouterr().out
+    saved = _json(os.path.join(out, "consensus.json"))
+    rows = {r["name"]: r for r in saved["rows"]}
+    n, bits = 8, 32 * 10  # a message is the 10 fp32 values of x
+    # ring, serial: each node sends 2 messages of 320 bits per round
+    gossip_round = 2 * (LAT + bits / BW)
+    assert rows["gossip"]["MB_total"] == pytest.approx(5 * n * 2 * bits / 8e6)
+    assert rows["gossip"]["comm_s_per_round"] == pytest.approx(gossip_round, rel=1e-12)
+    assert rows["gossip"]["comm_s"] == pytest.approx(5 * gossip_round, rel=1e-12)
+    assert rows["gossip"]["energy_J_per_node"] == pytest.approx(5 * 2 * bits * 1e-9, rel=1e-12)
+    # ring all-reduce: 2 (N - 1) steps of B / N bits
+    ring_round = 2 * (n - 1) * (LAT + bits / n / BW)
+    assert rows["allreduce"]["comm_s"] == pytest.approx(5 * ring_round, rel=1e-12)
+    assert rows["allreduce"]["energy_J_per_node"] == pytest.approx(5 * 2 * (n - 1) / n * bits * 1e-9, rel=1e-12)
+    # one-peer exponential (time-varying): one message of x and the push-sum weight per round
+    push_round = LAT + (bits + 32) / BW
+    assert rows["push_sum"]["comm_s"] == pytest.approx(5 * push_round, rel=1e-12)
+    assert saved["cost_model"] == CostModel(BW, LAT, joules_per_bit=1e-9).to_dict()
+    for header in ("comm s/round", "comm s", "J/node"):
+        assert header in table
+    assert format(5 * ring_round, ".4g") in table and format(gossip_round, ".3g") in table
+
+    out2 = str(tmp_path / "parallel")
+    assert main(argv[:2] + [out2] + argv[3:] + cost_flags + ["--link.mode=parallel"]) == 0
+    rows = {r["name"]: r for r in _json(os.path.join(out2, "consensus.json"))["rows"]}
+    assert rows["gossip"]["comm_s"] == pytest.approx(5 * (LAT + bits / BW), rel=1e-12)
+    assert "J/node" in capsys.readouterr().out
+
+
+def test_train_cost_columns(tmp_path, capsys):
+    out = str(tmp_path / "train")
+    flags = [f"--link.bandwidth={BW}", f"--link.latency={LAT}", "--node.flops=1e9", "--energy.flop=1e-12"]
+    assert _train(tmp_path, out, *flags, "--energy.bit=1e-9") == 0
+    table = capsys.readouterr().out
+    saved = _json(os.path.join(out, "metrics.json"))
+    assert saved["num_params"] == D
+    rows = saved["rows"]
+    comm = 2 * (LAT + 32 * D / BW)  # ring, serial: 2 messages of the fp32 model per round
+    flops = rows[-1]["gflop_per_step"] * 1e9
+    forward = 2 * 8 * (64 * 8 + 8 * 10)  # matmul FLOPs of one batch of 8
+    assert 2.0 <= flops / forward <= 3.5  # forward plus backward (cost.flops_per_step)
+    compute = flops / 1e9
+    # momentum SGD: params and trace (2 x 4D bytes), the schedule's int32 count per node, and the
+    # gossip round counter shared by the 4 nodes
+    memory = (8 * D + 4 + 4 / 4) / 1e6
+    with open(os.path.join(out, "metrics.csv")) as f:
+        csv_rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in csv_rows] == [5, 10, 15, 20]
+    for row, csv_row in zip(rows, csv_rows):
+        r = row["round"]
+        assert row["comm_s_per_round"] == pytest.approx(comm, rel=1e-12)
+        assert row["comm_s"] == pytest.approx(r * comm, rel=1e-12)
+        assert row["compute_s_per_round"] == pytest.approx(compute, rel=1e-12)
+        assert row["sim_s"] == pytest.approx(r * (comm + compute), rel=1e-12)
+        assert row["mem_MB_per_node"] == pytest.approx(memory, rel=1e-12)
+        assert row["energy_J_per_node"] == pytest.approx(r * (flops * 1e-12 + 2 * 32 * D * 1e-9), rel=1e-9)
+        for key in ("comm_s", "sim_s", "energy_J_per_node", "mem_MB_per_node"):
+            assert float(csv_row[key]) == pytest.approx(row[key], rel=1e-12)
+    assert saved["cost_model"]["node_flops"] == 1e9
+    for header in ("comm s/round", "comm s", "compute s/round", "sim s", "mem MB/node", "J/node"):
+        assert header in table
+    assert format(20 * (comm + compute), ".4g") in table
+
+
+def test_train_cost_counts_the_final_merge(tmp_path, capsys):
+    out = str(tmp_path / "merge")
+    changes = {"algorithm": "push_sum", "topology": "one_peer_exponential", "final_merge": 2}
+    assert _train(tmp_path, out, f"--link.bandwidth={BW}", f"--link.latency={LAT}", **changes) == 0
+    rows = _json(os.path.join(out, "metrics.json"))["rows"]
+    one = LAT + (32 * D + 32) / BW  # one message (model and weight) per round
+    assert [r["phase"] for r in rows] == ["train"] * 4 + ["merged"]
+    assert rows[-2]["comm_s"] == pytest.approx(20 * one, rel=1e-12)
+    assert rows[-1]["comm_s"] == pytest.approx(22 * one, rel=1e-12)  # 2 merge rounds
+    assert rows[-1]["comm_s_per_round"] == pytest.approx(one, rel=1e-12)
+    assert "compute s/round" not in capsys.readouterr().out  # no --node.flops: compute not modelled
+
+
+def _cumulative(per_round, rounds):
+    return np.cumsum(per_round, axis=0)[np.asarray(rounds) - 1]
+
+
+LINK = CostModel(bandwidth=BW, latency=LAT, node_flops=1e6, joules_per_flop=1e-9)
+FLOPS = 3e3  # 3 ms of compute per round at 1e6 FLOP/s
+
+
+def test_training_cost_allreduce_and_power_gossip_exchanges():
+    n, model_bits, rounds = 4, 1000.0, [2, 4]
+    ring4 = jg.topology.ring(n)
+    # all-reduce (ring model): 2 (N - 1) (l + B / (N b)) per round, plus compute
+    config = tiny_config(algorithm="allreduce")
+    bits = _cumulative(np.full((4, n), model_bits), rounds)
+    fields = training_cost(LINK, config, ring4, rounds, bits, flops=FLOPS, memory=8e6)
+    ring_round = 2 * (n - 1) * (LAT + model_bits / n / BW)
+    assert fields[-1]["comm_s"] == pytest.approx(4 * ring_round, rel=1e-12)
+    assert fields[-1]["sim_s"] == pytest.approx(4 * (ring_round + 3e-3), rel=1e-12)
+    assert fields[-1]["energy_J_per_node"] == pytest.approx(4 * FLOPS * 1e-9, rel=1e-12)  # no --energy.bit
+    assert fields[0]["mem_MB_per_node"] == 8.0
+    # PowerGossip, 2 exchanges per round, same_iterate ordering: compute overlaps communication
+    config = tiny_config(algorithm="power_gossip", algorithm_options={"num_iterations": 2}, ordering="same_iterate")
+    bits = _cumulative(np.full((4, n), 2 * model_bits), rounds)  # 2 neighbours x model_bits per round
+    fields = training_cost(LINK, config, ring4, rounds, bits, flops=FLOPS, memory=0.0)
+    power_round = 2 * 2 * (LAT + model_bits / 2 / BW)  # 2 exchanges x 2 messages of B / 2
+    assert fields[-1]["comm_s"] == pytest.approx(4 * power_round, rel=1e-12)
+    assert fields[-1]["sim_s"] == pytest.approx(4 * max(power_round, 3e-3), rel=1e-12)
+
+
+@pytest.mark.parametrize("merge", ["exact", 3])
+def test_training_cost_final_merge(merge):
+    """A final merge of 3 gossip rounds, or exact (one ring all-reduce), after 4 training rounds."""
+    n, message, rounds = 4, 32.0 * 10, [2, 4]
+    bits = _cumulative(np.full((4, n), 2 * message), rounds)
+    merge_bits = np.full(n, 2 * message * 3 if merge == 3 else message)
+    config = tiny_config(final_merge=merge)
+    fields = training_cost(
+        LINK, config, jg.topology.ring(n), rounds, bits, flops=FLOPS, memory=0.0, merge_bits=merge_bits
+    )
+    gossip_round = 2 * (LAT + message / BW)
+    merge_time = 3 * gossip_round if merge == 3 else 2 * (n - 1) * (LAT + message / n / BW)
+    assert len(fields) == 3
+    assert fields[-1]["comm_s"] == pytest.approx(4 * gossip_round + merge_time, rel=1e-12)
+    assert fields[-1]["sim_s"] == pytest.approx(4 * (gossip_round + 3e-3) + merge_time, rel=1e-12)  # no compute
+    assert fields[-1]["comm_s_per_round"] == fields[-2]["comm_s_per_round"]
+
+
+def test_training_cost_on_a_graph_whose_degree_changes():
+    """Round t even: ring (2 messages), t odd: directed ring (1 message); bits stay per message."""
+    topo = jg.topology.schedule([jg.topology.ring(4), jg.topology.directed_ring(4)])
+    message = 400.0
+    per_round = topo.out_degree[np.arange(6) % 2] * message
+    rounds = [3, 6]
+    fields = training_cost(
+        CostModel(BW, LAT), tiny_config(), topo, rounds, _cumulative(per_round, rounds), flops=0.0, memory=0.0
+    )
+    even, odd = 2 * (LAT + message / BW), LAT + message / BW
+    assert fields[0]["comm_s"] == pytest.approx(2 * even + odd, rel=1e-12)
+    assert fields[1]["comm_s"] == pytest.approx(3 * even + 3 * odd, rel=1e-12)
+    # a merge round after 3 training rounds is round 3, on the directed ring: one message
+    fields = training_cost(
+        CostModel(BW, LAT),
+        tiny_config(final_merge=1),
+        topo,
+        [3],
+        _cumulative(per_round, [3]),
+        flops=0.0,
+        memory=0.0,
+        merge_bits=np.full(4, message),
+    )
+    assert fields[-1]["comm_s"] == pytest.approx(2 * even + odd + odd, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "flag, match",
+    [
+        ("--link.bandwidth=-1", r"--link.bandwidth=-1 must be a finite number > 0 \(bit/s\)"),
+        ("--link.bandwidth=0", r"--link.bandwidth=0 must be a finite number > 0"),
+        ("--link.latency=-1e-3", r"--link.latency=-1e-3 must be a finite number >= 0 \(s\)"),
+        ("--link.latency=fast", r"--link.latency='fast' is not a number"),
+        ("--link.mode=fast", r"--link.mode='fast' is unknown; known modes: serial, parallel"),
+        ("--link.allreduce=tree", r"--link.allreduce='tree' is unknown; known models: ring, message"),
+        ("--node.flops=0", r"--node.flops=0 must be a finite number > 0 \(FLOP/s\)"),
+        ("--energy.bit=nan", r"--energy.bit=nan must be a finite number >= 0 \(J\)"),
+    ],
+)
+def test_bad_cost_options(flag, match, tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert _train(tmp_path, str(out), flag) == 2
+    err = capsys.readouterr().err
+    assert "jaxgossip train: error:" in err
+    assert re.search(match, err), err
+    assert not out.exists()  # rejected before anything ran
