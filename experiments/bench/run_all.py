@@ -5,6 +5,7 @@ and one failure does not stop the rest) with the interpreter running this script
 repository root:
 
   bench/scaling.py, bench/sweep.py, bench/gpu.py (skips itself politely without a GPU),
+  bench/ppermute.py (8 virtual CPU devices),
   bench_mixing.py, bench_communication.py, bench_power_gossip.py, bench_training.py, bench_conv.py
 
 With ``--quick`` every benchmark gets its quick variant: ``--quick`` for all of them except
@@ -37,6 +38,7 @@ BENCHMARKS = {
     "scaling": ("experiments/bench/scaling.py", True, ["--quick"]),
     "sweep": ("experiments/bench/sweep.py", True, ["--quick"]),
     "gpu": ("experiments/bench/gpu.py", True, ["--quick"]),
+    "ppermute": ("experiments/bench/ppermute.py", True, ["--quick"]),
     "mixing": ("experiments/bench_mixing.py", False, ["--quick"]),
     "communication": ("experiments/bench_communication.py", False, ["--quick"]),
     "power_gossip": ("experiments/bench_power_gossip.py", False, ["--quick"]),
@@ -60,6 +62,13 @@ def headline(name: str, result: dict | None, stdout: str) -> str:
             return (
                 f"one compile {result['sweep_s']:.1f} s vs 64 separate {result['separate_total_s']:.0f} s"
                 f"{' (extrap.)' if result['separate_total_is_extrapolated'] else ''}: x{result['speedup']:.1f}"
+            )
+        if name == "ppermute":
+            s = result["summary"]
+            return (
+                f"auto/ppermute time: round x{s['round_auto_over_ppermute_geomean']:.2f}, "
+                f"scan x{s['scan_auto_over_ppermute_geomean']:.2f} (geo-mean, max "
+                f"x{s['scan_auto_over_ppermute_range'][1]:.1f}); {'all agree' if s['all_match'] else 'MISMATCH'}"
             )
         if name == "gpu":
             return (
