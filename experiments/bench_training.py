@@ -2,8 +2,10 @@
 
 One round = a local optimizer step on every node (batch B = 32, SGD + Nesterov momentum + weight
 decay from ``runner.make_optimizer``) followed by one gossip round (plain gossip on a ring). Models:
-the small CNN (``make_model("cnn")``, 104,202 parameters on 28x28x1) and an MLP with hidden
-(256, 256) (269,322 parameters). Three ways of running a round are timed in ONE process, their calls
+the small CNN (``make_model("cnn")``, 104,202 parameters on 28x28x1), an MLP with hidden
+(256, 256) (269,322 parameters), all on 28x28x1 inputs, and ``mlp_small``: the scaling benchmark's
+model and task (``bench/scaling.py``: MLP hidden (32,), 2,698 parameters, 8x8x1 inputs). N = 16, 64
+and 256 (MLPs). Three ways of running a round are timed in ONE process, their calls
 interleaved rep by rep so that load from other processes on a shared machine spreads over all:
 
   (a) vec  the trainer exactly as ``runner.build`` configures it: ``trainer.run_chunk(state, 1)``
@@ -105,14 +107,25 @@ def machine_ceiling() -> str:
 # Candidates
 
 
+# Case name -> (model, options, input shape). "mlp_small" is the scaling benchmark's small MLP on
+# 8x8x1 inputs: a round there is dominated by per-call overheads, which is what
+# vectorizing the nodes removes; "mlp" (269,322 parameters) is memory-bound.
+MODELS = {
+    "cnn": ("cnn", {}, (28, 28, 1)),
+    "mlp": ("mlp", {"hidden": (256, 256)}, (28, 28, 1)),
+    "mlp_small": ("mlp", {"hidden": (32,)}, (8, 8, 1)),
+}
+
+
 def base_config(model: str, n: int, impl: str | None, rounds: int) -> TrainConfig:
+    name, options, _ = MODELS[model]
     return TrainConfig(
         dataset="synthetic",
         num_nodes=n,
         topology="ring",
         algorithm="gossip",
-        model=model,
-        model_options={"conv_impl": impl} if model == "cnn" else {"hidden": (256, 256)},
+        model=name,
+        model_options={**options, "conv_impl": impl} if name == "cnn" else options,
         batch_size=BATCH,
         num_rounds=rounds,
         eval_every=rounds,
@@ -312,7 +325,7 @@ def time_interleaved(candidates: dict, reps: dict, log) -> dict:
 def run_case(case: dict, log) -> list[dict]:
     """All candidates of one (model, N), timed together. Returns rows for the table."""
     model, n, rounds, reps = case["model"], case["n"], case["rounds"], case["reps"]
-    dataset = data.make_synthetic(num_train=n * 64, num_test=EVAL, shape=(28, 28, 1), seed=0)
+    dataset = data.make_synthetic(num_train=n * 64, num_test=EVAL, shape=MODELS[model][2], seed=0)
     cands, meta, nreps, flops, compile_s = {}, {}, {}, {}, {}
     for impl in case["impls"]:
         impl_rounds = case.get("rounds_by_impl", {}).get(impl, rounds)
@@ -419,7 +432,7 @@ def check_targets(rows, log):
         cands = [r for r in rows if r["model"] == model and r["n"] == n and r["kind"] == kind]
         return min(cands, key=lambda r: r["ms"]) if cands else None
 
-    for model, n, factor in (("cnn", 16, 2.0), ("mlp", 64, 10.0)):
+    for model, n, factor in (("cnn", 16, 2.0), ("mlp", 64, 10.0), ("mlp_small", 64, 10.0)):
         vec, loop = best(model, n, "a"), best(model, n, "c")
         if vec is None or loop is None:
             log(f"  {model} N={n}: not measured")
@@ -456,6 +469,7 @@ def plan(quick: bool, full: bool, two_devices: bool) -> list[dict]:
                 breakdown=False,
             ),
             dict(model="mlp", n=64, impls=[None], vec={None: grid + [(1, 1)]}, rounds=4, reps=2, breakdown=True),
+            dict(model="mlp_small", n=64, impls=[None], vec={None: [(None, 1)]}, rounds=8, reps=3, breakdown=False),
         ]
     return [
         dict(
@@ -470,6 +484,11 @@ def plan(quick: bool, full: bool, two_devices: bool) -> list[dict]:
         ),
         dict(model="mlp", n=16, impls=[None], vec={None: grid + [(1, 1)]}, rounds=8, reps=4, breakdown=True),
         dict(model="mlp", n=64, impls=[None], vec={None: grid + [(1, 1)]}, rounds=8, reps=4, breakdown=True),
+        dict(model="mlp", n=256, impls=[None], vec={None: [(None, 1), (4, 1)]}, rounds=4, reps=2, breakdown=False),
+        *(
+            dict(model="mlp_small", n=k, impls=[None], vec={None: [(None, 1)]}, rounds=8, reps=4, breakdown=False)
+            for k in (16, 64, 256)
+        ),
         # N=64 CNN: the per-node baselines with the faster (lax) conv; the trainer with matmul convs.
         dict(
             model="cnn",

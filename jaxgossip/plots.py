@@ -7,7 +7,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["plot_training", "plot_consensus", "plot_topology", "plot_sweep", "format_table"]
+__all__ = [
+    "plot_training",
+    "plot_consensus",
+    "plot_topology",
+    "plot_sweep",
+    "plot_topology_sweep",
+    "format_table",
+]
 
 
 def _pyplot():
@@ -142,6 +149,56 @@ def plot_sweep(rows: Sequence[Mapping], axes: Sequence[str], path: str) -> str:
     ax.grid(alpha=0.3)
     if rest:
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _family(name: str) -> str:
+    return name.split("(")[0]
+
+
+def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol: float | None = None) -> str:
+    """Three panels over graphs: final relative consensus error, rounds and MB per node to reach the
+    target error, each against the spectral gap (log-log). One marker per family, colour by N.
+
+    Args:
+      rows: :func:`jaxgossip.sweeps.topology_rows` output.
+      path: PNG file to write.
+      tol: the target used for the rows (for the axis labels).
+    """
+    plt = _pyplot()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    families = sorted({_family(r["name"]) for r in rows})
+    sizes = sorted({r["N"] for r in rows})
+    cmap = plt.get_cmap("viridis")
+    colours = {n: cmap(i / max(1, len(sizes) - 1)) for i, n in enumerate(sizes)}
+    markers = dict(zip(families, "osD^v<>ph*Xd"))
+    target = f" (error {tol:g})" if tol else ""
+    panels = [
+        ("final_error", "final relative error"),
+        ("rounds_to_tol", "rounds to target" + target),
+        ("MB_to_tol", "MB per node to target" + target),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    for ax, (key, label) in zip(axes, panels):
+        for r in rows:
+            gap, value = r["spectral_gap"], r[key]
+            if np.isfinite(gap) and np.isfinite(value) and gap > 0 and value > 0:
+                ax.scatter(gap, value, color=colours[r["N"]], marker=markers[_family(r["name"])], s=36)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("spectral gap 1 - |lambda_2|")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    for fam in families:
+        axes[0].scatter([], [], color="gray", marker=markers[fam], label=fam)
+    for n in sizes:
+        axes[0].scatter([], [], color=colours[n], marker="s", label=f"N={n}")
+    axes[0].legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
