@@ -66,7 +66,7 @@ def family_graphs(n: int, seed: int = 0) -> list:
 COLUMNS = [
     ("name", "graph", ""),
     ("N", "N", "d"),
-    ("spectral_gap", "gap", ".4f"),
+    ("spectral_gap", "gap", ".3g"),
     ("mean_degree", "mean deg", ".1f"),
     ("final_error", "final rel. error", ".2e"),
     ("final_error_std", "+- std", ".1e"),
@@ -138,7 +138,10 @@ def main() -> None:
 
     os.makedirs(args.out, exist_ok=True)
     machine = f"{cpu_model()}, {os.cpu_count()} cores, JAX {jax.__version__} ({jax.default_backend()})"
-    title = f"{args.algorithm} {options or ''} consensus, D={args.dim}, {args.steps} rounds, {args.seeds} seeds"
+    described = f"{args.algorithm} {json.dumps(options)}" if options else args.algorithm
+    if args.gamma is not None:
+        described += f" gamma={args.gamma:g}"
+    title = f"{described} consensus, D={args.dim}, {args.steps} rounds, {args.seeds} seeds"
     plot_topology_sweep(rows, os.path.join(args.out, "topology_sweep.png"), title=title, tol=args.tol)
     header = (
         f"{title}; target relative error {args.tol:g}. {len(graphs)} graphs in {len(result.groups)} compiled "

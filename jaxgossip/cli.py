@@ -1,4 +1,4 @@
-"""The ``jaxgossip`` console script: ``train``, ``consensus``, ``sweep``, ``demo`` (edge module).
+"""The ``jaxgossip`` console script: ``train``, ``consensus``, ``sweep``, ``topology-sweep``, ``demo`` (edge module).
 
 Every command takes an optional config file (``--config`` JSON/YAML/Python) plus ``--key=value``
 overrides of its fields, shows a progress bar, writes its results under ``--out`` and prints a
@@ -178,24 +178,6 @@ def _with_cost(columns: list, model: CostModel, training: bool) -> list:
     keys = [c[0] for c in columns]
     at = keys.index("reduction") + 1 if "reduction" in keys else keys.index(next(k for k in keys if "MB" in k)) + 1
     return columns[:at] + _cost_columns(model, training) + columns[at:]
-
-
-def _recording(alg, num_nodes: int, num_steps: int):
-    """``alg`` whose state also records each round's ``StepInfo.bits`` [S, N] (consensus_scan sums
-    them over nodes, but the time of a round depends on what each node sent)."""
-    import jax.numpy as jnp
-
-    from jaxgossip.types import GossipAlgorithm
-
-    def init(x):
-        return alg.init(x), jnp.zeros((num_steps, num_nodes), jnp.float32), jnp.zeros([], jnp.int32)
-
-    def step(x, state, key):
-        inner, log, r = state
-        x, inner, info = alg.step(x, inner, key)
-        return x, (inner, log.at[r].set(info.bits), r + 1), info
-
-    return GossipAlgorithm(init, step, lambda x, state: alg.debias(x, state[0]), alg.name)
 
 
 def _step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
@@ -399,7 +381,7 @@ def _consensus(args, overrides) -> int:
     import jax
 
     import jaxgossip as jg
-    from jaxgossip import plots
+    from jaxgossip import plots, sweeps
 
     config = dict(_CONSENSUS_DEFAULT)
     if args.config:
@@ -427,7 +409,7 @@ def _consensus(args, overrides) -> int:
         alg = jg.algorithms.make(run["algorithm"], topo, **run.get("options", {}))
         start = time.perf_counter()
         steps = int(config["num_steps"])
-        result = jg.run_consensus(_recording(alg, n, steps), x0, steps, jax.random.key(1))
+        result = jg.run_consensus(sweeps.record_bits(alg, n, steps), x0, steps, jax.random.key(1))
         error = np.asarray(result.error)
         wall = time.perf_counter() - start
         curves[run["name"]] = (error, result.bits)
@@ -648,6 +630,403 @@ def _sweep(args, overrides) -> int:
     return 0
 
 
+# ---- topology-sweep ---------------------------------------------------------------------------
+
+_TOPOLOGY_SWEEP_HELP = """\
+Compare graphs: run one algorithm on every topology x size x seed. Graphs with the same node count,
+kernel and stochasticity share one compiled program (jaxgossip.topology_stack), vmapped over graphs
+and seeds, so a sweep over many graphs costs a few compiles.
+
+Consensus mode (the default): graph g with seed s starts from x0 ~ N(0, 1)^[N, D] and runs
+--num_steps rounds of --algorithm. Per graph the table reports the spectral gap, the mean degree,
+the final relative error ||X_R - X_bar||^2 / ||X_0 - X_bar||^2 (mean +- std over seeds), the rounds
+and MB sent per node until the relative error first drops below --tol (NaN if a seed never gets
+there), the total MB per node, the simulated communication time (per round, in all, and until
+--tol; cost model of --link.*) and the compile group. A spec that cannot be built at a size
+(hypercube for N not a power of 2, torus for prime N, ...) is skipped with a note; an unknown spec is
+an error before anything runs.
+
+Training mode (--train): trains the config of --config and --key=value overrides (the fields
+`jaxgossip train` takes, e.g. --dataset=digits --num_rounds=200) on every graph with
+N = --num_nodes nodes; seed s replaces the config's seed, the data partition and random graphs use
+its data_seed (or seed) for all. Per graph: spectral gap, final test accuracy of the averaged
+model (mean +- std over seeds), consensus distance, MB sent per node and the cost-model columns.
+
+Both print the table and the number of compiled programs, and write table.md, results.json and a
+figure (consensus: topology_sweep.png, the error, rounds and MB to --tol against the spectral gap;
+training: accuracy_vs_gap.png) into --out.
+
+examples:
+  jaxgossip topology-sweep --topologies=ring,torus,exponential,erdos_renyi:0.3 --sizes=8,16,64 \\
+      --out runs/topologies
+  jaxgossip topology-sweep --topologies=ring,torus,hypercube --sizes=16,64 --algorithm=choco \\
+      --algorithm_options.compressor=sign --algorithm_options.gamma=0.2 --tol=1e-2
+  jaxgossip topology-sweep --train --topologies=ring,exponential,complete --dataset=digits \\
+      --num_nodes=16 --model=mlp --num_rounds=200 --seeds=2
+"""
+
+_TOPOLOGY_SWEEP_OPTIONS = {
+    # option: (metavar, default used when not given, help)
+    "sizes": ("N,N,...", "8,16,64", "node counts of the consensus mode (default 8,16,64)"),
+    "num_steps": ("R", 200, "rounds of the consensus mode (default 200)"),
+    "dim": ("D", 64, "values per node in the consensus mode (default 64)"),
+    "tol": ("TOL", 1e-4, "target relative error of the consensus mode (default 1e-4)"),
+    "graph_seed": ("SEED", 0, "seed of random graphs (erdos_renyi, random_directed) in the consensus mode (default 0)"),
+}
+
+_TOPOLOGY_COLUMNS = [
+    ("name", "graph", ""),
+    ("N", "N", "d"),
+    ("spectral_gap", "gap", ".4f"),
+    ("mean_degree", "mean deg", ".1f"),
+    ("final_error", "final rel. error", ".2e"),
+    ("final_error_std", "+-", ".1e"),
+    ("rounds_to_tol", "rounds to tol", ".1f"),
+    ("MB_to_tol", "MB/node to tol", ".4g"),
+    ("MB_per_node", "MB/node", ".4g"),
+    ("group", "compile group", "d"),
+    ("group_size", "graphs in group", "d"),
+]
+
+_TOPOLOGY_TRAIN_COLUMNS = [
+    ("name", "graph", ""),
+    ("N", "N", "d"),
+    ("spectral_gap", "gap", ".4f"),
+    ("mean_degree", "mean deg", ".1f"),
+    ("test_acc", "acc(avg)", ".4f"),
+    ("test_acc_std", "+-", ".4f"),
+    ("consensus", "consensus", ".3g"),
+    ("MB_per_node", "MB/node", ".2f"),
+    ("group", "compile group", "d"),
+    ("group_size", "graphs in group", "d"),
+]
+
+
+def _topology_specs(text: str) -> list[str]:
+    """``--topologies`` as a list of specs; an unknown family name is a ValueError naming it."""
+    from jaxgossip import topology
+
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    if not specs:
+        raise ValueError("--topologies is empty; give specs such as ring,torus,erdos_renyi:0.3")
+    known = list(topology._BY_NAME)  # the families topology.make understands
+    for spec in specs:
+        if spec.partition(":")[0] not in known:
+            raise ValueError(
+                f"--topologies: unknown topology spec {spec!r}; known families: {', '.join(known)} "
+                "(with an argument: erdos_renyi:P, random_directed:P, torus:ROWSxCOLS)"
+            )
+    return specs
+
+
+def _seed_list(text: str) -> list[int]:
+    """``--seeds``: a count S (seeds 0 .. S-1) or a JSON list of ints."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return list(range(value))
+    if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        return value
+    raise ValueError(f"--seeds={text!r} must be a count >= 1 (e.g. 3) or a JSON list of ints (e.g. [0,5])")
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--sizes={text!r} must be comma-separated node counts, e.g. 8,16,64") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--sizes={text!r} must hold node counts >= 1")
+    return sizes
+
+
+def _build_graphs(specs: list[str], sizes: list[int], seed: int) -> tuple[list, list[str], list[str]]:
+    """Graphs of every size x spec (size-major), their specs, and a note per skipped combination."""
+    from jaxgossip import topology
+
+    graphs, graph_specs, notes = [], [], []
+    for n in sizes:
+        for spec in specs:
+            try:
+                graphs.append(topology.make(spec, n, seed=seed))
+                graph_specs.append(spec)
+            except (ValueError, TypeError) as err:
+                notes.append(f"note: skipped {spec} at N={n}: {err}")
+    for note in notes:
+        print(note)
+    if not graphs:
+        raise ValueError(f"no graph of --topologies={','.join(specs)} could be built at N in {sizes}")
+    return graphs, graph_specs, notes
+
+
+def _gap(topo) -> float:
+    from jaxgossip.topology import spectral_gap
+
+    try:
+        return float(spectral_gap(topo))
+    except ValueError:  # column-stochastic only: no doubly stochastic gap
+        return float("nan")
+
+
+def _markdown_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        cells = [format(r[k], f) if isinstance(r[k], (int, float)) else str(r[k]) for k, _, f in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _consensus_graph_cost(model: CostModel, algorithm: str, options: dict, topo, node_bits, error, tol) -> dict:
+    """Cost fields of one graph of a consensus sweep: means over seeds of the simulated
+    communication time per round, in all, and until the relative error first drops below ``tol``.
+
+    Args:
+      node_bits: [S, R, N] bits each node sent in each round; error: [S, R + 1] consensus error.
+    """
+    reports = [
+        _simulate(model, bits, topo, allreduce=algorithm == "allreduce", exchanges=_exchanges(algorithm, options))
+        for bits in node_bits
+    ]
+    comm = np.cumsum([r.comm_time for r in reports], axis=1)  # [S, R]
+    reached = error[:, 1:] / error[:, :1] <= tol  # the rounds_to_tol rule of topology_rows
+    to_tol = [comm[s, reached[s].argmax()] if reached[s].any() else np.nan for s in range(comm.shape[0])]
+    row = {
+        "comm_s_per_round": float(comm[:, -1].mean() / comm.shape[1]),
+        "comm_s": float(comm[:, -1].mean()),
+        "comm_s_to_tol": float(np.mean(to_tol)),
+    }
+    if model.energy:
+        row["energy_J_per_node"] = float(np.mean([r.total_energy.mean() for r in reports]))
+    return row
+
+
+def _consensus_algorithm(overrides: dict) -> tuple[str, dict]:
+    """``--algorithm`` and ``--algorithm_options.*`` (parsed as ``jaxgossip train`` parses them)."""
+    from jaxgossip.runner import TrainConfig, config_from_dict
+
+    for key in overrides:
+        if key not in ("algorithm", "algorithm_options") and not key.startswith("algorithm_options."):
+            raise ValueError(
+                f"--{key} is not an option of the consensus mode (it takes --algorithm, --algorithm_options.*, "
+                f"{', '.join('--' + o for o in _TOPOLOGY_SWEEP_OPTIONS)}); training config keys need --train"
+            )
+    config = config_from_dict(overrides, TrainConfig(algorithm="gossip", algorithm_options={}))
+    return config.algorithm, dict(config.algorithm_options)
+
+
+def _write_topology_sweep(out: str, args, title: str, summary: str, notes: list, text: str, payload: dict) -> None:
+    command = "jaxgossip " + " ".join(args.argv)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(f"Command: `{command}`\n\n{title}. {summary}\n\n")
+        if notes:
+            f.write("".join(f"- {n}\n" for n in notes) + "\n")
+        f.write(text + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"command": command, "cost_model": args.cost.to_dict(), "skipped": notes, **payload}, f, indent=1)
+
+
+def _topology_sweep(args, overrides) -> int:
+    from jaxgossip import algorithms, plots, sweeps
+
+    specs = _topology_specs(args.topologies)
+    seeds = _seed_list(args.seeds)
+    if args.train:
+        return _topology_sweep_training(args, overrides, specs, seeds)
+    if args.config:
+        raise ValueError("--config is a training config; use it with --train")
+    algorithm, options = _consensus_algorithm(overrides)
+    given = {k: getattr(args, k) for k in _TOPOLOGY_SWEEP_OPTIONS}
+    values = {k: d if given[k] is None else given[k] for k, (_, d, _) in _TOPOLOGY_SWEEP_OPTIONS.items()}
+    sizes = _sizes(str(values["sizes"]))
+    tol = float(values["tol"])
+    if not math.isfinite(tol) or tol <= 0:
+        raise ValueError(f"--tol={tol} must be a finite number > 0")
+    graphs, graph_specs, notes = _build_graphs(specs, sizes, int(values["graph_seed"]))
+    algorithms.make(algorithm, graphs[0], **options)  # unknown algorithm or options: fail before compiling
+    out = args.out or os.path.join("runs", "topology_sweep")
+    start = time.perf_counter()
+    result = sweeps.sweep_topologies(
+        algorithm,
+        graphs,
+        dim=values["dim"],
+        num_steps=values["num_steps"],
+        seeds=seeds,
+        options=options,
+        stack=not args.no_stack,
+        node_bits=True,
+    )
+    wall = time.perf_counter() - start
+    rows = sweeps.topology_rows(result, tol=tol)
+    for g, row in enumerate(rows):
+        row["spec"] = graph_specs[g]
+        row.update(
+            _consensus_graph_cost(args.cost, algorithm, options, graphs[g], result.node_bits[g], result.error[g], tol)
+        )
+    cost_columns = _cost_columns(args.cost, training=False)
+    at = [c[0] for c in cost_columns].index("comm_s") + 1
+    cost_columns.insert(at, ("comm_s_to_tol", "comm s to tol", ".4g"))
+    at = [c[0] for c in _TOPOLOGY_COLUMNS].index("MB_per_node") + 1
+    columns = _TOPOLOGY_COLUMNS[:at] + cost_columns + _TOPOLOGY_COLUMNS[at:]
+    text = plots.format_table(rows, columns)
+    title = (
+        f"{algorithm} {options or ''} consensus".replace("  ", " ")
+        + f", D={values['dim']}, {values['num_steps']} rounds, {len(seeds)} seeds"
+    )
+    summary = _compile_summary(len(graphs), len(seeds), len(result.groups), wall, not args.no_stack, algorithm)
+    print(text)
+    print(summary)
+    os.makedirs(out, exist_ok=True)
+    plot = plots.plot_topology_sweep(rows, os.path.join(out, "topology_sweep.png"), title=title, tol=tol)
+    payload = {
+        "mode": "consensus",
+        "algorithm": algorithm,
+        "options": options,
+        "topologies": specs,
+        "sizes": sizes,
+        "seeds": seeds,
+        "num_steps": values["num_steps"],
+        "dim": values["dim"],
+        "tol": tol,
+        "graph_seed": values["graph_seed"],
+        "stack": not args.no_stack,
+        "groups": result.groups,
+        "group_seconds": result.group_seconds,
+        "wall_s": wall,
+        "rows": rows,
+    }
+    _write_topology_sweep(out, args, title, summary, notes, _markdown_table(rows, columns), payload)
+    print(f"wrote {out}/table.md, results.json and {os.path.basename(plot)}")
+    return 0
+
+
+def _compile_summary(graphs: int, seeds: int, programs: int, wall: float, stack: bool, algorithm: str) -> str:
+    from jaxgossip import topology_stack
+
+    if not stack:
+        how = "one per graph (--no-stack)"
+    elif algorithm not in topology_stack.STACKABLE:
+        how = f"one per graph: {algorithm} builds host tables per graph"
+    else:
+        how = "one per group of same-shape graphs"
+    programs_text = "1 compiled program" if programs == 1 else f"{programs} compiled programs"
+    return f"{graphs} graphs x {seeds} seeds in {programs_text}, {how}: {wall:.1f} s"
+
+
+def _topology_sweep_training(args, overrides: dict, specs: list[str], seeds: list[int]) -> int:
+    from jaxgossip import algorithms, data, plots, sweeps
+    from jaxgossip.runner import load_config
+
+    for option in _TOPOLOGY_SWEEP_OPTIONS:
+        if getattr(args, option) is not None:
+            raise ValueError(
+                f"--{option} is an option of the consensus mode; with --train the graphs have --num_nodes nodes, "
+                "run --num_rounds rounds and random graphs use the config's data_seed"
+            )
+    config = load_config(args.config, overrides)
+    if config.final_merge not in (None, 0, "none"):
+        raise ValueError(f"--final_merge={config.final_merge!r}: a topology sweep reports training without a merge")
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    graphs, graph_specs, notes = _build_graphs(specs, [config.num_nodes], data_seed)
+    if config.algorithm not in algorithms.REGISTRY:
+        raise ValueError(f"unknown algorithm {config.algorithm!r}; known algorithms: {sorted(algorithms.REGISTRY)}")
+    out = args.out or os.path.join("runs", "topology_sweep_train")
+    dataset = data.load_dataset(config.dataset, data_dir=config.data_dir)
+    start = time.perf_counter()
+    metrics, groups = sweeps.sweep_topologies_training(config, graphs, seeds, dataset=dataset, stack=not args.no_stack)
+    wall = time.perf_counter() - start
+    group_of = {i: g for g, members in enumerate(groups) for i in members}
+    need_flops = args.cost.node_flops is not None or bool(args.cost.joules_per_flop)
+    flops, rows = None, []
+    for g, topo in enumerate(graphs):
+        # FLOPs of a local step do not depend on the graph; memory does (the algorithm's state).
+        step_flops, memory = _step_flops_and_memory(config, dataset, topo, need_flops and flops is None)
+        flops = step_flops if flops is None else flops
+        m = metrics[g]
+        rounds, bits = np.asarray(m.round), np.asarray(m.bits, dtype=np.float64)  # [S, M], [S, M, N]
+        acc = np.asarray(m.test_acc, dtype=np.float64)[:, -1]
+        row = {
+            "name": topo.name,
+            "spec": graph_specs[g],
+            "N": topo.num_nodes,
+            "spectral_gap": _gap(topo),
+            "mean_degree": float(topo.out_degree.mean()),
+            "test_acc": float(acc.mean()),
+            "test_acc_std": float(acc.std()),
+            "test_acc_per_seed": acc.tolist(),
+            "test_loss": float(np.asarray(m.test_loss)[:, -1].mean()),
+            "consensus": float(np.asarray(m.consensus)[:, -1].mean()),
+            "MB_per_node": float(bits[:, -1].mean() / 8e6),
+            "group": group_of[g],
+            "group_size": len(groups[group_of[g]]),
+        }
+        per_seed = [
+            training_cost(args.cost, config, topo, rounds[s], bits[s], flops=flops, memory=memory)[-1]
+            for s in range(len(seeds))
+        ]
+        row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})
+        rows.append(row)
+    columns = _with_cost(_TOPOLOGY_TRAIN_COLUMNS, args.cost, training=True)
+    text = plots.format_table(rows, columns)
+    title = (
+        f"{config.algorithm} training, {config.dataset}, {config.model}, N={config.num_nodes}, "
+        f"{config.num_rounds} rounds, {len(seeds)} seeds"
+    )
+    summary = _compile_summary(len(graphs), len(seeds), len(groups), wall, not args.no_stack, config.algorithm)
+    print(text)
+    print(summary)
+    os.makedirs(out, exist_ok=True)
+    plots.plot_topology_training(rows, os.path.join(out, "accuracy_vs_gap.png"), title=title)
+    payload = {
+        "mode": "train",
+        "config": config.to_dict(),
+        "data": dataset.source,
+        "topologies": specs,
+        "seeds": seeds,
+        "stack": not args.no_stack,
+        "groups": groups,
+        "wall_s": wall,
+        "rows": rows,
+    }
+    _write_topology_sweep(out, args, title, summary, notes, _markdown_table(rows, columns), payload)
+    print(f"wrote {out}/table.md, results.json and accuracy_vs_gap.png")
+    return 0
+
+
+def _add_topology_sweep_parser(sub) -> None:
+    p = sub.add_parser(
+        "topology-sweep",
+        help="one algorithm on many graphs x sizes x seeds, one compile per group of same-shape graphs",
+        description=_TOPOLOGY_SWEEP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # --seed (a config key with --train) must not be read as --seeds
+    )
+    p.add_argument(
+        "--topologies",
+        required=True,
+        metavar="SPEC,SPEC,...",
+        help="graph specs of jaxgossip.topology.make: ring, directed_ring, torus, torus:ROWSxCOLS, hypercube, "
+        "exponential, one_peer_exponential, complete, star, erdos_renyi:P, random_directed:P",
+    )
+    p.add_argument("--seeds", default="3", help="a count S (seeds 0 .. S-1, default 3) or a JSON list such as [0,5]")
+    p.add_argument("--train", action="store_true", help="training mode (see above); default: consensus mode")
+    p.add_argument("--config", default=None, help="with --train: JSON, YAML or Python training config file")
+    p.add_argument("--out", default=None, help="output folder (default runs/topology_sweep[_train])")
+    p.add_argument("--no-stack", action="store_true", help="one compiled program per graph (for comparison)")
+    for option, (metavar, _, help_option) in _TOPOLOGY_SWEEP_OPTIONS.items():
+        kind = {"num_steps": int, "dim": int, "graph_seed": int, "tol": float}.get(option, str)
+        p.add_argument(f"--{option}", default=None, type=kind, metavar=metavar, help=help_option)
+    p.add_argument_group(
+        "algorithm and training options (--key=value)",
+        "--algorithm=NAME (default gossip) and --algorithm_options.KEY=VALUE in both modes; with --train\n"
+        "every field that `jaxgossip train` takes (--dataset, --num_nodes, --model, --num_rounds, ...)",
+    )
+    group = p.add_argument_group("cost model (jaxgossip.cost; reported next to the bits)")
+    for option, (metavar, help_option) in COST_OPTIONS.items():
+        group.add_argument(f"--{option}", dest=_dest(option), default=None, metavar=metavar, help=help_option)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxgossip`` console script; returns the exit status (2 on bad input)."""
     parser = argparse.ArgumentParser(prog="jaxgossip", description=__doc__)
@@ -669,11 +1048,19 @@ def main(argv: list[str] | None = None) -> int:
         group = p.add_argument_group("cost model (jaxgossip.cost; reported next to the bits)")
         for option, (metavar, help_option) in COST_OPTIONS.items():
             group.add_argument(f"--{option}", dest=_dest(option), default=None, metavar=metavar, help=help_option)
+    _add_topology_sweep_parser(sub)
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     overrides = _split_overrides(extra)
     try:
         args.cost = cost_model_from_args(args)
-        commands = {"train": _train, "consensus": _consensus, "demo": _demo, "sweep": _sweep}
+        commands = {
+            "train": _train,
+            "consensus": _consensus,
+            "demo": _demo,
+            "sweep": _sweep,
+            "topology-sweep": _topology_sweep,
+        }
         return commands[args.command](args, overrides)
     except (ValueError, TypeError) as err:
         print(f"jaxgossip {args.command}: error: {err}", file=sys.stderr)

@@ -13,6 +13,7 @@ __all__ = [
     "plot_topology",
     "plot_sweep",
     "plot_topology_sweep",
+    "plot_topology_training",
     "format_table",
 ]
 
@@ -199,6 +200,52 @@ def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol
     axes[0].legend(fontsize=7, ncol=2)
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_topology_training(rows: Sequence[Mapping], path: str, title: str = "") -> str:
+    """Final test accuracy (mean +- std over seeds) against the spectral gap, one point per graph.
+
+    One marker per graph family, each point labelled with its graph. Graphs without a spectral gap
+    (column-stochastic only, NaN) are left out.
+
+    Args:
+      rows: dicts with ``name``, ``spectral_gap``, ``test_acc`` and ``test_acc_std`` (the rows of
+        ``jaxgossip topology-sweep --train``).
+      path: PNG file to write.
+    """
+    plt = _pyplot()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    shown = [r for r in rows if np.isfinite(r["spectral_gap"]) and r["spectral_gap"] > 0]
+    families = sorted({_family(r["name"]) for r in shown})
+    markers = dict(zip(families, "osD^v<>ph*Xd"))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for fam in families:
+        mine = [r for r in shown if _family(r["name"]) == fam]
+        ax.errorbar(
+            [r["spectral_gap"] for r in mine],
+            [r["test_acc"] for r in mine],
+            yerr=[r["test_acc_std"] for r in mine],
+            marker=markers[fam],
+            linestyle="none",
+            capsize=3,
+            label=fam,
+        )
+    for r in shown:
+        ax.annotate(
+            r["name"], (r["spectral_gap"], r["test_acc"]), fontsize=7, xytext=(4, 4), textcoords="offset points"
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("spectral gap 1 - |lambda_2|")
+    ax.set_ylabel("final test accuracy (averaged model)")
+    ax.grid(True, which="both", alpha=0.3)
+    if families:
+        ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

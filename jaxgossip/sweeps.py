@@ -41,6 +41,7 @@ __all__ = [
     "sweep_topologies",
     "sweep_topologies_training",
     "topology_rows",
+    "record_bits",
 ]
 
 # Config fields that are traced values inside a run and may therefore be vmapped.
@@ -198,6 +199,9 @@ class TopologySweep:
       bits: per graph, [S, R] bits sent by all nodes together in each round, NumPy float64.
       groups: the compile groups, lists of graph indices (one compiled program each).
       group_seconds: wall time of each group (compile + run + transfer), seconds.
+      node_bits: with ``sweep_topologies(..., node_bits=True)``, per graph [S, R, N] bits each node
+        sent in each round (``StepInfo.bits``; summed over N it is ``bits``), NumPy float64; else
+        None.
     """
 
     topologies: list
@@ -206,6 +210,28 @@ class TopologySweep:
     bits: list
     groups: list
     group_seconds: list
+    node_bits: list | None = None
+
+
+def record_bits(alg: GossipAlgorithm, num_nodes: int, num_steps: int) -> GossipAlgorithm:
+    """``alg`` whose state also records each round's ``StepInfo.bits``.
+
+    The state becomes ``(state, log [R, N] float32, r)``: round r (0-based) writes row r of the log,
+    so after R = ``num_steps`` rounds the log holds what every node sent in every round
+    (:func:`jaxgossip.consensus.consensus_scan` keeps only the sum over nodes, but the time of a
+    round under :mod:`jaxgossip.cost` depends on what each node sent). ``step`` and ``debias`` are
+    the inner algorithm's, so the run is otherwise unchanged.
+    """
+
+    def init_fn(x):
+        return alg.init(x), jnp.zeros((num_steps, num_nodes), jnp.float32), jnp.zeros([], jnp.int32)
+
+    def step_fn(x, state, key):
+        inner, log, r = state
+        x, inner, info = alg.step(x, inner, key)
+        return x, (inner, log.at[r].set(info.bits), r + 1), info
+
+    return GossipAlgorithm(init_fn, step_fn, lambda x, state: alg.debias(x, state[0]), alg.name)
 
 
 def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
@@ -248,6 +274,7 @@ def sweep_topologies(
     options: Mapping[str, Any] | None = None,
     per_graph: Callable[[Topology], Mapping[str, float]] | None = None,
     stack: bool = True,
+    node_bits: bool = False,
 ) -> TopologySweep:
     """Consensus runs of one algorithm on many graphs x seeds, one compile per group of same-shape graphs.
 
@@ -270,6 +297,8 @@ def sweep_topologies(
       per_graph: optional ``topology -> {name: float}``, per-graph traced hyperparameters such as
         ``lambda t: {"gamma": optimal_gamma(t)}``.
       stack: False runs every graph on its own (for comparison and timing).
+      node_bits: also keep every node's bits of every round (:func:`record_bits`) in
+        ``TopologySweep.node_bits``, for :mod:`jaxgossip.cost` (S x R x N floats per graph).
 
     Returns:
       :class:`TopologySweep`.
@@ -290,10 +319,13 @@ def sweep_topologies(
         key_x, key_a = jax.random.split(key)
         x0 = jax.random.normal(key_x, (topo.num_nodes, int(dim)), jnp.float32)
         alg = algorithms.make(algorithm, topo, **options, **point)
-        errors, bits, _, _ = consensus_scan(alg, x0, int(num_steps), key_a)
-        return errors, bits
+        if node_bits:
+            alg = record_bits(alg, topo.num_nodes, int(num_steps))
+        errors, bits, _, state = consensus_scan(alg, x0, int(num_steps), key_a)
+        return errors, bits, (state[1] if node_bits else None)
 
     error, bits, seconds = [None] * len(topologies), [None] * len(topologies), []
+    per_node = [None] * len(topologies)
     for members in plan:
         start = time.perf_counter()
         graphs = [topologies[i] for i in members]
@@ -301,16 +333,19 @@ def sweep_topologies(
         if stack and algorithm in topology_stack.STACKABLE:
             stacked = topology_stack.stack(graphs)
             run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
-            errs, bs = run(stacked, values, keys)
+            errs, bs, nbs = run(stacked, values, keys)
         else:
             point = {k: v[0] for k, v in values.items()}
             run = jax.jit(jax.vmap(lambda key, point=point, topo=graphs[0]: one(topo, point, key)))
-            errs, bs = jax.tree_util.tree_map(lambda a: a[None], run(keys))
+            errs, bs, nbs = jax.tree_util.tree_map(lambda a: a[None], run(keys))
         errs, bs = np.asarray(errs), np.asarray(bs, dtype=np.float64)
+        nbs = None if nbs is None else np.asarray(nbs, dtype=np.float64)
         seconds.append(time.perf_counter() - start)
         for j, i in enumerate(members):
             error[i], bits[i] = errs[j], bs[j]
-    return TopologySweep(topologies, seeds, error, bits, plan, seconds)
+            if nbs is not None:
+                per_node[i] = nbs[j]
+    return TopologySweep(topologies, seeds, error, bits, plan, seconds, per_node if node_bits else None)
 
 
 def topology_rows(result: TopologySweep, tol: float = 1e-4) -> list[dict]:
