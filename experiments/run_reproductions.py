@@ -94,7 +94,8 @@ def run_study(study: str, seeds: int, variants: list[str] | None, rounds: int | 
         if rounds:  # the schedule scales with the run, as in the configs
             overrides = {
                 "num_rounds": rounds,
-                "eval_every": max(1, rounds // 6),
+                # up to 6 evaluation points that divide the run evenly
+                "eval_every": rounds // next(k for k in (6, 5, 4, 3, 2, 1) if rounds % k == 0),
                 "warmup_rounds": rounds // 20,
                 "decay_rounds": (rounds // 2, (3 * rounds) // 4),
             }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -78,3 +79,11 @@ def compiled_flops(compiled) -> float | None:
 
 def tree_bytes(tree) -> int:
     return int(sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(tree) if hasattr(leaf, "nbytes")))
+
+
+def write_result(path: str | None, result: dict) -> dict:
+    """Writes ``result`` as JSON to ``path`` (the scripts' ``--json`` option) when given; returns it."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+    return result

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchlib import compiled_bytes, compiled_flops, header_line, machine_info, median_seconds  # noqa: E402
+from _benchlib import compiled_bytes, compiled_flops, header_line, machine_info, median_seconds, write_result  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.runner import TrainConfig, make_trainer, prepare  # noqa: E402
@@ -158,10 +158,7 @@ def main(argv=None) -> dict:
     print(
         f"| {n} | {batch} | {per_round * 1e3:.2f} | {1.0 / per_round:.2f} | {gflop} | {tflops} | {peak} |", flush=True
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchlib import header_line, machine_info, median_seconds  # noqa: E402
+from _benchlib import header_line, machine_info, median_seconds, write_result  # noqa: E402
 
 from jaxgossip import topology as T  # noqa: E402
 from jaxgossip.mixing import mix  # noqa: E402
@@ -213,10 +213,7 @@ def main(argv=None) -> dict:
         flush=True,
     )
     result = {"machine": info, "rows": rows, "summary": summary, "args": vars(args)}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ SGD + Nesterov momentum. Per configuration:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchlib import compiled_bytes, header_line, machine_info, median_seconds, tree_bytes  # noqa: E402
+from _benchlib import compiled_bytes, header_line, machine_info, median_seconds, tree_bytes, write_result  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.runner import TrainConfig, make_trainer, prepare  # noqa: E402
@@ -134,10 +133,7 @@ def main(argv=None) -> dict:
             flush=True,
         )
     result = {"machine": info, "rows": rows, "verdicts": verdicts, "args": vars(args)}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

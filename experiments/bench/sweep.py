@@ -25,7 +25,6 @@ this easy task, so the loss is the informative check).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchlib import header_line, machine_info  # noqa: E402
+from _benchlib import header_line, machine_info, write_result  # noqa: E402
 
 from jaxgossip import data, sweeps  # noqa: E402
 from jaxgossip.runner import TrainConfig, run_training  # noqa: E402
@@ -159,10 +158,7 @@ def main(argv=None) -> dict:
         "max_abs_loss_diff": max_abs,
         "per_lr": rows,
     }
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":
