@@ -27,7 +27,6 @@ runs a smoke test with tiny sizes (2 nodes, batch 4, 2 rounds, 1 rep) unless siz
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -64,11 +63,7 @@ def main(argv=None) -> dict:
             f"pass --allow-cpu for a tiny CPU smoke test"
         )
         print(msg, flush=True)
-        result = {"machine": info, "skipped": msg}
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=1)
-        return result
+        return write_result(args.json, {"machine": info, "skipped": msg})
     small = not on_gpu
     n = args.nodes or (2 if small else 32)
     batch = args.batch or (4 if small else 32)

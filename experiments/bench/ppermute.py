@@ -32,7 +32,6 @@ so the sharded timings measure partitioning overhead and collective count, not a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -154,11 +153,7 @@ def main(argv=None) -> dict:
     if jax.device_count() < NUM_DEVICES:
         msg = f"SKIPPED: needs {NUM_DEVICES} devices, found {jax.device_count()}"
         print(msg, flush=True)
-        result = {"machine": info, "skipped": msg}
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=1)
-        return result
+        return write_result(args.json, {"machine": info, "skipped": msg})
     mesh = node_mesh(max(sizes), NUM_DEVICES)  # every N here is a multiple of 8
     print(
         f"{NUM_DEVICES} devices, one float32 leaf [N, D]; round = 1 mixing round (traced t), scan = {SCAN_ROUNDS} "
