@@ -160,11 +160,12 @@ def main() -> None:
         curves["push_sum"] = (err, bits)
         rows.append({"method": "push_sum", "gamma": None, "seconds": time.perf_counter() - t0})
 
-        for density in DENSITIES:
-            name = f"sparse_push {density:.0%}"
-            errors, cbits, x, state, secs = sweep(
-                lambda g, d=density: sparse_push(topo, fraction=d, gamma=g), gammas, x0, num_steps, key
-            )
+        # Compressed methods: each swept over gamma; the best gamma's curve is kept.
+        compressed = [
+            (f"sparse_push {d:.0%}", lambda g, d=d: sparse_push(topo, fraction=d, gamma=g)) for d in DENSITIES
+        ] + [("scsp 1% +comp", lambda g: scsp(topo, fraction=0.01, gamma=g, compensation=True))]
+        for name, factory in compressed:
+            errors, cbits, x, state, secs = sweep(factory, gammas, x0, num_steps, key)
             i = best_index(errors)
             curves[name] = (errors[i], cbits[i])
             finals[name] = (pick(x, i), pick(state, i))
@@ -180,26 +181,6 @@ def main() -> None:
                 f"{name:24s} best gamma {gammas[i]:.3g}: final {errors[i, -1]:.3e} ({secs:.1f} s sweep); "
                 + ", ".join(f"{g:.2g}:{e:.1e}" for g, e in zip(gammas, errors[:, -1]))
             )
-
-        name = "scsp 1% +comp"
-        errors, cbits, x, state, secs = sweep(
-            lambda g: scsp(topo, fraction=0.01, gamma=g, compensation=True), gammas, x0, num_steps, key
-        )
-        i = best_index(errors)
-        curves[name] = (errors[i], cbits[i])
-        finals[name] = (pick(x, i), pick(state, i))
-        rows.append(
-            {
-                "method": name,
-                "gamma": float(gammas[i]),
-                "seconds": secs,
-                "sweep_final_error": [float(e) for e in errors[:, -1]],
-            }
-        )
-        print(
-            f"{name:24s} best gamma {gammas[i]:.3g}: final {errors[i, -1]:.3e} ({secs:.1f} s sweep); "
-            + ", ".join(f"{g:.2g}:{e:.1e}" for g, e in zip(gammas, errors[:, -1]))
-        )
 
         g1 = next(r["gamma"] for r in rows if r["method"] == "sparse_push 1%")
         t0 = time.perf_counter()

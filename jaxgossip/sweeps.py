@@ -264,6 +264,22 @@ def _graph_values(per_graph, members: list[Topology]) -> dict[str, np.ndarray]:
     return {n: np.asarray([v[n] for v in values], dtype=np.float32) for n in names}
 
 
+def _run_group(one: Callable, graphs: list[Topology], per_graph, keys, stacked: bool):
+    """``one(topology, point, key)`` for every graph x key of a compile group, in one program.
+
+    Stacked: the graphs become one :class:`TopologyStack` and the program is vmapped over graphs
+    (tables and per-graph values) and keys. Otherwise the group holds one host topology, closed
+    over as constants, and the program is vmapped over keys only. Outputs have leading axes [G, S].
+    """
+    values = {k: jnp.asarray(v) for k, v in _graph_values(per_graph, graphs).items()}
+    if stacked:
+        run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
+        return run(topology_stack.stack(graphs), values, keys)
+    point = {k: v[0] for k, v in values.items()}
+    run = jax.jit(jax.vmap(lambda key: one(graphs[0], point, key)))
+    return jax.tree_util.tree_map(lambda a: a[None], run(keys))
+
+
 def sweep_topologies(
     algorithm: str,
     topologies: Sequence[Topology],
@@ -329,15 +345,8 @@ def sweep_topologies(
     for members in plan:
         start = time.perf_counter()
         graphs = [topologies[i] for i in members]
-        values = {k: jnp.asarray(v) for k, v in _graph_values(per_graph, graphs).items()}
-        if stack and algorithm in topology_stack.STACKABLE:
-            stacked = topology_stack.stack(graphs)
-            run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
-            errs, bs, nbs = run(stacked, values, keys)
-        else:
-            point = {k: v[0] for k, v in values.items()}
-            run = jax.jit(jax.vmap(lambda key, point=point, topo=graphs[0]: one(topo, point, key)))
-            errs, bs, nbs = jax.tree_util.tree_map(lambda a: a[None], run(keys))
+        stacked = stack and algorithm in topology_stack.STACKABLE
+        errs, bs, nbs = _run_group(one, graphs, per_graph, keys, stacked)
         errs, bs = np.asarray(errs), np.asarray(bs, dtype=np.float64)
         nbs = None if nbs is None else np.asarray(nbs, dtype=np.float64)
         seconds.append(time.perf_counter() - start)
@@ -419,14 +428,8 @@ def sweep_topologies_training(
     out = [None] * len(topologies)
     for members in plan:
         graphs = [topologies[i] for i in members]
-        values = {k: jnp.asarray(v) for k, v in _graph_values(per_graph, graphs).items()}
-        if config.algorithm in topology_stack.STACKABLE and stack:
-            run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
-            metrics = run(topology_stack.stack(graphs), values, keys)
-        else:
-            point = {k: v[0] for k, v in values.items()}
-            run = jax.jit(jax.vmap(lambda key, point=point, topo=graphs[0]: one(topo, point, key)))
-            metrics = jax.tree_util.tree_map(lambda a: a[None], run(keys))
+        stacked = stack and config.algorithm in topology_stack.STACKABLE
+        metrics = _run_group(one, graphs, per_graph, keys, stacked)
         for j, i in enumerate(members):
             out[i] = jax.tree_util.tree_map(lambda a, j=j: np.asarray(a[j]), metrics)
     return out, plan
