@@ -9,10 +9,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-def pytest_addoption(parser):
-    parser.addoption("--all", action="store_true", default=False, help="run the full algorithm x topology matrix")
-
-
 @pytest.fixture
 def key():
     return jax.random.key(0)
