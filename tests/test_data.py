@@ -145,8 +145,13 @@ def test_missing_raw_files_error_says_what_to_put_where(tmp_path, monkeypatch):
     monkeypatch.setattr(raw, "DEBIAN_FASHION_MNIST_DIR", str(tmp_path / "no-debian-package"))
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(data.DatasetNotFoundError, match=r"train-images-idx3-ubyte\[\.gz\].*dataset-fashion-mnist"):
+    with pytest.raises(data.DatasetNotFoundError, match=r"train-images-idx3-ubyte\[\.gz\].*dataset-fashion-mnist") as info:
         data.load_dataset("fashion_mnist", data_dir=tmp_path / "tfds", raw_dir=empty)
+    # names the config fields a CLI user can set (not only Python arguments)
+    message = str(info.value)
+    for field in ("config field raw_dir", "--raw_dir=DIR", "config field data_dir", "config field download"):
+        assert field in message, field
+    assert "pass it as raw_dir" not in message
     with pytest.raises(ValueError, match=r"cifar-10-python\.tar\.gz"):  # also a ValueError
         data.load_dataset("cifar10", data_dir=tmp_path / "tfds", raw_dir=empty)
     with pytest.raises(FileNotFoundError, match="no raw mnist files"):
@@ -235,8 +240,138 @@ def test_cifar_reader_refuses_non_numpy_pickles(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
     (folder / "test_batch").write_bytes(pickle.dumps({b"data": os.getcwd}))
-    with pytest.raises(pickle.UnpicklingError, match="refusing"):
+    with pytest.raises(ValueError, match=r"test_batch: refusing .*could run code.*delete it"):
         raw.read_cifar_split("cifar10", str(folder), "test")
+
+
+# ----------------------------------------------------------------------------------------------
+# corrupt raw files: a ValueError naming the file, the problem and the fix (never a download)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_download(monkeypatch):
+    """Fails the test if anything tries tfds's downloading path or the Debian folder."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a download was attempted")
+
+    monkeypatch.setattr(tfds, "load", refuse)
+    monkeypatch.setattr(raw, "DEBIAN_FASHION_MNIST_DIR", "/nonexistent/no-debian-package")
+
+
+def _truncate(path, keep=0.5):
+    content = path.read_bytes()
+    path.write_bytes(content[: int(len(content) * keep)])
+
+
+def test_truncated_gz_idx_file_is_a_value_error_naming_it(tmp_path, no_download):
+    raw_dir = tmp_path / "raw"
+    make_idx_dir(raw_dir)
+    bad = raw_dir / "train-images-idx3-ubyte.gz"
+    _truncate(bad)
+    pattern = rf"{bad}: truncated gzip stream.*delete it and download it again"
+    with pytest.raises(ValueError, match=pattern) as info:
+        data.load_dataset("mnist", tmp_path / "tfds", raw_dir=raw_dir, download=True)
+    assert isinstance(info.value, raw.CorruptDataError)
+    # nothing half-prepared is left behind: once the file is fixed, the same call works
+    make_idx_dir(raw_dir)
+    assert data.load_dataset("mnist", tmp_path / "tfds", raw_dir=raw_dir).x_train.shape == (40, 28, 28, 1)
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda b: b[:-1], "IDX size mismatch"),  # raw file cut short
+        (lambda b: b"\x00\x00\x07\x03" + b[4:], "unknown data type code"),  # bad header
+        (lambda b: gzip.compress(b)[:-8] + b"\xff" * 8, "corrupt gzip stream.*CRC check failed"),  # bad checksum
+        (lambda b: b"", "not an IDX file"),  # empty file
+    ],
+)
+def test_damaged_idx_files_name_the_file(tmp_path, damage, problem):
+    path = tmp_path / "t10k-labels-idx1-ubyte"
+    write_idx(path, np.arange(10, dtype=np.uint8))
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError, match=rf"{path}: .*{problem}.*To fix: delete it"):
+        data.read_idx(path)
+
+
+def test_gz_name_without_gzip_content(tmp_path):
+    path = tmp_path / "train-labels-idx1-ubyte.gz"
+    write_idx(path, np.arange(10, dtype=np.uint8))  # not compressed
+    with pytest.raises(ValueError, match=rf"{path}: named \.gz but not gzip-compressed"):
+        data.read_idx(path)
+
+
+def test_mismatched_idx_pair_names_both_files(tmp_path):
+    raw_dir = tmp_path / "raw"
+    make_idx_dir(raw_dir)
+    write_idx(raw_dir / "t10k-labels-idx1-ubyte", np.zeros(7, np.uint8))  # 20 images, 7 labels
+    files = raw.find_idx_files(raw_dir)
+    with pytest.raises(ValueError, match=r"t10k-images.*t10k-labels.*To fix: replace both"):
+        raw.read_idx_split(files, "test")
+
+
+def test_damaged_prepared_data_names_the_folder(tmp_path, no_download):
+    raw_dir = tmp_path / "raw"
+    make_idx_dir(raw_dir, num_train=10, num_test=10)
+    data.load_dataset("mnist", tmp_path / "tfds", raw_dir=raw_dir)
+    folder = tmp_path / "tfds" / "jaxgossip_mnist" / "1.0.0"
+    info = (folder / "dataset_info.json").read_text()
+    (folder / "dataset_info.json").write_text("{")
+    with pytest.raises(ValueError, match=rf"{folder}: the prepared mnist data cannot be read.*delete the folder"):
+        data.load_dataset("mnist", tmp_path / "tfds")
+    (folder / "dataset_info.json").write_text(info)
+    train = next(folder.glob("*-train.array_record*"))
+    _truncate(train)
+    with pytest.raises(ValueError, match=rf"{folder}: the prepared mnist data cannot be read.*delete the folder"):
+        data.load_dataset("mnist", tmp_path / "tfds")
+
+
+def test_corrupt_cifar_tarball_is_a_value_error_naming_it(tmp_path, no_download):
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+    make_cifar10_tarball(raw_dir)
+    tarball = raw_dir / "cifar-10-python.tar.gz"
+    _truncate(tarball)
+    with pytest.raises(ValueError, match=rf"{tarball}: truncated archive.*delete it and download"):
+        data.load_dataset("cifar10", tmp_path / "tfds", raw_dir=raw_dir, download=True)
+    tarball.write_bytes(b"this is not a tar archive" * 40)
+    with pytest.raises(ValueError, match=rf"{tarball}: not a readable tar archive.*cs\.toronto\.edu"):
+        data.load_dataset("cifar10", tmp_path / "tfds", raw_dir=raw_dir)
+
+
+def test_cifar_tarball_with_a_missing_or_damaged_member(tmp_path):
+    tarball = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:  # test_batch is a truncated pickle, data_batch_* absent
+        payload = pickle.dumps(_cifar_batch(np.random.default_rng(0), 2)[1], protocol=2)[:100]
+        info = tarfile.TarInfo("cifar-10-batches-py/test_batch")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    with pytest.raises(ValueError, match=rf"{tarball}: the archive has no regular file cifar-10-batches-py/data_batch_1"):
+        raw.read_cifar_split("cifar10", str(tarball), "train")
+    with pytest.raises(ValueError, match=r"member cifar-10-batches-py/test_batch\): not a readable pickle"):
+        raw.read_cifar_split("cifar10", str(tarball), "test")
+
+
+def test_damaged_cifar_folder_files(tmp_path):
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=rf"{folder / 'test'} is missing.*extract the archive again"):
+        raw.read_cifar_split("cifar100", str(folder), "test")
+    _, batch = _cifar_batch(np.random.default_rng(0), 4, fine_classes=100)
+    del batch[b"coarse_labels"]
+    (folder / "test").write_bytes(pickle.dumps(batch, protocol=2))
+    with pytest.raises(ValueError, match=r"test: the CIFAR batch has no coarse_labels entry"):
+        raw.read_cifar_split("cifar100", str(folder), "test")
+    _, batch = _cifar_batch(np.random.default_rng(0), 4, fine_classes=100)
+    batch[b"data"] = batch[b"data"][:, :100]
+    (folder / "test").write_bytes(pickle.dumps(batch, protocol=2))
+    with pytest.raises(ValueError, match=r"test: data has shape \(4, 100\).*expected \[M, 3072\]"):
+        raw.read_cifar_split("cifar100", str(folder), "test")
+    (folder / "test").write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"holds a list, not a CIFAR batch dict"):
+        raw.read_cifar_split("cifar100", str(folder), "test")
 
 
 def _fashion_mnist_dir():

@@ -39,13 +39,14 @@ from jaxgossip.data.node_shards import (
     shard_dataset,
 )
 from jaxgossip.data.partitioners import SCHEMES, dirichlet, iid, label_histograms, partition, shards, skew
-from jaxgossip.data.raw import DEBIAN_FASHION_MNIST_DIR, DatasetNotFoundError, RawSplit, read_idx
+from jaxgossip.data.raw import DEBIAN_FASHION_MNIST_DIR, CorruptDataError, DatasetNotFoundError, RawSplit, read_idx
 
 __all__ = [
     "BUILDER_NAMES",
     "DATASET_NAMES",
     "DEBIAN_FASHION_MNIST_DIR",
     "SCHEMES",
+    "CorruptDataError",
     "Dataset",
     "DatasetNotFoundError",
     "JaxgossipCifar10",

@@ -228,8 +228,25 @@ def get_builder(name: str, data_dir: str | os.PathLike | None = None) -> tfds.co
             ``~/tensorflow_datasets``).
     """
     _check_name(name)
-    return _BUILDER_CLASSES[name](
-        data_dir=None if data_dir is None else os.fspath(data_dir), file_format="array_record"
+    try:
+        return _BUILDER_CLASSES[name](
+            data_dir=None if data_dir is None else os.fspath(data_dir), file_format="array_record"
+        )
+    except Exception as err:
+        # The constructor reads an existing dataset_info.json; a damaged one raises protobuf or JSON
+        # errors of assorted types.
+        root = os.fspath(data_dir) if data_dir is not None else tfds.core.constants.DATA_DIR
+        folder = os.path.join(root, BUILDER_NAMES[name], str(_RawImageBuilder.VERSION))
+        if not os.path.isdir(folder):
+            raise
+        raise _damaged_prepared(name, folder, err) from err
+
+
+def _damaged_prepared(name: str, folder: str, err: Exception) -> raw.CorruptDataError:
+    return raw.CorruptDataError(
+        f"{folder}: the prepared {name} data cannot be read ({type(err).__name__}: {err}); the files are "
+        f"damaged or incomplete (an interrupted run or copy?). To fix: delete the folder {folder}; the "
+        "next run prepares it again from the raw files"
     )
 
 
@@ -349,11 +366,19 @@ def read_prepared(name: str, data_dir: str | os.PathLike | None = None) -> dict[
     """
     _check_name(name)
     splits = ("train", "test")
-    sources = tfds.data_source(
-        BUILDER_NAMES[name],
-        split=list(splits),
-        data_dir=None if data_dir is None else os.fspath(data_dir),
-        download=False,
-        try_gcs=False,
-    )
-    return {split: source_to_numpy(source) for split, source in zip(splits, sources)}
+    try:
+        sources = tfds.data_source(
+            BUILDER_NAMES[name],
+            split=list(splits),
+            data_dir=None if data_dir is None else os.fspath(data_dir),
+            download=False,
+            try_gcs=False,
+        )
+        return {split: source_to_numpy(source) for split, source in zip(splits, sources)}
+    except Exception as err:
+        # tfds and array_record raise assorted types (TypeError, protobuf ParseError, OSError, ...)
+        # for damaged files; turn them all into one actionable message.
+        builder = get_builder(name, data_dir)
+        if not _prepared(builder):
+            raise
+        raise _damaged_prepared(name, os.fspath(builder.data_dir), err) from err

@@ -16,6 +16,11 @@ Lookup order for ``mnist``/``fashion_mnist``/``cifar10``/``cifar100``:
    ``tfds.load(name, download=True)`` (needs internet);
 4. otherwise :class:`DatasetNotFoundError` saying which files to put where.
 
+A raw or prepared file that exists but is truncated or corrupt raises
+:class:`~jaxgossip.data.raw.CorruptDataError` (a ``ValueError``) naming the
+file, the problem and the fix, never a bare traceback from gzip, tarfile,
+pickle or tfds.
+
 ``auto`` picks Fashion-MNIST when step 1 or 2 succeeds and the embedded
 ``digits`` set otherwise, so it always works offline.
 """
@@ -199,8 +204,10 @@ def _from_raw_splits(name, splits, normalize, source) -> Dataset:
 def _tfds_download(name: str, data_dir, normalize: bool) -> Dataset:
     if importlib.util.find_spec("tensorflow") is None:
         raise raw.DatasetNotFoundError(
-            f"{name}: download=True uses tfds's own '{name}' builder, which needs TensorFlow "
-            "(pip install 'jaxgossip[tf]'); or provide the raw files offline (pass raw_dir)"
+            f"{name}: no local files were found, and download=True uses tfds's own '{name}' builder, which "
+            "needs TensorFlow. To fix: pip install 'jaxgossip[tf]' (and have internet), or provide the raw "
+            "files offline and set the config field raw_dir to their folder (--raw_dir=DIR; "
+            "load_dataset(name, data_dir, raw_dir=DIR)); the error without download=True lists the files"
         )
     import tensorflow_datasets as tfds
 
@@ -289,7 +296,10 @@ def load_dataset(
     Raises:
         ValueError: unknown name (the message lists the known ones).
         DatasetNotFoundError: files missing (the message says which files to
-            put where). It is both a FileNotFoundError and a ValueError.
+            put where, naming the config fields ``data_dir``, ``raw_dir`` and
+            ``download``). It is both a FileNotFoundError and a ValueError.
+        CorruptDataError: a raw or prepared file is truncated or corrupt (a
+            ValueError; the message names the file, the problem and the fix).
     """
     if name not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}")

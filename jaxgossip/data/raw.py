@@ -20,6 +20,10 @@ Raw formats
     dict with ``data`` (uint8, [M, 3072], channel-major) and ``labels``
     (CIFAR-10) or ``fine_labels``/``coarse_labels`` (CIFAR-100).
 
+A file that is found but truncated, corrupt or malformed raises
+:class:`CorruptDataError`, a ``ValueError`` whose message names the file, what
+is wrong and how to fix it.
+
 References:
     Y. LeCun, L. Bottou, Y. Bengio, P. Haffner. Gradient-based learning applied
     to document recognition. Proc. IEEE, 1998.
@@ -36,6 +40,7 @@ import io
 import os
 import pickle
 import tarfile
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -48,6 +53,32 @@ class DatasetNotFoundError(FileNotFoundError, ValueError):
     Subclasses both :class:`FileNotFoundError` and :class:`ValueError`, so it is
     caught by either; the message says which files to put where.
     """
+
+
+class CorruptDataError(ValueError):
+    """A raw data file exists but is truncated, corrupt or not in the expected format.
+
+    The message names the file, what is wrong with it and how to fix it
+    (usually: delete the file and fetch it again).
+    """
+
+
+#: The config fields (and ``load_dataset`` arguments) that say where data comes from; the
+#: CLI spells them ``--data_dir``, ``--raw_dir`` and ``--download``.
+_WHERE_FROM = (
+    "set the config field raw_dir to that folder (--raw_dir=DIR on the command line; "
+    "load_dataset(name, data_dir, raw_dir=DIR) in Python), or put the files in the folder given by the "
+    "config field data_dir or in its downloads/manual subfolder; or else set the config field download "
+    "(--download=true; load_dataset(..., download=True)) to let tfds fetch the dataset, which needs "
+    "TensorFlow (pip install 'jaxgossip[tf]') and internet"
+)
+
+
+def _corrupt(path: str | os.PathLike, problem: str, refetch: str) -> CorruptDataError:
+    return CorruptDataError(
+        f"{os.fspath(path)}: {problem}. The file is damaged or incomplete (an interrupted download or "
+        f"copy?). To fix: delete it and {refetch}"
+    )
 
 
 # IDX type codes -> numpy big-endian dtypes.
@@ -135,20 +166,41 @@ def parse_idx(buffer: bytes) -> np.ndarray:
     return data.astype(dtype.newbyteorder("="), copy=True)
 
 
+_IDX_REFETCH = (
+    "download it again (MNIST: http://yann.lecun.com/exdb/mnist/ or a mirror; Fashion-MNIST: "
+    "https://github.com/zalandoresearch/fashion-mnist or the Debian package dataset-fashion-mnist)"
+)
+
+
 def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Reads an IDX file, gzipped (by ``.gz`` suffix or magic bytes) or not.
+    """Reads an IDX file, gzipped (recognised by its magic bytes) or not.
 
     Args:
         path: path of the file.
 
     Returns:
         The stored array (see :func:`parse_idx`).
+
+    Raises:
+        CorruptDataError: (a ValueError) the file is a truncated or corrupt gzip stream, or its IDX
+            header or size is wrong; the message names the file and the fix.
     """
     with open(path, "rb") as f:
         buffer = f.read()
     if buffer[:2] == b"\x1f\x8b":
-        buffer = gzip.decompress(buffer)
-    return parse_idx(buffer)
+        try:
+            buffer = gzip.decompress(buffer)
+        except EOFError as err:
+            problem = "truncated gzip stream (the file ends before the compressed data does)"
+            raise _corrupt(path, problem, _IDX_REFETCH) from err
+        except (OSError, zlib.error) as err:
+            raise _corrupt(path, f"corrupt gzip stream ({err})", _IDX_REFETCH) from err
+    elif os.fspath(path).endswith(".gz"):
+        raise _corrupt(path, "named .gz but not gzip-compressed", _IDX_REFETCH)
+    try:
+        return parse_idx(buffer)
+    except ValueError as err:
+        raise _corrupt(path, str(err), _IDX_REFETCH) from err
 
 
 def _find_file(directory: str | os.PathLike, stem: str) -> str | None:
@@ -184,15 +236,15 @@ def find_idx_files(directory: str | os.PathLike) -> dict[str, tuple[str, str]] |
 def idx_instructions(name: str) -> str:
     """Human-readable list of the IDX files a user must provide."""
     files = ", ".join(f"{stem}[.gz]" for stems in IDX_FILES.values() for stem in stems)
-    text = f"put the four {name} IDX files ({files}) in one folder and pass it as raw_dir"
+    text = f"put the four {name} IDX files ({files}) in one folder"
     if name == "fashion_mnist":
         text += (
             f" (the Debian/Ubuntu package 'dataset-fashion-mnist' installs them in "
-            f"{DEBIAN_FASHION_MNIST_DIR}; without root, `apt-get download dataset-fashion-mnist && "
-            f"dpkg-deb -x dataset-fashion-mnist_*.deb DIR` unpacks them under DIR{DEBIAN_FASHION_MNIST_DIR}, "
-            f"see .ci/fetch_fashion_mnist.sh)"
+            f"{DEBIAN_FASHION_MNIST_DIR}, which is searched too; without root, `apt-get download "
+            f"dataset-fashion-mnist && dpkg-deb -x dataset-fashion-mnist_*.deb DIR` unpacks them under "
+            f"DIR{DEBIAN_FASHION_MNIST_DIR}, see .ci/fetch_fashion_mnist.sh)"
         )
-    return text
+    return f"{text} and {_WHERE_FROM}"
 
 
 def read_idx_split(files: dict[str, tuple[str, str]], split: str) -> RawSplit:
@@ -205,8 +257,11 @@ def read_idx_split(files: dict[str, tuple[str, str]], split: str) -> RawSplit:
     images = read_idx(images_path)
     labels = read_idx(labels_path)
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise ValueError(
-            f"inconsistent IDX files: images {images.shape} ({images_path}), labels {labels.shape} ({labels_path})"
+        raise CorruptDataError(
+            f"inconsistent IDX files: {images_path} holds images of shape {images.shape} and {labels_path} "
+            f"labels of shape {labels.shape}; expected [M, H, W] images and [M] labels of the same split. To fix: "
+            f"replace both files with the matching pair of one dataset "
+            f"({_IDX_REFETCH.replace('download it', 'download them')})"
         )
     return RawSplit(images.astype(np.uint8)[..., None], labels.astype(np.int64))
 
@@ -243,8 +298,26 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def _unpickle(buffer: bytes) -> dict:
-    data = _NumpyOnlyUnpickler(io.BytesIO(buffer), encoding="bytes").load()
+def _cifar_refetch(name: str) -> str:
+    archive, _ = CIFAR_FILES[name]
+    return f"download {archive} again from https://www.cs.toronto.edu/~kriz/cifar.html"
+
+
+def _unpickle(buffer: bytes, where: str, name: str) -> dict:
+    """Loads one CIFAR batch; ``where`` names it (file, or archive:member) in errors."""
+    try:
+        data = _NumpyOnlyUnpickler(io.BytesIO(buffer), encoding="bytes").load()
+    except pickle.UnpicklingError as err:
+        if "refusing" in str(err):
+            raise CorruptDataError(
+                f"{where}: {err}: not a CIFAR batch (those hold only NumPy arrays and lists), and it is not "
+                f"loaded because unpickling it could run code. To fix: delete it and {_cifar_refetch(name)}"
+            ) from err
+        raise _corrupt(where, f"not a readable pickle ({err})", _cifar_refetch(name)) from err
+    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, MemoryError) as err:
+        raise _corrupt(where, f"not a readable pickle ({type(err).__name__}: {err})", _cifar_refetch(name)) from err
+    if not isinstance(data, dict):
+        raise _corrupt(where, f"holds a {type(data).__name__}, not a CIFAR batch dict", _cifar_refetch(name))
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in data.items()}
 
 
@@ -280,26 +353,41 @@ def cifar_instructions(name: str) -> str:
     archive, folder = CIFAR_FILES[name]
     return (
         f"put {archive} (the CIFAR 'python version' from https://www.cs.toronto.edu/~kriz/cifar.html) "
-        f"or its extracted folder {folder}/ in a folder and pass that folder as raw_dir"
+        f"or its extracted folder {folder}/ in a folder and {_WHERE_FROM}"
     )
 
 
-def _cifar_buffers(name: str, path: str, member_names: Iterable[str]) -> list[bytes]:
+def _cifar_buffers(name: str, path: str, member_names: Iterable[str]) -> list[tuple[str, bytes]]:
+    """``(where, bytes)`` of each batch, from the extracted folder or the archive at ``path``."""
     _, folder = CIFAR_FILES[name]
     if os.path.isdir(path):
         out = []
         for member in member_names:
-            with open(os.path.join(path, member), "rb") as f:
-                out.append(f.read())
+            file = os.path.join(path, member)
+            if not os.path.isfile(file):
+                raise CorruptDataError(
+                    f"{file} is missing: the extracted CIFAR folder {path} is incomplete. To fix: delete the "
+                    f"folder and extract the archive again, or {_cifar_refetch(name)}"
+                )
+            with open(file, "rb") as f:
+                out.append((file, f.read()))
         return out
-    with tarfile.open(path, "r:*") as tar:
-        out = []
-        for member in member_names:
-            handle = tar.extractfile(f"{folder}/{member}")
-            if handle is None:
-                raise ValueError(f"{path} has no regular file {folder}/{member}")
-            out.append(handle.read())
-        return out
+    out = []
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in member_names:
+                where = f"{path} (member {folder}/{member})"
+                try:
+                    handle = tar.extractfile(f"{folder}/{member}")
+                except KeyError:
+                    handle = None
+                if handle is None:
+                    raise _corrupt(path, f"the archive has no regular file {folder}/{member}", _cifar_refetch(name))
+                out.append((where, handle.read()))
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
+        problem = "truncated archive" if isinstance(err, EOFError) else f"not a readable tar archive ({err})"
+        raise _corrupt(path, problem.replace("\n", " "), _cifar_refetch(name)) from err
+    return out
 
 
 def read_cifar_split(name: str, path: str, split: str) -> RawSplit:
@@ -314,15 +402,29 @@ def read_cifar_split(name: str, path: str, split: str) -> RawSplit:
         RawSplit with images uint8 [M, 32, 32, 3], labels int64 [M] (fine labels
         for CIFAR-100) and, for CIFAR-100, coarse_labels int64 [M].
     """
-    batches = [_unpickle(b) for b in _cifar_buffers(name, path, _CIFAR_MEMBERS[name][split])]
-    data = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches])
-    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    if name == "cifar10":
-        labels = np.concatenate([np.asarray(b["labels"], dtype=np.int64) for b in batches])
-        return RawSplit(np.ascontiguousarray(images), labels)
-    fine = np.concatenate([np.asarray(b["fine_labels"], dtype=np.int64) for b in batches])
-    coarse = np.concatenate([np.asarray(b["coarse_labels"], dtype=np.int64) for b in batches])
-    return RawSplit(np.ascontiguousarray(images), fine, coarse)
+    label_keys = ("labels",) if name == "cifar10" else ("fine_labels", "coarse_labels")
+    datas, labels = [], {key: [] for key in label_keys}
+    for where, buffer in _cifar_buffers(name, path, _CIFAR_MEMBERS[name][split]):
+        batch = _unpickle(buffer, where, name)
+        missing = [key for key in ("data", *label_keys) if key not in batch]
+        if missing:
+            raise _corrupt(where, f"the CIFAR batch has no {', '.join(missing)} entry", _cifar_refetch(name))
+        try:
+            data = np.asarray(batch["data"], dtype=np.uint8)
+            batch_labels = {key: np.asarray(batch[key], dtype=np.int64) for key in label_keys}
+        except (ValueError, TypeError, OverflowError) as err:
+            raise _corrupt(where, f"the CIFAR batch holds unreadable arrays ({err})", _cifar_refetch(name)) from err
+        if data.ndim != 2 or data.shape[1] != 3072 or any(v.shape != (data.shape[0],) for v in batch_labels.values()):
+            shapes = ", ".join(f"{key} {v.shape}" for key, v in batch_labels.items())
+            raise _corrupt(
+                where, f"data has shape {data.shape} and {shapes}; expected [M, 3072] and [M]", _cifar_refetch(name)
+            )
+        datas.append(data)
+        for key in label_keys:
+            labels[key].append(batch_labels[key])
+    images = np.concatenate(datas).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    label_arrays = [np.concatenate(labels[key]) for key in label_keys]
+    return RawSplit(np.ascontiguousarray(images), *label_arrays)
 
 
 def candidate_dirs(name: str, raw_dir: str | os.PathLike | None, data_dir: str | os.PathLike | None) -> Sequence[str]:
