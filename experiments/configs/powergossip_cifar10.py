@@ -1,5 +1,5 @@
-"""PowerGossip CIFAR-10 recipe (ALGORITHMS.md 2.7 and 7): ResNet-20 on the 8-ring, one variant per
-row of the 2.7 table.
+"""PowerGossip CIFAR-10 recipe (docs/algorithms.md, section training recipes and models):
+ResNet-20 on the 8-ring, one variant per row of the reference's table.
 
 The reference setup ("meant to be equivalent to the setup in the Choco DL paper"): 8 workers on the
 ring (weights 1/3), ResNet-20 with BatchNorm, batch 128 per worker, 300 epochs, Nesterov momentum
@@ -30,10 +30,11 @@ pg_i1_random         PowerGossip rank 1, 1 iteration, random         11.3   1.30
 pg_i2_random         PowerGossip rank 1, 2 iterations, random        11.3   1.308
 ===================  ==============================================  =====  ======
 
-(Moniqua, also in the 2.7 table, is not implemented in jaxgossip.) PowerGossip gossips 1-D
-tensors uncompressed with rate ``vector_gamma = 1`` (the reference quirk, ALGORITHMS.md 10.1).
+(Moniqua, also in that table, is not implemented in jaxgossip.) PowerGossip gossips 1-D
+tensors uncompressed with rate ``vector_gamma = 1`` (the reference quirk;
+docs/algorithms.md, section power_gossip).
 Choco top-k counts 64-bit indices as the EPFL code does, so its MB/epoch can be compared with
-ALGORITHMS.md 2.9 (3.23 MB/epoch/worker).
+docs/algorithms.md, section training recipes and models (3.23 MB/epoch/worker).
 
 Data: ``dataset="cifar10"`` needs the CIFAR-10 *python* tarball ``cifar-10-python.tar.gz`` (or a
 tfds-prepared copy) in ``--data_dir`` (or ``data_dir/downloads/manual``); nothing is downloaded.

@@ -1,7 +1,9 @@
-"""Sparse-Push / SCSP CIFAR-10 recipe (ALGORITHMS.md 3.6, 7 and 9.5): push-sum (SGP) vs Sparse-Push
+"""Sparse-Push / SCSP CIFAR-10 recipe (docs/algorithms.md, section training recipes and models):
+push-sum (SGP) vs Sparse-Push
 vs Skew-Compensated Sparse-Push on a directed time-varying graph, IID and non-IID.
 
-Recipe of the first author's Nov-2021 code (ALGORITHMS.md 3.6): batch 32 per worker, Nesterov
+Recipe of the first author's Nov-2021 code (docs/algorithms.md, section training recipes and models):
+batch 32 per worker, Nesterov
 momentum 0.9, weight decay 1e-4 on all parameters, peak learning rate 0.1 with one epoch of warm-up
 from 0.01, 200 epochs; ResNet-20: x0.1 at epochs 100 and 150; VGG-11: x0.5 at epochs 30, 60, 90,
 120, 150 and 180. Adapt-then-combine ordering (``"atc"``, SGP / Choco-SGD form), crop + flip
@@ -32,8 +34,8 @@ because it does not change any round count:
 * model: ``resnet20``, ``vgg11``; num_nodes: 8, 16;
 * method: ``push_sum`` (SGP, uncompressed), ``sparse_push_1pct``, ``sparse_push_0p1pct``, ``scsp``
   (1 %, compensation on, final merge);
-* partition: ``--partition=iid`` (default), ``--partition=skew:0.8`` (the author's non-IID skew,
-  ALGORITHMS.md 6.3) or ``--partition=dirichlet:0.1``.
+* partition: ``--partition=iid`` (default), ``--partition=skew:0.8`` (the author's non-IID skew;
+  docs/algorithms.md, section partitioners) or ``--partition=dirichlet:0.1``.
 
 Data: ``dataset="cifar10"`` needs the CIFAR-10 *python* tarball ``cifar-10-python.tar.gz`` (or a
 tfds-prepared copy) in ``--data_dir`` (or ``data_dir/downloads/manual``); nothing is downloaded.

@@ -7,7 +7,8 @@ minute per run on a 2-core CPU: Fashion-MNIST (60 000 training images; ``--datas
 embedded offline set), a small CNN (16 and 32 channels), batch 32 per worker, no augmentation,
 720 rounds = 3.07 epochs.
 
-The partitions of the study are IID, the author's label skew 0.8 (``skew:0.8``, ALGORITHMS.md 6.3)
+The partitions of the study are IID, the author's label skew 0.8 (``skew:0.8``;
+docs/algorithms.md, section partitioners)
 and Dirichlet(0.1) (``dirichlet:0.1``); pick one with ``--partition=...``.
 
 Gammas: NOT the CIFAR ones. The recipe's gamma = 0.01 at 1 % (0.001 at 0.1 %) is meant for

@@ -28,7 +28,8 @@ def _matrix_axes(ndim: int) -> tuple[int, ...]:
 def as_matrix(leaf: jax.Array) -> jax.Array:
     """Views a flax kernel as the PyTorch-style matrix [F, C_in * kh * kw] that PowerGossip compresses.
 
-    PowerGossip reshapes every >= 2-D PyTorch tensor to (shape[0], -1) (ALGORITHMS.md 2.4); a
+    PowerGossip reshapes every >= 2-D PyTorch tensor to (shape[0], -1)
+    (docs/algorithms.md, section power_gossip); a
     PyTorch conv weight is (F, C_in, kh, kw) and a linear weight (F, C_in). Flax stores conv kernels
     as (kh, kw, C_in, F) and dense kernels as (C_in, F), so the equivalent view moves the output
     axis first and orders the rest (C_in, kh, kw): entries line up one-to-one with the PyTorch
@@ -59,7 +60,8 @@ def matrix_shapes(params: Any, layout: str = "flax") -> list[tuple[int, int]]:
     Args:
       params: one node's parameter pytree (not stacked).
       layout: "flax" (default) uses the `as_matrix` view, (F, C_in * kh * kw), which matches the
-        PyTorch shapes of ALGORITHMS.md 2.9 (ResNet-20: sum m = 794, sum n = 5755); "raw" uses
+        PyTorch shapes of docs/algorithms.md, section training recipes and models
+        (ResNet-20: sum m = 794, sum n = 5755); "raw" uses
         (shape[0], -1) on the flax array as stored.
 
     Returns:
