@@ -7,6 +7,7 @@ communication is a kernel on the node axis.
 from jaxgossip import algorithms, compress, cost, topology
 from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.mixing import consensus_distance, mix, node_mean
+from jaxgossip.optimization import OptimizationResult, optimization_scan, run_optimization
 from jaxgossip.types import GossipAlgorithm, StepInfo
 
 __version__ = "0.1.0"
@@ -22,6 +23,9 @@ __all__ = [
     "run_consensus",
     "consensus_scan",
     "ConsensusResult",
+    "run_optimization",
+    "optimization_scan",
+    "OptimizationResult",
     "GossipAlgorithm",
     "StepInfo",
     "__version__",

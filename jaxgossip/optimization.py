@@ -296,6 +296,9 @@ def run_optimization(
     """Minimises ``(1/N) sum_i f_i`` with N nodes: H local optimizer steps, then one round of ``alg``.
 
     The whole run is one jitted ``lax.scan`` over S rounds (an inner scan over the H local steps).
+    ``alg``, ``loss_fn``, ``optimizer`` and ``objective_fn`` are static jit arguments hashed by
+    identity: reuse the same objects to avoid recompiling, and sweep step sizes or seeds with
+    ``jax.vmap`` over :func:`optimization_scan` (``optax.sgd(lr)`` with a traced ``lr``).
     Update rules per ordering, key derivation and references: see the module docstring. In short,
     with ``u = optimizer.update(grad f_i(debias(y), key), ...)``:
 

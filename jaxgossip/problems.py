@@ -14,7 +14,7 @@ errors matter more. Data are drawn on the host with NumPy from ``seed`` and held
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
