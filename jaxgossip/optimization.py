@@ -158,7 +158,7 @@ def _check_loss_fn(name: str, fn: Any, x0: Params, key: PRNGKey) -> None:
 
 def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn) -> None:
     """Shape-level checks shared by the pure core and the host entry point (no data is read)."""
-    if not isinstance(alg, GossipAlgorithm):
+    if not all(callable(getattr(alg, name, None)) for name in ("init", "step", "debias")):
         raise TypeError(f"alg must be a GossipAlgorithm (jaxgossip.algorithms.make), got {type(alg).__name__}")
     _positive_int("num_steps", num_steps)
     _positive_int("local_steps", local_steps)
@@ -170,7 +170,7 @@ def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering
     try:
         jax.eval_shape(alg.init, x0)
     except ValueError as err:
-        raise ValueError(f"x0 does not fit algorithm {alg.name!r}: {err}") from err
+        raise ValueError(f"x0 does not fit algorithm {getattr(alg, 'name', '')!r}: {err}") from err
     _check_loss_fn("loss_fn", loss_fn, x0, key)
     if objective_fn is not None:
         _check_loss_fn("objective_fn", objective_fn, x0, key)

@@ -304,3 +304,5 @@ def test_bad_x0_and_optimizer():
         jg.run_optimization(GOSSIP, jnp.zeros((N, D), jnp.int32), PROBLEM.loss_fn, SGD, 3, KEY)
     with pytest.raises(TypeError, match="optimizer"):
         jg.run_optimization(GOSSIP, jnp.asarray(X0), PROBLEM.loss_fn, lambda g: g, 3, KEY)
+    with pytest.raises(TypeError, match="alg must be a GossipAlgorithm"):
+        jg.run_optimization("gossip", jnp.asarray(X0), PROBLEM.loss_fn, SGD, 3, KEY)
