@@ -160,6 +160,8 @@ def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering
     """Shape-level checks shared by the pure core and the host entry point (no data is read)."""
     if not all(callable(getattr(alg, name, None)) for name in ("init", "step", "debias")):
         raise TypeError(f"alg must be a GossipAlgorithm (jaxgossip.algorithms.make), got {type(alg).__name__}")
+    if not hasattr(key, "dtype") or not hasattr(key, "shape"):
+        raise TypeError(f"key must be a PRNG key (jax.random.key(seed)), got {type(key).__name__}")
     _positive_int("num_steps", num_steps)
     _positive_int("local_steps", local_steps)
     if ordering not in ORDERINGS:
@@ -176,18 +178,12 @@ def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering
         _check_loss_fn("objective_fn", objective_fn, x0, key)
 
 
-def _split_keys(key: PRNGKey, num_steps: int, local_steps: int, num_nodes: int):
-    """``key_eval`` and per-round ``(key_comm [S], key_local [S, H, N])`` (module docstring)."""
-    key_eval, key_run = jax.random.split(key)
-    rounds = jax.random.split(key_run, num_steps)
-
-    def per_round(round_key):
-        key_comm, key_local = jax.random.split(round_key)
-        local = jax.random.split(key_local, local_steps * num_nodes)
-        return key_comm, local.reshape((local_steps, num_nodes) + local.shape[1:])
-
-    key_comm, key_local = jax.vmap(per_round)(rounds)
-    return key_eval, key_comm, key_local
+def _round_keys(round_key: PRNGKey, local_steps: int, num_nodes: int):
+    """``(key_comm, key_local [H, N])`` of one round (module docstring); split inside the scan so
+    no ``[S, H, N]`` key array is materialised."""
+    key_comm, key_local = jax.random.split(round_key)
+    local = jax.random.split(key_local, local_steps * num_nodes)
+    return key_comm, local.reshape((local_steps, num_nodes) + local.shape[1:])
 
 
 def optimization_scan(
@@ -214,7 +210,7 @@ def optimization_scan(
     objective_fn = loss_fn if objective_fn is None else objective_fn
     num_nodes = _num_nodes(x0)
     nodes = jnp.arange(num_nodes, dtype=jnp.int32)
-    key_eval, key_comm, key_local = _split_keys(key, int(num_steps), int(local_steps), num_nodes)
+    key_eval, key_run = jax.random.split(key)
     node_grad = jax.vmap(jax.value_and_grad(loss_fn), in_axes=(0, 0, 0))
     opt_update = jax.vmap(optimizer.update)
 
@@ -232,9 +228,9 @@ def optimization_scan(
         total = jax.tree_util.tree_map(jnp.add, total, updates)
         return (y, total, opt_state), loss
 
-    def round_fn(carry, keys):
+    def round_fn(carry, round_key):
         x, state, opt_state = carry
-        round_key_comm, round_keys_local = keys
+        round_key_comm, round_keys_local = _round_keys(round_key, int(local_steps), num_nodes)
         zeros = jax.tree_util.tree_map(jnp.zeros_like, x)
         (y, total, opt_state), losses = jax.lax.scan(
             lambda c, k: local_step(state, c, k), (x, zeros, opt_state), round_keys_local
@@ -251,7 +247,7 @@ def optimization_scan(
     state0 = alg.init(x0)
     opt_state0 = jax.vmap(optimizer.init)(x0)
     (x, state, opt_state), (objs, cons, loss, bits) = jax.lax.scan(
-        round_fn, (x0, state0, opt_state0), (key_comm, key_local)
+        round_fn, (x0, state0, opt_state0), jax.random.split(key_run, int(num_steps))
     )
     obj0 = objective(x0, state0)
     cons0 = consensus_distance(alg.debias(x0, state0))
