@@ -25,6 +25,8 @@ other processes spreads over all three; medians over ``--reps``; wall clock):
   call; ``block_until_ready``. XLA:CPU uses its own thread pool (all cores); it is not limited.
 * torch loop: ``torch_loop.py`` at ``torch.set_num_threads(1)`` and ``(2)``, each with one warm-up
   call, under ``torch.no_grad`` for the consensus workloads. Same R rounds from the same x0.
+* Before every timed call the process sleeps ``--settle`` s (0.2) so that the worker threads of the
+  runtime that ran last (OpenMP, XLA's pool) have stopped spinning and do not steal the cores.
 
 Data loading is timed on neither side (fixed batches). Before timing, correctness checks compare
 torch and jaxgossip on the same inputs (PASS/FAIL; exit status 1 on any FAIL): one gossip round
@@ -79,9 +81,15 @@ def parse(argv):
     p.add_argument("--num-gammas", type=int, default=NUM_GAMMAS)
     p.add_argument("--resnet-batch", type=int, default=128)
     p.add_argument("--skip-resnet", action="store_true")
+    p.add_argument("--settle", type=float, default=0.2,
+                   help="seconds of sleep before each timed call, so that the other runtime's worker threads "
+                        "(OpenMP / XLA pools spin a while after a call) are idle")
     p.add_argument("--json", default=None, help="write the result JSON here")
     p.add_argument("--md", default=None, help="Markdown table path (default experiments/bench/torch_baseline[_quick].md)")
     return p.parse_args(argv)
+
+
+SETTLE_S = 0.2
 
 
 def timed_interleaved(cands: dict, reps: int) -> dict:
@@ -94,6 +102,7 @@ def timed_interleaved(cands: dict, reps: int) -> dict:
         if threads is not None:
             torch.set_num_threads(threads)
         arg = setup()
+        time.sleep(SETTLE_S)
         start = time.perf_counter()
         jax.block_until_ready(run(arg))
         return time.perf_counter() - start
@@ -243,9 +252,10 @@ def main(argv=None) -> int:
     from jaxgossip import models
     from jaxgossip.train import linen_model_fns
 
-    sys.path.insert(0, HERE)
     import torch_loop as tl
 
+    global SETTLE_S
+    SETTLE_S = args.settle
     quick = args.quick
     reps_cons = args.reps or (5 if quick else 15)
     reps_long = args.reps or (1 if quick else 3)
@@ -457,8 +467,11 @@ def main(argv=None) -> int:
     for line in table:
         log(line)
     log("")
+    info["load_average_end"] = list(os.getloadavg())
+    log(f"load average at the end {info['load_average_end']}")
     log(f"Medians of {reps_cons} reps (consensus, {rounds} rounds per call), {reps_long} (sweep), "
-        f"{reps_resnet} (ResNet-20), after one warm-up call each; ratio > 1: jaxgossip faster; "
+        f"{reps_resnet} (ResNet-20), after one warm-up call each, {SETTLE_S} s idle before every call; "
+        f"ratio > 1: jaxgossip faster; "
         f"compile time apart. Wall time {wall:.0f} s.")
     failed = [name for name, c in checks.items() if not c["pass"]]
     log("correctness: " + ("all PASS" if not failed else f"FAIL: {failed}"))
