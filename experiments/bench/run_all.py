@@ -76,7 +76,8 @@ def headline(name: str, result: dict | None, stdout: str) -> str:
             )
         if name == "torch_baseline":
             ratios = ", ".join(
-                f"{key} {row['torch1']['median'] / row['jax']['median']:.2f}x/{row['torch2']['median'] / row['jax']['median']:.2f}x"
+                f"{key} {row['torch1']['median'] / row['jax']['median']:.2f}x/"
+                f"{row['torch2']['median'] / row['jax']['median']:.2f}x"
                 for key, row in result["rows"].items()
             )
             return f"torch 1t/2t time / jaxgossip: {ratios}; checks {'PASS' if result['all_pass'] else 'FAIL'}"

@@ -74,8 +74,8 @@ TOL = 1e-5  # max |torch - jax| / max |x0| for the round checks (float32 round-o
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer reps and rounds: < 6 min on a quiet 2-core box")
-    p.add_argument("--reps", type=int, default=None, help="timed reps per cell (default: --quick 5 consensus / 1 sweep / 2 ResNet-20; "
-                   "full 15 / 3 / 5)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="timed reps per cell (default: --quick 5 consensus / 1 sweep / 2 ResNet-20; full 15 / 3 / 5)")
     p.add_argument("--rounds", type=int, default=None, help="consensus rounds per timed call (quick 200, full 1000)")
     p.add_argument("--sweep-rounds", type=int, default=500)
     p.add_argument("--num-gammas", type=int, default=NUM_GAMMAS)
@@ -85,7 +85,8 @@ def parse(argv):
                    help="seconds of sleep before each timed call, so that the other runtime's worker threads "
                         "(OpenMP / XLA pools spin a while after a call) are idle")
     p.add_argument("--json", default=None, help="write the result JSON here")
-    p.add_argument("--md", default=None, help="Markdown table path (default experiments/bench/torch_baseline[_quick].md)")
+    p.add_argument("--md", default=None,
+                   help="Markdown table path (default experiments/bench/torch_baseline[_quick].md)")
     return p.parse_args(argv)
 
 
@@ -323,11 +324,13 @@ def main(argv=None) -> int:
                     st = (torch_step(st), st[1])
             return 0
 
-        cands = {"jax": (lambda: None, lambda _, fn=fn, s=state0: fn(x0j, s), None), **torch_cands(torch_setup, torch_run)}
+        cands = {"jax": (lambda: None, lambda _, fn=fn, s=state0: fn(x0j, s), None),
+                 **torch_cands(torch_setup, torch_run)}
         times = timed_interleaved(cands, reps_cons)
         rows[key] = {"label": label, "unit": "ms/round", "compile_s": compile_s, "rounds_per_call": rounds,
                      **{name: stats(ts, 1e3 / rounds) for name, ts in times.items()}}
-        log(f"{key}: " + ", ".join(f"{n} {rows[key][n]['median']:.4g} ms" for n in times) + f" (compile {compile_s:.2f} s)")
+        log(f"{key}: " + ", ".join(f"{n} {rows[key][n]['median']:.4g} ms" for n in times)
+            + f" (compile {compile_s:.2f} s)")
 
     # ---- gamma sweep ----
     gammas = np.geomspace(1e-4, gamma_star, args.num_gammas).astype(np.float32)
@@ -361,7 +364,7 @@ def main(argv=None) -> int:
     ej, et = np.where(np.isfinite(ej), ej, np.inf), np.where(np.isfinite(et), et, np.inf)
     best = {"jax": float(gammas[np.argmin(ej)]), "torch": float(gammas[np.argmin(et)])}
     rows["gamma_sweep"]["best_gamma"] = best
-    log(f"gamma_sweep: " + ", ".join(f"{n} {rows['gamma_sweep'][n]['median']:.3g} s" for n in times)
+    log("gamma_sweep: " + ", ".join(f"{n} {rows['gamma_sweep'][n]['median']:.3g} s" for n in times)
         + f" (compile {sweep_compile:.1f} s); best gamma jax {best['jax']:.4g} / torch {best['torch']:.4g} "
         f"(final error {ej.min():.3g} / {et.min():.3g}; informational)")
 
@@ -401,7 +404,8 @@ def main(argv=None) -> int:
             return p, bs, o, c, jnp.mean(loss)
 
         xj, yj = jnp.asarray(images), jnp.asarray(labels)
-        rfn, rcompile = compiled(jax.jit(train_round, donate_argnums=(0, 1, 2, 3)), params, bstats, opt_state, comm, xj, yj)
+        rfn, rcompile = compiled(jax.jit(train_round, donate_argnums=(0, 1, 2, 3)),
+                                 params, bstats, opt_state, comm, xj, yj)
         jstate = {"s": (params, bstats, opt_state, comm)}
 
         def jax_round(_):
@@ -447,7 +451,7 @@ def main(argv=None) -> int:
         label = f"ResNet-20 x {N_NODES} nodes, batch {bsz}, one training round (local step + ring gossip), s"
         rows["resnet20"] = {"label": label, "unit": "s", "compile_s": rcompile, "batch": bsz,
                             **{name: stats(ts) for name, ts in times.items()}}
-        log(f"resnet20: " + ", ".join(f"{n} {rows['resnet20'][n]['median']:.3g} s" for n in times)
+        log("resnet20: " + ", ".join(f"{n} {rows['resnet20'][n]['median']:.3g} s" for n in times)
             + f" (compile {rcompile:.1f} s)")
     torch.set_num_threads(info["torch_default_threads"])
 
