@@ -75,7 +75,7 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer reps and rounds: < 6 min on a quiet 2-core box")
     p.add_argument("--reps", type=int, default=None,
-                   help="timed reps per cell (default: --quick 5 consensus / 1 sweep / 2 ResNet-20; full 15 / 3 / 5)")
+                   help="timed reps per cell (default: --quick 5 consensus / 3 sweep / 2 ResNet-20; full 15 / 5 / 5)")
     p.add_argument("--rounds", type=int, default=None, help="consensus rounds per timed call (quick 200, full 1000)")
     p.add_argument("--sweep-rounds", type=int, default=500)
     p.add_argument("--num-gammas", type=int, default=NUM_GAMMAS)
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
     SETTLE_S = args.settle
     quick = args.quick
     reps_cons = args.reps or (5 if quick else 15)
-    reps_long = args.reps or (1 if quick else 3)
+    reps_long = args.reps or (3 if quick else 5)
     reps_resnet = args.reps or (2 if quick else 5)
     rounds = args.rounds or (200 if quick else 1000)
     lines = []
