@@ -6,7 +6,9 @@ repository root:
 
   bench/scaling.py, bench/sweep.py, bench/gpu.py (skips itself politely without a GPU),
   bench/ppermute.py (8 virtual CPU devices),
-  bench_mixing.py, bench_communication.py, bench_power_gossip.py, bench_training.py, bench_conv.py
+  bench_mixing.py, bench_communication.py, bench_power_gossip.py, bench_training.py, bench_conv.py,
+  bench/baselines/compare.py (optional: jaxgossip vs a PyTorch per-worker loop; skips itself politely
+  without torch, which is a benchmark-only extra: pip install -e .[bench])
 
 With ``--quick`` every benchmark gets its quick variant: ``--quick`` for all of them except
 ``bench_conv.py``, which has no such flag and gets ``--reps 3 --skip-lax-vmap`` instead. The suite's
@@ -44,6 +46,8 @@ BENCHMARKS = {
     "power_gossip": ("experiments/bench_power_gossip.py", False, ["--quick"]),
     "training": ("experiments/bench_training.py", False, ["--quick"]),
     "conv": ("experiments/bench_conv.py", False, ["--reps", "3", "--skip-lax-vmap"]),
+    # optional: needs torch (pip install -e .[bench]); without it the script prints SKIPPED and exits 0
+    "torch_baseline": ("experiments/bench/baselines/compare.py", True, ["--quick"]),
 }
 
 
@@ -70,6 +74,13 @@ def headline(name: str, result: dict | None, stdout: str) -> str:
                 f"scan x{s['scan_auto_over_ppermute_geomean']:.2f} (geo-mean, max "
                 f"x{s['scan_auto_over_ppermute_range'][1]:.1f}); {'all agree' if s['all_match'] else 'MISMATCH'}"
             )
+        if name == "torch_baseline":
+            ratios = ", ".join(
+                f"{key} {row['torch1']['median'] / row['jax']['median']:.2f}x/"
+                f"{row['torch2']['median'] / row['jax']['median']:.2f}x"
+                for key, row in result["rows"].items()
+            )
+            return f"torch 1t/2t time / jaxgossip: {ratios}; checks {'PASS' if result['all_pass'] else 'FAIL'}"
         if name == "gpu":
             return (
                 f"{result['rounds_per_s']:.2f} rounds/s, {result['achieved_TFLOPs'] or float('nan'):.3f} TFLOP/s"
