@@ -233,6 +233,13 @@ def test_nan_loss_stops_with_hint_and_keeps_metrics(tmp_path):
         run_training(_config(lr=1e8, momentum=0.0), out, progress=False, log=lambda s: None)
     assert os.path.exists(os.path.join(out, "metrics.json"))
 
+    def no_nan(name):
+        raise AssertionError(f"metrics.json holds {name}, which is not JSON")
+
+    with open(os.path.join(out, "metrics.json")) as f:
+        rows = json.load(f, parse_constant=no_nan)["rows"]
+    assert rows[-1]["train_loss"] is None  # the non-finite loss, written as null
+
 
 @pytest.mark.parametrize(
     "changes, match",
