@@ -6,7 +6,9 @@ rate, weight decay, and consensus step sizes such as ``gamma``. Anything that fi
 iterations, ...) needs separate runs; asking to sweep it raises a ``ValueError`` naming the axis.
 
 Grid points are the Cartesian product of the axes; seeds are an inner axis, so results have shape
-``[G, S]`` (G grid points, S seeds) and equal the corresponding individual runs.
+``[G, S]`` (G grid points, S seeds) and equal the corresponding individual runs. Training sweeps of
+a config (``sweep_training``) build on the runner, so they live above it in
+:mod:`jaxgossip.experiment_sweeps`.
 
 Graphs fix shapes too, but graphs of one node count can be padded to common tables
 (:mod:`jaxgossip.topology_stack`): :func:`sweep_topologies` and :func:`sweep_topologies_training`

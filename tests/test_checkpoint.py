@@ -192,3 +192,13 @@ def test_refused_resume_through_the_cli_exits_2_and_names_no_resume(tmp_path, ca
     with open(os.path.join(out, "metrics.json")) as f:
         assert [r["round"] for r in json.load(f)["rows"]] == [5]
     assert checkpoint.latest(os.path.join(out, "checkpoint")).round == 5
+
+
+def test_larger_num_rounds_continues_a_finished_run(tmp_path, reference):
+    out = str(tmp_path / "run")
+    _quiet(CONFIG.replace(num_rounds=10), out)
+    longer = _quiet(CONFIG, out)
+    assert longer.start_round == 10
+    _assert_same_run(longer, reference)
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["num_rounds"] == 20
