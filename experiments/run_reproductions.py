@@ -112,10 +112,10 @@ def run_study(study: str, seeds: int, variants: list[str] | None, rounds: int | 
                 finals.append({"test_acc": nan, "node_acc_mean": nan, "MB_per_node": nan, "diverged": str(err)})
                 walls.append(nan)
                 continue
-            finals.append(result["rows"][-1])
-            walls.append(result["wall_time"])
+            finals.append(result.rows[-1])
+            walls.append(result.wall_time)
             if curves is None:
-                curves = result["rows"]
+                curves = result.rows
             print(
                 f"{study} {run['name']} seed {seed}: acc {finals[-1]['test_acc']:.4f} "
                 f"MB/node {finals[-1]['MB_per_node']:.3f} ({result['wall_time']:.1f} s)",

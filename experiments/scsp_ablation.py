@@ -95,7 +95,7 @@ def main() -> None:
             start = time.perf_counter()
             result = run_training(config, None, progress=False, dataset=dataset, log=lambda s: None)
             walls.append(time.perf_counter() - start)
-            last = result["rows"][-1]
+            last = result.rows[-1]
             accs.append(last["test_acc"])
             node_accs.append(last["node_acc_mean"])
             mbs.append(last["MB_per_node"])

@@ -1,100 +1,233 @@
-"""Checkpoints of a training run with orbax (edge module: file I/O).
+"""Crash-safe checkpoints of a training run with an orbax ``CheckpointManager`` (edge module: file I/O).
 
-A checkpoint directory holds ``state/`` (the full :class:`~jaxgossip.train.TrainState`: params,
-normalization statistics, optimizer and communication state, RNG key, round counter, bits),
-``metrics.npz`` (the metrics recorded so far) and ``meta.json`` (the config and wall time).
-Restoring checks the config matches, so a checkpoint is never silently continued with another run.
+Layout: ``ckpt_dir/<R>/`` for every kept checkpoint, ``R`` the rounds done, each holding three
+orbax items:
+
+* ``state/``: the full :class:`~jaxgossip.train.TrainState` (params, normalization statistics,
+  optimizer and communication state, RNG key data, round counter, bits);
+* ``history/``: the :class:`~jaxgossip.train.Metrics` of every evaluation point so far (orbax
+  reserves the item name ``metrics``);
+* ``meta/``: JSON with the config, the rounds done, the cumulative wall time and the wall time at
+  every evaluation point.
+
+orbax writes a step into ``<R>.orbax-checkpoint-tmp`` and renames it to ``<R>`` only once every
+item is complete, and only complete steps are ever listed, so a process killed at any instant
+leaves the previous complete checkpoint as the latest one. The two newest steps are kept
+(:data:`MAX_TO_KEEP`); older ones are deleted after a newer one is complete.
+
+Resume rules (:func:`check_resume`): the saved config must equal the new one except for
+:data:`RESUMABLE_CHANGES`, and the new ``num_rounds`` must not be below the rounds already done. The
+check only reads, so a refused resume leaves the folder as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-__all__ = ["save", "restore", "exists", "CheckpointError"]
+__all__ = [
+    "CheckpointError",
+    "Saved",
+    "Restored",
+    "MAX_TO_KEEP",
+    "RESUMABLE_CHANGES",
+    "exists",
+    "latest",
+    "check_resume",
+    "save",
+    "restore",
+    "clear",
+]
 
-# Fields that may change between the interrupted and the resumed run.
-_RESUMABLE_CHANGES = {"num_rounds", "evals_per_chunk", "name"}
+# Fields that may change between the interrupted and the resumed run: they change neither the
+# trajectory nor the arrays' shapes (num_rounds only where it is not below the rounds done).
+RESUMABLE_CHANGES = frozenset({"num_rounds", "evals_per_chunk", "name", "tensorboard"})
+MAX_TO_KEEP = 2
+_HINT = "use another --out, or --no-resume to start over (it deletes the checkpoint)"
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is unreadable or belongs to another configuration."""
+    """A checkpoint is unreadable, or the run it holds cannot be continued with this config."""
+
+
+class Saved(NamedTuple):
+    """What the newest complete checkpoint says about its run (read without restoring arrays)."""
+
+    round: int  # rounds done
+    config: dict  # the run's config (TrainConfig.to_dict())
+    wall_time: float  # s, cumulative compute time of the run so far
+    walls: list  # [M] s, cumulative wall time at each evaluation point
+
+
+class Restored(NamedTuple):
+    """A restored run: its state, its metrics so far and the wall times of :class:`Saved`."""
+
+    state: Any  # TrainState, shaped and sharded like the ``like_state`` given to restore
+    metrics: Any  # Metrics, numpy leaves [M] (bits [M, N])
+    wall_time: float
+    walls: list
+
+
+@contextlib.contextmanager
+def _manager(ckpt_dir: str, *, read_only: bool):
+    import orbax.checkpoint as ocp
+
+    if read_only:
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+    else:
+        # cleanup_tmp_directories: a step a killed process left unfinished is deleted on open.
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=MAX_TO_KEEP, create=True, cleanup_tmp_directories=True, enable_async_checkpointing=False
+        )
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)  # orbax warns about read-only mode on every open
+    try:
+        manager = ocp.CheckpointManager(os.path.abspath(ckpt_dir), options=options)
+    finally:
+        absl.setLevel(level)
+    try:
+        yield manager
+    finally:
+        manager.close()
+
+
+def _check_legacy(ckpt_dir: str) -> None:
+    if os.path.exists(os.path.join(ckpt_dir, "meta.json")):
+        raise CheckpointError(
+            f"{ckpt_dir} holds a checkpoint of an older jaxgossip (meta.json, no step folders) that cannot be "
+            f"resumed; {_HINT}"
+        )
 
 
 def exists(ckpt_dir: str) -> bool:
-    """Whether ``ckpt_dir`` holds a complete checkpoint (its meta.json is written last)."""
-    return os.path.exists(os.path.join(ckpt_dir, "meta.json"))
+    """Whether ``ckpt_dir`` holds at least one complete checkpoint."""
+    return latest(ckpt_dir) is not None
 
 
-def save(ckpt_dir: str, state, metrics, wall_time: float, config: dict) -> None:
-    """Writes state, metrics and meta; the previous checkpoint is replaced only once the new one is
-    complete (written to a sibling directory first)."""
-    import orbax.checkpoint as ocp
-
-    ckpt_dir = os.path.abspath(ckpt_dir)
-    tmp = ckpt_dir + ".tmp"
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
-    checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(os.path.join(tmp, "state"), jax.device_get(state))
-    checkpointer.wait_until_finished()
-    arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
-    np.savez(os.path.join(tmp, "metrics.npz"), **arrays)
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump({"config": config, "wall_time": wall_time, "round": int(np.asarray(state.round))}, f)
-    if os.path.exists(ckpt_dir):
-        shutil.rmtree(ckpt_dir)
-    os.replace(tmp, ckpt_dir)
-
-
-def restore(ckpt_dir: str, like_state, config: dict):
-    """Restores ``(state, metrics, wall_time)`` saved by :func:`save`.
-
-    Args:
-      ckpt_dir: the checkpoint directory.
-      like_state: a state of the same structure (e.g. ``trainer.init(key)``) used as the target.
-      config: the current run's config; it must match the saved one except for
-        ``num_rounds``/``evals_per_chunk``/``name``.
+def latest(ckpt_dir: str) -> Saved | None:
+    """The newest complete checkpoint's :class:`Saved`, or None if there is none. Only reads.
 
     Raises:
-      CheckpointError: unreadable files, or a saved config that differs (the message names the keys).
+      CheckpointError: the newest checkpoint's metadata is unreadable, or an old-format checkpoint.
+    """
+    import orbax.checkpoint as ocp
+
+    if not os.path.isdir(ckpt_dir):
+        return None
+    _check_legacy(ckpt_dir)
+    with _manager(ckpt_dir, read_only=True) as manager:
+        step = manager.latest_step()
+        if step is None:
+            return None
+        try:
+            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            return Saved(int(meta["round"]), dict(meta["config"]), float(meta["wall_time"]), list(meta["walls"]))
+        except Exception as err:  # orbax raises a variety of errors on damaged files
+            raise CheckpointError(
+                f"checkpoint {ckpt_dir} is unreadable (metadata of round {step}): {type(err).__name__}: {err}; {_HINT}"
+            ) from None
+
+
+def check_resume(saved: Saved, config: dict, ckpt_dir: str) -> None:
+    """Raises :class:`CheckpointError` unless the run of ``saved`` can be continued with ``config``.
+
+    Every config field must be equal except :data:`RESUMABLE_CHANGES` (JSON round trip, so tuples
+    equal lists), and ``config["num_rounds"]`` must be at least the rounds already done (a finished
+    run re-run with the same config resumes to the same result without training).
+    """
+    differing = sorted(
+        k
+        for k in set(saved.config) | set(config)
+        if k not in RESUMABLE_CHANGES and _norm(saved.config.get(k)) != _norm(config.get(k))
+    )
+    if differing:
+        details = ", ".join(f"{k}: saved {saved.config.get(k)!r} vs now {config.get(k)!r}" for k in differing)
+        raise CheckpointError(f"checkpoint {ckpt_dir} belongs to another configuration ({details}); {_HINT}")
+    if saved.round > int(config["num_rounds"]):
+        raise CheckpointError(
+            f"checkpoint {ckpt_dir} has {saved.round} rounds done, more than num_rounds={config['num_rounds']}; "
+            f"give --num_rounds >= {saved.round} to continue it, or {_HINT}"
+        )
+
+
+def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
+    """Saves a complete checkpoint of round ``state.round`` (atomically; see the module docstring).
+
+    Args:
+      ckpt_dir: the checkpoint folder (created if missing).
+      state: the TrainState after the last chunk.
+      metrics: the Metrics of every evaluation point so far (leaves [M, ...]).
+      walls: [M] cumulative wall time (s) at each evaluation point; the last is the run's wall time.
+      config: the run's config dict.
+    """
+    import orbax.checkpoint as ocp
+
+    step = int(np.asarray(state.round))
+    meta = {"config": config, "round": step, "wall_time": float(walls[-1]) if walls else 0.0, "walls": list(walls)}
+    arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
+    with _manager(ckpt_dir, read_only=False) as manager:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(jax.device_get(state)),
+                history=ocp.args.StandardSave(arrays),
+                meta=ocp.args.JsonSave(meta),
+            ),
+            force=True,
+        )
+        manager.wait_until_finished()
+
+
+def restore(ckpt_dir: str, like_state, config: dict) -> Restored:
+    """Restores the newest complete checkpoint after :func:`check_resume` of ``config``.
+
+    Args:
+      ckpt_dir: the checkpoint folder.
+      like_state: a state of the same structure (e.g. ``trainer.init(key)``): the restored leaves
+        get its shapes, dtypes and shardings.
+      config: the current run's config dict.
+
+    Raises:
+      CheckpointError: no checkpoint, unreadable files, or a run that cannot be resumed.
     """
     import orbax.checkpoint as ocp
 
     from jaxgossip.train import Metrics
 
-    ckpt_dir = os.path.abspath(ckpt_dir)
-    try:
-        with open(os.path.join(ckpt_dir, "meta.json")) as f:
-            meta = json.load(f)
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {ckpt_dir} is unreadable (meta.json): {err}") from None
-    saved = meta.get("config", {})
-    differing = sorted(
-        k
-        for k in set(saved) | set(config)
-        if k not in _RESUMABLE_CHANGES and _norm(saved.get(k)) != _norm(config.get(k))
+    saved = latest(ckpt_dir)
+    if saved is None:
+        raise CheckpointError(f"{ckpt_dir} holds no complete checkpoint")
+    check_resume(saved, config, ckpt_dir)
+    target = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None)), like_state
     )
-    if differing:
-        details = ", ".join(f"{k}: saved {saved.get(k)!r} vs now {config.get(k)!r}" for k in differing)
-        raise CheckpointError(
-            f"checkpoint {ckpt_dir} belongs to another configuration ({details}); use another --out or "
-            "delete the checkpoint to start over"
-        )
-    try:
-        target = jax.tree_util.tree_map(lambda x: np.asarray(x), jax.device_get(like_state))
-        state = ocp.StandardCheckpointer().restore(os.path.join(ckpt_dir, "state"), target)
-        with np.load(os.path.join(ckpt_dir, "metrics.npz")) as npz:
-            metrics = Metrics(**{name: npz[name] for name in Metrics._fields})
-    except Exception as err:  # orbax raises a variety of errors on corrupt or mismatched trees
-        raise CheckpointError(f"checkpoint {ckpt_dir} could not be restored: {type(err).__name__}: {err}") from None
-    state = jax.tree_util.tree_map(lambda like, x: jax.numpy.asarray(x, dtype=like.dtype), like_state, state)
-    return state, metrics, float(meta.get("wall_time", 0.0))
+    with _manager(ckpt_dir, read_only=True) as manager:
+        try:
+            items = manager.restore(
+                saved.round,
+                args=ocp.args.Composite(state=ocp.args.StandardRestore(target), history=ocp.args.StandardRestore()),
+            )
+        except Exception as err:  # orbax raises a variety of errors on damaged or mismatched trees
+            raise CheckpointError(
+                f"checkpoint {ckpt_dir} (round {saved.round}) could not be restored: {type(err).__name__}: {err}; "
+                f"{_HINT}"
+            ) from None
+    metrics = Metrics(**{name: np.asarray(items.history[name]) for name in Metrics._fields})
+    return Restored(items.state, metrics, saved.wall_time, saved.walls)
+
+
+def clear(ckpt_dir: str) -> None:
+    """Deletes every checkpoint in ``ckpt_dir`` (a run started over with ``--no-resume``)."""
+    if os.path.isdir(ckpt_dir):
+        shutil.rmtree(ckpt_dir)
 
 
 def _norm(value):

@@ -22,7 +22,18 @@ import time
 
 import numpy as np
 
-__all__ = ["main", "COST_OPTIONS", "CostModel", "cost_model_from_args", "training_cost"]
+from jaxgossip.cost import (
+    COST_OPTIONS,
+    CostModel,
+    consensus_graph_cost,
+    cost_model_from_options,
+    exchanges_per_round,
+    simulate_bits,
+    step_flops_and_memory,
+    training_cost,
+)
+
+__all__ = ["main"]
 
 
 def _split_overrides(extra: list[str]) -> dict:
@@ -35,130 +46,10 @@ def _split_overrides(extra: list[str]) -> dict:
     return overrides
 
 
-# ---- cost model -------------------------------------------------------------------------------
-
-# --option: (metavar, help); the defaults live in CostModel. 1 Gbit/s is commodity Ethernet. 100 us
-# per message is an assumption, not a measurement: the order of a small TCP message's one-way
-# latency inside a LAN or data centre (a switch hop plus two kernel network stacks, tens to a few
-# hundred microseconds); wide-area or wireless edge links have 10-100x more.
-COST_OPTIONS = {
-    "link.bandwidth": ("BIT/S", "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)"),
-    "link.latency": (
-        "S",
-        "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
-    ),
-    "link.mode": (
-        "serial|parallel",
-        "serial: a node's messages of a round share its uplink one after another (default); "
-        "parallel: they go out at once on independent links",
-    ),
-    "link.allreduce": (
-        "ring|message",
-        "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one model-sized "
-        "message per node",
-    ),
-    "node.flops": (
-        "FLOP/S",
-        "compute speed of a node (e.g. 1e12); adds compute time per round and the simulated wall-clock "
-        "of training runs (default: compute not modelled)",
-    ),
-    "energy.flop": ("J", "joules per FLOP computed; with --energy.bit adds energy per node (default 0)"),
-    "energy.bit": ("J", "joules per bit sent (default 0)"),
-}
-
+# ---- cost model (jaxgossip.cost) --------------------------------------------------------------
 
 def _dest(option: str) -> str:
     return option.replace(".", "_")
-
-
-@dataclasses.dataclass(frozen=True)
-class CostModel:
-    """The CLI's cost-model options, validated (units: bit/s, s, FLOP/s, J)."""
-
-    bandwidth: float = 1e9
-    latency: float = 1e-4
-    mode: str = "serial"
-    allreduce: str = "ring"
-    node_flops: float | None = None
-    joules_per_flop: float | None = None
-    joules_per_bit: float | None = None
-
-    @property
-    def energy(self) -> bool:
-        """Whether energy is reported (either energy option was given)."""
-        return self.joules_per_flop is not None or self.joules_per_bit is not None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def cost_model_from_args(args: argparse.Namespace) -> CostModel:
-    """Validates the ``--link.*``, ``--node.flops`` and ``--energy.*`` options.
-
-    Raises:
-      ValueError: naming the option: not a number, not finite, out of range, unknown mode.
-    """
-
-    units = {"link.bandwidth": "bit/s", "link.latency": "s", "node.flops": "FLOP/s"}
-
-    def number(option: str, strict: bool, default: float | None) -> float | None:
-        text = getattr(args, _dest(option), None)
-        if text is None:
-            return default
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"--{option}={text!r} is not a number") from None
-        if not math.isfinite(value) or (value <= 0 if strict else value < 0):
-            bound = "> 0" if strict else ">= 0"
-            raise ValueError(f"--{option}={text} must be a finite number {bound} ({units.get(option, 'J')})")
-        return value
-
-    from jaxgossip import cost
-
-    mode = getattr(args, "link_mode", None) or CostModel.mode
-    if mode not in cost.MODES:
-        raise ValueError(f"--link.mode={mode!r} is unknown; known modes: {', '.join(cost.MODES)}")
-    allreduce = getattr(args, "link_allreduce", None) or CostModel.allreduce
-    if allreduce not in cost.ALLREDUCE_MODELS:
-        raise ValueError(f"--link.allreduce={allreduce!r} is unknown; known models: {', '.join(cost.ALLREDUCE_MODELS)}")
-    return CostModel(
-        bandwidth=number("link.bandwidth", True, CostModel.bandwidth),
-        latency=number("link.latency", False, CostModel.latency),
-        mode=mode,
-        allreduce=allreduce,
-        node_flops=number("node.flops", True, None),
-        joules_per_flop=number("energy.flop", False, None),
-        joules_per_bit=number("energy.bit", False, None),
-    )
-
-
-def _simulate(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, flops: float = 0.0, **kwargs):
-    """:func:`jaxgossip.cost.simulate` of ``bits`` [R, N] under ``model``.
-
-    Compute is timed only with ``--node.flops``; the energy of the FLOPs needs no FLOP/s, so the
-    callers add it (``F * joules_per_flop`` per round) and only the bits are priced here.
-    """
-    from jaxgossip import cost
-
-    timed = flops if model.node_flops is not None else 0.0
-    return cost.simulate(
-        bits,
-        None if allreduce else topo,
-        cost.LinkModel(model.bandwidth, model.latency),
-        mode=model.mode,
-        exchanges=1 if allreduce else exchanges,
-        allreduce=model.allreduce if allreduce else None,
-        flops_per_step=timed,
-        device_flops=model.node_flops if timed else None,
-        energy=cost.EnergyModel(0.0, model.joules_per_bit or 0.0),
-        **kwargs,
-    )
-
-
-def _exchanges(algorithm: str, options: dict) -> int:
-    """Sequential exchanges per round: PowerGossip's ``num_iterations``, 1 for everything else."""
-    return int(options.get("num_iterations", 1)) if algorithm == "power_gossip" else 1
 
 
 def _cost_columns(model: CostModel, training: bool) -> list[tuple[str, str, str]]:
@@ -180,151 +71,33 @@ def _with_cost(columns: list, model: CostModel, training: bool) -> list:
     return columns[:at] + _cost_columns(model, training) + columns[at:]
 
 
-def _step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
-    """FLOPs of one node's local step (0 unless ``need_flops``) and bytes per node of a run.
-
-    The step is the gradient of the mean cross-entropy of one node's batch [B, ...], as in
-    ``jaxgossip.train.make_train`` (optimizer update, augmentation and evaluation not counted).
-    Memory is params, normalization statistics, optimizer and algorithm state, from shapes only.
-    """
-    import jax
-    import optax
-
-    from jaxgossip import cost, models, train
-    from jaxgossip.runner import make_algorithm, make_optimizer
-
-    fns = train.linen_model_fns(
-        models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
-    )
-    x, y = dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size]
-    params, stats = jax.eval_shape(fns.init, jax.random.key(0), x[:1])
-    n = config.num_nodes
-    stacked = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((n, *a.shape), a.dtype), (params, stats))
-    opt_state = jax.eval_shape(jax.vmap(make_optimizer(config).init), stacked[0])
-    comm_state = jax.eval_shape(make_algorithm(config, topo).init, stacked[0])
-    memory = cost.memory_per_node(stacked, opt_state, comm_state, num_nodes=n)
-    if not need_flops:
-        return 0.0, memory
-
-    def loss(p, batch):
-        s, xb, yb = batch
-        logits, _ = fns.apply(p, s, xb, True)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
-
-    return cost.flops_per_step(loss, params, (stats, x, y)), memory
-
-
-def training_cost(
-    model: CostModel,
-    config,
-    topo,
-    rounds,
-    cumulative_bits,
-    *,
-    flops: float,
-    memory: float,
-    merge_bits=None,
-) -> list[dict]:
-    """Cost fields of every evaluation point of a training run (and of its final merge).
-
-    Args:
-      model: the cost model.
-      config: the run's ``TrainConfig`` (algorithm, options, ordering, final_merge).
-      topo: the run's topology.
-      rounds: [M] ``Metrics.round``; cumulative_bits: [M, N] ``Metrics.bits``.
-      flops: FLOPs of one local step (0: not measured); memory: bytes per node.
-      merge_bits: [N] bits each node sent in the final merge, or None.
-
-    Returns:
-      M dicts (M + 1 with ``merge_bits``), cumulative up to each point: ``comm_s`` and
-      ``comm_s_per_round`` (its mean over the training rounds so far), ``mem_MB_per_node``, with
-      ``--node.flops`` ``compute_s_per_round`` and ``sim_s`` (simulated wall-clock), with energy
-      options ``energy_J_per_node`` (mean over nodes), and ``gflop_per_step`` when measured. The
-      merge adds its rounds (communication only) to ``comm_s``, ``sim_s`` and the energy.
-    """
-    from jaxgossip import cost
-
-    rounds = np.asarray(rounds).astype(np.int64)
-    allreduce = config.algorithm == "allreduce"
-    bits = cost.per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
-    report = _simulate(
-        model,
-        bits,
-        topo,
-        allreduce=allreduce,
-        exchanges=_exchanges(config.algorithm, config.algorithm_options),
-        flops=flops,
-        overlap=config.ordering == "same_iterate",
-    )
-    flop_joules = flops * (model.joules_per_flop or 0.0)  # per node and round
-    comm = np.cumsum(report.comm_time)
-    wall = np.cumsum(report.round_time)
-    joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)
-    out = []
-    for r in rounds:
-        row = {"comm_s_per_round": float(comm[r - 1] / r), "comm_s": float(comm[r - 1])}
-        if model.node_flops is not None:
-            row["compute_s_per_round"] = float(report.compute_time.max())
-            row["sim_s"] = float(wall[r - 1])
-        row["mem_MB_per_node"] = memory / 1e6
-        if flops:
-            row["gflop_per_step"] = flops / 1e9
-        if model.energy:
-            row["energy_J_per_node"] = float(joules[r - 1])
-        out.append(row)
-    if merge_bits is not None:
-        merge = config.final_merge
-        merge = int(merge) if isinstance(merge, str) and merge.isdigit() else merge
-        merge_bits = np.asarray(merge_bits, dtype=np.float64)
-        start = int(rounds[-1])
-        if merge == "exact":
-            extra = _simulate(model, merge_bits[None], topo, allreduce=True)
-        else:
-            # The merge's rounds continue the graph sequence of training (rounds R .. R + merge - 1).
-            spread = cost.per_round_bits(
-                np.stack([np.zeros_like(merge_bits), merge_bits]), [start, start + merge], topo
-            )
-            extra = _simulate(model, spread[start:], topo, allreduce=False, start_round=start)
-        row = dict(out[-1])
-        row["comm_s"] += float(extra.comm_time.sum())
-        if "sim_s" in row:
-            row["sim_s"] += extra.total_time
-        if model.energy:
-            row["energy_J_per_node"] += float(extra.energy.sum(axis=0).mean())
-        out.append(row)
-    return out
-
-
-def _run_cost(model: CostModel, result: dict, *, out_dir: str | None) -> list[dict]:
-    """The rows of a ``run_training`` result with its cost fields; rewrites ``metrics.json`` and
-    ``metrics.csv`` under ``out_dir`` with them and the cost model."""
+def _run_cost(model: CostModel, result, *, out_dir: str | None) -> list[dict]:
+    """The rows of a ``run_training`` result (a ``runner.TrainingResult``) with its cost fields;
+    rewrites ``metrics.json`` and ``metrics.csv`` under ``out_dir`` with them and the cost model."""
     import jax
 
-    built, metrics, rows = result["built"], result["metrics"], result["rows"]
+    from jaxgossip.runner import run_summary, write_metrics
+
+    built, metrics, rows = result.built, result.metrics, result.rows
     config = built.config
     need_flops = model.node_flops is not None or bool(model.joules_per_flop)
     try:
-        flops, memory = _step_flops_and_memory(config, built.dataset, built.topology, need_flops)
+        flops, memory = step_flops_and_memory(config, built.dataset, built.topology, need_flops)
     except RuntimeError as err:  # the backend counts no FLOPs: report communication only
         print(f"jaxgossip: compute time and FLOP energy not reported: {err}", file=sys.stderr)
-        _, memory = _step_flops_and_memory(config, built.dataset, built.topology, False)
+        _, memory = step_flops_and_memory(config, built.dataset, built.topology, False)
         flops, model = 0.0, dataclasses.replace(model, node_flops=None)
     cumulative = np.asarray(metrics.bits, dtype=np.float64)
     merged = len(rows) > cumulative.shape[0]
     merge_bits = None
     if merged:
-        merge_bits = np.asarray(jax.device_get(result["state"].bits), np.float64) - cumulative[-1]
+        merge_bits = np.asarray(jax.device_get(result.state.bits), np.float64) - cumulative[-1]
     fields = training_cost(
         model, config, built.topology, metrics.round, cumulative, flops=flops, memory=memory, merge_bits=merge_bits
     )
     rows = [dict(row, **extra) for row, extra in zip(rows, fields)]
-    if out_dir and os.path.exists(os.path.join(out_dir, "metrics.json")):
-        from jaxgossip.runner import _write_metrics
-
-        with open(os.path.join(out_dir, "metrics.json")) as f:
-            saved = json.load(f)
-        saved.pop("rows", None)
-        _write_metrics(out_dir, rows, {**saved, "cost_model": model.to_dict()})
+    if out_dir:
+        write_metrics(out_dir, rows, {**run_summary(result), "cost_model": model.to_dict()})
     return rows
 
 
@@ -354,8 +127,8 @@ def _train(args, overrides) -> int:
         print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)
         return 3
     rows = _run_cost(args.cost, result, out_dir=out)
-    plots.plot_training({config.name or config.algorithm: rows}, out, title=result["built"].topology.name)
-    last = dict(rows[-1], name=config.name or config.algorithm, wall_time=result["wall_time"], reduction=float("nan"))
+    plots.plot_training({config.name or config.algorithm: rows}, out, title=result.built.topology.name)
+    last = dict(rows[-1], name=config.name or config.algorithm, wall_time=result.wall_time, reduction=float("nan"))
     columns = _with_cost([c for c in _TRAIN_COLUMNS if c[0] != "reduction"], args.cost, training=True)
     print(plots.format_table([last], columns))
     print(f"wrote {out}/metrics.json, metrics.csv, config.json and plots")
@@ -413,12 +186,12 @@ def _consensus(args, overrides) -> int:
         error = np.asarray(result.error)
         wall = time.perf_counter() - start
         curves[run["name"]] = (error, result.bits)
-        report = _simulate(
+        report = simulate_bits(
             args.cost,
             np.asarray(result.state[1], dtype=np.float64),
             topo,
             allreduce=run["algorithm"] == "allreduce",
-            exchanges=_exchanges(run["algorithm"], run.get("options", {})),
+            exchanges=exchanges_per_round(run["algorithm"], run.get("options", {})),
         )
         row = {
             "name": run["name"],
@@ -537,11 +310,11 @@ def _demo(args, overrides) -> int:
         rows = _run_cost(args.cost, result, out_dir=run_dir)
         results[run["name"]] = rows
         table.append(
-            dict(rows[-1], name=f"{run['name']} ({result['built'].topology.name})", wall_time=result["wall_time"])
+            dict(rows[-1], name=f"{run['name']} ({result.built.topology.name})", wall_time=result.wall_time)
         )
         print(
             f"  {run['name']:<18} acc {rows[-1]['test_acc']:.4f}  MB/node {rows[-1]['MB_per_node']:.2f}  "
-            f"({result['wall_time']:.1f}s)",
+            f"({result.wall_time:.1f}s)",
             flush=True,
         )
     gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith("gossip")), float("nan"))
@@ -565,7 +338,7 @@ def _demo(args, overrides) -> int:
 def _sweep(args, overrides) -> int:
     import jax
 
-    from jaxgossip import sweeps
+    from jaxgossip import experiment_sweeps, sweeps
     from jaxgossip.runner import load_config
 
     axes = {}
@@ -581,7 +354,7 @@ def _sweep(args, overrides) -> int:
 
     dataset = data.load_dataset(config.dataset, data_dir=config.data_dir)
     start = time.perf_counter()
-    points, metrics = sweeps.sweep_training(config, axes, seeds, dataset=dataset)
+    points, metrics = experiment_sweeps.sweep_training(config, axes, seeds, dataset=dataset)
     jax.block_until_ready(metrics)
     wall = time.perf_counter() - start
     rows = sweeps.summarize(points, metrics)
@@ -589,7 +362,7 @@ def _sweep(args, overrides) -> int:
     data_seed = config.seed if config.data_seed is None else config.data_seed
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
     need_flops = args.cost.node_flops is not None or bool(args.cost.joules_per_flop)
-    flops, memory = _step_flops_and_memory(config, dataset, topo, need_flops)
+    flops, memory = step_flops_and_memory(config, dataset, topo, need_flops)
     rounds, bits = np.asarray(metrics.round), np.asarray(metrics.bits, dtype=np.float64)  # [G, S, M], [..., N]
     for g, row in enumerate(rows):
         per_seed = [
@@ -778,30 +551,6 @@ def _markdown_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> st
     return "\n".join(lines)
 
 
-def _consensus_graph_cost(model: CostModel, algorithm: str, options: dict, topo, node_bits, error, tol) -> dict:
-    """Cost fields of one graph of a consensus sweep: means over seeds of the simulated
-    communication time per round, in all, and until the relative error first drops below ``tol``.
-
-    Args:
-      node_bits: [S, R, N] bits each node sent in each round; error: [S, R + 1] consensus error.
-    """
-    reports = [
-        _simulate(model, bits, topo, allreduce=algorithm == "allreduce", exchanges=_exchanges(algorithm, options))
-        for bits in node_bits
-    ]
-    comm = np.cumsum([r.comm_time for r in reports], axis=1)  # [S, R]
-    reached = error[:, 1:] / error[:, :1] <= tol  # the rounds_to_tol rule of topology_rows
-    to_tol = [comm[s, reached[s].argmax()] if reached[s].any() else np.nan for s in range(comm.shape[0])]
-    row = {
-        "comm_s_per_round": float(comm[:, -1].mean() / comm.shape[1]),
-        "comm_s": float(comm[:, -1].mean()),
-        "comm_s_to_tol": float(np.mean(to_tol)),
-    }
-    if model.energy:
-        row["energy_J_per_node"] = float(np.mean([r.total_energy.mean() for r in reports]))
-    return row
-
-
 def _consensus_algorithm(overrides: dict) -> tuple[str, dict]:
     """``--algorithm`` and ``--algorithm_options.*`` (parsed as ``jaxgossip train`` parses them)."""
     from jaxgossip.runner import TrainConfig, config_from_dict
@@ -862,7 +611,7 @@ def _topology_sweep(args, overrides) -> int:
     for g, row in enumerate(rows):
         row["spec"] = graph_specs[g]
         row.update(
-            _consensus_graph_cost(args.cost, algorithm, options, graphs[g], result.node_bits[g], result.error[g], tol)
+            consensus_graph_cost(args.cost, algorithm, options, graphs[g], result.node_bits[g], result.error[g], tol)
         )
     cost_columns = _cost_columns(args.cost, training=False)
     at = [c[0] for c in cost_columns].index("comm_s") + 1
@@ -941,7 +690,7 @@ def _topology_sweep_training(args, overrides: dict, specs: list[str], seeds: lis
     flops, rows = None, []
     for g, topo in enumerate(graphs):
         # FLOPs of a local step do not depend on the graph; memory does (the algorithm's state).
-        step_flops, memory = _step_flops_and_memory(config, dataset, topo, need_flops and flops is None)
+        step_flops, memory = step_flops_and_memory(config, dataset, topo, need_flops and flops is None)
         flops = step_flops if flops is None else flops
         m = metrics[g]
         rounds, bits = np.asarray(m.round), np.asarray(m.bits, dtype=np.float64)  # [S, M], [S, M, N]
@@ -1053,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     overrides = _split_overrides(extra)
     try:
-        args.cost = cost_model_from_args(args)
+        args.cost = cost_model_from_options({o: getattr(args, _dest(o), None) for o in COST_OPTIONS})
         commands = {
             "train": _train,
             "consensus": _consensus,

@@ -11,7 +11,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,9 @@ __all__ = [
     "make_trainer",
     "make_optimizer",
     "run_training",
+    "TrainingResult",
+    "run_summary",
+    "write_metrics",
     "metrics_to_rows",
     "load_config",
 ]
@@ -342,11 +345,10 @@ def metrics_to_rows(metrics: Metrics) -> list[dict]:
 
 
 def _with_wall(rows: list[dict], walls: list[float]) -> list[dict]:
-    """Adds the cumulative wall time (seconds, at the end of each row's chunk; compile included in
-    the first chunk, unknown (NaN) for rows restored from a checkpoint) to the rows."""
-    offset = len(rows) - len(walls)
-    for i, row in enumerate(rows):
-        row["wall_time"] = walls[i - offset] if i >= offset else float("nan")
+    """Adds the cumulative wall time (seconds at the end of each row's chunk, compile included in
+    the first chunk; for rows restored from a checkpoint, the time saved with them) to the rows."""
+    for row, wall in zip(rows, walls, strict=True):
+        row["wall_time"] = wall
     return rows
 
 
@@ -354,14 +356,74 @@ def _concat(parts: list[Metrics]) -> Metrics:
     return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *parts)
 
 
-def _write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
-    with open(os.path.join(out_dir, "metrics.json"), "w") as f:
-        json.dump({"rows": rows, **extra}, f, indent=1)
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities (a diverged loss) as JSON null, so metrics.json stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _replace_file(path: str, write: Callable[[Any], None], newline: str | None = None) -> None:
+    """Writes ``path`` through a temporary sibling and an atomic rename: a reader (or a killed
+    process) sees the old file or the new one, never half of one."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline=newline) as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+def write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
+    """Writes ``metrics.json`` (``{"rows": rows, **extra}``, non-finite numbers as null) and
+    ``metrics.csv`` (one line per row) under ``out_dir``, each replaced atomically."""
+    payload = _json_safe({"rows": rows, **extra})
+    _replace_file(os.path.join(out_dir, "metrics.json"), lambda f: json.dump(payload, f, indent=1, allow_nan=False))
     if rows:
-        with open(os.path.join(out_dir, "metrics.csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+
+        def write_csv(f):
+            writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             writer.writerows(rows)
+
+        _replace_file(os.path.join(out_dir, "metrics.csv"), write_csv, newline="")
+
+
+class TrainingResult(NamedTuple):
+    """What :func:`run_training` returns.
+
+    Attributes:
+      built: the :class:`Built` run (config, trainer, dataset, topology, ...).
+      metrics: ``Metrics`` of every evaluation point (leaves [M, ...]), None if none ran.
+      rows: :func:`metrics_to_rows` of ``metrics`` with ``wall_time`` and ``phase`` ("train"), plus
+        one "merged" row after a final merge: the rows of ``metrics.json``.
+      state: the final ``TrainState`` (after the final merge, if any).
+      wall_time: s, compute time of the whole run (all sessions of a resumed run).
+      finished: whether all ``num_rounds`` rounds are done.
+      start_round: the round this call started from (0, or the round of the restored checkpoint).
+    """
+
+    built: Built
+    metrics: Metrics | None
+    rows: list
+    state: TrainState
+    wall_time: float
+    finished: bool
+    start_round: int
+
+
+def run_summary(result: TrainingResult) -> dict:
+    """The run-level fields written next to the rows of ``metrics.json``."""
+    built = result.built
+    return {
+        "data_source": built.dataset.source,
+        "topology": built.topology.name,
+        "num_params": built.num_params,
+        "wall_time": result.wall_time,
+    }
 
 
 def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[TrainState, dict]:
@@ -387,22 +449,30 @@ def run_training(
     stop_after_chunks: int | None = None,
     dataset: data.Dataset | None = None,
     log: Callable[[str], None] = print,
-) -> dict:
+) -> TrainingResult:
     """Runs a configured training in chunks of ``evals_per_chunk`` evaluation intervals.
 
-    After every chunk the metrics so far are written (``metrics.json``/``metrics.csv`` under
-    ``out_dir``) and, if ``out_dir`` is given, an orbax checkpoint of the full state; a later call
-    with ``resume=True`` continues from it and gives the same result as an uninterrupted run.
-    ``stop_after_chunks`` interrupts deliberately (for tests and preemptible jobs).
-
-    Returns:
-      ``{"rows": [...], "metrics": Metrics, "state": TrainState, "built": Built, "wall_time": s,
-      "finished": bool}``.
+    With ``out_dir``, after every chunk ``metrics.json``/``metrics.csv`` are rewritten and a
+    checkpoint of the full state is saved under ``out_dir/checkpoint`` (:mod:`jaxgossip.checkpoint`:
+    one atomic orbax step per chunk, so a process killed at any instant resumes from the last
+    complete one). With ``resume=True`` a later call continues from the newest checkpoint and ends
+    bit-identical to an uninterrupted run; the checkpoint is checked against ``config`` before
+    anything under ``out_dir`` is written, so a refused resume (:class:`CheckpointError`: another
+    config, or ``num_rounds`` below the rounds done) changes no file. A finished run called again
+    with the same config resumes to the same result without training. ``resume=False`` deletes the
+    checkpoint and starts over. ``stop_after_chunks`` interrupts deliberately (tests, preemptible
+    jobs). With ``config.tensorboard`` the rows are also written as TensorBoard scalars under
+    ``out_dir/tensorboard`` (:func:`jaxgossip.metric_writers.write_tensorboard`).
     """
     from jaxgossip import checkpoint
 
     built = build(config, dataset)
     trainer = built.trainer
+    config_dict = config.to_dict()
+    ckpt_dir = os.path.join(out_dir, "checkpoint") if out_dir else None
+    saved = checkpoint.latest(ckpt_dir) if ckpt_dir and resume else None
+    if saved is not None:
+        checkpoint.check_resume(saved, config_dict, ckpt_dir)  # before anything is written
     log(f"data: {built.dataset.source}")
     log(
         f"run: {config.algorithm} on {built.topology.name}, {config.num_nodes} nodes, model {config.model} "
@@ -410,9 +480,9 @@ def run_training(
     )
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            json.dump(config.to_dict(), f, indent=1)
-    ckpt_dir = os.path.join(out_dir, "checkpoint") if out_dir else None
+        if not resume:
+            checkpoint.clear(ckpt_dir)
+        _replace_file(os.path.join(out_dir, "config.json"), lambda f: json.dump(config_dict, f, indent=1))
 
     state = trainer.init(jax.random.key(config.seed))
     if built.mesh is not None:
@@ -420,11 +490,12 @@ def run_training(
 
         state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
     done_evals, parts, wall, walls = 0, [], 0.0, []
-    if ckpt_dir and resume and checkpoint.exists(ckpt_dir):
-        state, saved_metrics, wall = checkpoint.restore(ckpt_dir, state, config.to_dict())
-        parts = [saved_metrics] if saved_metrics is not None else []
-        done_evals = int(np.asarray(state.round)) // config.eval_every
-        log(f"resumed from {ckpt_dir} at round {int(np.asarray(state.round))}")
+    if saved is not None:
+        restored = checkpoint.restore(ckpt_dir, state, config_dict)
+        state, parts, wall, walls = restored.state, [restored.metrics], restored.wall_time, list(restored.walls)
+        done_evals = saved.round // config.eval_every
+        log(f"resumed from {ckpt_dir} at round {saved.round}")
+    start_round = done_evals * config.eval_every
 
     per_chunk = max(1, config.evals_per_chunk)
     total = trainer.num_evals
@@ -432,7 +503,13 @@ def run_training(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, initial=done_evals, desc=config.name or config.algorithm, unit="eval", leave=False)
+        bar = tqdm(
+            total=config.num_rounds,
+            initial=start_round,
+            desc=config.name or config.algorithm,
+            unit="round",
+            leave=False,
+        )
     chunks_run = 0
     extra = {"data_source": built.dataset.source, "topology": built.topology.name, "num_params": built.num_params}
     try:
@@ -449,16 +526,14 @@ def run_training(
             done_evals += n
             chunks_run += 1
             if out_dir:
-                _write_metrics(
-                    out_dir, _with_wall(metrics_to_rows(_concat(parts)), walls), {**extra, "wall_time": wall}
-                )
+                write_metrics(out_dir, _with_wall(metrics_to_rows(_concat(parts)), walls), {**extra, "wall_time": wall})
             check_finite(chunk_metrics)
             if ckpt_dir:
-                checkpoint.save(ckpt_dir, state, _concat(parts), wall, config.to_dict())
+                checkpoint.save(ckpt_dir, state, _concat(parts), walls, config_dict)
             if bar is not None:
                 last = metrics_to_rows(jax.device_get(chunk_metrics))[-1]
                 bar.set_postfix(loss=f"{last['train_loss']:.3f}", acc=f"{last['test_acc']:.3f}")
-                bar.update(n)
+                bar.update(n * config.eval_every)
     finally:
         if bar is not None:
             bar.close()
@@ -470,13 +545,11 @@ def run_training(
         state, merged = _final_merge(built, state, float(rows[-1]["train_loss"]))
         rows.append(dict(merged, phase="merged"))
         log(f"final merge ({config.final_merge}): acc {merged['test_acc']:.4f}")
+    result = TrainingResult(built, metrics, rows, state, wall, done_evals >= total, start_round)
     if out_dir:
-        _write_metrics(out_dir, rows, {**extra, "wall_time": wall})
-    return {
-        "rows": rows,
-        "metrics": metrics,
-        "state": state,
-        "built": built,
-        "wall_time": wall,
-        "finished": done_evals >= total,
-    }
+        write_metrics(out_dir, rows, run_summary(result))
+        if getattr(config, "tensorboard", False):
+            from jaxgossip.metric_writers import write_tensorboard
+
+            write_tensorboard(os.path.join(out_dir, "tensorboard"), rows)
+    return result

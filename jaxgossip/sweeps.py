@@ -6,7 +6,9 @@ rate, weight decay, and consensus step sizes such as ``gamma``. Anything that fi
 iterations, ...) needs separate runs; asking to sweep it raises a ``ValueError`` naming the axis.
 
 Grid points are the Cartesian product of the axes; seeds are an inner axis, so results have shape
-``[G, S]`` (G grid points, S seeds) and equal the corresponding individual runs.
+``[G, S]`` (G grid points, S seeds) and equal the corresponding individual runs. Training sweeps of
+a config (``sweep_training``) build on the runner, so they live above it in
+:mod:`jaxgossip.experiment_sweeps`.
 
 Graphs fix shapes too, but graphs of one node count can be padded to common tables
 (:mod:`jaxgossip.topology_stack`): :func:`sweep_topologies` and :func:`sweep_topologies_training`
@@ -34,7 +36,6 @@ __all__ = [
     "SWEEPABLE",
     "grid",
     "check_axes",
-    "sweep_training",
     "sweep_consensus",
     "summarize",
     "TopologySweep",
@@ -94,49 +95,6 @@ def grid(axes: Mapping[str, Sequence[Any]]) -> dict[str, np.ndarray]:
     names = list(axes)
     points = list(itertools.product(*(list(axes[n]) for n in names)))
     return {n: np.asarray([p[i] for p in points], dtype=np.float32) for i, n in enumerate(names)}
-
-
-def _apply(config, point: Mapping[str, Any]):
-    changes, options = {}, dict(config.algorithm_options)
-    for name, value in point.items():
-        if name.startswith("algorithm_options."):
-            options[name.split(".", 1)[1]] = value
-        else:
-            changes[name] = value
-    return config.replace(algorithm_options=options, **changes)
-
-
-def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], dataset=None):
-    """Trains ``config`` for every grid point x seed in one jitted, doubly vmapped program.
-
-    Args:
-      config: a :class:`jaxgossip.runner.TrainConfig`.
-      axes: name -> values, names from :data:`SWEEPABLE` (e.g. ``{"lr": [...],
-        "algorithm_options.gamma": [...]}``).
-      seeds: S integer seeds; seed ``s`` runs exactly like
-        ``run_training(config.replace(seed=s, data_seed=d))`` with ``d`` the config's data seed
-        (``data_seed``, or ``seed`` when unset): the partition and graph fix shapes, so they are
-        shared by all seeds.
-      dataset: optional preloaded dataset.
-
-    Returns:
-      ``(points, metrics)``: points name -> [G] values; metrics a ``Metrics`` whose leaves are
-      ``[G, S, num_evals, ...]``.
-    """
-    from jaxgossip.runner import make_trainer, prepare
-
-    check_axes(axes)
-    points = grid(axes)
-    prep = prepare(config, dataset)
-
-    def one(key, point):
-        trainer, _ = make_trainer(_apply(config, point), prep)
-        return trainer.train(key)[1]
-
-    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
-    metrics = run(keys, {k: jnp.asarray(v) for k, v in points.items()})
-    return points, metrics
 
 
 def sweep_consensus(

@@ -37,6 +37,7 @@ from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 __all__ = [
     "ModelFns",
     "linen_model_fns",
+    "cross_entropy_loss",
     "TrainState",
     "Metrics",
     "Trainer",
@@ -84,6 +85,21 @@ def linen_model_fns(model) -> ModelFns:
         return model.apply(variables, x, train=train), batch_stats
 
     return ModelFns(init, apply)
+
+
+def cross_entropy_loss(model: ModelFns) -> Callable:
+    """The training loss of :func:`make_train` for one node.
+
+    Returns:
+      ``loss, batch_stats = loss_fn(params, batch_stats, x [B, ...], y [B])``: the mean softmax
+      cross-entropy of the batch in training mode, and the updated normalization statistics.
+    """
+
+    def loss_fn(params, batch_stats, x, y):
+        logits, new_stats = model.apply(params, batch_stats, x, True)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_stats
+
+    return loss_fn
 
 
 class TrainState(NamedTuple):
@@ -235,12 +251,7 @@ def make_train(
     if eval_chunk < 1:
         raise ValueError("eval_data is empty")
 
-    def loss_fn(params, batch_stats, x, y):
-        logits, new_stats = model.apply(params, batch_stats, x, True)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-        return loss, new_stats
-
-    single_grad = jax.value_and_grad(loss_fn, has_aux=True)
+    single_grad = jax.value_and_grad(cross_entropy_loss(model), has_aux=True)
     if node_batch is not None and (not isinstance(node_batch, (int, np.integer)) or node_batch < 1):
         raise ValueError(f"node_batch={node_batch!r} must be None or a positive int")
 

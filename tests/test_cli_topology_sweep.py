@@ -150,7 +150,7 @@ def test_training_sweep_equals_run_training(tmp_path, capsys):
 
     reference = run_training(
         config.replace(topology="torus", seed=1, data_seed=config.seed), None, progress=False, log=lambda s: None
-    )["rows"][-1]
+    ).rows[-1]
     assert torus["test_acc_per_seed"][1] == pytest.approx(reference["test_acc"], abs=1e-6)
     assert torus["MB_per_node"] == pytest.approx(reference["MB_per_node"], rel=1e-6)
     acc = np.asarray(torus["test_acc_per_seed"])

@@ -206,8 +206,8 @@ def synthetic():
 def test_config_trains_two_rounds(path, synthetic):
     config = load_config(path, SMOKE)
     result = run_training(config, None, progress=False, dataset=synthetic, log=lambda s: None)
-    assert result["finished"]
-    rows = result["rows"]
+    assert result.finished
+    rows = result.rows
     assert [r["phase"] for r in rows] == ["train"] + (["merged"] if config.final_merge else [])
     assert rows[0]["round"] == 2
     for row in rows:

@@ -6,7 +6,7 @@ import pytest
 from tiny import tiny_config
 
 import jaxgossip as jg
-from jaxgossip import sweeps
+from jaxgossip import experiment_sweeps, sweeps
 from jaxgossip.runner import run_training
 
 
@@ -19,7 +19,7 @@ def test_training_sweep_equals_individual_runs():
         algorithm="choco", algorithm_options={"compressor": "top_k", "compressor_options": {"fraction": 0.5}}
     )
     axes = {"lr": [0.02, 0.1], "algorithm_options.gamma": [0.3, 0.8]}
-    points, metrics = sweeps.sweep_training(config, axes, seeds=[0, 1])
+    points, metrics = experiment_sweeps.sweep_training(config, axes, seeds=[0, 1])
     assert np.asarray(metrics.test_acc).shape == (4, 2, 2)
     for g in (0, 3):
         for s_index, seed in enumerate((0, 1)):
@@ -29,7 +29,7 @@ def test_training_sweep_equals_individual_runs():
                 seed=seed,
                 data_seed=config.seed,
             )
-            rows = run_training(single, None, progress=False, log=lambda s: None)["rows"]
+            rows = run_training(single, None, progress=False, log=lambda s: None).rows
             np.testing.assert_allclose(
                 np.asarray(metrics.test_loss)[g, s_index], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5
             )

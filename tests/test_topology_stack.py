@@ -209,7 +209,7 @@ def test_training_topology_sweep_equals_individual_runs():
         spec = {0: "ring", 2: "exponential"}[g]
         rows = run_training(
             config.replace(topology=spec, seed=1, data_seed=config.seed), None, progress=False, log=lambda s: None
-        )["rows"]
+        ).rows
         np.testing.assert_allclose(metrics[g].test_loss[1], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(metrics[g].bits[1, -1].mean() / 8e6, rows[-1]["MB_per_node"], rtol=1e-5)
     with pytest.raises(ValueError, match="N=16 nodes but config.num_nodes=8"):

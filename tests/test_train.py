@@ -143,14 +143,14 @@ def test_resume_equals_uninterrupted(tmp_path):
     config = _config()
     full = run_training(config, str(tmp_path / "a"), progress=False, log=lambda s: None)
     part = run_training(config, str(tmp_path / "b"), progress=False, stop_after_chunks=2, log=lambda s: None)
-    assert not part["finished"]
+    assert not part.finished
     rest = run_training(config, str(tmp_path / "b"), progress=False, log=lambda s: None)
-    assert rest["finished"]
-    for a, b in zip(jax.tree_util.tree_leaves(full["state"]), jax.tree_util.tree_leaves(rest["state"])):
+    assert rest.finished
+    for a, b in zip(jax.tree_util.tree_leaves(full.state), jax.tree_util.tree_leaves(rest.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     timeless = lambda rows: [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]  # noqa: E731
-    assert timeless(full["rows"]) == timeless(rest["rows"])
-    assert all(r["wall_time"] > 0 for r in full["rows"])
+    assert timeless(full.rows) == timeless(rest.rows)
+    assert all(r["wall_time"] > 0 for r in full.rows)
 
 
 def test_mismatched_and_unreadable_checkpoint(tmp_path):
@@ -158,7 +158,7 @@ def test_mismatched_and_unreadable_checkpoint(tmp_path):
     run_training(_config(), out, progress=False, stop_after_chunks=1, log=lambda s: None)
     with pytest.raises(CheckpointError, match="another configuration.*lr"):
         run_training(_config(lr=0.5), out, progress=False, log=lambda s: None)
-    with open(os.path.join(out, "checkpoint", "meta.json"), "w") as f:
+    with open(os.path.join(out, "checkpoint", "5", "meta", "metadata"), "w") as f:
         f.write("{not json")
     with pytest.raises(CheckpointError, match="unreadable"):
         run_training(_config(), out, progress=False, log=lambda s: None)
@@ -219,7 +219,7 @@ def test_cli_writes_every_promised_file(tmp_path, capsys):
         "accuracy_vs_rounds.png",
         "accuracy_vs_bits.png",
         "consensus.png",
-        "checkpoint/meta.json",
+        "checkpoint/10/meta",  # the checkpoint of the last round (jaxgossip.checkpoint)
     ):
         assert os.path.exists(os.path.join(out, name)), name
     rows = json.load(open(os.path.join(out, "metrics.json")))["rows"]
@@ -232,6 +232,13 @@ def test_nan_loss_stops_with_hint_and_keeps_metrics(tmp_path):
     with pytest.raises(FloatingPointError, match="smaller learning rate"):
         run_training(_config(lr=1e8, momentum=0.0), out, progress=False, log=lambda s: None)
     assert os.path.exists(os.path.join(out, "metrics.json"))
+
+    def no_nan(name):
+        raise AssertionError(f"metrics.json holds {name}, which is not JSON")
+
+    with open(os.path.join(out, "metrics.json")) as f:
+        rows = json.load(f, parse_constant=no_nan)["rows"]
+    assert rows[-1]["train_loss"] is None  # the non-finite loss, written as null
 
 
 @pytest.mark.parametrize(
@@ -264,7 +271,7 @@ def test_node_batch_equals_full_vmap():
     base = _config(num_nodes=8)
     a = run_training(base, None, progress=False, log=lambda s: None)
     b = run_training(base.replace(node_batch=3), None, progress=False, log=lambda s: None)
-    for x, y in zip(jax.tree_util.tree_leaves(a["state"].params), jax.tree_util.tree_leaves(b["state"].params)):
+    for x, y in zip(jax.tree_util.tree_leaves(a.state.params), jax.tree_util.tree_leaves(b.state.params)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
@@ -282,9 +289,9 @@ def test_training_sharded_over_8_devices_equals_one_device(alg_name, topo, optio
     config = _config(num_nodes=8, algorithm=alg_name, topology=topo, algorithm_options=options, num_rounds=10)
     a = run_training(config, None, progress=False, log=lambda s: None)
     b = run_training(config.replace(devices=8), None, progress=False, log=lambda s: None)
-    leaves = jax.tree_util.tree_leaves(b["state"].params)
+    leaves = jax.tree_util.tree_leaves(b.state.params)
     assert leaves[0].sharding.spec == jax.sharding.PartitionSpec("nodes")
-    for x, y in zip(jax.tree_util.tree_leaves(a["state"].params), leaves):
+    for x, y in zip(jax.tree_util.tree_leaves(a.state.params), leaves):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 

@@ -4,7 +4,7 @@ Same tiny config for both: 8 nodes on a ring, plain gossip, MLP hidden (32,) on 
 Gaussian-blob task (``dataset="synthetic"``: 1 024 train / 256 test samples, 8x8x1), batch 16,
 100 rounds, evaluation every 25 rounds on 256 test samples.
 
-* one compile: ``jaxgossip.sweeps.sweep_training(config, {"lr": LRS}, seeds=range(16))`` — a jitted
+* one compile: ``jaxgossip.experiment_sweeps.sweep_training(config, {"lr": LRS}, seeds=range(16))`` — a jitted
   double ``vmap`` over [4 lrs, 16 seeds]; the wall time includes data preparation, tracing, compile
   and the run (first and only call).
 * separate: ``jaxgossip.runner.run_training(config.replace(lr=lr, seed=s))``, each timed from
@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import header_line, machine_info, write_result  # noqa: E402
 
-from jaxgossip import data, sweeps  # noqa: E402
+from jaxgossip import data, experiment_sweeps  # noqa: E402
 from jaxgossip.runner import TrainConfig, run_training  # noqa: E402
 
 LRS = (0.01, 0.03, 0.1, 0.3)
@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
     total = len(LRS) * len(SEEDS)
 
     start = time.perf_counter()
-    points, metrics = sweeps.sweep_training(config, {"lr": LRS}, SEEDS, dataset=dataset)
+    points, metrics = experiment_sweeps.sweep_training(config, {"lr": LRS}, SEEDS, dataset=dataset)
     metrics = jax.block_until_ready(metrics)
     sweep_s = time.perf_counter() - start
     acc = np.asarray(metrics.test_acc)  # [G, S, E]
@@ -98,9 +98,9 @@ def main(argv=None) -> dict:
         run_config = config.replace(lr=LRS[g], seed=SEEDS[s])
         t0 = time.perf_counter()
         out = run_training(run_config, progress=False, dataset=dataset, log=lambda *_: None)
-        jax.block_until_ready(out["state"])
+        jax.block_until_ready(out.state)
         times.append(time.perf_counter() - t0)
-        final = out["rows"][-1]["test_loss"]
+        final = out.rows[-1]["test_loss"]
         diff = abs(final - float(loss[g, s, -1])) / max(abs(final), 1e-12)
         max_diff = max(max_diff, diff)
         max_abs = max(max_abs, abs(final - float(loss[g, s, -1])))

@@ -1,0 +1,63 @@
+"""Training sweeps of a config in one compile (edge module: builds runs from a ``TrainConfig``).
+
+:func:`sweep_training` ``vmap``s a whole configured training run over a grid of sweepable
+hyperparameters x seeds. The grid and its rules (:data:`jaxgossip.sweeps.SWEEPABLE`,
+:func:`jaxgossip.sweeps.check_axes`, :func:`jaxgossip.sweeps.grid`) live in the library module
+:mod:`jaxgossip.sweeps`; this module adds the config layer (:mod:`jaxgossip.runner`) on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxgossip.runner import make_trainer, prepare
+from jaxgossip.sweeps import check_axes, grid
+
+__all__ = ["sweep_training", "apply_point"]
+
+
+def apply_point(config, point: Mapping[str, Any]):
+    """``config`` with the values of one grid point (``"algorithm_options.gamma"`` style names
+    set inside ``algorithm_options``); values may be traced."""
+    changes, options = {}, dict(config.algorithm_options)
+    for name, value in point.items():
+        if name.startswith("algorithm_options."):
+            options[name.split(".", 1)[1]] = value
+        else:
+            changes[name] = value
+    return config.replace(algorithm_options=options, **changes)
+
+
+def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], dataset=None):
+    """Trains ``config`` for every grid point x seed in one jitted, doubly vmapped program.
+
+    Args:
+      config: a :class:`jaxgossip.runner.TrainConfig`.
+      axes: name -> values, names from :data:`jaxgossip.sweeps.SWEEPABLE` (e.g. ``{"lr": [...],
+        "algorithm_options.gamma": [...]}``).
+      seeds: S integer seeds; seed ``s`` runs exactly like
+        ``run_training(config.replace(seed=s, data_seed=d))`` with ``d`` the config's data seed
+        (``data_seed``, or ``seed`` when unset): the partition and graph fix shapes, so they are
+        shared by all seeds.
+      dataset: optional preloaded dataset.
+
+    Returns:
+      ``(points, metrics)``: points name -> [G] values; metrics a ``Metrics`` whose leaves are
+      ``[G, S, num_evals, ...]``.
+    """
+    check_axes(axes)
+    points = grid(axes)
+    prep = prepare(config, dataset)
+
+    def one(key, point):
+        trainer, _ = make_trainer(apply_point(config, point), prep)
+        return trainer.train(key)[1]
+
+    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+    run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
+    metrics = run(keys, {k: jnp.asarray(v) for k, v in points.items()})
+    return points, metrics

@@ -1,0 +1,204 @@
+"""Crash-safe run directories: a run interrupted anywhere in the checkpoint save path (an exception
+half-way, a real SIGKILL of a subprocess) resumes from the last complete checkpoint and ends
+bit-identical to an uninterrupted run; a refused resume changes no file in ``--out``."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from tiny import tiny_config
+
+from jaxgossip import checkpoint
+from jaxgossip.checkpoint import CheckpointError
+from jaxgossip.runner import run_training
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+CONFIG = tiny_config()  # 20 rounds, a chunk (and a checkpoint) every 5
+
+
+def _quiet(config, out, **kwargs):
+    return run_training(config, out, progress=False, log=lambda s: None, **kwargs)
+
+
+def _timeless(rows):
+    return [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]
+
+
+def _assert_same_run(result, reference):
+    assert result.finished
+    for a, b in zip(jax.tree_util.tree_leaves(result.state), jax.tree_util.tree_leaves(reference.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert _timeless(result.rows) == _timeless(reference.rows)
+
+
+def _hashes(folder):
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """The uninterrupted run and its folder."""
+    out = str(tmp_path_factory.mktemp("reference"))
+    return _quiet(CONFIG, out), out
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run):
+    return reference_run[0]
+
+
+def test_exception_half_way_through_a_save_resumes_from_last_complete(tmp_path, monkeypatch, reference):
+    """orbax writes each item into a temporary folder and renames it; failing at the first item
+    rename of round 10 leaves an unfinished step that resume must ignore (and clean up)."""
+    out = str(tmp_path / "run")
+    rename = os.rename
+
+    def failing_rename(src, dst, *args, **kwargs):
+        if f"{os.sep}10.orbax-checkpoint-tmp{os.sep}" in str(dst):
+            raise OSError("disk full (simulated)")
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", failing_rename)
+    with pytest.raises(Exception, match="disk full"):
+        _quiet(CONFIG, out)
+    monkeypatch.setattr(os, "rename", rename)
+    ckpt = os.path.join(out, "checkpoint")
+    assert any(name.startswith("10.") for name in os.listdir(ckpt)), "the unfinished step should be on disk"
+    assert checkpoint.latest(ckpt).round == 5
+    result = _quiet(CONFIG, out)
+    assert result.start_round == 5
+    _assert_same_run(result, reference)
+    assert sorted(os.listdir(ckpt)) == ["15", "20"]  # unfinished step cleaned, max_to_keep = 2
+
+
+# A subprocess that trains CONFIG and SIGKILLs itself at a point of the save path of round STEP:
+# finalize: before orbax renames the complete temporary step folder to its final name;
+# after_finalize: right after that rename (before older steps are deleted);
+# metrics_json: before metrics.json of that round's chunk replaces the old one (it is written
+# before the checkpoint, so that round's checkpoint does not exist yet).
+_KILLER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from tiny import tiny_config
+from jaxgossip.runner import run_training
+
+out, point, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rename, replace = os.rename, os.replace
+seen = {{"metrics": 0}}
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def killing_rename(src, dst, *args, **kwargs):
+    src, dst = str(src), str(dst)
+    tmp = os.path.join(out, "checkpoint", f"{{step}}.orbax-checkpoint-tmp")
+    if point == "finalize" and src == tmp:
+        die()
+    result = rename(src, dst, *args, **kwargs)
+    if point == "after_finalize" and src == tmp:
+        die()
+    return result
+
+def killing_replace(src, dst, *args, **kwargs):
+    if point == "metrics_json" and str(dst).endswith("metrics.json"):
+        seen["metrics"] += 1
+        if seen["metrics"] == step // 5:
+            die()
+    return replace(src, dst, *args, **kwargs)
+
+os.rename, os.replace = killing_rename, killing_replace
+run_training(tiny_config(), out, progress=False, log=lambda s: None)
+sys.exit("not killed")
+"""
+
+
+@pytest.mark.parametrize(
+    "point, step, resumed_at",
+    [("finalize", 10, 5), ("after_finalize", 10, 10), ("metrics_json", 15, 10)],
+)
+def test_sigkill_in_the_save_path_resumes_bit_identical(tmp_path, reference, point, step, resumed_at):
+    out = str(tmp_path / "run")
+    script = tmp_path / "killer.py"
+    script.write_text(_KILLER.format(tests=TESTS))
+    proc = subprocess.run(
+        [sys.executable, str(script), out, point, str(step)],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    result = _quiet(CONFIG, out)
+    assert result.start_round == resumed_at
+    _assert_same_run(result, reference)
+    with open(os.path.join(out, "metrics.json")) as f:
+        saved = json.load(f)
+    assert _timeless(saved["rows"]) == _timeless(reference.rows)
+    assert all(isinstance(r["wall_time"], float) for r in saved["rows"])  # restored rows keep their times
+
+
+def test_finished_run_resumes_without_training_to_the_same_files(reference_run):
+    reference, out = reference_run
+    before = _hashes(out)
+    again = _quiet(CONFIG, out)
+    assert again.start_round == 20
+    _assert_same_run(again, reference)
+    assert _hashes(out) == before
+
+
+def test_refused_resume_leaves_every_file_unchanged(tmp_path):
+    out = str(tmp_path / "run")
+    config = tiny_config(num_rounds=10)
+    _quiet(config, out)
+    before = _hashes(out)
+    assert "config.json" in before and "metrics.json" in before
+    for changes, match in (
+        ({"lr": 0.5}, r"another configuration \(lr: saved 0.05 vs now 0.5\).*--no-resume"),
+        ({"num_nodes": 8}, r"another configuration \(num_nodes: saved 4 vs now 8\).*--no-resume"),
+        ({"num_rounds": 5}, r"10 rounds done, more than num_rounds=5; give --num_rounds >= 10.*--no-resume"),
+    ):
+        with pytest.raises(CheckpointError, match=match):
+            _quiet(config.replace(**changes), out)
+        assert _hashes(out) == before, changes
+
+
+def test_refused_resume_through_the_cli_exits_2_and_names_no_resume(tmp_path, capsys):
+    from jaxgossip.cli import main
+
+    out = str(tmp_path / "cli")
+    flags = ["--dataset=synthetic", "--num_nodes=4", "--model=mlp", '--model_options={"hidden": [8]}']
+    flags += ["--batch_size=8", "--eval_every=5", "--eval_size=128", "--eval_chunk=64"]
+    assert main(["train", "--out", out, "--no-progress", "--num_rounds=10", *flags]) == 0
+    before = _hashes(out)
+    capsys.readouterr()
+    assert main(["train", "--out", out, "--no-progress", "--num_rounds=5", *flags]) == 2
+    err = capsys.readouterr().err
+    assert "10 rounds done" in err and "--no-resume" in err
+    assert _hashes(out) == before
+    # --no-resume starts over: the 5-round run replaces the 10-round one.
+    assert main(["train", "--out", out, "--no-progress", "--no-resume", "--num_rounds=5", *flags]) == 0
+    with open(os.path.join(out, "metrics.json")) as f:
+        assert [r["round"] for r in json.load(f)["rows"]] == [5]
+    assert checkpoint.latest(os.path.join(out, "checkpoint")).round == 5
+
+
+def test_larger_num_rounds_continues_a_finished_run(tmp_path, reference):
+    out = str(tmp_path / "run")
+    _quiet(CONFIG.replace(num_rounds=10), out)
+    longer = _quiet(CONFIG, out)
+    assert longer.start_round == 10
+    _assert_same_run(longer, reference)
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["num_rounds"] == 20
