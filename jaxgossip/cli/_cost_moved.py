@@ -1,0 +1,275 @@
+"""TEMPORARY home of the CLI's cost-model helpers (moved verbatim from the old ``cli.py``).
+
+The "ckpt" engineer moves them into :mod:`jaxgossip.cost` under these public names;
+:mod:`jaxgossip.cli.common` imports them from there when present, from here otherwise. Delete this
+file at merge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+# ---- cost model -------------------------------------------------------------------------------
+
+# --option: (metavar, help); the defaults live in CostModel. 1 Gbit/s is commodity Ethernet. 100 us
+# per message is an assumption, not a measurement: the order of a small TCP message's one-way
+# latency inside a LAN or data centre (a switch hop plus two kernel network stacks, tens to a few
+# hundred microseconds); wide-area or wireless edge links have 10-100x more.
+COST_OPTIONS = {
+    "link.bandwidth": ("BIT/S", "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)"),
+    "link.latency": (
+        "S",
+        "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
+    ),
+    "link.mode": (
+        "serial|parallel",
+        "serial: a node's messages of a round share its uplink one after another (default); "
+        "parallel: they go out at once on independent links",
+    ),
+    "link.allreduce": (
+        "ring|message",
+        "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one model-sized "
+        "message per node",
+    ),
+    "node.flops": (
+        "FLOP/S",
+        "compute speed of a node (e.g. 1e12); adds compute time per round and the simulated wall-clock "
+        "of training runs (default: compute not modelled)",
+    ),
+    "energy.flop": ("J", "joules per FLOP computed; with --energy.bit adds energy per node (default 0)"),
+    "energy.bit": ("J", "joules per bit sent (default 0)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """The CLI's cost-model options, validated (units: bit/s, s, FLOP/s, J)."""
+
+    bandwidth: float = 1e9
+    latency: float = 1e-4
+    mode: str = "serial"
+    allreduce: str = "ring"
+    node_flops: float | None = None
+    joules_per_flop: float | None = None
+    joules_per_bit: float | None = None
+
+    @property
+    def energy(self) -> bool:
+        """Whether energy is reported (either energy option was given)."""
+        return self.joules_per_flop is not None or self.joules_per_bit is not None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def cost_model_from_options(values: dict) -> CostModel:
+    """Validates the ``--link.*``, ``--node.flops`` and ``--energy.*`` options.
+
+    Raises:
+      ValueError: naming the option: not a number, not finite, out of range, unknown mode.
+    """
+
+    units = {"link.bandwidth": "bit/s", "link.latency": "s", "node.flops": "FLOP/s"}
+
+    def number(option: str, strict: bool, default: float | None) -> float | None:
+        text = values.get(option)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"--{option}={text!r} is not a number") from None
+        if not math.isfinite(value) or (value <= 0 if strict else value < 0):
+            bound = "> 0" if strict else ">= 0"
+            raise ValueError(f"--{option}={text} must be a finite number {bound} ({units.get(option, 'J')})")
+        return value
+
+    from jaxgossip import cost
+
+    mode = values.get("link.mode") or CostModel.mode
+    if mode not in cost.MODES:
+        raise ValueError(f"--link.mode={mode!r} is unknown; known modes: {', '.join(cost.MODES)}")
+    allreduce = values.get("link.allreduce") or CostModel.allreduce
+    if allreduce not in cost.ALLREDUCE_MODELS:
+        raise ValueError(f"--link.allreduce={allreduce!r} is unknown; known models: {', '.join(cost.ALLREDUCE_MODELS)}")
+    return CostModel(
+        bandwidth=number("link.bandwidth", True, CostModel.bandwidth),
+        latency=number("link.latency", False, CostModel.latency),
+        mode=mode,
+        allreduce=allreduce,
+        node_flops=number("node.flops", True, None),
+        joules_per_flop=number("energy.flop", False, None),
+        joules_per_bit=number("energy.bit", False, None),
+    )
+
+
+def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, flops: float = 0.0, **kwargs):
+    """:func:`jaxgossip.cost.simulate` of ``bits`` [R, N] under ``model``.
+
+    Compute is timed only with ``--node.flops``; the energy of the FLOPs needs no FLOP/s, so the
+    callers add it (``F * joules_per_flop`` per round) and only the bits are priced here.
+    """
+    from jaxgossip import cost
+
+    timed = flops if model.node_flops is not None else 0.0
+    return cost.simulate(
+        bits,
+        None if allreduce else topo,
+        cost.LinkModel(model.bandwidth, model.latency),
+        mode=model.mode,
+        exchanges=1 if allreduce else exchanges,
+        allreduce=model.allreduce if allreduce else None,
+        flops_per_step=timed,
+        device_flops=model.node_flops if timed else None,
+        energy=cost.EnergyModel(0.0, model.joules_per_bit or 0.0),
+        **kwargs,
+    )
+
+
+def exchanges_per_round(algorithm: str, options: dict) -> int:
+    """Sequential exchanges per round: PowerGossip's ``num_iterations``, 1 for everything else."""
+    return int(options.get("num_iterations", 1)) if algorithm == "power_gossip" else 1
+
+
+def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
+    """FLOPs of one node's local step (0 unless ``need_flops``) and bytes per node of a run.
+
+    The step is the gradient of the mean cross-entropy of one node's batch [B, ...], as in
+    ``jaxgossip.train.make_train`` (optimizer update, augmentation and evaluation not counted).
+    Memory is params, normalization statistics, optimizer and algorithm state, from shapes only.
+    """
+    import jax
+    import optax
+
+    from jaxgossip import cost, models, train
+    from jaxgossip.runner import make_algorithm, make_optimizer
+
+    fns = train.linen_model_fns(
+        models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+    )
+    x, y = dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size]
+    params, stats = jax.eval_shape(fns.init, jax.random.key(0), x[:1])
+    n = config.num_nodes
+    stacked = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((n, *a.shape), a.dtype), (params, stats))
+    opt_state = jax.eval_shape(jax.vmap(make_optimizer(config).init), stacked[0])
+    comm_state = jax.eval_shape(make_algorithm(config, topo).init, stacked[0])
+    memory = cost.memory_per_node(stacked, opt_state, comm_state, num_nodes=n)
+    if not need_flops:
+        return 0.0, memory
+
+    def loss(p, batch):
+        s, xb, yb = batch
+        logits, _ = fns.apply(p, s, xb, True)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+    return cost.flops_per_step(loss, params, (stats, x, y)), memory
+
+
+def training_cost(
+    model: CostModel,
+    config,
+    topo,
+    rounds,
+    cumulative_bits,
+    *,
+    flops: float,
+    memory: float,
+    merge_bits=None,
+) -> list[dict]:
+    """Cost fields of every evaluation point of a training run (and of its final merge).
+
+    Args:
+      model: the cost model.
+      config: the run's ``TrainConfig`` (algorithm, options, ordering, final_merge).
+      topo: the run's topology.
+      rounds: [M] ``Metrics.round``; cumulative_bits: [M, N] ``Metrics.bits``.
+      flops: FLOPs of one local step (0: not measured); memory: bytes per node.
+      merge_bits: [N] bits each node sent in the final merge, or None.
+
+    Returns:
+      M dicts (M + 1 with ``merge_bits``), cumulative up to each point: ``comm_s`` and
+      ``comm_s_per_round`` (its mean over the training rounds so far), ``mem_MB_per_node``, with
+      ``--node.flops`` ``compute_s_per_round`` and ``sim_s`` (simulated wall-clock), with energy
+      options ``energy_J_per_node`` (mean over nodes), and ``gflop_per_step`` when measured. The
+      merge adds its rounds (communication only) to ``comm_s``, ``sim_s`` and the energy.
+    """
+    from jaxgossip import cost
+
+    rounds = np.asarray(rounds).astype(np.int64)
+    allreduce = config.algorithm == "allreduce"
+    bits = cost.per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
+    report = simulate_bits(
+        model,
+        bits,
+        topo,
+        allreduce=allreduce,
+        exchanges=exchanges_per_round(config.algorithm, config.algorithm_options),
+        flops=flops,
+        overlap=config.ordering == "same_iterate",
+    )
+    flop_joules = flops * (model.joules_per_flop or 0.0)  # per node and round
+    comm = np.cumsum(report.comm_time)
+    wall = np.cumsum(report.round_time)
+    joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)
+    out = []
+    for r in rounds:
+        row = {"comm_s_per_round": float(comm[r - 1] / r), "comm_s": float(comm[r - 1])}
+        if model.node_flops is not None:
+            row["compute_s_per_round"] = float(report.compute_time.max())
+            row["sim_s"] = float(wall[r - 1])
+        row["mem_MB_per_node"] = memory / 1e6
+        if flops:
+            row["gflop_per_step"] = flops / 1e9
+        if model.energy:
+            row["energy_J_per_node"] = float(joules[r - 1])
+        out.append(row)
+    if merge_bits is not None:
+        merge = config.final_merge
+        merge = int(merge) if isinstance(merge, str) and merge.isdigit() else merge
+        merge_bits = np.asarray(merge_bits, dtype=np.float64)
+        start = int(rounds[-1])
+        if merge == "exact":
+            extra = simulate_bits(model, merge_bits[None], topo, allreduce=True)
+        else:
+            # The merge's rounds continue the graph sequence of training (rounds R .. R + merge - 1).
+            spread = cost.per_round_bits(
+                np.stack([np.zeros_like(merge_bits), merge_bits]), [start, start + merge], topo
+            )
+            extra = simulate_bits(model, spread[start:], topo, allreduce=False, start_round=start)
+        row = dict(out[-1])
+        row["comm_s"] += float(extra.comm_time.sum())
+        if "sim_s" in row:
+            row["sim_s"] += extra.total_time
+        if model.energy:
+            row["energy_J_per_node"] += float(extra.energy.sum(axis=0).mean())
+        out.append(row)
+    return out
+
+
+def consensus_graph_cost(model: CostModel, algorithm: str, options: dict, topo, node_bits, error, tol) -> dict:
+    """Cost fields of one graph of a consensus sweep: means over seeds of the simulated
+    communication time per round, in all, and until the relative error first drops below ``tol``.
+
+    Args:
+      node_bits: [S, R, N] bits each node sent in each round; error: [S, R + 1] consensus error.
+    """
+    reports = [
+        simulate_bits(model, bits, topo, allreduce=algorithm == "allreduce", exchanges=exchanges_per_round(algorithm, options))
+        for bits in node_bits
+    ]
+    comm = np.cumsum([r.comm_time for r in reports], axis=1)  # [S, R]
+    reached = error[:, 1:] / error[:, :1] <= tol  # the rounds_to_tol rule of topology_rows
+    to_tol = [comm[s, reached[s].argmax()] if reached[s].any() else np.nan for s in range(comm.shape[0])]
+    row = {
+        "comm_s_per_round": float(comm[:, -1].mean() / comm.shape[1]),
+        "comm_s": float(comm[:, -1].mean()),
+        "comm_s_to_tol": float(np.mean(to_tol)),
+    }
+    if model.energy:
+        row["energy_J_per_node"] = float(np.mean([r.total_energy.mean() for r in reports]))
+    return row
+
+
