@@ -56,7 +56,10 @@ __all__ = [
     "PROGRESS_FLAG",
 ]
 
-PROGRESS_FLAG = {"no-progress": "hide the progress bar"}
+PROGRESS_FLAG = {
+    "no-progress": "hide the progress bar",
+    "print-config": "check everything, print the resolved config as YAML (a valid --config file) and exit",
+}
 
 _NUMERIC_COST = ("link.bandwidth", "link.latency", "node.flops", "energy.flop", "energy.bit")
 
@@ -95,16 +98,17 @@ def with_cost(columns: list, model: CostModel, training: bool) -> list:
 
 
 def prepare_out(out: str) -> str:
-    """Creates the output folder ``out`` or raises UsageError naming ``--out`` (a file, not
-    writable, cannot be created)."""
+    """Checks that the output folder ``out`` can be written (it is created only when results are
+    written, so a run refused later leaves nothing behind), or raises UsageError naming ``--out``."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out={out!r} is a file; give a folder for the results")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--out={out!r} cannot be created: {err.strerror or err}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UsageError(f"--out={out!r} is not writable; give a folder you can write to")
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out={out!r} cannot be created: {parent!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out={out!r} is not writable ({parent!r}); give a folder you can write to")
     return out
 
 
@@ -237,3 +241,17 @@ def warn_gamma(command: str, config) -> None:
         config.topology, config.num_nodes, data_seed))
     if message:
         warn(command, message)
+
+
+def print_config(parsed, resolved: dict) -> bool:
+    """With ``--print-config``: prints ``resolved`` (plus ``--out`` and the cost options that were
+    set) as YAML and returns True (the command then exits 0 without running)."""
+    if not parsed.flags.get("print_config"):
+        return False
+    import yaml
+
+    extra = {k: v for k, v in parsed.values.items() if k in COST_OPTIONS and v is not None}
+    if parsed.values.get("out"):
+        extra["out"] = parsed.values["out"]
+    print(yaml.safe_dump(json_safe({**resolved, **extra}), sort_keys=False, default_flow_style=None), end="")
+    return True

@@ -155,6 +155,11 @@ def run(argv: list[str]) -> int:
     for message in warnings:
         common.warn("consensus", message)
     cost = common.cost_model(parsed.values)
+    resolved = {**dataclasses.asdict(config), "runs": [dataclasses.asdict(r) for r in runs]}
+    if config.algorithm is None:
+        resolved.pop("algorithm_options")
+    if common.print_config(parsed, resolved):
+        return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "consensus"))
 
     import jax
@@ -201,6 +206,7 @@ def run(argv: list[str]) -> int:
         if where is not None:
             common.warn("consensus", f"{r.name} diverged at round {where} (error NaN/inf); the others are kept")
     title = f"{n} nodes, x of shape {list(config.shape)}, {steps} rounds"
+    os.makedirs(out, exist_ok=True)
     plots.plot_consensus(curves, os.path.join(out, "consensus.png"), title=title)
     common.write_json(
         os.path.join(out, "consensus.json"),

@@ -86,6 +86,13 @@ def command(quick: bool = False) -> Command:
             "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
         },
         field_help=help_text,
+        epilog="the compared runs (name: algorithm on topology, options):\n"
+        + "\n".join(
+            f"  {r['name']}: {r['algorithm']} on {r['topology']}"
+            + (f", {r['algorithm_options']}" if r.get("algorithm_options") else "")
+            + (f", final_merge={r['final_merge']}" if r.get("final_merge") else "")
+            for r in demo_runs(quick)
+        ),
     )
 
 
@@ -105,6 +112,8 @@ def run(argv: list[str]) -> int:
         )
     base = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values)
+    if common.print_config(parsed, {k: v for k, v in base.to_dict().items() if k not in PER_RUN}):
+        return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
 
     from jaxgossip import algorithms, plots
@@ -157,6 +166,7 @@ def run(argv: list[str]) -> int:
         columns = columns + [("status", "status", "")]
     print()
     print(plots.format_table(table, columns))
+    os.makedirs(out, exist_ok=True)
     plots.plot_training(results, out, title=f"{base.dataset}, {base.num_nodes} nodes, {base.partition}")
     title = f"{base.dataset}, {base.num_nodes} nodes, {base.partition} partition, {base.num_rounds} rounds"
     common.write_markdown(

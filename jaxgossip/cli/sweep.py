@@ -147,6 +147,8 @@ def run(argv: list[str]) -> int:
     common.warn_gamma("sweep", config)
     if config.tensorboard:
         _tensorboard_writer()
+    if common.print_config(parsed, {"seeds": seeds, "sweep": axes, **config.to_dict()}):
+        return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "sweep"))
 
     import jax
@@ -190,6 +192,7 @@ def run(argv: list[str]) -> int:
     print(plots.format_table(rows, columns))
     summary = f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s"
     print(summary)
+    os.makedirs(out, exist_ok=True)
     common.write_json(
         os.path.join(out, "sweep.json"),
         {

@@ -93,6 +93,7 @@ def command() -> Command:
             (TrainConfig, "training mode (--train); --algorithm and --algorithm_options in both modes"),
         ],
         flags={
+            "print-config": common.PROGRESS_FLAG["print-config"],
             "train": "training mode (see above); default: consensus mode",
             "no-stack": "one compiled program per graph (for comparison)",
         },
@@ -158,6 +159,9 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
         message = gamma_warning(algorithm, alg_options, topo)
         if message:
             common.warn("topology-sweep", message)
+    resolved = {**dataclasses.asdict(options), "seeds": seeds, "algorithm": algorithm, "algorithm_options": alg_options}
+    if common.print_config(parsed, resolved):
+        return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep"))
     no_stack = parsed.flags["no_stack"]
     start = time.perf_counter()
@@ -192,6 +196,7 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
     summary = _compile_summary(len(graphs), len(seeds), len(result.groups), wall, not no_stack, algorithm)
     print(plots.format_table(rows, columns))
     print(summary)
+    os.makedirs(out, exist_ok=True)
     plot = plots.plot_topology_sweep(rows, os.path.join(out, "topology_sweep.png"), title=title, tol=tol)
     payload = {
         "mode": "consensus",
@@ -228,6 +233,9 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
     graphs, graph_specs, notes = _build_graphs(specs, [config.num_nodes], data_seed)
     for topo in graphs:
         check_algorithm(config.algorithm, dict(config.algorithm_options), topo, matrix_view=True)
+    resolved = {"topologies": specs, "seeds": seeds, **config.to_dict()}
+    if common.print_config(parsed, resolved):
+        return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep_train"))
     no_stack = parsed.flags["no_stack"]
     dataset = common.load_data(config)
@@ -281,6 +289,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
     summary = _compile_summary(len(graphs), len(seeds), len(groups), wall, not no_stack, config.algorithm)
     print(plots.format_table(rows, columns))
     print(summary)
+    os.makedirs(out, exist_ok=True)
     plots.plot_topology_training(rows, os.path.join(out, "accuracy_vs_gap.png"), title=title)
     payload = {
         "mode": "train",
