@@ -408,3 +408,39 @@ def test_one_table_formatter():
     assert text[0].split() == ["run", "acc(avg)", "min"] and text[2].split() == ["a", "0.500", "-"]
     legend = table_legend(columns + [("consensus", "consensus", ".3g"), ("reduction", "vs gossip", ".1f")])
     assert "`min`" in legend and "`consensus`" in legend and "`vs gossip`" in legend
+
+
+def _documented_command_lines() -> list[tuple[str, list[str]]]:
+    """Every ``jaxgossip COMMAND ...`` line of README.md, experiments/README.md, the example configs'
+    docstrings and the notebook, as argv (line continuations joined, DIR placeholders kept)."""
+    import glob
+    import re
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sources = [os.path.join(root, "README.md"), os.path.join(root, "experiments", "README.md")]
+    sources += sorted(glob.glob(os.path.join(root, "experiments", "configs", "*")))
+    sources.append(os.path.join(root, "experiments", "colab_demo.ipynb"))
+    lines = []
+    for path in sources:
+        text = open(path).read()
+        if path.endswith(".ipynb"):
+            text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
+        text = re.sub(r"\\+\s*\n\s*", " ", text)  # continuation lines (one backslash, or two in docstrings)
+        for match in re.finditer(r"jaxgossip (train|sweep|consensus|topology-sweep|demo)\b([^`\n#]*)", text):
+            args = shlex.split(match.group(2).strip().rstrip("."))
+            if not args or "--help" in args or "..." in match.group(2):  # prose mentions, placeholders
+                continue
+            lines.append((os.path.relpath(path, root), [match.group(1), *args]))
+    return lines
+
+
+DOCUMENTED = _documented_command_lines()
+
+
+@pytest.mark.parametrize("where, argv", DOCUMENTED, ids=[f"{w}:{' '.join(a)[:50]}" for w, a in DOCUMENTED])
+def test_documented_command_lines_parse_and_check(where, argv, capsys, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    argv = [a.replace("DIR", "/tmp") for a in argv]
+    code, _, err = _main(capsys, *argv, "--print-config")
+    assert code == 0, (where, err)
