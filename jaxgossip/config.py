@@ -178,7 +178,8 @@ def check_partition(spec: str, field: str = "partition") -> None:
     try:
         value = int(arg) if name == "shards" else float(arg)
     except ValueError:
-        raise ValueError(f"{field}={spec!r}: {name} needs {kinds[name]}, e.g. {name}:{ {'dirichlet': 0.1, 'shards': 2, 'skew': 0.8}[name]}") from None
+        example = {"dirichlet": "dirichlet:0.1", "shards": "shards:2", "skew": "skew:0.8"}[name]
+        raise ValueError(f"{field}={spec!r}: {name} needs {kinds[name]}, e.g. {example}") from None
     ok = {
         "dirichlet": math.isfinite(value) and value > 0,
         "shards": value >= 1,

@@ -323,7 +323,8 @@ def format_table(
     widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(header)]
     if markdown:
         lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |"]
-        lines.append("|" + "|".join(("-" * (w + 1) + ":") if num else ("-" * (w + 2)) for w, num in zip(widths, numeric)) + "|")
+        rule = [("-" * (w + 1) + ":") if num else ("-" * (w + 2)) for w, num in zip(widths, numeric)]
+        lines.append("|" + "|".join(rule) + "|")
         lines += [
             "| " + " | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(b, widths, numeric)) + " |"
             for b in body

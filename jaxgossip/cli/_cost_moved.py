@@ -257,7 +257,9 @@ def consensus_graph_cost(model: CostModel, algorithm: str, options: dict, topo, 
       node_bits: [S, R, N] bits each node sent in each round; error: [S, R + 1] consensus error.
     """
     reports = [
-        simulate_bits(model, bits, topo, allreduce=algorithm == "allreduce", exchanges=exchanges_per_round(algorithm, options))
+        simulate_bits(
+            model, bits, topo, allreduce=algorithm == "allreduce", exchanges=exchanges_per_round(algorithm, options)
+        )
         for bits in node_bits
     ]
     comm = np.cumsum([r.comm_time for r in reports], axis=1)  # [S, R]

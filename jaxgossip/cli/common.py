@@ -53,7 +53,19 @@ __all__ = [
     "training_result",
     "write_metrics",
     "run_cost",
+    "load_data",
+    "algorithm_epilog",
+    "warn_gamma",
+    "print_config",
+    "require_tensorboard",
     "PROGRESS_FLAG",
+    # the cost helpers, re-exported from their home (see the import above)
+    "consensus_graph_cost",
+    "cost_model_from_options",
+    "exchanges_per_round",
+    "simulate_bits",
+    "step_flops_and_memory",
+    "training_cost",
 ]
 
 PROGRESS_FLAG = {
@@ -196,11 +208,15 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
         model, config, built.topology, metrics.round, cumulative, flops=flops, memory=memory, merge_bits=merge_bits
     )
     rows = [dict(row, **extra) for row, extra in zip(rows, fields)]
-    if out_dir and os.path.exists(os.path.join(out_dir, "metrics.json")):
-        with open(os.path.join(out_dir, "metrics.json")) as f:
-            saved = json.load(f)
-        saved.pop("rows", None)
-        write_metrics(out_dir, rows, {**saved, "cost_model": model.to_dict()})
+    if out_dir:
+        extra = {
+            "data_source": built.dataset.source,
+            "topology": built.topology.name,
+            "num_params": built.num_params,
+            "wall_time": result.wall_time,
+            "cost_model": model.to_dict(),
+        }
+        write_metrics(out_dir, rows, extra)
     return rows
 
 
@@ -227,7 +243,9 @@ def algorithm_epilog() -> str:
 
     lines = ["algorithms and their --algorithm_options.KEY (defaults):"]
     lines += [f"  {name:<13} {signature(fn)}" for name, fn in algorithms.REGISTRY.items()]
-    lines.append("compressors (--algorithm_options.compressor=NAME, options in --algorithm_options.compressor_options.KEY):")
+    lines.append(
+        "compressors (--algorithm_options.compressor=NAME, options in --algorithm_options.compressor_options.KEY):"
+    )
     lines += [f"  {name:<13} {signature(fn)}" for name, fn in compress.REGISTRY.items()]
     return "\n".join(lines)
 
@@ -255,3 +273,13 @@ def print_config(parsed, resolved: dict) -> bool:
         extra["out"] = parsed.values["out"]
     print(yaml.safe_dump(json_safe({**resolved, **extra}), sort_keys=False, default_flow_style=None), end="")
     return True
+
+
+def require_tensorboard(config) -> None:
+    """With ``tensorboard=true``: a UsageError now, before any work, if tensorboardX is missing."""
+    if not config.tensorboard:
+        return
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError:
+        raise UsageError("--tensorboard=true needs tensorboardX: pip install tensorboardX") from None

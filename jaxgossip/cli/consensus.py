@@ -97,7 +97,8 @@ def command() -> Command:
         field_help=FIELD_HELP,
         epilog=common.algorithm_epilog()
         + "\n\nexamples:\n  jaxgossip consensus --algorithm=choco --algorithm_options.compressor=sign "
-        "--algorithm_options.gamma=0.2 --num_steps=1000\n  jaxgossip consensus --config experiments/configs/consensus_ring.yaml",
+        "--algorithm_options.gamma=0.2 --num_steps=1000\n"
+        "  jaxgossip consensus --config experiments/configs/consensus_ring.yaml",
     )
 
 
@@ -172,7 +173,9 @@ def run(argv: list[str]) -> int:
     x0 = {"x": jax.random.normal(jax.random.key(config.seed), (n, *config.shape))}
     node_bits_field = "node_bits" in getattr(jg.ConsensusResult, "_fields", ())
     curves, rows = {}, []
-    for r, topo in tqdm(list(zip(runs, topologies)), desc="consensus", disable=parsed.flags["no_progress"], leave=False):
+    hide = parsed.flags["no_progress"]
+    bar = tqdm(list(zip(runs, topologies)), desc="consensus", unit="run", disable=hide, leave=False)
+    for r, topo in bar:
         alg = jg.algorithms.make(r.algorithm, topo, **r.options)
         start = time.perf_counter()
         if node_bits_field:

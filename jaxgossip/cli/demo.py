@@ -112,6 +112,7 @@ def run(argv: list[str]) -> int:
         )
     base = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values)
+    common.require_tensorboard(base)
     if common.print_config(parsed, {k: v for k, v in base.to_dict().items() if k not in PER_RUN}):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))

@@ -358,10 +358,9 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
             continue
         if value.strip().lower() == "none" and _optional(hint):
             value = "null"
-        kind = _is_list(hint)
-        stripped = value.strip()
-        if kind == "list" and not stripped.startswith("[") or kind == "maybe" and "," in stripped and not stripped.startswith("["):
-            value = f"[{stripped}]"
+        kind, stripped = _is_list(hint), value.strip()
+        if not stripped.startswith("[") and (kind == "list" or (kind == "maybe" and "," in stripped)):
+            value = f"[{stripped}]"  # 100,150 -> [100,150]; a bare count stays a count for int | list
         tokens.append(f"--{key}={value}")
     return tokens, overrides, config, given
 

@@ -54,7 +54,8 @@ def command() -> Command:
         field_help=_help(),
         epilog=common.algorithm_epilog()
         + "\n\nexample:\n  jaxgossip sweep --dataset=digits --model=mlp --algorithm=choco "
-        "--algorithm_options.compressor=sign \\\n      --sweep.lr=0.01,0.05,0.1 --sweep.algorithm_options.gamma=0.1,0.3,1.0 "
+        "--algorithm_options.compressor=sign \\\n      --sweep.lr=0.01,0.05,0.1 "
+        "--sweep.algorithm_options.gamma=0.1,0.3,1.0 "
         "--seeds=4 --out runs/sweep",
     )
 
@@ -145,6 +146,7 @@ def run(argv: list[str]) -> int:
     for message in _check_points(config, axes):
         common.warn("sweep", message)
     common.warn_gamma("sweep", config)
+    common.require_tensorboard(config)
     if config.tensorboard:
         _tensorboard_writer()
     if common.print_config(parsed, {"seeds": seeds, "sweep": axes, **config.to_dict()}):
@@ -224,11 +226,9 @@ def run(argv: list[str]) -> int:
 def _tensorboard_writer():
     """``jaxgossip.metric_writers.write_tensorboard``, or a UsageError naming what is missing."""
     try:
-        import tensorboardX  # noqa: F401
-
         from jaxgossip.metric_writers import write_tensorboard
     except ImportError as err:
-        raise UsageError(f"--tensorboard=true needs tensorboardX (pip install tensorboardX): {err}") from None
+        raise UsageError(f"--tensorboard=true: the TensorBoard writer is not available: {err}") from None
     return write_tensorboard
 
 

@@ -174,7 +174,9 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
     for g, row in enumerate(rows):
         row["spec"] = graph_specs[g]
         row.update(
-            common.consensus_graph_cost(cost, algorithm, alg_options, graphs[g], result.node_bits[g], result.error[g], tol)
+            common.consensus_graph_cost(
+                cost, algorithm, alg_options, graphs[g], result.node_bits[g], result.error[g], tol
+            )
         )
         error = np.asarray(result.error[g], np.float64)
         where = common.diverged_at(error, np.arange(error.shape[-1]))
@@ -183,7 +185,9 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
         if where is not None:
             for key in ("final_error", "final_error_std", "rounds_to_tol", "MB_to_tol", "comm_s_to_tol"):
                 row[key] = None
-            common.warn("topology-sweep", f"{row['name']} diverged at round {where} (error NaN/inf); the others are kept")
+            common.warn(
+                "topology-sweep", f"{row['name']} diverged at round {where} (error NaN/inf); the others are kept"
+            )
     cost_columns = common.cost_columns(cost, training=False)
     at = [c[0] for c in cost_columns].index("comm_s") + 1
     cost_columns.insert(at, ("comm_s_to_tol", "comm s to tol", ".4g"))

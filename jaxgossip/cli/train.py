@@ -64,6 +64,7 @@ def run(argv: list[str]) -> int:
     config = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values)
     common.warn_gamma("train", config)
+    common.require_tensorboard(config)
     if common.print_config(parsed, config.to_dict()):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", config.name or config.algorithm))
