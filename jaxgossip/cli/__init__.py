@@ -5,12 +5,14 @@
 Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``) and ``--field=value``
 overrides of its typed fields (``jaxgossip <command> --help`` lists them all), checks everything
 before any work, writes its results under ``--out`` and prints a summary table. Bad input exits with
-status 2 and one message naming the option or file; a training run that diverges exits with 3.
+status 2 and one message naming the option or file (``JAXGOSSIP_TRACEBACK=1`` shows the traceback
+instead); a training run that diverges exits with 3.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import tarfile
 import zlib
@@ -62,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     try:
         return module.run(argv[1:])
+    except KeyboardInterrupt:
+        print(f"jaxgossip {name}: interrupted", file=sys.stderr)
+        return 130
     except _user_errors() as err:
+        if os.environ.get("JAXGOSSIP_TRACEBACK"):  # for debugging: the full traceback
+            raise
         message = str(err) or type(err).__name__
         if isinstance(err, OSError) and err.filename and str(err.filename) not in message:
             message = f"{message}: {err.filename}"

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import textwrap
+import types
 import typing
 from typing import Any
 
@@ -96,7 +97,7 @@ def _is_list(hint: Any) -> str | None:
     origin = typing.get_origin(hint)
     if origin in (list, tuple):
         return "list"
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         if any(typing.get_origin(a) in (list, tuple) for a in typing.get_args(hint)):
             return "maybe"
     return None
@@ -158,13 +159,13 @@ class _Layout:
 
     @classmethod
     def of(cls, command: Command) -> _Layout:
-        types = {"config": typing.Optional[str]}
+        hints = {"config": typing.Optional[str]}
         for klass, _ in command.classes:
-            types.update(_hints(klass))
+            hints.update(_hints(klass))
         for options in command.extra.values():
             for option, hint, _, _ in options:
-                types[option] = hint
-        return cls(types, {flag: flag.replace("-", "_") for flag in command.flags})
+                hints[option] = hint
+        return cls(hints, {flag: flag.replace("-", "_") for flag in command.flags})
 
     def known(self) -> list[str]:
         return list(self.types) + list(self.flags)
@@ -285,7 +286,8 @@ def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
                     )
                 out[f"{key}.{sub}"] = sub_value
             continue
-        raise UsageError(f"{source}: unknown key {key!r}{did_you_mean(key, known)}; known keys: {', '.join(known)}")
+        hint = did_you_mean(key, known)
+        raise UsageError(f"{source}: unknown key {key!r}" + (hint or f"; known keys: {', '.join(known)}"))
     return out
 
 
