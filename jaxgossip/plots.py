@@ -212,6 +212,9 @@ def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol
     for n in sizes:
         axes[0].scatter([], [], color=colours[n], marker="s", label=f"N={n}")
     axes[0].legend(fontsize=7, ncol=2)
+    diverged = [f"{r['name']} (round {r['diverged_at_round']})" for r in rows if r.get("diverged_at_round") is not None]
+    if diverged:  # not plotted (their error is NaN/inf): named instead
+        fig.text(0.01, 0.01, "diverged, not shown: " + ", ".join(diverged), fontsize=7, color="red")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

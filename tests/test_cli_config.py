@@ -347,7 +347,8 @@ def test_topology_sweep_marks_a_diverged_graph(tmp_path, capsys):
 def test_sweep_reports_a_diverged_point_and_keeps_the_others(tmp_path, capsys):
     out = tmp_path / "sweep"
     code, printed, err = _main(
-        capsys, "sweep", *TINY, "--momentum=0", "--sweep.lr=0.05,1e8", "--seeds=2", "--out", str(out), "--no-progress"
+        capsys, "sweep", *TINY, "--num_rounds=10", "--momentum=0", "--sweep.lr=0.05,1e8", "--seeds=2", "--out", str(out),
+        "--no-progress",
     )
     assert code == 0, err
     saved = json.loads((out / "sweep.json").read_text())
@@ -363,7 +364,9 @@ def test_sweep_reports_a_diverged_point_and_keeps_the_others(tmp_path, capsys):
 
 def test_train_divergence_exits_3(tmp_path, capsys):
     out = tmp_path / "nan"
-    code, _, err = _main(capsys, "train", *TINY, "--momentum=0", "--lr=1e8", "--out", str(out), "--no-progress")
+    code, _, err = _main(
+        capsys, "train", *TINY, "--num_rounds=5", "--momentum=0", "--lr=1e8", "--out", str(out), "--no-progress"
+    )
     assert code == 3 and "stopped" in err and (out / "metrics.json").exists()
 
 

@@ -188,7 +188,8 @@ def run(argv: list[str]) -> int:
         wall = time.perf_counter() - start
         where = common.diverged_at(error, np.arange(error.size))
         shown = error if where is None else error[:where]
-        curves[r.name] = (shown, np.asarray(result.bits)[: shown.size])
+        label = r.name if where is None else f"{r.name} (diverged at round {where})"
+        curves[label] = (shown, np.asarray(result.bits)[: shown.size])
         report = common.simulate_bits(
             cost, node_bits, topo, allreduce=r.algorithm == "allreduce",
             exchanges=common.exchanges_per_round(r.algorithm, r.options),
@@ -218,7 +219,7 @@ def run(argv: list[str]) -> int:
             "config": {**dataclasses.asdict(config), "runs": [dataclasses.asdict(r) for r in runs]},
             "cost_model": cost.to_dict(),
             "rows": rows,
-            "error": {k: v[0].tolist() for k, v in curves.items()},
+            "error": {r["name"]: curves[c][0].tolist() for r, c in zip(rows, curves)},
         },
     )
     columns = [
