@@ -136,6 +136,7 @@ def test_list_and_null_forms_people_type(capsys):
     assert _resolved(capsys, "sweep", "--sweep.lr=0.1", "--seeds=2")["seeds"] == [0, 1]
     resolved = _resolved(capsys, "topology-sweep", "--topologies=ring,torus:2x4,erdos_renyi:0.5", "--sizes=8")
     assert resolved["topologies"] == ["ring", "torus:2x4", "erdos_renyi:0.5"] and resolved["sizes"] == [8]
+    assert _resolved(capsys, "topology-sweep", "--topologies+=torus", "--sizes=8")["topologies"] == ["ring", "torus"]
     # the JSON mapping form of the README keeps working
     resolved = _resolved(capsys, "train", '--algorithm=choco', '--algorithm_options={"compressor": "sign"}')
     assert resolved["algorithm_options"] == {"compressor": "sign"}

@@ -103,6 +103,11 @@ def _is_list(hint: Any) -> str | None:
     return None
 
 
+def _appendable(hint: Any) -> bool:
+    """Whether jsonargparse takes ``--name+=item`` (list types, not tuples)."""
+    return typing.get_origin(hint) is list or any(typing.get_origin(a) is list for a in typing.get_args(hint))
+
+
 def _is_dict(hint: Any) -> bool:
     return typing.get_origin(hint) is dict or hint is dict
 
@@ -338,9 +343,17 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
                 raise UsageError(f"--{key} is a switch and takes no value")
             tokens.append(f"--{key}")
             continue
-        head, dot, rest = key.partition(".")
-        hint = layout.types.get(key)
+        append = key.endswith("+") and _appendable(layout.types.get(key[:-1]))  # jsonargparse's --list+=item
+        name = key[:-1] if append else key
+        head, dot, rest = name.partition(".")
+        hint = layout.types.get(name)
         mapping = hint is None and dot and head in layout.types and _is_dict(layout.types[head])
+        if append:
+            if not eq and i < len(argv):
+                value, i = argv[i], i + 1
+            given.add(head)
+            tokens.append(f"--{key}={value}")
+            continue
         if hint is None and not mapping:
             raise UsageError(f"unknown option --{key}{did_you_mean(key, known) or ''}; see --help for the options")
         if not eq:
