@@ -1,5 +1,5 @@
 """The edge between configs and the pure library: build a run from a config, execute it in chunks
-with progress, checkpoints and outputs. File I/O and printing live here and in ``cli.py`` only.
+with progress, checkpoints and outputs. File I/O and printing live here and in ``jaxgossip.cli`` only.
 """
 
 from __future__ import annotations
