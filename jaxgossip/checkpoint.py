@@ -48,7 +48,7 @@ __all__ = [
 
 # Fields that may change between the interrupted and the resumed run: they change neither the
 # trajectory nor the arrays' shapes (num_rounds only where it is not below the rounds done).
-RESUMABLE_CHANGES = frozenset({"num_rounds", "evals_per_chunk", "name", "tensorboard"})
+RESUMABLE_CHANGES = frozenset({"num_rounds", "evals_per_chunk", "name", "tensorboard", "download"})
 MAX_TO_KEEP = 2
 _HINT = "use another --out, or --no-resume to start over (it deletes the checkpoint)"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -15,6 +16,8 @@ __all__ = [
     "plot_topology_sweep",
     "plot_topology_training",
     "format_table",
+    "table_legend",
+    "LEGEND",
 ]
 
 
@@ -133,27 +136,38 @@ def plot_sweep(rows: Sequence[Mapping], axes: Sequence[str], path: str) -> str:
     groups: dict[tuple, list] = {}
     for row in rows:
         groups.setdefault(tuple(row[a] for a in rest), []).append(row)
+    diverged = [r for r in rows if r.get("diverged_at_round") is not None]
     for key, group in groups.items():
-        group = sorted(group, key=lambda r: r[first])
-        xs = [r[first] for r in group]
+        group = sorted((r for r in group if r.get("diverged_at_round") is None), key=lambda r: r[first])
+        if not group:
+            continue
         ax.errorbar(
-            xs,
+            [r[first] for r in group],
             [r["test_acc"] for r in group],
             yerr=[r["test_acc_std"] for r in group],
             marker="o",
             capsize=3,
             label=", ".join(f"{a.split('.')[-1]}={v:.3g}" for a, v in zip(rest, key)) or None,
         )
+    for r in diverged:  # marked at the bottom, not plotted as NaN
+        ax.scatter([r[first]], [0.0], marker="x", color="red")
+        ax.annotate(f"diverged at round {r['diverged_at_round']}", (r[first], 0.0), fontsize=7, rotation=90,
+                    xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_xlabel(first.split(".")[-1])
     ax.set_ylabel("test accuracy (averaged model)")
     ax.grid(alpha=0.3)
-    if rest:
+    if rest and len(groups) > 0 and len(diverged) < len(rows):
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _number(value) -> float:
+    """``value`` as a float, NaN for None (diverged or not reached)."""
+    return float("nan") if value is None else float(value)
 
 
 def _family(name: str) -> str:
@@ -185,7 +199,7 @@ def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     for ax, (key, label) in zip(axes, panels):
         for r in rows:
-            gap, value = r["spectral_gap"], r[key]
+            gap, value = _number(r.get("spectral_gap")), _number(r.get(key))
             if np.isfinite(gap) and np.isfinite(value) and gap > 0 and value > 0:
                 ax.scatter(gap, value, color=colours[r["N"]], marker=markers[_family(r["name"])], s=36)
         ax.set_xscale("log")
@@ -198,6 +212,9 @@ def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol
     for n in sizes:
         axes[0].scatter([], [], color=colours[n], marker="s", label=f"N={n}")
     axes[0].legend(fontsize=7, ncol=2)
+    diverged = [f"{r['name']} (round {r['diverged_at_round']})" for r in rows if r.get("diverged_at_round") is not None]
+    if diverged:  # not plotted (their error is NaN/inf): named instead
+        fig.text(0.01, 0.01, "diverged, not shown: " + ", ".join(diverged), fontsize=7, color="red")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -219,7 +236,11 @@ def plot_topology_training(rows: Sequence[Mapping], path: str, title: str = "") 
     """
     plt = _pyplot()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    shown = [r for r in rows if np.isfinite(r["spectral_gap"]) and r["spectral_gap"] > 0]
+    shown = [
+        r
+        for r in rows
+        if np.isfinite(_number(r.get("spectral_gap"))) and r["spectral_gap"] > 0 and r.get("test_acc") is not None
+    ]
     families = sorted({_family(r["name"]) for r in shown})
     markers = dict(zip(families, "osD^v<>ph*Xd"))
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -252,13 +273,76 @@ def plot_topology_training(rows: Sequence[Mapping], path: str, title: str = "") 
     return path
 
 
-def format_table(rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]]) -> str:
-    """Plain-text table; ``columns`` = (key, header, format spec)."""
+# Meaning of table headers that are not self-explanatory (printed under Markdown tables).
+LEGEND = {
+    "acc(avg)": "test accuracy of the model averaged over nodes",
+    "acc(nodes)": "mean test accuracy of the nodes' own models",
+    "min": "lowest test accuracy of a node's own model",
+    "consensus": "mean squared distance of the node models to their average",
+    "vs gossip": "MB per node of gossip divided by this run's (x-fold saving)",
+    "+-": "standard deviation over seeds",
+    "gap": "spectral gap 1 - |lambda_2| of the mixing matrix",
+    "final rel. error": "||X_R - mean||^2 / ||X_0 - mean||^2 after the last round",
+    "final error": "mean squared distance of the nodes to the average after the last round",
+    "rounds to tol": "first round with relative error below --tol (mean over seeds; - if never)",
+    "comm s": "simulated communication time (cost model of --link.*)",
+    "comm s/round": "simulated communication time per round",
+    "sim s": "simulated wall-clock: compute + communication",
+    "status": "ok, or the round where NaN/inf first appeared",
+}
+
+
+def _cell(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)) and spec:
+        try:
+            return format(value, spec)
+        except ValueError:
+            return format(float(value), ".4g")
+    return str(value)
+
+
+def format_table(
+    rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]], *, markdown: bool = False
+) -> str:
+    """The one table formatter: aligned plain text for terminals, or a Markdown table.
+
+    Args:
+      rows: one mapping per row; a missing key, None or NaN shows as ``-``.
+      columns: (key, header, format spec) per column; numbers are formatted with the spec.
+      markdown: a GitHub Markdown table (numbers right-aligned) instead of plain text.
+    """
     header = [h for _, h, _ in columns]
-    body = [[format(r[k], f) if isinstance(r[k], (int, float)) else str(r[k]) for k, _, f in columns] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    body = [[_cell(r.get(k), f) for k, _, f in columns] for r in rows]
+    numeric = [
+        all(isinstance(r.get(k), (int, float)) or r.get(k) is None for r in rows) and any(
+            isinstance(r.get(k), (int, float)) for r in rows
+        )
+        for k, _, _ in columns
+    ]
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(header)]
+    if markdown:
+        lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |"]
+        rule = [("-" * (w + 1) + ":") if num else ("-" * (w + 2)) for w, num in zip(widths, numeric)]
+        lines.append("|" + "|".join(rule) + "|")
+        lines += [
+            "| " + " | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(b, widths, numeric)) + " |"
+            for b in body
+        ]
+        return "\n".join(lines)
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))
-    numeric = [all(isinstance(r[k], (int, float)) for r in rows) for k, _, _ in columns]
     lines += ["  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(b, widths, numeric)) for b in body]
     return "\n".join(lines)
+
+
+def table_legend(columns: Sequence[tuple[str, str, str]]) -> str:
+    """One line per header of ``columns`` that :data:`LEGEND` explains (Markdown list)."""
+    seen = []
+    for _, header, _ in columns:
+        if header in LEGEND and header not in seen:
+            seen.append(header)
+    return "\n".join(f"- `{h}`: {LEGEND[h]}" for h in seen)

@@ -1,5 +1,5 @@
 """The edge between configs and the pure library: build a run from a config, execute it in chunks
-with progress, checkpoints and outputs. File I/O and printing live here and in ``cli.py`` only.
+with progress, checkpoints and outputs. File I/O and printing live here and in ``jaxgossip.cli`` only.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, topology
+from jaxgossip.config import TrainConfig, check_train_config
 from jaxgossip.train import Metrics, Trainer, TrainState, check_finite, make_train
 
 __all__ = [
@@ -35,148 +36,32 @@ __all__ = [
     "write_metrics",
     "metrics_to_rows",
     "load_config",
+    "config_from_dict",
+    "check_train_config",
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a training run (JSON/YAML/Python configs map onto these fields)."""
-
-    dataset: str = "auto"
-    data_dir: str | None = None
-    partition: str = "iid"
-    num_nodes: int = 8
-    topology: str = "ring"
-    algorithm: str = "gossip"
-    algorithm_options: dict = dataclasses.field(default_factory=dict)
-    model: str = "cnn"
-    model_options: dict = dataclasses.field(default_factory=dict)
-    lr: float = 0.05
-    momentum: float = 0.9
-    nesterov: bool = True
-    weight_decay: float = 1e-4
-    weight_decay_mask: str = "all"  # "all", "no_1d" (skip all 1-D leaves) or "no_norm" (skip norm layers)
-    warmup_rounds: int = 0
-    warmup_from: float = 0.0  # learning rate at round 0 of the warm-up
-    decay_rounds: tuple = ()
-    decay_factor: float = 0.1
-    batch_size: int = 32
-    num_rounds: int = 200
-    eval_every: int = 20
-    evals_per_chunk: int = 1
-    ordering: str = "atc"
-    identical_init: bool = True
-    augment: bool = False
-    eval_size: int = 2000
-    eval_chunk: int = 500
-    seed: int = 0  # model init, batches, compression randomness
-    data_seed: int | None = None  # partition and random graphs; None: the same as seed
-    name: str = ""
-    devices: int = 1  # spread the node axis over this many devices (jax.sharding); N % devices == 0
-    # Local gradients k nodes at a time (lax.map) instead of one vmap over all N (0). "auto": 1 for
-    # conv models on CPU, where experiments/bench_training.py measured 1.4-2.6x faster rounds.
-    node_batch: Any = "auto"
-    final_merge: Any = None  # None, R (gossip/push-sum rounds after training) or "exact" (SCSP part (a))
-
-    def replace(self, **changes) -> TrainConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-
-
-def _coerce(name: str, value: Any, default: Any) -> Any:
-    """Parses a ``--key=value`` string into the type of the field's default."""
-    if not isinstance(value, str):
-        return tuple(value) if isinstance(default, tuple) else value
-    if isinstance(default, bool):
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"--{name}={value!r} is not a boolean")
-    if isinstance(default, (dict, tuple)) or value.startswith(("{", "[")):
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--{name}={value!r} is not valid JSON: {err}") from None
-        return tuple(parsed) if isinstance(default, tuple) else parsed
-    if isinstance(default, int):
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"--{name}={value!r} is not an int") from None
-    if isinstance(default, float):
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f"--{name}={value!r} is not a number") from None
-    if default is None and value.lower() in ("none", "null"):
-        return None
-    return value
-
-
 def config_from_dict(values: dict, base: TrainConfig | None = None) -> TrainConfig:
-    """Applies a dict of field values (from a file or ``--key=value``) to ``base``."""
-    base = base or TrainConfig()
-    changes = {}
-    for name, value in values.items():
-        name = name.replace("-", "_")
-        if "." in name:  # algorithm_options.gamma=0.5 style overrides
-            head, _, sub = name.partition(".")
-            if head not in ("algorithm_options", "model_options"):
-                raise ValueError(f"unknown config key {name!r}; dotted keys work for algorithm_options / model_options")
-            merged = dict(changes.get(head, getattr(base, head)))
-            merged[sub] = json.loads(value) if isinstance(value, str) and _looks_json(value) else value
-            changes[head] = merged
-            continue
-        if name not in _FIELDS:
-            raise ValueError(f"unknown config key {name!r}; known keys: {sorted(_FIELDS)}")
-        changes[name] = _coerce(name, value, getattr(base, name))
-    return dataclasses.replace(base, **changes)
+    """Applies a mapping of field values (from a file, Python or ``{"key": "value"}`` overrides) to
+    ``base``, type-checked as the command line is (``jaxgossip.cli.parsing``); dotted keys such as
+    ``algorithm_options.gamma`` are merged into the mapping fields.
 
+    Raises:
+      ValueError: an unknown key (with a suggestion) or a value of the wrong type.
+    """
+    from jaxgossip.cli.parsing import from_dict
 
-def _looks_json(value: str) -> bool:
-    try:
-        json.loads(value)
-        return True
-    except json.JSONDecodeError:
-        return False
+    return from_dict(TrainConfig, values, base or TrainConfig())
 
 
 def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
-    """Reads a JSON, YAML or Python config (a ``get_config()`` returning a dict or TrainConfig)."""
+    """Reads a YAML, JSON or Python config (a ``get_config()`` returning a mapping or TrainConfig)
+    and applies ``overrides``; the result is not yet checked (see ``check_train_config``)."""
+    from jaxgossip.cli.parsing import from_dict, read_config_file
+
     config = TrainConfig()
     if path:
-        if not os.path.exists(path):
-            raise ValueError(f"config file {path!r} does not exist")
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            with open(path) as f:
-                values = yaml.safe_load(f) or {}
-        elif path.endswith(".json"):
-            with open(path) as f:
-                values = json.load(f)
-        elif path.endswith(".py"):
-            import importlib.util
-
-            spec = importlib.util.spec_from_file_location("_jaxgossip_config", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            if not hasattr(module, "get_config"):
-                raise ValueError(f"python config {path!r} must define get_config()")
-            values = module.get_config()
-            if isinstance(values, TrainConfig):
-                values = values.to_dict()
-        else:
-            raise ValueError(f"config file {path!r} must end in .json, .yaml, .yml or .py")
-        if not isinstance(values, dict):
-            raise ValueError(f"config file {path!r} must hold a mapping of config keys")
-        config = config_from_dict(values, config)
+        config = from_dict(TrainConfig, read_config_file(path), config, source=f"config file {path!r}")
     if overrides:
         config = config_from_dict(overrides, config)
     return config
@@ -253,7 +138,7 @@ class Prepared:
 def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
     """Loads and partitions the data and builds the topology and the model."""
     if dataset is None:
-        dataset = data.load_dataset(config.dataset, data_dir=config.data_dir)
+        dataset = data.load_dataset(config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download)
     if config.num_nodes > dataset.y_train.shape[0]:
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
@@ -316,7 +201,9 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
 
 
 def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
-    """Loads data, partitions it, builds topology, algorithm, model, optimizer and trainer."""
+    """Checks the config (``check_train_config``), loads data, partitions it, builds topology,
+    algorithm, model, optimizer and trainer."""
+    config = check_train_config(config)
     prep = prepare(config, dataset)
     trainer, alg = make_trainer(config, prep)
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)

@@ -1,6 +1,5 @@
 """TensorBoard event files hold the same scalars as metrics.json; the progress bar counts rounds."""
 
-import dataclasses
 import glob
 import json
 import os
@@ -12,14 +11,7 @@ import pytest
 from tiny import tiny_config
 
 from jaxgossip.metric_writers import SCALAR_TAGS, scalar_tag, write_tensorboard
-from jaxgossip.runner import TrainConfig, run_training
-
-
-@dataclasses.dataclass(frozen=True)
-class _TensorBoardConfig(TrainConfig):
-    """A config with the ``tensorboard`` switch that run_training reads (the CLI's config has it)."""
-
-    tensorboard: bool = True
+from jaxgossip.runner import run_training
 
 
 def _read_scalars(log_dir):
@@ -63,8 +55,7 @@ def test_run_writes_tensorboard_scalars_equal_to_metrics_json(tmp_path, monkeypa
     import tqdm.auto
 
     monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
-    base = tiny_config(num_rounds=10)
-    config = _TensorBoardConfig(**{f.name: getattr(base, f.name) for f in dataclasses.fields(TrainConfig)})
+    config = tiny_config(num_rounds=10).replace(tensorboard=True)
     out = str(tmp_path / "run")
     run_training(config, out, progress=True, log=lambda s: None)
     assert _Bar.calls == [("init", 10, 0, "round"), ("update", 5), ("update", 5)]

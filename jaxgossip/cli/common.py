@@ -1,0 +1,254 @@
+"""What the commands share: the cost-model options and columns, the output folder check, the
+training-config options, divergence marks and result files (edge module)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import typing
+from typing import Any
+
+import numpy as np
+
+from jaxgossip.cli.parsing import UsageError
+from jaxgossip.cost import (
+    COST_OPTIONS,
+    CostModel,
+    consensus_graph_cost,
+    cost_model_from_options,
+    exchanges_per_round,
+    simulate_bits,
+    step_flops_and_memory,
+    training_cost,
+)
+
+__all__ = [
+    "COST_OPTIONS",
+    "CostModel",
+    "cost_options",
+    "cost_model",
+    "cost_columns",
+    "with_cost",
+    "prepare_out",
+    "warn",
+    "diverged_at",
+    "json_safe",
+    "write_json",
+    "write_markdown",
+    "write_metrics",
+    "run_cost",
+    "load_data",
+    "algorithm_epilog",
+    "warn_gamma",
+    "print_config",
+    "require_tensorboard",
+    "PROGRESS_FLAG",
+    # the cost helpers, re-exported from their home (see the import above)
+    "consensus_graph_cost",
+    "cost_model_from_options",
+    "exchanges_per_round",
+    "simulate_bits",
+    "step_flops_and_memory",
+    "training_cost",
+]
+
+PROGRESS_FLAG = {
+    "no-progress": "hide the progress bar",
+    "print-config": "check everything, print the resolved config as YAML (a valid --config file) and exit",
+}
+
+_NUMERIC_COST = ("link.bandwidth", "link.latency", "node.flops", "energy.flop", "energy.bit")
+
+
+def cost_options() -> list[tuple[str, Any, Any, str]]:
+    """The ``--link.*``, ``--node.flops`` and ``--energy.*`` options (see :data:`COST_OPTIONS`)."""
+    out = []
+    for option, (metavar, help_text) in COST_OPTIONS.items():
+        hint = typing.Optional[float] if option in _NUMERIC_COST else typing.Optional[str]
+        out.append((option, hint, None, f"{help_text} [{metavar}]"))
+    return out
+
+
+def cost_model(values: dict) -> CostModel:
+    """The validated cost model of the parsed options (ValueError naming the option)."""
+    return cost_model_from_options({option: values.get(option) for option in COST_OPTIONS})
+
+
+def cost_columns(model: CostModel, training: bool) -> list[tuple[str, str, str]]:
+    """Table columns of the cost fields that ``model`` produces."""
+    columns = [("comm_s_per_round", "comm s/round", ".3g"), ("comm_s", "comm s", ".4g")]
+    if training and model.node_flops is not None:
+        columns += [("compute_s_per_round", "compute s/round", ".3g"), ("sim_s", "sim s", ".4g")]
+    if training:
+        columns.append(("mem_MB_per_node", "mem MB/node", ".3g"))
+    if model.energy:
+        columns.append(("energy_J_per_node", "J/node", ".4g"))
+    return columns
+
+
+def with_cost(columns: list, model: CostModel, training: bool) -> list:
+    """``columns`` with the cost columns inserted after the MB column (and its "vs gossip" ratio)."""
+    keys = [c[0] for c in columns]
+    at = keys.index("reduction") + 1 if "reduction" in keys else keys.index(next(k for k in keys if "MB" in k)) + 1
+    return columns[:at] + cost_columns(model, training) + columns[at:]
+
+
+def prepare_out(out: str) -> str:
+    """Checks that the output folder ``out`` can be written (it is created only when results are
+    written, so a run refused later leaves nothing behind), or raises UsageError naming ``--out``."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out={out!r} is a file; give a folder for the results")
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out={out!r} cannot be created: {parent!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out={out!r} is not writable ({parent!r}); give a folder you can write to")
+    return out
+
+
+def warn(command: str, message: str) -> None:
+    print(f"jaxgossip {command}: warning: {message}", file=sys.stderr)
+
+
+def diverged_at(values: Any, rounds: Any) -> int | None:
+    """The first round whose value is NaN or inf, or None.
+
+    Args:
+      values: [..., M] values at M points (any leading axes: seeds, nodes); a point diverged when any
+        of its values is not finite.
+      rounds: [M] round of each point.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    bad = ~np.isfinite(values.reshape(-1, values.shape[-1])).all(axis=0)
+    if not bad.any():
+        return None
+    return int(np.asarray(rounds).reshape(-1)[int(np.argmax(bad))])
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and inf as null (strict JSON) and NumPy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str, payload: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(json_safe(payload), f, indent=1, allow_nan=False)
+
+
+def write_markdown(path: str, parts: list[str]) -> None:
+    with open(path, "w") as f:
+        f.write("\n\n".join(p.strip("\n") for p in parts if p) + "\n")
+
+
+def write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
+    from jaxgossip import runner
+
+    runner.write_metrics(out_dir, rows, extra)
+
+
+def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict]:
+    """The rows of a ``run_training`` result with its cost fields; rewrites ``metrics.json`` and
+    ``metrics.csv`` under ``out_dir`` with them and the cost model."""
+    import dataclasses
+
+    import jax
+
+    built, metrics, rows = result.built, result.metrics, result.rows
+    config = built.config
+    need_flops = model.node_flops is not None or bool(model.joules_per_flop)
+    try:
+        flops, memory = step_flops_and_memory(config, built.dataset, built.topology, need_flops)
+    except RuntimeError as err:  # the backend counts no FLOPs: report communication only
+        print(f"jaxgossip: compute time and FLOP energy not reported: {err}", file=sys.stderr)
+        _, memory = step_flops_and_memory(config, built.dataset, built.topology, False)
+        flops, model = 0.0, dataclasses.replace(model, node_flops=None)
+    cumulative = np.asarray(metrics.bits, dtype=np.float64)
+    merge_bits = None
+    if len(rows) > cumulative.shape[0]:
+        merge_bits = np.asarray(jax.device_get(result.state.bits), np.float64) - cumulative[-1]
+    fields = training_cost(
+        model, config, built.topology, metrics.round, cumulative, flops=flops, memory=memory, merge_bits=merge_bits
+    )
+    rows = [dict(row, **extra) for row, extra in zip(rows, fields)]
+    if out_dir:
+        from jaxgossip import runner
+
+        write_metrics(out_dir, rows, {**runner.run_summary(result), "cost_model": model.to_dict()})
+    return rows
+
+
+def load_data(config):
+    """The data set of a training config (data_dir, raw_dir, download)."""
+    from jaxgossip import data
+
+    return data.load_dataset(config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download)
+
+
+def algorithm_epilog() -> str:
+    """The hyperparameters of every algorithm and compressor, with defaults (for ``--help``)."""
+    import inspect
+
+    from jaxgossip import algorithms, compress
+
+    def signature(fn, skip=("topology",)) -> str:
+        parts = []
+        for p in inspect.signature(fn).parameters.values():
+            if p.name in skip or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                continue
+            parts.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
+        return ", ".join(parts) or "(no options)"
+
+    lines = ["algorithms and their --algorithm_options.KEY (defaults):"]
+    lines += [f"  {name:<13} {signature(fn)}" for name, fn in algorithms.REGISTRY.items()]
+    lines.append(
+        "compressors (--algorithm_options.compressor=NAME, options in --algorithm_options.compressor_options.KEY):"
+    )
+    lines += [f"  {name:<13} {signature(fn)}" for name, fn in compress.REGISTRY.items()]
+    return "\n".join(lines)
+
+
+def warn_gamma(command: str, config) -> None:
+    """Warns when the config's gossip-type gamma is outside the stable range of its graph."""
+    from jaxgossip.config import check_topology, gamma_warning
+
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    message = gamma_warning(config.algorithm, dict(config.algorithm_options), check_topology(
+        config.topology, config.num_nodes, data_seed))
+    if message:
+        warn(command, message)
+
+
+def print_config(parsed, resolved: dict) -> bool:
+    """With ``--print-config``: prints ``resolved`` (plus ``--out`` and the cost options that were
+    set) as YAML and returns True (the command then exits 0 without running)."""
+    if not parsed.flags.get("print_config"):
+        return False
+    import yaml
+
+    extra = {k: v for k, v in parsed.values.items() if k in COST_OPTIONS and v is not None}
+    if parsed.values.get("out"):
+        extra["out"] = parsed.values["out"]
+    print(yaml.safe_dump(json_safe({**resolved, **extra}), sort_keys=False, default_flow_style=None), end="")
+    return True
+
+
+def require_tensorboard(config) -> None:
+    """With ``tensorboard=true``: a UsageError now, before any work, if tensorboardX is missing."""
+    if not config.tensorboard:
+        return
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError:
+        raise UsageError("--tensorboard=true needs tensorboardX: pip install tensorboardX") from None

@@ -1,0 +1,182 @@
+"""``jaxgossip demo``: gossip, Choco, PowerGossip, push-sum, Sparse-Push and SCSP on non-IID data,
+one table and plots."""
+
+from __future__ import annotations
+
+import os
+import typing
+
+from jaxgossip.cli import common
+from jaxgossip.cli.parsing import Command, UsageError, build_parser, on_help, parse
+from jaxgossip.config import TrainConfig, check_train_config, train_field_help
+
+__all__ = ["command", "run", "demo_runs", "DEMO_DEFAULTS"]
+
+# The demo's base config: the embedded digits data split non-IID over 16 workers, a small MLP.
+DEMO_DEFAULTS = {
+    "dataset": "digits",
+    "num_nodes": 16,
+    "partition": "dirichlet:0.1",
+    "model": "mlp",
+    "model_options": {"hidden": [64]},
+    "batch_size": 16,
+    "num_rounds": 400,
+    "eval_every": 40,
+    "evals_per_chunk": 2,
+    "lr": 0.05,
+    "weight_decay": 1e-4,
+    "eval_size": 360,
+}
+QUICK = {"num_rounds": 60, "eval_every": 20, "evals_per_chunk": 1}
+# Set per run by demo_runs: not options of the demo.
+PER_RUN = ("algorithm", "topology", "algorithm_options", "final_merge", "name")
+
+
+def demo_runs(quick: bool = False) -> list[dict]:
+    """The demo's comparison: name -> config overrides (symmetric methods on the ring, push-sum
+    methods on the time-varying one-peer exponential graph, as each needs)."""
+    runs = [
+        {"name": "gossip", "algorithm": "gossip", "topology": "ring"},
+        {
+            "name": "choco top-10%",
+            "algorithm": "choco",
+            "topology": "ring",
+            "algorithm_options": {"compressor": "top_k", "compressor_options": {"fraction": 0.1}, "gamma": 0.3},
+        },
+        {
+            "name": "power_gossip r1",
+            "algorithm": "power_gossip",
+            "topology": "ring",
+            "algorithm_options": {"rank": 1, "num_iterations": 1},
+        },
+        {"name": "push_sum", "algorithm": "push_sum", "topology": "one_peer_exponential"},
+        {
+            "name": "sparse_push 10%",
+            "algorithm": "sparse_push",
+            "topology": "one_peer_exponential",
+            "algorithm_options": {"fraction": 0.1, "gamma": 0.3},
+        },
+        {
+            "name": "scsp 10%",
+            "algorithm": "scsp",
+            "topology": "one_peer_exponential",
+            "algorithm_options": {"fraction": 0.1, "gamma": 0.3},
+            "final_merge": 4,
+        },
+    ]
+    return runs
+
+
+def command(quick: bool = False) -> Command:
+    defaults = {**DEMO_DEFAULTS, **(QUICK if quick else {})}
+    help_text = {k: v for k, v in train_field_help().items()}
+    for key in PER_RUN:
+        help_text[key] = "set per run by the demo (not an option here)"
+    return Command(
+        name="demo",
+        description="Compare gossip, Choco (top-10%), PowerGossip, push-sum, Sparse-Push and SCSP on the "
+        "same non-IID data (defaults below: digits, 16 workers, Dirichlet(0.1)). Symmetric methods run on "
+        "the ring, push-sum methods on the one-peer exponential graph. Writes comparison.md, "
+        "comparison.json and plots under --out.",
+        classes=[(TrainConfig, "base training config of every run (config file keys or --field=value)")],
+        defaults=defaults,
+        flags={**common.PROGRESS_FLAG, "quick": "a 1-minute version (60 rounds, evaluated every 20)"},
+        extra={
+            "output": [("out", typing.Optional[str], None, "output folder (default runs/demo)")],
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+        },
+        field_help=help_text,
+        epilog="the compared runs (name: algorithm on topology, options):\n"
+        + "\n".join(
+            f"  {r['name']}: {r['algorithm']} on {r['topology']}"
+            + (f", {r['algorithm_options']}" if r.get("algorithm_options") else "")
+            + (f", final_merge={r['final_merge']}" if r.get("final_merge") else "")
+            for r in demo_runs(quick)
+        ),
+    )
+
+
+def run(argv: list[str]) -> int:
+
+    spec = command(quick="--quick" in argv)
+    parser = build_parser(spec)
+    if on_help(argv):
+        parser.print_help()
+        return 0
+    parsed = parse(spec, argv, parser)
+    fixed = sorted(set(PER_RUN) & parsed.given)
+    if fixed:
+        raise UsageError(
+            f"--{fixed[0]} is set per run by the demo; compare your own settings with jaxgossip train or "
+            "jaxgossip sweep"
+        )
+    base = check_train_config(parsed.build(TrainConfig))
+    cost = common.cost_model(parsed.values)
+    common.require_tensorboard(base)
+    if common.print_config(parsed, {k: v for k, v in base.to_dict().items() if k not in PER_RUN}):
+        return 0
+    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
+
+    from jaxgossip import algorithms, plots
+    from jaxgossip.cli.train import TRAIN_COLUMNS
+    from jaxgossip.runner import run_training
+
+    dataset = common.load_data(base)
+    print(f"data: {dataset.source}")
+    print(f"demo: {base.num_nodes} nodes, {base.partition} partition, model {base.model}, {base.num_rounds} rounds")
+    configs = []
+    for spec_run in demo_runs(parsed.flags["quick"]):
+        if spec_run["algorithm"] not in algorithms.REGISTRY:
+            print(f"  skipping {spec_run['name']}: algorithm {spec_run['algorithm']!r} is not available")
+            continue
+        config = base.replace(
+            name=spec_run["name"],
+            algorithm=spec_run["algorithm"],
+            topology=spec_run["topology"],
+            algorithm_options=spec_run.get("algorithm_options", {}),
+            final_merge=spec_run.get("final_merge"),
+        )
+        configs.append(check_train_config(config))  # every run is checked before the first one starts
+    results, table = {}, []
+    for config in configs:
+        run_dir = os.path.join(out, config.name.replace(" ", "_").replace("%", "pct"))
+        try:
+            result = run_training(config, run_dir, resume=False, progress=not parsed.flags["no_progress"],
+                             dataset=dataset, log=lambda s: None)
+        except FloatingPointError as err:
+            common.warn("demo", f"{config.name} diverged: {err}")
+            table.append({"name": config.name, "status": "diverged"})
+            continue
+        rows = common.run_cost(cost, result, out_dir=run_dir)
+        results[config.name] = rows
+        table.append(dict(rows[-1], name=f"{config.name} ({result.built.topology.name})", wall_time=result.wall_time,
+                          status="ok"))
+        print(
+            f"  {config.name:<18} acc {rows[-1]['test_acc']:.4f}  MB/node {rows[-1]['MB_per_node']:.2f}  "
+            f"({result.wall_time:.1f}s)",
+            flush=True,
+        )
+    gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith("gossip") and "MB_per_node" in r), None)
+    for row in table:
+        if gossip_mb and row.get("MB_per_node"):
+            row["reduction"] = gossip_mb / row["MB_per_node"]
+    columns = common.with_cost(TRAIN_COLUMNS, cost, training=True)
+    if any(r["status"] != "ok" for r in table):
+        columns = columns + [("status", "status", "")]
+    print()
+    print(plots.format_table(table, columns))
+    os.makedirs(out, exist_ok=True)
+    plots.plot_training(results, out, title=f"{base.dataset}, {base.num_nodes} nodes, {base.partition}")
+    title = f"{base.dataset}, {base.num_nodes} nodes, {base.partition} partition, {base.num_rounds} rounds"
+    common.write_markdown(
+        os.path.join(out, "comparison.md"),
+        [f"# jaxgossip demo: {title}", f"data: {dataset.source}", plots.format_table(table, columns, markdown=True),
+         plots.table_legend(columns)],
+    )
+    common.write_json(os.path.join(out, "comparison.json"),
+                      {"config": base.to_dict(), "cost_model": cost.to_dict(), "rows": table})
+    print(
+        f"wrote {out}/comparison.md, comparison.json and plots "
+        "(accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)"
+    )
+    return 0

@@ -1,0 +1,445 @@
+"""Command lines and config files onto typed dataclasses, with jsonargparse (edge module).
+
+Every command is described by a :class:`Command`: the dataclasses whose fields are its options, a
+few on/off flags and the defaults it changes. jsonargparse builds the ``--help`` (type, default and
+meaning of every field) and checks and converts every value against the field's type. This module
+adds only what the library leaves out, as a thin layer over its parser:
+
+- config files in Python (``get_config()``) next to YAML and JSON, with unknown keys refused with a
+  "did you mean" and every error naming the file;
+- ``--key=100,150`` for list fields (next to ``[100,150]``), bare ``--flag`` for booleans,
+  ``none`` for null;
+- overrides inside free-form mappings at any depth
+  (``--algorithm_options.compressor_options.fraction=0.2``), merged into the mapping from the file;
+- "did you mean" for unknown options, and no prefix abbreviation (``--ou`` is not ``--out``).
+
+Errors are :class:`UsageError` (a ValueError); the dispatcher prints them and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import textwrap
+import types
+import typing
+from typing import Any
+
+import yaml
+from jsonargparse import ArgumentParser, DefaultHelpFormatter
+
+from jaxgossip.config import did_you_mean
+
+__all__ = ["Command", "Parsed", "UsageError", "build_parser", "parse", "read_config_file", "parse_value", "from_dict"]
+
+
+class UsageError(ValueError):
+    """Bad command-line or config-file input (the CLI exits with 2)."""
+
+
+@dataclasses.dataclass
+class Command:
+    """What a subcommand accepts.
+
+    Attributes:
+      name: the subcommand (``train``, ...).
+      description: help text above the options.
+      classes: (dataclass, group title) pairs; every field becomes ``--field``.
+      defaults: field -> default replacing the dataclass default (e.g. the demo's data set).
+      flags: ``--flag`` -> help of on/off switches that are not config fields (``--no-progress``).
+      extra: group title -> (option, type, default, help) of further options that are not config
+        fields (``--out``, the cost model's ``--link.*``).
+      field_help: field -> one-line meaning.
+      epilog: text after the options (per-algorithm hyperparameters, examples).
+    """
+
+    name: str
+    description: str
+    classes: list[tuple[type, str]]
+    defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    flags: dict[str, str] = dataclasses.field(default_factory=dict)
+    extra: dict[str, list[tuple[str, Any, Any, str]]] = dataclasses.field(default_factory=dict)
+    field_help: dict[str, str] = dataclasses.field(default_factory=dict)
+    epilog: str = ""
+
+
+@dataclasses.dataclass
+class Parsed:
+    """A parsed command line: ``values`` (field or option -> value, nested for dotted options),
+    ``flags`` (flag dest -> bool), ``given`` (top-level keys set by the file or the command line)
+    and the config file."""
+
+    values: dict[str, Any]
+    flags: dict[str, bool]
+    given: set[str]
+    config_path: str | None
+
+    def build(self, cls: type):
+        """The ``cls`` dataclass of the parsed values (its fields only)."""
+        return cls(**{f.name: self.values[f.name] for f in dataclasses.fields(cls) if f.name in self.values})
+
+
+class _Formatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_list(hint: Any) -> str | None:
+    """"list" for list/tuple types, "maybe" for unions with a list (``int | list[int]``)."""
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple):
+        return "list"
+    if origin in (typing.Union, types.UnionType):
+        if any(typing.get_origin(a) in (list, tuple) for a in typing.get_args(hint)):
+            return "maybe"
+    return None
+
+
+def _appendable(hint: Any) -> bool:
+    """Whether jsonargparse takes ``--name+=item`` (list types, not tuples)."""
+    return typing.get_origin(hint) is list or any(typing.get_origin(a) is list for a in typing.get_args(hint))
+
+
+def _is_dict(hint: Any) -> bool:
+    return typing.get_origin(hint) is dict or hint is dict
+
+
+def _is_bool(hint: Any) -> bool:
+    return hint is bool
+
+
+def _optional(hint: Any) -> bool:
+    return type(None) in typing.get_args(hint)
+
+
+def build_parser(command: Command) -> ArgumentParser:
+    """The jsonargparse parser of ``command`` (prog ``jaxgossip <name>``)."""
+    parser = ArgumentParser(
+        prog=f"jaxgossip {command.name}",
+        description=textwrap.fill(command.description, 100),
+        epilog=command.epilog,
+        formatter_class=_Formatter,
+        exit_on_error=False,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--config", type=typing.Optional[str], default=None,
+                        help="config file: YAML, JSON or Python with get_config() (fields as below; "
+                        "command-line options override it)")
+    for flag, help_text in command.flags.items():
+        parser.add_argument(f"--{flag}", action="store_true", help=help_text)
+    for cls, title in command.classes:
+        group = parser.add_argument_group(title)
+        hints = _hints(cls)
+        for field in dataclasses.fields(cls):
+            if field.default is not dataclasses.MISSING:
+                default = field.default
+            else:
+                default = field.default_factory()
+            default = command.defaults.get(field.name, default)
+            group.add_argument(
+                f"--{field.name}", type=hints[field.name], default=default,
+                help=command.field_help.get(field.name, ""),
+            )
+    for title, options in command.extra.items():
+        group = parser.add_argument_group(title)
+        for option, hint, default, help_text in options:
+            group.add_argument(f"--{option}", type=hint, default=default, help=help_text)
+    return parser
+
+
+@dataclasses.dataclass
+class _Layout:
+    """The options of a command by kind (names without ``--``)."""
+
+    types: dict[str, Any]
+    flags: dict[str, str]  # --no-progress -> dest no_progress
+
+    @classmethod
+    def of(cls, command: Command) -> _Layout:
+        hints = {"config": typing.Optional[str]}
+        for klass, _ in command.classes:
+            hints.update(_hints(klass))
+        for options in command.extra.values():
+            for option, hint, _, _ in options:
+                hints[option] = hint
+        return cls(hints, {flag: flag.replace("-", "_") for flag in command.flags})
+
+    def known(self) -> list[str]:
+        return list(self.types) + list(self.flags)
+
+
+# ---- values ---------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-3`` as a string; read it as the float a user means."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_value(text: str) -> Any:
+    """A value typed by hand into a free-form mapping: YAML/JSON (``0.2``, ``[1, 2]``, ``true``,
+    ``null``, ``{a: 1}``), ``none`` for null, ``a,b`` for a list, else the string itself."""
+    if text.strip().lower() == "none":
+        return None
+    if "," in text and not text.strip().startswith(("[", "{", "(")):
+        return [parse_value(part) for part in text.split(",")]
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError:
+        return text
+
+
+def _merge(base: dict, path: list[str], value: Any) -> dict:
+    out = copy.deepcopy(base) if isinstance(base, dict) else {}
+    node = out
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+# ---- config files ---------------------------------------------------------------------------
+
+
+def read_config_file(path: str) -> dict:
+    """The mapping of a YAML, JSON or Python (``get_config()``) config file.
+
+    Raises:
+      UsageError: the file is missing or unreadable, has a syntax error, is not a mapping, or
+        its ``get_config()`` is missing or fails; the message names the file.
+    """
+    if not os.path.exists(path):
+        raise UsageError(f"config file {path!r} does not exist")
+    if os.path.isdir(path):
+        raise UsageError(f"config file {path!r} is a folder")
+    try:
+        if path.endswith((".yaml", ".yml")):
+            with open(path) as f:
+                values = yaml.load(f, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+            values = {} if values is None else values
+        elif path.endswith(".json"):
+            with open(path) as f:
+                values = json.load(f)
+        elif path.endswith(".py"):
+            spec = importlib.util.spec_from_file_location("_jaxgossip_config", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            if not hasattr(module, "get_config"):
+                raise UsageError(f"config file {path!r} must define get_config() returning a mapping")
+            values = module.get_config()
+            if dataclasses.is_dataclass(values):
+                values = dataclasses.asdict(values)
+            elif hasattr(values, "to_dict"):  # ml_collections.ConfigDict
+                values = values.to_dict()
+        else:
+            raise UsageError(f"config file {path!r} must end in .yaml, .yml, .json or .py")
+    except UsageError:
+        raise
+    except yaml.YAMLError as err:
+        raise UsageError(f"config file {path!r} is not valid YAML: {err}") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"config file {path!r} is not valid JSON: {err}") from None
+    except OSError as err:
+        raise UsageError(f"config file {path!r} cannot be read: {err}") from None
+    except Exception as err:  # a Python config is user code: report its error, not ours
+        raise UsageError(f"config file {path!r} failed: {type(err).__name__}: {err}") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"config file {path!r} must hold a mapping of option -> value, got {type(values).__name__}")
+    return values
+
+
+def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
+    """Checks the keys of a mapping (from a file or Python) against the command's options and
+    returns it with dotted keys (``algorithm_options.gamma: 0.5``, ``link.bandwidth``) nested."""
+    out: dict = {}
+    known = [k for k in layout.types if k != "config"]
+    for key, value in values.items():
+        key = str(key).replace("-", "_") if str(key) not in layout.types else str(key)
+        if key in layout.types:
+            if _is_dict(layout.types[key]) and isinstance(out.get(key), dict) and isinstance(value, dict):
+                value = {**out[key], **value}
+            out[key] = value
+            continue
+        head, _, rest = key.partition(".")
+        if rest and head in layout.types and _is_dict(layout.types[head]):
+            out[head] = _merge(out.get(head, {}), rest.split("."), value)
+            continue
+        # "link: {bandwidth: ...}" for the dotted options link.bandwidth, ...
+        nested = [t for t in layout.types if t.startswith(key + ".")]
+        if nested and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                if f"{key}.{sub}" not in layout.types:
+                    raise UsageError(
+                        f"{source}: unknown key {key}.{sub}{did_you_mean(f'{key}.{sub}', nested)}; known: "
+                        f"{', '.join(nested)}"
+                    )
+                out[f"{key}.{sub}"] = sub_value
+            continue
+        hint = did_you_mean(key, known)
+        raise UsageError(f"{source}: unknown key {key!r}" + (hint or f"; known keys: {', '.join(known)}"))
+    return out
+
+
+def _to_namespace_dict(values: dict) -> dict:
+    """``{"link.bandwidth": 1}`` -> ``{"link": {"bandwidth": 1}}`` (jsonargparse's nesting)."""
+    out: dict = {}
+    for key, value in values.items():
+        if "." in key:
+            head, _, sub = key.partition(".")
+            out.setdefault(head, {})[sub] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _explain(err: Exception, source: str | None = None) -> UsageError:
+    """A jsonargparse error as one line naming the option and the expected type."""
+    text = str(err)
+    match = re.search(r'Parser key "([^"]+)":', text)
+    prefix = f"{source}: " if source else ""
+    if match:
+        key = match.group(1)
+        given = re.findall(r"(?:Given value|Got value):\s*(.*)", text)
+        expected = re.findall(r"Expected a (?:<class '(\w+)'>|([^.\n]+))", text)
+        kinds = [a or b for a, b in expected] if expected else []
+        value = given[-1].strip() if given else "?"
+        what = " or ".join(dict.fromkeys(kinds)) if kinds else "a valid value"
+        return UsageError(f"{prefix}--{key}={value!r} is not valid: expected {what}".replace("NoneType", "null"))
+    return UsageError(prefix + text.strip().splitlines()[0])
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str, list[str], str]], str | None, set]:
+    """Rewrites ``argv`` for jsonargparse: returns (tokens, mapping overrides, config path, given)."""
+    tokens, overrides, config, given = [], [], None, set()
+    known = layout.known()
+    i = 0
+    while i < len(argv):
+        item = argv[i]
+        i += 1
+        if not item.startswith("--"):
+            raise UsageError(f"unexpected argument {item!r}; options look like --key=value (see --help)")
+        key, eq, value = item[2:].partition("=")
+        if key in layout.flags:
+            if eq:
+                raise UsageError(f"--{key} is a switch and takes no value")
+            tokens.append(f"--{key}")
+            continue
+        append = key.endswith("+") and _appendable(layout.types.get(key[:-1]))  # jsonargparse's --list+=item
+        name = key[:-1] if append else key
+        head, dot, rest = name.partition(".")
+        hint = layout.types.get(name)
+        mapping = hint is None and dot and head in layout.types and _is_dict(layout.types[head])
+        if append:
+            if not eq and i < len(argv):
+                value, i = argv[i], i + 1
+            given.add(head)
+            tokens.append(f"--{key}={value}")
+            continue
+        if hint is None and not mapping:
+            raise UsageError(f"unknown option --{key}{did_you_mean(key, known) or ''}; see --help for the options")
+        if not eq:
+            if hint is not None and _is_bool(hint) and (i >= len(argv) or argv[i].startswith("--")):
+                value = "true"
+            elif i < len(argv):
+                value = argv[i]
+                i += 1
+            else:
+                raise UsageError(f"--{key} needs a value: --{key}=VALUE")
+        if key == "config":
+            config = value
+            continue
+        given.add(head)
+        if mapping:
+            overrides.append((head, rest.split("."), value))
+            continue
+        if value.strip().lower() == "none" and _optional(hint):
+            value = "null"
+        kind, stripped = _is_list(hint), value.strip()
+        if not stripped.startswith("[") and (kind == "list" or (kind == "maybe" and "," in stripped)):
+            value = f"[{stripped}]"  # 100,150 -> [100,150]; a bare count stays a count for int | list
+        tokens.append(f"--{key}={value}")
+    return tokens, overrides, config, given
+
+
+def parse(command: Command, argv: list[str], parser: ArgumentParser | None = None) -> Parsed:
+    """Parses ``argv`` (and the ``--config`` file) for ``command``.
+
+    Raises:
+      UsageError: unknown option or key (with a suggestion), a value of the wrong type, a bad file.
+    """
+    parser = parser or build_parser(command)
+    layout = _Layout.of(command)
+    tokens, overrides, config_path, given = _split(list(argv), layout)
+    namespace = None
+    if config_path:
+        source = f"config file {config_path!r}"
+        values = _flatten_keys(read_config_file(config_path), layout, source)
+        given |= {k.partition(".")[0] for k in values}
+        try:
+            namespace = parser.parse_object(_to_namespace_dict(values))
+        except argparse.ArgumentError as err:
+            raise _explain(err, source) from None
+    try:
+        namespace = parser.parse_args(tokens, namespace=namespace)
+    except argparse.ArgumentError as err:
+        raise _explain(err) from None
+    values = namespace.as_dict()
+    for head, path, raw in overrides:
+        values[head] = _merge(values.get(head) or {}, path, parse_value(raw))
+    flags = {dest: bool(values.pop(dest, False)) for dest in layout.flags.values()}
+    values.pop("config", None)
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and key not in layout.types:  # link: {bandwidth: ...}
+            flat.update({f"{key}.{sub}": v for sub, v in value.items()})
+        else:
+            flat[key] = value
+    return Parsed(flat, flags, given, config_path)
+
+
+def from_dict(cls: type, values: dict, base: Any = None, source: str = "config") -> Any:
+    """A ``cls`` dataclass from a mapping of field values (dotted keys into mapping fields allowed),
+    type-checked as the command line is; ``base`` supplies the other fields."""
+    command = Command(name="config", description="", classes=[(cls, "fields")])
+    layout = _Layout.of(command)
+    start = dataclasses.asdict(base) if base is not None else {}
+    plain = {}
+    for key, value in values.items():
+        head, dot, rest = str(key).partition(".")
+        if dot and _is_dict(layout.types.get(head)):  # algorithm_options.gamma=0.5: merged into the mapping
+            value = parse_value(value) if isinstance(value, str) else value
+            start[head] = _merge(start.get(head) or {}, rest.split("."), value)
+        else:
+            plain[key] = value
+    start.update(_flatten_keys(plain, layout, source))
+    start.pop("config", None)
+    try:
+        namespace = build_parser(command).parse_object(start)
+    except argparse.ArgumentError as err:
+        raise _explain(err, source) from None
+    values = namespace.as_dict()
+    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+
+def on_help(argv: list[str]) -> bool:
+    return any(a in ("-h", "--help") for a in argv)
+

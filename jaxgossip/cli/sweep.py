@@ -1,0 +1,248 @@
+"""``jaxgossip sweep``: one training config vmapped over seeds x a grid of traced hyperparameters
+(learning rate, weight decay, gamma, ...) in one compile; diverged grid points are reported as such."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+import typing
+from typing import Any
+
+import numpy as np
+
+from jaxgossip.cli import common
+from jaxgossip.cli.parsing import Command, UsageError, build_parser, on_help, parse
+from jaxgossip.config import TrainConfig, check_train_config, did_you_mean, train_field_help
+
+__all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+    """The sweep's own options (next to the training config)."""
+
+    seeds: int | list[int] = 3
+    sweep: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _help() -> dict[str, str]:
+    from jaxgossip import sweeps
+
+    return {
+        **train_field_help(),
+        "seeds": "a count S (seeds 0 .. S-1) or a list such as 0,5 or [0,5]",
+        "sweep": "the grid axes, one per option: --sweep.lr=0.01,0.1 --sweep.algorithm_options.gamma=[0.1,0.3]; "
+        f"axes that share one compile: {', '.join(sweeps.SWEEPABLE)}",
+    }
+
+
+def command() -> Command:
+    return Command(
+        name="sweep",
+        description="Train one config for every point of a grid of traced hyperparameters x every seed in "
+        "one compiled program (vmap). Shape-changing axes (top-k fraction, rank, node count, ...) are refused "
+        "with the reason. A grid point whose loss turns NaN/inf is reported as diverged (with the round) "
+        "and the others are kept. Writes sweep.json, sweep.md and sweep.png under --out.",
+        classes=[(SweepOptions, "sweep"), (TrainConfig, "training config (config file keys or --field=value)")],
+        flags=dict(common.PROGRESS_FLAG),
+        extra={
+            "output": [("out", typing.Optional[str], None, "output folder (default runs/sweep)")],
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+        },
+        field_help=_help(),
+        epilog=common.algorithm_epilog()
+        + "\n\nexample:\n  jaxgossip sweep --dataset=digits --model=mlp --algorithm=choco "
+        "--algorithm_options.compressor=sign \\\n      --sweep.lr=0.01,0.05,0.1 "
+        "--sweep.algorithm_options.gamma=0.1,0.3,1.0 "
+        "--seeds=4 --out runs/sweep",
+    )
+
+
+def seed_list(value: Any, option: str = "--seeds") -> list[int]:
+    """A count S (seeds 0 .. S-1) or a list of distinct ints >= 0."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise UsageError(f"{option}={value} must be a count >= 1 (e.g. 3) or a list of seeds (e.g. 0,5)")
+        return list(range(value))
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+        and len(set(value)) == len(value)
+    ):
+        return list(value)
+    raise UsageError(f"{option}={value!r} must be a count >= 1 (e.g. 3) or a list of distinct seeds >= 0 (e.g. 0,5)")
+
+
+def _flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def sweep_axes(sweep: dict) -> dict[str, list[float]]:
+    """``--sweep.*`` as axis name -> list of finite numbers (a single value is a one-point axis)."""
+    from jaxgossip import sweeps
+
+    axes = {}
+    for name, values in _flatten(sweep or {}).items():
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        if name not in sweeps.SWEEPABLE:
+            try:
+                sweeps.check_axes({name: [0.0]})
+            except ValueError as err:  # names the reason (a static shape, ...) and the axes that work
+                raise UsageError(f"--sweep.{name}{did_you_mean(name, sweeps.SWEEPABLE)}: {err}") from None
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+        if not values or not ok:
+            raise UsageError(f"--sweep.{name}={values!r} must be a list of finite numbers, e.g. 0.01,0.1")
+        axes[name] = [float(v) for v in values]
+    if not axes:
+        raise UsageError("a sweep needs at least one axis, e.g. --sweep.lr=0.01,0.05,0.1")
+    return axes
+
+
+def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str]:
+    """Checks every axis value as a config value; returns gamma warnings."""
+    from jaxgossip.config import check_topology, gamma_warning
+
+    warnings = []
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    topo = check_topology(config.topology, config.num_nodes, data_seed)
+    for name, values in axes.items():
+        for value in values:
+            if name.startswith("algorithm_options."):
+                options = {**config.algorithm_options, name.split(".", 1)[1]: value}
+                if name.endswith(".gamma"):
+                    message = gamma_warning(config.algorithm, options, topo)
+                    if message:
+                        warnings.append(message)
+            else:
+                try:
+                    check_train_config(config.replace(**{name: value}))
+                except ValueError as err:
+                    raise UsageError(f"--sweep.{name}: {err}") from None
+    return warnings
+
+
+def run(argv: list[str]) -> int:
+    spec = command()
+    parser = build_parser(spec)
+    if on_help(argv):
+        parser.print_help()
+        return 0
+    parsed = parse(spec, argv, parser)
+    options = parsed.build(SweepOptions)
+    seeds = seed_list(options.seeds)
+    axes = sweep_axes(options.sweep)
+    config = check_train_config(parsed.build(TrainConfig))
+    cost = common.cost_model(parsed.values)
+    for message in _check_points(config, axes):
+        common.warn("sweep", message)
+    common.warn_gamma("sweep", config)
+    common.require_tensorboard(config)
+    if config.tensorboard:
+        _tensorboard_writer()
+    if common.print_config(parsed, {"seeds": seeds, "sweep": axes, **config.to_dict()}):
+        return 0
+    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "sweep"))
+
+    import jax
+
+    from jaxgossip import experiment_sweeps, plots, sweeps, topology
+
+    dataset = common.load_data(config)
+    start = time.perf_counter()
+    points, metrics = experiment_sweeps.sweep_training(config, axes, seeds, dataset=dataset)
+    jax.block_until_ready(metrics)
+    wall = time.perf_counter() - start
+    rows = sweeps.summarize(points, metrics)
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
+    need_flops = cost.node_flops is not None or bool(cost.joules_per_flop)
+    flops, memory = common.step_flops_and_memory(config, dataset, topo, need_flops)
+    rounds, bits = np.asarray(metrics.round), np.asarray(metrics.bits, dtype=np.float64)  # [G, S, M], [..., N]
+    watched = np.stack([np.asarray(getattr(metrics, k), np.float64) for k in ("train_loss", "test_loss", "consensus")])
+    for g, row in enumerate(rows):
+        per_seed = [
+            common.training_cost(cost, config, topo, rounds[g, s], bits[g, s], flops=flops, memory=memory)[-1]
+            for s in range(bits.shape[1])
+        ]
+        row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})
+        where = common.diverged_at(watched[:, g], rounds[g, 0])
+        row["diverged_at_round"] = where
+        row["status"] = "ok" if where is None else f"diverged at round {where}"
+        if where is not None:
+            for key in [k for k in row if k.startswith(("test_", "train_", "node_acc", "consensus"))]:
+                row[key] = None
+            point = ", ".join(f"{name}={points[name][g]:.4g}" for name in points)
+            common.warn("sweep", f"grid point {point} diverged at round {where} (NaN/inf); the others are kept")
+    columns = [(name, name.split(".")[-1], ".4g") for name in points]
+    columns += [
+        ("test_acc", "acc(avg)", ".4f"),
+        ("test_acc_std", "+-", ".4f"),
+        ("consensus", "consensus", ".3g"),
+        ("MB_per_node", "MB/node", ".2f"),
+    ]
+    columns = common.with_cost(columns, cost, training=True) + [("status", "status", "")]
+    print(plots.format_table(rows, columns))
+    summary = f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s"
+    print(summary)
+    os.makedirs(out, exist_ok=True)
+    common.write_json(
+        os.path.join(out, "sweep.json"),
+        {
+            "command": "jaxgossip sweep " + " ".join(argv),
+            "config": config.to_dict(),
+            "cost_model": cost.to_dict(),
+            "axes": axes,
+            "seeds": seeds,
+            "rows": rows,
+            "wall_time": wall,
+        },
+    )
+    common.write_markdown(
+        os.path.join(out, "sweep.md"),
+        [
+            f"Command: `jaxgossip sweep {' '.join(argv)}`",
+            f"{config.algorithm} on {config.topology}, {config.dataset}, {config.num_rounds} rounds; {summary}.",
+            plots.format_table(rows, columns, markdown=True),
+            plots.table_legend(columns),
+        ],
+    )
+    plots.plot_sweep(rows, list(points), os.path.join(out, "sweep.png"))
+    if config.tensorboard:
+        _write_tensorboard(out, points, metrics)
+    print(f"wrote {out}/sweep.json, sweep.md and sweep.png" + (" and tensorboard/" if config.tensorboard else ""))
+    return 0
+
+
+def _tensorboard_writer():
+    """``jaxgossip.metric_writers.write_tensorboard``, or a UsageError naming what is missing."""
+    try:
+        from jaxgossip.metric_writers import write_tensorboard
+    except ImportError as err:
+        raise UsageError(f"--tensorboard=true: the TensorBoard writer is not available: {err}") from None
+    return write_tensorboard
+
+
+def _write_tensorboard(out: str, points: dict, metrics) -> None:
+    """One TensorBoard run per grid point (metrics averaged over seeds) under ``out/tensorboard``."""
+    write = _tensorboard_writer()
+    arrays = {k: np.asarray(v, np.float64) for k, v in metrics._asdict().items() if k not in ("bits", "round")}
+    rounds = np.asarray(metrics.round)[:, 0]  # [G, M]
+    bits = np.asarray(metrics.bits, np.float64)  # [G, S, M, N]
+    for g in range(rounds.shape[0]):
+        label = ",".join(f"{name.split('.')[-1]}={points[name][g]:.4g}" for name in points)
+        rows = []
+        for m, r in enumerate(rounds[g]):
+            row = {"round": int(r), "MB_per_node": float(bits[g, :, m].mean() / 8e6)}
+            row.update({k: float(v[g, :, m].mean()) for k, v in arrays.items()})
+            rows.append(row)
+        write(os.path.join(out, "tensorboard", label), rows)

@@ -1,0 +1,87 @@
+"""``jaxgossip train``: one training run with checkpoints, metrics, plots and a summary table."""
+
+from __future__ import annotations
+
+import os
+import typing
+
+from jaxgossip.cli import common
+from jaxgossip.cli.parsing import Command, build_parser, on_help, parse
+from jaxgossip.config import TrainConfig, check_train_config, train_field_help
+
+__all__ = ["command", "run", "TRAIN_COLUMNS"]
+
+TRAIN_COLUMNS = [
+    ("name", "run", ""),
+    ("test_acc", "acc(avg)", ".4f"),
+    ("node_acc_mean", "acc(nodes)", ".4f"),
+    ("node_acc_min", "min", ".4f"),
+    ("consensus", "consensus", ".3g"),
+    ("MB_per_node", "MB/node", ".2f"),
+    ("reduction", "vs gossip", ".1f"),
+    ("wall_time", "time(s)", ".1f"),
+]
+
+EXAMPLES = """
+examples:
+  jaxgossip train --dataset=digits --model=mlp --algorithm=choco --algorithm_options.gamma=0.3 \\
+      --algorithm_options.compressor=top_k --algorithm_options.compressor_options.fraction=0.1 --out runs/choco
+  jaxgossip train --config experiments/configs/digits_choco.yaml --lr=0.1 --decay_rounds=100,150
+"""
+
+
+def out_option(default: str) -> tuple[str, typing.Any, typing.Any, str]:
+    return ("out", typing.Optional[str], None, f"output folder (default {default})")
+
+
+def command() -> Command:
+    return Command(
+        name="train",
+        description="Train N simulated workers with one communication algorithm on one graph. Writes "
+        "metrics.json, metrics.csv, config.json, plots and an orbax checkpoint under --out; running the "
+        "same command again resumes from the checkpoint. Exit status 3 if the loss diverges (the last "
+        "good checkpoint is kept).",
+        classes=[(TrainConfig, "training config (config file keys or --field=value)")],
+        flags={**common.PROGRESS_FLAG, "no-resume": "ignore an existing checkpoint in --out"},
+        extra={
+            "output": [out_option("runs/NAME, NAME = --name or --algorithm")],
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+        },
+        field_help=train_field_help(),
+        epilog=common.algorithm_epilog() + "\n" + EXAMPLES,
+    )
+
+
+def run(argv: list[str]) -> int:
+    import sys
+
+    spec = command()
+    parser = build_parser(spec)
+    if on_help(argv):
+        parser.print_help()
+        return 0
+    parsed = parse(spec, argv, parser)
+    config = check_train_config(parsed.build(TrainConfig))
+    cost = common.cost_model(parsed.values)
+    common.warn_gamma("train", config)
+    common.require_tensorboard(config)
+    if common.print_config(parsed, config.to_dict()):
+        return 0
+    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", config.name or config.algorithm))
+
+    from jaxgossip import plots
+    from jaxgossip.runner import run_training
+
+    try:
+        result = run_training(config, out, resume=not parsed.flags["no_resume"], progress=not parsed.flags["no_progress"])
+    except FloatingPointError as err:
+        print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)
+        return 3
+    rows = common.run_cost(cost, result, out_dir=out)
+    name = config.name or config.algorithm
+    plots.plot_training({name: rows}, out, title=result.built.topology.name)
+    last = dict(rows[-1], name=name, wall_time=result.wall_time)
+    columns = common.with_cost([c for c in TRAIN_COLUMNS if c[0] != "reduction"], cost, training=True)
+    print(plots.format_table([last], columns))
+    print(f"wrote {out}/metrics.json, metrics.csv, config.json and plots")
+    return 0

@@ -1,0 +1,410 @@
+"""Typed run configurations and their validation (edge module: the CLI and the runner use it; the
+library below never imports it).
+
+:class:`TrainConfig` holds every field of a training run; :func:`check_train_config` checks all of
+them (ranges, names, spec grammars, combinations such as algorithm vs graph) without loading data
+or compiling anything, so a bad run fails in a second, not after training. Errors are
+``ValueError`` whose message names the field and the fix; the CLI prints them and exits with 2.
+Field meanings live in :func:`train_field_help` (shown by ``jaxgossip <command> --help``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "TrainConfig",
+    "train_field_help",
+    "ORDERINGS",
+    "WEIGHT_DECAY_MASKS",
+    "check_train_config",
+    "check_partition",
+    "check_topology",
+    "check_algorithm",
+    "check_model_options",
+    "gamma_warning",
+    "did_you_mean",
+    "allowed_values",
+]
+
+ORDERINGS = ("atc", "same_iterate")
+WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (YAML/JSON/Python configs map onto these fields;
+    meanings in :func:`train_field_help`)."""
+
+    dataset: str = "auto"
+    data_dir: str | None = None
+    raw_dir: str | None = None
+    download: bool = False
+    partition: str = "iid"
+    num_nodes: int = 8
+    topology: str = "ring"
+    algorithm: str = "gossip"
+    algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    model: str = "cnn"
+    model_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 1e-4
+    weight_decay_mask: str = "all"
+    warmup_rounds: int = 0
+    warmup_from: float = 0.0
+    decay_rounds: tuple[int, ...] = ()
+    decay_factor: float = 0.1
+    batch_size: int = 32
+    num_rounds: int = 200
+    eval_every: int = 20
+    evals_per_chunk: int = 1
+    ordering: str = "atc"
+    identical_init: bool = True
+    augment: bool = False
+    eval_size: int = 2000
+    eval_chunk: int = 500
+    seed: int = 0
+    data_seed: int | None = None
+    name: str = ""
+    devices: int = 1
+    node_batch: int | str = "auto"
+    final_merge: int | str | None = None
+    tensorboard: bool = False
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def allowed_values() -> dict[str, list[str]]:
+    """The closed sets of names: datasets, models, algorithms, topologies, partitions, compressors."""
+    from jaxgossip import algorithms, compress, data, models, topology
+
+    families = getattr(topology, "FAMILIES", None) or topology._BY_NAME  # noqa: SLF001 (until FAMILIES lands)
+    return {
+        "dataset": list(data.DATASET_NAMES),
+        "model": sorted(models.REGISTRY),
+        "algorithm": list(algorithms.REGISTRY),
+        "topology": list(families),
+        "partition": list(data.SCHEMES),
+        "compressor": sorted(compress.REGISTRY),
+        "ordering": list(ORDERINGS),
+        "weight_decay_mask": list(WEIGHT_DECAY_MASKS),
+    }
+
+
+def train_field_help() -> dict[str, str]:
+    """field -> one-line meaning of every :class:`TrainConfig` field (with the allowed names)."""
+    values = allowed_values()
+    return {
+        "dataset": "data set: " + ", ".join(values["dataset"]) + " (auto: fashion_mnist if available, else digits)",
+        "data_dir": "folder of prepared data sets (tfds builders); default: ~/tensorflow_datasets",
+        "raw_dir": "folder with raw data files (MNIST/Fashion-MNIST IDX .gz files or the CIFAR python tarball)",
+        "download": "download MNIST / Fashion-MNIST / CIFAR when not found locally (never by default)",
+        "partition": "how data is split over nodes: iid, dirichlet:ALPHA (ALPHA > 0, e.g. dirichlet:0.1), "
+        "shards:K (K label shards per node), skew:S (S in [0, 1], e.g. skew:0.8)",
+        "num_nodes": "N, the number of simulated workers (>= 1)",
+        "topology": "graph spec: "
+        + ", ".join(values["topology"])
+        + "; with an argument: torus:ROWSxCOLS, erdos_renyi:P, random_directed:P",
+        "algorithm": "communication algorithm: " + ", ".join(values["algorithm"]) + " (options: see below)",
+        "algorithm_options": "hyperparameters of the algorithm, e.g. --algorithm_options.gamma=0.5 "
+        "--algorithm_options.compressor=top_k --algorithm_options.compressor_options.fraction=0.1",
+        "model": "model: " + ", ".join(values["model"]),
+        "model_options": "model attributes, e.g. --model_options.hidden=64,64 (mlp) or "
+        "--model_options.features=16,32 (cnn)",
+        "lr": "peak learning rate of local SGD (> 0)",
+        "momentum": "SGD momentum in [0, 1) (0: plain SGD)",
+        "nesterov": "Nesterov momentum",
+        "weight_decay": "L2 weight decay added to the gradient (>= 0)",
+        "weight_decay_mask": "leaves that decay: all, no_1d (skip 1-D leaves), no_norm (skip normalization layers)",
+        "warmup_rounds": "rounds of linear learning-rate warm-up (>= 0)",
+        "warmup_from": "learning rate at round 0 of the warm-up (>= 0)",
+        "decay_rounds": "rounds where the learning rate is multiplied by decay_factor, e.g. 100,150 or [100,150]",
+        "decay_factor": "factor of each learning-rate decay (> 0)",
+        "batch_size": "B, samples per node and local step (>= 1)",
+        "num_rounds": "training rounds (one local step + one communication each; a multiple of eval_every)",
+        "eval_every": "rounds between evaluations (>= 1)",
+        "evals_per_chunk": "evaluation intervals per compiled chunk (progress, metrics and checkpoints between)",
+        "ordering": "atc (local step, then gossip) or same_iterate (gradient and gossip on the same iterate)",
+        "identical_init": "all nodes start from the same model",
+        "augment": "CIFAR-style random crop and flip",
+        "eval_size": "test samples used per evaluation (>= 1)",
+        "eval_chunk": "test samples per evaluation batch (>= 1)",
+        "seed": "seed of model init, batches and compression randomness (>= 0)",
+        "data_seed": "seed of the partition and random graphs (default: seed)",
+        "name": "run name (default: the algorithm)",
+        "devices": "spread the node axis over this many devices; must divide num_nodes",
+        "node_batch": "local gradients k nodes at a time (lax.map); 0: one vmap over all N; auto: 1 for conv "
+        "models on CPU",
+        "final_merge": "after training: null (none), R (R extra gossip / push-sum rounds) or exact (averaging)",
+        "tensorboard": "also write TensorBoard event files under --out (needs tensorboardX)",
+    }
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown(field: str, value: str, known) -> ValueError:
+    known = list(known)
+    return ValueError(f"unknown {field} {value!r}{did_you_mean(value, known)}; known: {', '.join(known)}")
+
+
+def check_partition(spec: str, field: str = "partition") -> None:
+    """Checks the grammar of a partition spec: iid, dirichlet:ALPHA, shards:K or skew:S."""
+    if not isinstance(spec, str):
+        raise ValueError(f"{field}={spec!r} must be a string such as iid, dirichlet:0.1, shards:2 or skew:0.8")
+    name, sep, arg = spec.strip().partition(":")
+    kinds = {"iid": None, "dirichlet": "ALPHA > 0", "shards": "an int K >= 1", "skew": "S in [0, 1]"}
+    if name not in kinds:
+        raise _unknown(field, name, ["iid", "dirichlet:ALPHA", "shards:K", "skew:S"])
+    if name == "iid":
+        if sep:
+            raise ValueError(f"{field}={spec!r}: iid takes no parameter")
+        return
+    try:
+        value = int(arg) if name == "shards" else float(arg)
+    except ValueError:
+        example = {"dirichlet": "dirichlet:0.1", "shards": "shards:2", "skew": "skew:0.8"}[name]
+        raise ValueError(f"{field}={spec!r}: {name} needs {kinds[name]}, e.g. {example}") from None
+    ok = {
+        "dirichlet": math.isfinite(value) and value > 0,
+        "shards": value >= 1,
+        "skew": 0.0 <= value <= 1.0,
+    }[name]
+    if not ok:
+        raise ValueError(f"{field}={spec!r}: {name} needs {kinds[name]}")
+
+
+def check_topology(spec: str, num_nodes: int, seed: int = 0, field: str = "topology"):
+    """Builds the topology of ``spec`` at ``num_nodes`` nodes (cheap, no data), or raises a
+    ValueError naming the field."""
+    from jaxgossip import topology
+
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"{field}={spec!r} must be a graph spec such as ring, torus:4x8 or erdos_renyi:0.3")
+    families = list(getattr(topology, "FAMILIES", None) or topology._BY_NAME)  # noqa: SLF001
+    name = spec.partition(":")[0]
+    if name not in families:
+        raise _unknown(field, name, families)
+    try:
+        return topology.make(spec, num_nodes, seed=seed)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{field}={spec!r} with num_nodes={num_nodes}: {err}") from None
+
+
+def check_algorithm(name: str, options: dict, topo, *, matrix_view: bool = False):
+    """Builds algorithm ``name`` with ``options`` on ``topo`` (no compile), or raises a ValueError
+    naming the field; an unknown option is answered with the options the algorithm takes."""
+    from jaxgossip import algorithms
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"algorithm={name!r} must be a name: {', '.join(algorithms.REGISTRY)}")
+    if name not in algorithms.REGISTRY and ":" not in name:
+        raise _unknown("algorithm", name, algorithms.REGISTRY)
+    if not isinstance(options, dict):
+        raise ValueError(f"algorithm_options={options!r} must be a mapping of option -> value")
+    if name in algorithms.REGISTRY:
+        takes = [p for p in inspect.signature(algorithms.REGISTRY[name]).parameters if p != "topology"]
+        for key in options:
+            if key not in takes:
+                raise ValueError(
+                    f"algorithm_options.{key}: {name} has no option {key!r}{did_you_mean(key, takes)}; "
+                    f"it takes: {', '.join(takes) or 'no options'}"
+                )
+    options = dict(options)
+    if matrix_view and name == "power_gossip":
+        options.setdefault("matrix_view", "flax_kernel")
+    try:
+        return algorithms.make(name, topo, **options)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"algorithm={name!r} on {topo.name} with algorithm_options={options}: {err}") from None
+
+
+def check_model_options(model: str, options: dict, num_classes: int = 10) -> dict:
+    """Checks ``model`` and its options by constructing the (uninitialized) module; a scalar given
+    for a sequence attribute (``hidden=32``) becomes a one-element tuple. Returns the options."""
+    from jaxgossip import models
+
+    if model not in models.REGISTRY:
+        raise _unknown("model", model, sorted(models.REGISTRY))
+    if not isinstance(options, dict):
+        raise ValueError(f"model_options={options!r} must be a mapping of attribute -> value")
+    default = models.make_model(model, num_classes=num_classes)
+    takes = [f.name for f in dataclasses.fields(default) if f.name not in ("parent", "name", "num_classes")]
+    fixed = {}
+    for key, value in options.items():
+        if key not in takes:
+            raise ValueError(
+                f"model_options.{key}: model {model!r} has no attribute {key!r}{did_you_mean(key, takes)}; "
+                f"it takes: {', '.join(takes)}"
+            )
+        if isinstance(getattr(default, key), (tuple, list)) and isinstance(value, (int, float)):
+            value = (value,)
+        fixed[key] = tuple(value) if isinstance(value, list) else value
+    try:
+        models.make_model(model, num_classes=num_classes, **fixed)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"model={model!r} with model_options={options}: {err}") from None
+    return fixed
+
+
+def _final_merge(value: Any) -> Any:
+    if value is None or value in (0, "none", "None", "null"):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not (value == "exact" or (isinstance(value, int) and value >= 1)):
+        raise ValueError(
+            f"final_merge={value!r} must be null (no merge), a number of merge rounds >= 1, or 'exact'"
+        )
+    return value
+
+
+def _node_batch(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise ValueError(f"node_batch={value!r} must be 'auto', 0 (one vmap over all nodes) or a positive int")
+
+
+def _number(config: TrainConfig, field: str, low: float, *, strict: bool = False, high: float | None = None,
+            integer: bool = False) -> None:
+    value = getattr(config, field)
+    kind = "an int" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise ValueError(f"{field}={value!r} must be {kind}")
+    if not math.isfinite(value) or (value <= low if strict else value < low) or (high is not None and value >= high):
+        bound = f"> {low}" if strict else f">= {low}"
+        if high is not None:
+            bound += f" and < {high}"
+        raise ValueError(f"{field}={value!r} must be {kind} {bound}")
+
+
+def check_train_config(config: TrainConfig) -> TrainConfig:
+    """Validates every field of ``config`` and their combinations without loading data.
+
+    Builds the topology, the algorithm on it, the model module and the optimizer (all cheap), so
+    unknown names, bad options, graphs that do not exist at ``num_nodes`` and algorithms that do not
+    fit the graph fail here.
+
+    Returns:
+      the config with normalized values (``decay_rounds`` a tuple, ``final_merge`` "3" -> 3,
+      scalar model options for sequence attributes as 1-tuples).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    from jaxgossip import data
+
+    if config.dataset not in data.DATASET_NAMES:
+        raise _unknown("dataset", config.dataset, data.DATASET_NAMES)
+    for field in ("data_dir", "raw_dir"):
+        value = getattr(config, field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{field}={value!r} must be a folder path")
+    for field in ("download", "nesterov", "identical_init", "augment", "tensorboard"):
+        if not isinstance(getattr(config, field), bool):
+            raise ValueError(f"{field}={getattr(config, field)!r} must be true or false")
+    for field in ("num_nodes", "batch_size", "num_rounds", "eval_every", "evals_per_chunk", "eval_size",
+                  "eval_chunk", "devices"):
+        _number(config, field, 1, integer=True)
+    for field in ("warmup_rounds", "seed"):
+        _number(config, field, 0, integer=True)
+    if config.data_seed is not None:
+        _number(config, "data_seed", 0, integer=True)
+    _number(config, "lr", 0, strict=True)
+    _number(config, "momentum", 0, high=1)
+    _number(config, "weight_decay", 0)
+    _number(config, "warmup_from", 0)
+    _number(config, "decay_factor", 0, strict=True)
+    if config.num_rounds % config.eval_every:
+        raise ValueError(
+            f"num_rounds={config.num_rounds} must be a multiple of eval_every={config.eval_every} "
+            f"(e.g. num_rounds={config.num_rounds - config.num_rounds % config.eval_every or config.eval_every})"
+        )
+    decay = config.decay_rounds
+    if isinstance(decay, (int, float)) and not isinstance(decay, bool):
+        decay = (decay,)
+    if not isinstance(decay, (tuple, list)) or not all(isinstance(b, int) and not isinstance(b, bool) for b in decay):
+        raise ValueError(f"decay_rounds={config.decay_rounds!r} must be a list of rounds, e.g. 100,150")
+    decay = tuple(decay)
+    if list(decay) != sorted(set(decay)) or any(b <= config.warmup_rounds for b in decay):
+        raise ValueError(
+            f"decay_rounds={list(decay)} must be increasing rounds after warmup_rounds={config.warmup_rounds}"
+        )
+    if config.ordering not in ORDERINGS:
+        raise _unknown("ordering", config.ordering, ORDERINGS)
+    if config.weight_decay_mask not in WEIGHT_DECAY_MASKS:
+        raise _unknown("weight_decay_mask", config.weight_decay_mask, WEIGHT_DECAY_MASKS)
+    if config.num_nodes % config.devices:
+        raise ValueError(
+            f"devices={config.devices} must divide num_nodes={config.num_nodes} "
+            f"({config.num_nodes} nodes cannot be split evenly over {config.devices} devices)"
+        )
+    if not isinstance(config.name, str):
+        raise ValueError(f"name={config.name!r} must be a string")
+    check_partition(config.partition)
+    merge = _final_merge(config.final_merge)
+    node_batch = _node_batch(config.node_batch)
+    data_seed = config.seed if config.data_seed is None else config.data_seed
+    topo = check_topology(config.topology, config.num_nodes, data_seed)
+    check_algorithm(config.algorithm, dict(config.algorithm_options), topo, matrix_view=True)
+    if merge is not None:
+        from jaxgossip import algorithms
+
+        try:
+            algorithms.make_merge(topo, merge)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"final_merge={merge!r} on {topo.name}: {err}") from None
+    model_options = check_model_options(config.model, dict(config.model_options))
+    return dataclasses.replace(
+        config, decay_rounds=decay, final_merge=merge, node_batch=node_batch, model_options=model_options
+    )
+
+
+def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
+    """A warning when a gossip-type step size ``gamma`` is outside the stable range of the graph.
+
+    The relaxed step ``x <- x + gamma (W - I) x`` on a symmetric W contracts the disagreement only
+    for ``0 < gamma < 2 / (1 - lambda_min(W))``; compressed methods (Choco, DeepSqueeze) need a
+    smaller gamma still, so beyond this bound every one of them diverges. Directed graphs have no
+    such simple bound and get no warning.
+    """
+    gamma = options.get("gamma")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or algorithm not in (
+        "gossip",
+        "choco",
+        "deepsqueeze",
+        "power_gossip",
+    ):
+        return None
+    if topo.directed or topo.num_nodes > 2048:
+        return None
+    lam_min = 1.0
+    for t in range(topo.period):
+        w = np.asarray(topo.matrix(t), dtype=np.float64)
+        if not np.allclose(w, w.T, atol=1e-6):
+            return None
+        lam_min = min(lam_min, float(np.linalg.eigvalsh(w)[0]))
+    bound = 2.0 / (1.0 - lam_min) if lam_min < 1.0 else math.inf
+    if gamma <= 0 or gamma >= bound:
+        return (
+            f"algorithm_options.gamma={gamma} is outside the stable range (0, {bound:.4g}) of {algorithm} on "
+            f"{topo.name} (2 / (1 - lambda_min(W)), lambda_min = {lam_min:.4g}); the run will likely diverge"
+        )
+    return None
