@@ -35,10 +35,16 @@ from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey, StepInfo
 
-__all__ = ["sparse_push", "SparsePushState", "PUBLIC_COPIES", "graph_copies", "compressed_push_sum"]
+__all__ = [
+    "sparse_push",
+    "SparsePushState",
+    "PUBLIC_COPIES",
+    "check_public_copies",
+    "graph_copies",
+    "compressed_push_sum",
+]
 
 PUBLIC_COPIES = ("per_graph", "shared")
-_WEIGHT_BITS = 32  # the push-sum weight travels uncompressed, one fp32 value per message
 
 # (residual tree, params tree, key) -> (q tree, payload bits [N] of one node's message, weight excluded)
 CompressFn = Callable[[Params, Params, PRNGKey], tuple[Params, Array]]
@@ -57,7 +63,8 @@ class SparsePushState(NamedTuple):
     count: Array  # [] int32, communication rounds done so far
 
 
-def _check_public_copies(public_copies: str) -> str:
+def check_public_copies(public_copies: str) -> str:
+    """Raises ValueError unless ``public_copies`` is one of :data:`PUBLIC_COPIES`."""
     if public_copies not in PUBLIC_COPIES:
         raise ValueError(f"public_copies={public_copies!r} is unknown; known modes: {PUBLIC_COPIES}")
     return public_copies
@@ -69,7 +76,7 @@ def graph_copies(topology: Topology, public_copies: str = "per_graph") -> np.nda
     ``"per_graph"`` gives every distinct mixing matrix of the schedule its own set (rounds whose
     graphs are identical share one); ``"shared"`` maps every round to set 0. P = ``table.max() + 1``.
     """
-    _check_public_copies(public_copies)
+    check_public_copies(public_copies)
     table = np.zeros(topology.period, dtype=np.int32)
     if public_copies == "shared":
         return table
@@ -87,14 +94,6 @@ def graph_copies(topology: Topology, public_copies: str = "per_graph") -> np.nda
 def _bcast(v: Array, leaf: Array) -> Array:
     """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
     return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
-
-
-def _top_k_compressor(algorithm: str, fraction: Any, k: Any, index_bits: Any) -> compress.Compressor:
-    """``compress.top_k`` with errors that name the algorithm (static fraction / k / index_bits)."""
-    try:
-        return compress.top_k(fraction=fraction, k=k, index_bits=index_bits)
-    except (ValueError, TypeError) as err:
-        raise type(err)(f"{algorithm}: {err}") from err
 
 
 def compressed_push_sum(
@@ -160,7 +159,7 @@ def compressed_push_sum(
         new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
         # w_i + gamma (mu_i + W_ii w_i - w_i) with mu_i + W_ii w_i = sum_j W_ij w_j.
         w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-        bits = per_round(topology.out_degree, t) * (payload_bits + _WEIGHT_BITS)
+        bits = per_round(topology.out_degree, t) * (payload_bits + compress.WEIGHT_BITS)
         new_state = SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1)
         return new_params, new_state, StepInfo(bits=bits)
 
@@ -247,9 +246,9 @@ def sparse_push(
     """
     require_host_topology(topology, "sparse_push")
     require_column_stochastic(topology, "sparse_push")
-    comp = _top_k_compressor("sparse_push", fraction, k, index_bits)
+    comp = compress.make_for("sparse_push", "top_k", fraction=fraction, k=k, index_bits=index_bits)
     check_positive("gamma", gamma)
-    _check_public_copies(public_copies)
+    check_public_copies(public_copies)
 
     def compress_fn(residual, params, key):
         del params
