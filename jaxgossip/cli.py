@@ -381,7 +381,7 @@ def _consensus(args, overrides) -> int:
     import jax
 
     import jaxgossip as jg
-    from jaxgossip import plots, sweeps
+    from jaxgossip import plots
 
     config = dict(_CONSENSUS_DEFAULT)
     if args.config:
@@ -409,13 +409,13 @@ def _consensus(args, overrides) -> int:
         alg = jg.algorithms.make(run["algorithm"], topo, **run.get("options", {}))
         start = time.perf_counter()
         steps = int(config["num_steps"])
-        result = jg.run_consensus(sweeps.record_bits(alg, n, steps), x0, steps, jax.random.key(1))
+        result = jg.run_consensus(alg, x0, steps, jax.random.key(1))
         error = np.asarray(result.error)
         wall = time.perf_counter() - start
         curves[run["name"]] = (error, result.bits)
         report = _simulate(
             args.cost,
-            np.asarray(result.state[1], dtype=np.float64),
+            np.asarray(result.node_bits, dtype=np.float64),
             topo,
             allreduce=run["algorithm"] == "allreduce",
             exchanges=_exchanges(run["algorithm"], run.get("options", {})),
