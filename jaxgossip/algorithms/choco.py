@@ -85,11 +85,12 @@ def choco(
     gradient step falls between compressing and correcting); that variant is not reproduced here.
 
     Static graphs only: a node knows only what reached it, so on a time-varying graph ``s_i`` could
-    only be the accumulated sum of the weighted messages it received (the information-flow decision
-    of ALGORITHMS.md). Then ``s_i = sum_j W_ij x_hat_j`` no longer holds and the iteration stalls
-    away from consensus (measured: with the identity compressor on ``one_peer_exponential(8)`` the
-    consensus error stops falling after a few rounds), so a topology with period T > 1 is
-    rejected. Use ``sparse_push`` (compressed push-sum) or ``deepsqueeze`` on time-varying graphs.
+    only be the accumulated sum of the weighted messages it received (the information-flow
+    decision, see docs/algorithms.md, section decisions). Then ``s_i = sum_j W_ij x_hat_j`` no
+    longer holds and the iteration stalls away from consensus (measured: with the identity
+    compressor on ``one_peer_exponential(8)`` the consensus error stops falling after a few
+    rounds), so a topology with period T > 1 is rejected. Use ``sparse_push`` (compressed
+    push-sum) or ``deepsqueeze`` on time-varying graphs.
 
     Bits: node i's message ``q_i`` (its compressed cost, all leaves) is charged once per
     out-neighbour, self excluded.

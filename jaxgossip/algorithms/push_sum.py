@@ -70,9 +70,10 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
         z_i = x_i / w_i
 
     Bits: each node sends ``32 D`` bits (fp32 model; ``leaf_bits``) plus 32 bits for its weight to
-    each of its out-neighbours (self excluded) per round (ALGORITHMS.md 4.7). SGP does not send the
-    weight when the graph is regular with uniform weights; ``weight_bits="auto"`` reproduces that
-    by not charging the weight when every W(t) is doubly stochastic (then ``w_i = 1`` always).
+    each of its out-neighbours (self excluded) per round (see docs/algorithms.md, section push_sum).
+    SGP does not send the weight when the graph is regular with uniform weights;
+    ``weight_bits="auto"`` reproduces that by not charging the weight when every W(t) is doubly
+    stochastic (then ``w_i = 1`` always).
 
     Args:
       topology: column-stochastic graph, static or time-varying (round t uses W(t mod T)).

@@ -1,10 +1,11 @@
 """Sparse-Push: push-sum gossip with top-k compressed messages and public copies (Choco-style).
 
-Our reconstruction (ALGORITHMS.md 3.3 and the decisions at its top) of the communication step of
-Sparse-Push: Choco-Gossip applied to push-sum numerators over a column-stochastic, possibly directed
-and time-varying graph, with the push-sum weight sent uncompressed. Each node sends only the
-top-k entries of the change of its model since its last transmission; the public copies ``x_hat``
-carry everything sent so far, so compression errors are delayed, not lost.
+Our reconstruction (see docs/algorithms.md, sections sparse_push and decisions) of the
+communication step of Sparse-Push: Choco-Gossip applied to push-sum numerators over a
+column-stochastic, possibly directed and time-varying graph, with the push-sum weight sent
+uncompressed. Each node sends only the top-k entries of the change of its model since its last
+transmission; the public copies ``x_hat`` carry everything sent so far, so compression errors are
+delayed, not lost.
 
 On time-varying graphs a node keeps one public copy (and one received sum ``s``) per distinct graph
 of the schedule, see :func:`sparse_push` for why the single accumulated ``s`` of the author's code
@@ -200,7 +201,7 @@ def sparse_push(
         w_i &\\leftarrow w_i + \\gamma \\big(\\textstyle\\sum_{j \\ne i} W_{ij}\\, w_j + W_{ii}\\, w_i - w_i\\big)
 
     Node i only uses what reached it: its own copy and the messages ``W_ij q_j`` of its current
-    in-neighbours, summed into ``s_i`` (ALGORITHMS.md information-flow rule).
+    in-neighbours, summed into ``s_i`` (the information-flow rule, docs/algorithms.md, section decisions).
 
     Why one public-copy set per distinct graph (``public_copies="per_graph"``, the default). The
     single accumulated ``s_i`` of the author's code (``"shared"``: one set, ``p = 0`` always) equals
@@ -240,7 +241,7 @@ def sparse_push(
 
     References:
       Aketi, Singh, Rabaey, arXiv:2102.05715, 2021 (Sparse-Push); update rule reconstructed from the
-      first author's compressed push-sum code (ALGORITHMS.md 3.3).
+      first author's compressed push-sum code (see docs/algorithms.md, section sparse_push).
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340) (Choco-Gossip).
       Assran, Loizou, Ballas, Rabbat, ICML 2019 (arXiv:1811.10792) (SGP).
     """
