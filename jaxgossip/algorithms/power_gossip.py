@@ -49,6 +49,7 @@ __all__ = [
     "PowerGossipState",
     "MATRIX_VIEWS",
     "MatrixLeaf",
+    "LeafPlan",
     "Schedule",
     "leaf_plan",
     "orth",
@@ -91,6 +92,13 @@ class MatrixLeaf(NamedTuple):
     rank: int  # R = min(m, n, rank)
 
 
+class LeafPlan(NamedTuple):
+    """Which leaves of a pytree are gossiped as matrices and which exactly (static)."""
+
+    matrices: tuple  # a MatrixLeaf per leaf whose node part has ndim >= 2, in tree_leaves order
+    vectors: tuple  # positions of the other leaves (node ndim <= 1), gossiped exactly
+
+
 class Schedule(NamedTuple):
     """The static settings of one :func:`power_gossip` instance that shape its round."""
 
@@ -111,12 +119,8 @@ def _matrix_shape(shape: tuple[int, ...], view: str) -> tuple[int, int]:
     return int(m), size // int(m)
 
 
-def leaf_plan(leaves: list, matrix_view: str, rank: int) -> tuple[tuple[MatrixLeaf, ...], tuple[int, ...]]:
-    """Splits stacked leaves ``[N, ...]`` into matrix leaves (with their view) and vector leaves.
-
-    Returns ``(matrices, vectors)``: a :class:`MatrixLeaf` per leaf whose node part has ndim >= 2,
-    and the positions of the others (gossiped exactly).
-    """
+def leaf_plan(leaves: list, matrix_view: str, rank: int) -> LeafPlan:
+    """Splits stacked leaves ``[N, ...]`` into matrix leaves (with their view) and vector leaves."""
     matrices, vectors = [], []
     for i, leaf in enumerate(leaves):
         shape = tuple(jnp.shape(leaf)[1:])
@@ -125,7 +129,7 @@ def leaf_plan(leaves: list, matrix_view: str, rank: int) -> tuple[tuple[MatrixLe
             matrices.append(MatrixLeaf(i, shape, m, n, min(m, n, rank)))
         else:
             vectors.append(i)
-    return tuple(matrices), tuple(vectors)
+    return LeafPlan(tuple(matrices), tuple(vectors))
 
 
 # ---- the power-iteration half-steps ----------------------------------------------------------------
