@@ -39,7 +39,8 @@ from _common import resnet20_shapes  # noqa: E402
 
 import jaxgossip as jg
 from jaxgossip import topology as tp
-from jaxgossip.algorithms.power_gossip import _half_step, _orth, _pair_tables, power_gossip
+from jaxgossip.algorithms.pair_tables import oriented_pairs, pair_round, pair_tables
+from jaxgossip.algorithms.power_gossip import half_step, orth, power_gossip
 from jaxgossip.types import GossipAlgorithm
 
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -142,22 +143,24 @@ def round_table(nodes: list[int], rounds: int, reps: int) -> None:
 
 
 def slot_version(topo):
-    host = _pair_tables(topo)
-    tables = {k: jnp.asarray(getattr(host, k)[0]) for k in ("inc", "coef", "flat_a", "flat_b", "active")}
+    host = pair_tables(topo)
+    pairs = pair_round(host, 0)
 
     def f(x, u, v):
-        return _half_step(x, u, v, "right", None, tables["coef"], tables, True)
+        del u  # a right step reads V and overwrites U with the product
+        x, v_hat, product = half_step(x, v, "right", pairs)
+        return x, product, v_hat
 
     return f, host
 
 
 def gather_version(topo, host):
     a, b = jnp.asarray(host.a), jnp.asarray(host.b)
-    w = jnp.asarray(topo.pairs[2][0], jnp.float32)
+    w = jnp.asarray(oriented_pairs(topo).w_ab[0], jnp.float32)
     n = topo.num_nodes
 
     def f(x, u, v):
-        vh = _orth(v)
+        vh = orth(v)
         d = x[b] - x[a]
         p = jnp.einsum("pmn,pnr->pmr", d, vh, precision=HIGHEST)
         delta = jnp.einsum("pmr,pnr->pmn", p, vh, precision=HIGHEST) * w[:, None, None]

@@ -82,7 +82,8 @@ def sweep(make_alg, gammas, x0, num_steps, key):
     """One compile: vmap of consensus_scan over the traced gamma; also returns final x and state."""
 
     def one(gamma):
-        return jg.consensus_scan(make_alg(gamma), x0, num_steps, key)
+        trace = jg.consensus_scan(make_alg(gamma), x0, num_steps, key)
+        return trace.error, trace.round_bits, trace.x, trace.state
 
     t0 = time.perf_counter()
     errors, bits, x, state = jax.jit(jax.vmap(one))(jnp.asarray(gammas, jnp.float32))

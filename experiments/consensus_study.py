@@ -98,8 +98,8 @@ def sweep_gamma(make_alg, gammas: np.ndarray, x0, num_steps: int, key):
     """
 
     def one(gamma):
-        error, bits, _, _ = jg.consensus_scan(make_alg(gamma), x0, num_steps, key)
-        return error, bits
+        trace = jg.consensus_scan(make_alg(gamma), x0, num_steps, key)
+        return trace.error, trace.round_bits
 
     t0 = time.perf_counter()
     errors, bits = jax.jit(jax.vmap(one))(jnp.asarray(gammas, jnp.float32))

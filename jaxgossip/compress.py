@@ -5,10 +5,17 @@ the dense *decompressed* value the receivers reconstruct, together with the numb
 message costs. :func:`compress_tree` applies it to every leaf of a stacked pytree (leaves
 ``[N, ...]``) with ``vmap`` over the node axis and returns the bits each node's message costs.
 
-Bit rules (ALGORITHMS.md, decisions at the top): an fp32 value costs 32 bits; a top-k / random-k
-index costs ``ceil(log2 D_leaf)`` bits by default, or a fixed width (``index_bits=64`` reproduces
-the EPFL codes' int64 indices); sign costs 1 bit per entry plus one fp32 scale per leaf; QSGD costs
-one fp32 norm plus a sign bit and ``ceil(log2(levels + 1))`` bits per entry.
+Bit rules (the only place for them; see docs/algorithms.md, section compressors and bit rules):
+a value costs its dtype's width (:func:`value_bits`, 32 bits for fp32); a top-k / random-k message
+keeps :func:`num_kept` entries per leaf and an index costs :func:`bits_per_index`:
+``ceil(log2 D_leaf)`` bits by default, or a fixed width (``index_bits=64`` reproduces the EPFL
+codes' int64 indices); sign costs 1 bit per entry plus one fp32 scale per leaf; QSGD costs one fp32
+norm plus a sign bit and ``ceil(log2(levels + 1))`` bits per entry; the push-sum weight that
+travels with every push-sum message costs :data:`WEIGHT_BITS`.
+
+Compressor specs: every compressed algorithm takes its compressor as a :class:`Compressor`, a name
+from :data:`REGISTRY` or a spec mapping ``{"name": ..., **options}``, resolved by
+:func:`resolve_compressor`.
 
 References:
   Stich et al., "Sparsified SGD with Memory", NeurIPS 2018 (top-k, random-k).
@@ -21,7 +28,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -39,8 +46,17 @@ __all__ = [
     "qsgd",
     "compress_tree",
     "make",
+    "make_for",
+    "resolve_compressor",
+    "CompressorSpec",
     "REGISTRY",
+    "WEIGHT_BITS",
+    "value_bits",
+    "num_kept",
+    "bits_per_index",
 ]
+
+WEIGHT_BITS = 32  # the push-sum weight travels uncompressed, one fp32 value per message
 
 ApplyFn = Callable[[Array, PRNGKey], tuple[Array, Array]]
 
@@ -60,8 +76,9 @@ class Compressor(NamedTuple):
     lossless: bool = False
 
 
-def _value_bits(leaf: Array) -> int:
-    return jnp.dtype(leaf.dtype).itemsize * 8
+def value_bits(x: Any) -> int:
+    """Bits of one uncompressed value of ``x``'s dtype (``x`` an array or a dtype; 32 for float32)."""
+    return jnp.dtype(getattr(x, "dtype", x)).itemsize * 8
 
 
 def identity() -> Compressor:
@@ -69,13 +86,16 @@ def identity() -> Compressor:
 
     def apply(leaf, key):
         del key
-        return leaf, jnp.float32(leaf.size * _value_bits(leaf))
+        return leaf, jnp.float32(leaf.size * value_bits(leaf))
 
     return Compressor(apply, "identity", lossless=True)
 
 
-def _num_kept(name: str, size: int, fraction: float | None, k: int | None) -> int:
-    """Kept entries of a leaf of ``size`` entries: ``max(1, floor(fraction * size))`` or ``min(k, size)``."""
+def num_kept(size: int, fraction: float | None = None, k: int | None = None) -> int:
+    """Kept entries of a top-k / random-k leaf of ``size`` entries (static).
+
+    ``max(1, floor(fraction * size))`` when ``fraction`` is given, else ``min(k, size)``.
+    """
     if fraction is not None:
         return max(1, int(math.floor(fraction * size)))
     return min(int(k), size)
@@ -97,7 +117,9 @@ def _check_fraction_k(name: str, fraction: Any, k: Any) -> tuple[float | None, i
     return None, int(k)
 
 
-def _index_bits(index_bits: Any, size: int) -> int:
+def bits_per_index(index_bits: Any, size: int) -> int:
+    """Bits of one index into a leaf of ``size`` entries: ``ceil(log2 size)`` (at least 1) for
+    ``index_bits="log2"``, else the fixed width ``index_bits``."""
     if index_bits == "log2":
         return max(1, math.ceil(math.log2(size))) if size > 1 else 1
     return int(index_bits)
@@ -132,13 +154,13 @@ def top_k(fraction: float | None = None, k: int | None = None, index_bits: Any =
     def apply(leaf, key):
         del key
         flat = leaf.reshape(-1)
-        kept = _num_kept("top_k", flat.size, fraction, k)
+        kept = num_kept(flat.size, fraction, k)
         if kept == flat.size:
             dense = leaf
         else:
             _, idx = jax.lax.top_k(jnp.abs(flat), kept)
             dense = _scatter(flat, idx, flat[idx]).reshape(leaf.shape)
-        bits = kept * (_value_bits(leaf) + _index_bits(index_bits, flat.size))
+        bits = kept * (value_bits(leaf) + bits_per_index(index_bits, flat.size))
         return dense, jnp.float32(bits)
 
     label = f"top_k(fraction={fraction})" if fraction is not None else f"top_k(k={k})"
@@ -158,7 +180,7 @@ def random_k(
 
     def apply(leaf, key):
         flat = leaf.reshape(-1)
-        kept = _num_kept("random_k", flat.size, fraction, k)
+        kept = num_kept(flat.size, fraction, k)
         if kept == flat.size:
             dense = leaf
         else:
@@ -168,7 +190,7 @@ def random_k(
             if unbiased:
                 values = values * jnp.asarray(flat.size / kept, flat.dtype)
             dense = _scatter(flat, idx, values).reshape(leaf.shape)
-        bits = kept * (_value_bits(leaf) + _index_bits(index_bits, flat.size))
+        bits = kept * (value_bits(leaf) + bits_per_index(index_bits, flat.size))
         return dense, jnp.float32(bits)
 
     label = f"random_k({'fraction=' + str(fraction) if fraction is not None else 'k=' + str(k)}, unbiased={unbiased})"
@@ -236,6 +258,82 @@ def make(name: str, **options) -> Compressor:
     if name not in REGISTRY:
         raise ValueError(f"unknown compressor {name!r}; known compressors: {sorted(REGISTRY)}")
     return REGISTRY[name](**options)
+
+
+def make_for(algorithm: str, name: str, **options) -> Compressor:
+    """:func:`make` for the factory of ``algorithm``: errors in the options name the algorithm."""
+    try:
+        return make(name, **options)
+    except (ValueError, TypeError) as err:
+        raise type(err)(f"{algorithm}: {err}") from err
+
+
+CompressorSpec = Any  # Compressor | str | Mapping with a "name" key
+
+
+def resolve_compressor(
+    compressor: CompressorSpec, compressor_options: Mapping[str, Any] | None = None, algorithm: str = "choco"
+) -> Compressor:
+    """Turns a compressor argument into a :class:`Compressor`.
+
+    Accepted forms (the same for every compressed algorithm, so configs and the CLI can name them):
+
+    * a :class:`Compressor`, used as is;
+    * a name from :data:`REGISTRY`, e.g. ``"sign"``, with its options in ``compressor_options``,
+      e.g. ``compressor="top_k", compressor_options={"fraction": 0.01}``;
+    * a spec mapping ``{"name": "top_k", "fraction": 0.01}``; ``compressor_options`` may add keys
+      the spec does not set (a key set in both is an error, not a silent override).
+
+    ``algorithm`` names the calling factory in error messages.
+
+    Raises:
+      ValueError: unknown compressor name (lists the known ones), a spec without ``"name"``, options
+        given together with a ready-made Compressor, an option set twice, or a bad option value.
+      TypeError: an argument of the wrong type, or an option the compressor does not take.
+    """
+    if compressor_options is None:
+        options: dict[str, Any] = {}
+    elif isinstance(compressor_options, Mapping):
+        options = dict(compressor_options)
+    else:
+        raise TypeError(
+            f"{algorithm}: compressor_options must be a mapping of keyword options, got "
+            f"{type(compressor_options).__name__}"
+        )
+    if isinstance(compressor, Compressor):
+        if options:
+            raise ValueError(
+                f"{algorithm}: compressor_options={options!r} only apply when the compressor is given by "
+                f"name; {compressor.name} is already built"
+            )
+        return compressor
+    if isinstance(compressor, Mapping):
+        spec = dict(compressor)
+        if "name" not in spec:
+            raise ValueError(f"{algorithm}: a compressor spec mapping needs a 'name' key, got {spec!r}")
+        name = spec.pop("name")
+        twice = sorted(set(spec) & set(options))
+        if twice:
+            raise ValueError(
+                f"{algorithm}: compressor option(s) {twice} given both in the spec and in compressor_options"
+            )
+        options = {**spec, **options}
+    elif isinstance(compressor, str):
+        name = compressor
+    else:
+        raise TypeError(
+            f"{algorithm}: compressor must be a Compressor, a name or a spec mapping, got {type(compressor).__name__}"
+        )
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"{algorithm}: unknown compressor {name!r}; known compressors: {sorted(REGISTRY)}")
+    try:
+        return make(name, **options)
+    except TypeError as err:
+        if "unexpected keyword" in str(err):
+            raise TypeError(
+                f"{algorithm}: compressor {name!r} does not take option(s) {sorted(options)}: {err}"
+            ) from err
+        raise
 
 
 def compress_tree(compressor: Compressor, x: Params, key: PRNGKey) -> tuple[Params, Array]:

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.types import GossipAlgorithm, Params, PRNGKey
+from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
-__all__ = ["ConsensusResult", "run_consensus", "consensus_scan"]
+__all__ = ["ConsensusResult", "ConsensusTrace", "run_consensus", "consensus_scan"]
 
 
 class ConsensusResult(NamedTuple):
@@ -24,18 +24,41 @@ class ConsensusResult(NamedTuple):
       bits: [S + 1] cumulative bits sent by all nodes together (0 first), float64 on the host.
       x: final params (leaves [N, ...]).
       state: final algorithm state.
+      node_bits: [S, N] float32, the bits each node sent in each round (``StepInfo.bits``; the time
+        of a round under :mod:`jaxgossip.cost` depends on what each node sent).
     """
 
     error: Any
     bits: Any
     x: Params
     state: Any
+    node_bits: Any = None
 
 
-def consensus_scan(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey):
-    """Pure, jittable and vmappable core of :func:`run_consensus`.
+class ConsensusTrace(NamedTuple):
+    """What :func:`consensus_scan` returns (JAX arrays, ``S = num_steps``).
 
-    Returns ``(error [S + 1], bits_per_round [S] (all nodes), x, state)`` as JAX arrays.
+    Attributes:
+      error: [S + 1] consensus error before round 1 and after every round (as ``ConsensusResult``).
+      round_bits: [S] float32, bits sent by all nodes together in each round (not cumulative).
+      node_bits: [S, N] float32, bits each node sent in each round; ``round_bits`` is its row sum.
+      x: final params (leaves [N, ...]).
+      state: final algorithm state.
+    """
+
+    error: Array
+    round_bits: Array
+    node_bits: Array
+    x: Params
+    state: Any
+
+
+def consensus_scan(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey) -> ConsensusTrace:
+    """Pure, jittable and vmappable core of :func:`run_consensus`: one ``lax.scan`` over rounds.
+
+    Returns:
+      :class:`ConsensusTrace` with ``error`` [S + 1], ``round_bits`` [S], ``node_bits`` [S, N],
+      final ``x`` and ``state``.
     """
     target = node_mean(x0)
     state0 = alg.init(x0)
@@ -44,12 +67,12 @@ def consensus_scan(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKe
         x, state = carry
         x, state, info = alg.step(x, state, step_key)
         err = consensus_distance(alg.debias(x, state), target)
-        return (x, state), (err, jnp.sum(info.bits))
+        return (x, state), (err, jnp.sum(info.bits), info.bits)
 
     err0 = consensus_distance(alg.debias(x0, state0), target)
     keys = jax.random.split(key, num_steps)
-    (x, state), (errors, bits) = jax.lax.scan(body, (x0, state0), keys)
-    return jnp.concatenate([err0[None], errors]), bits, x, state
+    (x, state), (errors, bits, node_bits) = jax.lax.scan(body, (x0, state0), keys)
+    return ConsensusTrace(jnp.concatenate([err0[None], errors]), bits, node_bits, x, state)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
@@ -68,10 +91,10 @@ def run_consensus(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey
 
     Returns:
       :class:`ConsensusResult` with ``error`` [S + 1], ``bits`` [S + 1] cumulative over all nodes
-      (accumulated in float64 on the host), final ``x`` and ``state``.
+      (accumulated in float64 on the host), final ``x`` and ``state``, and ``node_bits`` [S, N].
     """
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise ValueError(f"num_steps={num_steps!r} must be a positive int")
-    errors, bits, x, state = _consensus_jit(alg, x0, int(num_steps), key)
-    cumulative = np.concatenate([[0.0], np.cumsum(np.asarray(bits, dtype=np.float64))])
-    return ConsensusResult(error=errors, bits=cumulative, x=x, state=state)
+    trace = _consensus_jit(alg, x0, int(num_steps), key)
+    cumulative = np.concatenate([[0.0], np.cumsum(np.asarray(trace.round_bits, dtype=np.float64))])
+    return ConsensusResult(error=trace.error, bits=cumulative, x=trace.x, state=trace.state, node_bits=trace.node_bits)

@@ -42,7 +42,6 @@ __all__ = [
     "sweep_topologies",
     "sweep_topologies_training",
     "topology_rows",
-    "record_bits",
 ]
 
 # Config fields that are traced values inside a run and may therefore be vmapped.
@@ -122,8 +121,8 @@ def sweep_consensus(
     points = grid(axes)
 
     def one(key, point):
-        errors, bits, _, _ = consensus_scan(make_alg(**point), x0, num_steps, key)
-        return errors, bits
+        trace = consensus_scan(make_alg(**point), x0, num_steps, key)
+        return trace.error, trace.round_bits
 
     run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
     errors, bits = run(keys, {k: jnp.asarray(v) for k, v in points.items()})
@@ -169,27 +168,6 @@ class TopologySweep:
     groups: list
     group_seconds: list
     node_bits: list | None = None
-
-
-def record_bits(alg: GossipAlgorithm, num_nodes: int, num_steps: int) -> GossipAlgorithm:
-    """``alg`` whose state also records each round's ``StepInfo.bits``.
-
-    The state becomes ``(state, log [R, N] float32, r)``: round r (0-based) writes row r of the log,
-    so after R = ``num_steps`` rounds the log holds what every node sent in every round
-    (:func:`jaxgossip.consensus.consensus_scan` keeps only the sum over nodes, but the time of a
-    round under :mod:`jaxgossip.cost` depends on what each node sent). ``step`` and ``debias`` are
-    the inner algorithm's, so the run is otherwise unchanged.
-    """
-
-    def init_fn(x):
-        return alg.init(x), jnp.zeros((num_steps, num_nodes), jnp.float32), jnp.zeros([], jnp.int32)
-
-    def step_fn(x, state, key):
-        inner, log, r = state
-        x, inner, info = alg.step(x, inner, key)
-        return x, (inner, log.at[r].set(info.bits), r + 1), info
-
-    return GossipAlgorithm(init_fn, step_fn, lambda x, state: alg.debias(x, state[0]), alg.name)
 
 
 def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
@@ -271,7 +249,7 @@ def sweep_topologies(
       per_graph: optional ``topology -> {name: float}``, per-graph traced hyperparameters such as
         ``lambda t: {"gamma": optimal_gamma(t)}``.
       stack: False runs every graph on its own (for comparison and timing).
-      node_bits: also keep every node's bits of every round (:func:`record_bits`) in
+      node_bits: also keep every node's bits of every round (``ConsensusTrace.node_bits``) in
         ``TopologySweep.node_bits``, for :mod:`jaxgossip.cost` (S x R x N floats per graph).
 
     Returns:
@@ -293,10 +271,8 @@ def sweep_topologies(
         key_x, key_a = jax.random.split(key)
         x0 = jax.random.normal(key_x, (topo.num_nodes, int(dim)), jnp.float32)
         alg = algorithms.make(algorithm, topo, **options, **point)
-        if node_bits:
-            alg = record_bits(alg, topo.num_nodes, int(num_steps))
-        errors, bits, _, state = consensus_scan(alg, x0, int(num_steps), key_a)
-        return errors, bits, (state[1] if node_bits else None)
+        trace = consensus_scan(alg, x0, int(num_steps), key_a)
+        return trace.error, trace.round_bits, (trace.node_bits if node_bits else None)
 
     error, bits, seconds = [None] * len(topologies), [None] * len(topologies), []
     per_node = [None] * len(topologies)

@@ -10,7 +10,8 @@ import pytest
 
 import jaxgossip as jg
 from jaxgossip import algorithms, compress
-from jaxgossip.algorithms.choco import ChocoState, choco, resolve_compressor
+from jaxgossip.algorithms.choco import ChocoState, choco
+from jaxgossip.compress import resolve_compressor
 from jaxgossip.algorithms.deepsqueeze import DeepSqueezeState, deepsqueeze
 
 RTOL, ATOL = 1e-5, 1e-5

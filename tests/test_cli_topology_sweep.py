@@ -79,7 +79,7 @@ def test_consensus_rows_equal_the_library_and_cost_is_hand_computed(tmp_path, ca
     assert "skipped" not in printed
 
 
-def test_record_bits_keeps_every_nodes_bits():
+def test_sweep_node_bits_keeps_every_nodes_bits():
     topos = [topology.ring(8), topology.one_peer_exponential(8), topology.star(8)]
     plain = sweeps.sweep_topologies("gossip", topos, dim=3, num_steps=6, seeds=[0, 2])
     assert plain.node_bits is None

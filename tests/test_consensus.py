@@ -95,6 +95,17 @@ def test_gossip_relaxation_beats_plain_on_ring8():
     assert relaxed.error[-1] < 0.1 * plain.error[-1]
 
 
+def test_run_consensus_reports_every_nodes_bits():
+    topo = T.star(5)  # irregular: the hub sends to 4 leaves, every leaf to the hub only
+    x0 = make_x0(5, seed=4)
+    d = 10
+    result = jg.run_consensus(algorithms.make("gossip", topo), x0, 3, jax.random.key(0))
+    assert result.node_bits.shape == (3, 5)
+    expected = np.broadcast_to(topo.out_degree[0] * 32 * d, (3, 5))
+    np.testing.assert_array_equal(np.asarray(result.node_bits), expected)
+    np.testing.assert_array_equal(np.cumsum(np.asarray(result.node_bits).sum(axis=1)), result.bits[1:])
+
+
 def test_allreduce_exact_in_one_step():
     topo = T.ring(8)
     x0 = make_x0(8, seed=2)
@@ -118,8 +129,8 @@ def test_consensus_scan_sweeps_gamma_under_vmap():
     gammas = jnp.array([0.5, 1.0, 1.3])
 
     def run(gamma):
-        errors, bits, x, _ = jg.consensus_scan(algorithms.make("gossip", topo, gamma=gamma), x0, 10, jax.random.key(0))
-        return errors, bits, x
+        trace = jg.consensus_scan(algorithms.make("gossip", topo, gamma=gamma), x0, 10, jax.random.key(0))
+        return trace.error, trace.round_bits, trace.x
 
     errors, bits, x = jax.jit(jax.vmap(run))(gammas)
     for i, gamma in enumerate([0.5, 1.0, 1.3]):

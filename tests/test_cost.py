@@ -8,6 +8,7 @@ import pytest
 
 import jaxgossip as jg
 from jaxgossip import cost
+from jaxgossip.algorithms.pair_tables import pair_tables
 from jaxgossip.cost import EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
 
 B, BW, LAT = 8e6, 1e8, 0.01  # bits, bit/s, s: one message takes LAT + B / BW = 0.09 s
@@ -230,7 +231,7 @@ def test_memory_per_node():
     assert memory_per_node(params, None, states["gossip"]) == pytest.approx(model + 4 / n)  # + count
     assert memory_per_node(params, None, states["choco"], n) == pytest.approx(3 * model + 4 / n)
     # power_gossip: P = 4 pairs of the 4-ring, u and v [P, 16, 1] fp32, a count and a PRNG key
-    pairs = topo.pairs[0].shape[-1]
+    pairs = pair_tables(topo).a.size
     assert memory_per_node(params, None, states["power_gossip"]) == pytest.approx(
         model + (2 * pairs * m * 1 * 4 + 4 + 8) / n
     )

@@ -10,7 +10,7 @@ import pytest
 from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.gossip import gossip
-from jaxgossip.algorithms.power_gossip import _from_matrix, _to_matrix, power_gossip
+from jaxgossip.algorithms.power_gossip import MatrixLeaf, power_gossip, view_bases, working_bases, working_view
 from jaxgossip.consensus import run_consensus
 from jaxgossip.mixing import consensus_distance
 
@@ -434,15 +434,25 @@ def test_gamma_sweepable_under_vmap(rng):
 
 
 def test_flax_kernel_view_matches_pytorch_matrix(rng):
-    from jaxgossip.models import as_matrix
+    from jaxgossip.models import as_matrix, from_matrix
 
     kernel = jnp.asarray(rng.normal(size=(2, 3, 3, 4, 5)), jnp.float32)  # [N, kh, kw, C_in, F]
-    mats = _to_matrix(kernel, "flax_kernel")
+    mats = jax.vmap(as_matrix)(kernel)  # the PyTorch matrices M [N, F, C_in * kh * kw]
     assert mats.shape == (2, 5, 36)
     for node in range(2):
-        np.testing.assert_array_equal(np.asarray(mats[node]), np.asarray(as_matrix(kernel[node])))
-    np.testing.assert_array_equal(np.asarray(_from_matrix(mats, kernel, "flax_kernel")), np.asarray(kernel))
-    assert _to_matrix(kernel, "leading").shape == (2, 3, 60)
+        np.testing.assert_array_equal(np.asarray(from_matrix(mats[node], kernel.shape[1:])), np.asarray(kernel[node]))
+    # The half-steps run on the free reshape M' = Pi M^T: the rows of M^T permuted as the
+    # working bases are (working_bases maps a right basis of M to one of M').
+    working = working_view(kernel, "flax_kernel")
+    leaf = MatrixLeaf(0, kernel.shape[1:], 5, 36, 5)
+    for node in range(2):
+        v = jnp.transpose(mats[node])[None]  # [1, 36, 5]
+        u_work, v_work = working_bases((v[:, :5],), (v,), (leaf,), "flax_kernel")
+        np.testing.assert_array_equal(np.asarray(u_work[0][0]), np.asarray(working[node]))
+        u_back, v_back = view_bases(u_work, v_work, (leaf,), "flax_kernel")
+        np.testing.assert_array_equal(np.asarray(v_back[0]), np.asarray(v))
+        np.testing.assert_array_equal(np.asarray(u_back[0]), np.asarray(v[:, :5]))
+    assert working_view(kernel, "leading").shape == (2, 3, 60)
 
 
 def _to_torch(leaf):

@@ -12,7 +12,8 @@ from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.push_sum import push_sum
-from jaxgossip.algorithms.scsp import make_merge, merge, scsp
+from jaxgossip.algorithms.merge import make_merge, merge
+from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import graph_copies, sparse_push
 from jaxgossip.consensus import run_consensus
 from jaxgossip.mixing import consensus_distance

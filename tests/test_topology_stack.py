@@ -108,8 +108,8 @@ def test_host_table_algorithms_refuse_a_stack_member():
 def _individual(name, topo, seed, dim, steps, options):
     key_x, key_a = jax.random.split(jax.random.key(seed))
     x0 = jax.random.normal(key_x, (topo.num_nodes, dim), jnp.float32)
-    errors, bits, _, _ = consensus_scan(algorithms.make(name, topo, **options), x0, steps, key_a)
-    return np.asarray(errors), np.asarray(bits)
+    trace = consensus_scan(algorithms.make(name, topo, **options), x0, steps, key_a)
+    return np.asarray(trace.error), np.asarray(trace.round_bits)
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.choco import choco
 from jaxgossip.algorithms.deepsqueeze import deepsqueeze
 from jaxgossip.algorithms.gossip import gossip
+from jaxgossip.algorithms.merge import make_merge, merge
 from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
-from jaxgossip.algorithms.scsp import make_merge, merge, scsp
+from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
 from jaxgossip.topology import Topology
 from jaxgossip.types import GossipAlgorithm

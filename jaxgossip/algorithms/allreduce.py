@@ -18,8 +18,9 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
 
     .. math::  x_i \\leftarrow \\frac{1}{N} \\sum_j x_j
 
-    Bits follow the PowerGossip code's convention (ALGORITHMS.md 4.1): one full-model message of
-    ``32 D`` bits per node per round (a ring all-reduce would move about twice that).
+    Bits follow the PowerGossip code's convention (see docs/algorithms.md, section allreduce): one
+    full-model message of ``32 D`` bits per node per round (a ring all-reduce would move about
+    twice that).
 
     Args:
       topology: a Topology (only its N is used) or the node count N.

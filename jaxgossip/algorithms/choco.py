@@ -26,73 +26,7 @@ from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
 
-__all__ = ["choco", "ChocoState", "resolve_compressor"]
-
-CompressorSpec = Any  # Compressor | str | Mapping with a "name" key
-
-
-def resolve_compressor(
-    compressor: CompressorSpec, compressor_options: Mapping[str, Any] | None = None, algorithm: str = "choco"
-) -> compress.Compressor:
-    """Turns a compressor argument into a :class:`~jaxgossip.compress.Compressor`.
-
-    Accepted forms (the same for every compressed algorithm, so configs and the CLI can name them):
-
-    * a :class:`~jaxgossip.compress.Compressor`, used as is;
-    * a name from :data:`jaxgossip.compress.REGISTRY`, e.g. ``"sign"``, with its options in
-      ``compressor_options``, e.g. ``compressor="top_k", compressor_options={"fraction": 0.01}``;
-    * a spec mapping ``{"name": "top_k", "fraction": 0.01}``; ``compressor_options`` may add keys
-      the spec does not set (a key set in both is an error, not a silent override).
-
-    Raises:
-      ValueError: unknown compressor name (lists the known ones), a spec without ``"name"``, options
-        given together with a ready-made Compressor, an option set twice, or a bad option value.
-      TypeError: an argument of the wrong type, or an option the compressor does not take.
-    """
-    if compressor_options is None:
-        options: dict[str, Any] = {}
-    elif isinstance(compressor_options, Mapping):
-        options = dict(compressor_options)
-    else:
-        raise TypeError(
-            f"{algorithm}: compressor_options must be a mapping of keyword options, got "
-            f"{type(compressor_options).__name__}"
-        )
-    if isinstance(compressor, compress.Compressor):
-        if options:
-            raise ValueError(
-                f"{algorithm}: compressor_options={options!r} only apply when the compressor is given by "
-                f"name; {compressor.name} is already built"
-            )
-        return compressor
-    if isinstance(compressor, Mapping):
-        spec = dict(compressor)
-        if "name" not in spec:
-            raise ValueError(f"{algorithm}: a compressor spec mapping needs a 'name' key, got {spec!r}")
-        name = spec.pop("name")
-        twice = sorted(set(spec) & set(options))
-        if twice:
-            raise ValueError(
-                f"{algorithm}: compressor option(s) {twice} given both in the spec and in compressor_options"
-            )
-        options = {**spec, **options}
-    elif isinstance(compressor, str):
-        name = compressor
-    else:
-        raise TypeError(
-            f"{algorithm}: compressor must be a Compressor, a name or a spec mapping, got {type(compressor).__name__}"
-        )
-    if not isinstance(name, str) or name not in compress.REGISTRY:
-        raise ValueError(f"{algorithm}: unknown compressor {name!r}; known compressors: {sorted(compress.REGISTRY)}")
-    try:
-        return compress.make(name, **options)
-    except TypeError as err:
-        if "unexpected keyword" in str(err):
-            raise TypeError(
-                f"{algorithm}: compressor {name!r} does not take option(s) {sorted(options)}: {err}"
-            ) from err
-        raise
-
+__all__ = ["choco", "ChocoState"]
 
 class ChocoState(NamedTuple):
     """State of :func:`choco`."""
@@ -118,7 +52,7 @@ def _sub(x: Params, y: Params) -> Params:
 def choco(
     topology: Topology,
     gamma: Any = 1.0,
-    compressor: CompressorSpec = "identity",
+    compressor: compress.CompressorSpec = "identity",
     compressor_options: Mapping[str, Any] | None = None,
 ) -> GossipAlgorithm:
     """Choco-Gossip: compressed gossip with public copies, the communication step of Choco-SGD.
@@ -151,11 +85,12 @@ def choco(
     gradient step falls between compressing and correcting); that variant is not reproduced here.
 
     Static graphs only: a node knows only what reached it, so on a time-varying graph ``s_i`` could
-    only be the accumulated sum of the weighted messages it received (the information-flow decision
-    of ALGORITHMS.md). Then ``s_i = sum_j W_ij x_hat_j`` no longer holds and the iteration stalls
-    away from consensus (measured: with the identity compressor on ``one_peer_exponential(8)`` the
-    consensus error stops falling after a few rounds), so a topology with period T > 1 is
-    rejected. Use ``sparse_push`` (compressed push-sum) or ``deepsqueeze`` on time-varying graphs.
+    only be the accumulated sum of the weighted messages it received (the information-flow
+    decision, see docs/algorithms.md, section decisions). Then ``s_i = sum_j W_ij x_hat_j`` no
+    longer holds and the iteration stalls away from consensus (measured: with the identity
+    compressor on ``one_peer_exponential(8)`` the consensus error stops falling after a few
+    rounds), so a topology with period T > 1 is rejected. Use ``sparse_push`` (compressed
+    push-sum) or ``deepsqueeze`` on time-varying graphs.
 
     Bits: node i's message ``q_i`` (its compressed cost, all leaves) is charged once per
     out-neighbour, self excluded.
@@ -165,7 +100,7 @@ def choco(
       gamma: consensus step size > 0; float or array (sweepable under vmap).
       compressor: a :class:`~jaxgossip.compress.Compressor`, a compressor name (``"identity"``,
         ``"top_k"``, ``"random_k"``, ``"sign"``, ``"qsgd"``) or a spec mapping
-        ``{"name": ..., **options}``; see :func:`resolve_compressor`.
+        ``{"name": ..., **options}``; see :func:`jaxgossip.compress.resolve_compressor`.
       compressor_options: keyword options of a compressor given by name, e.g.
         ``{"fraction": 0.01, "index_bits": 64}``.
 
@@ -185,7 +120,7 @@ def choco(
             "deepsqueeze on time-varying graphs"
         )
     check_positive("gamma", gamma)
-    comp = resolve_compressor(compressor, compressor_options, "choco")
+    comp = compress.resolve_compressor(compressor, compressor_options, "choco")
 
     def init_fn(params):
         check_params(topology, params)

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 
 from jaxgossip import compress
 from jaxgossip.algorithms._common import check_positive, per_round, require_doubly_stochastic
-from jaxgossip.algorithms.choco import CompressorSpec, resolve_compressor
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
@@ -37,7 +36,7 @@ class DeepSqueezeState(NamedTuple):
 def deepsqueeze(
     topology: Topology,
     gamma: Any = 1.0,
-    compressor: CompressorSpec = "identity",
+    compressor: compress.CompressorSpec = "identity",
     compressor_options: Mapping[str, Any] | None = None,
 ) -> GossipAlgorithm:
     """DeepSqueeze: error-compensated compressed gossip of the models themselves.
@@ -71,7 +70,7 @@ def deepsqueeze(
       topology: doubly stochastic graph, static or time-varying.
       gamma: consensus step size > 0; float or array (sweepable under vmap).
       compressor: a :class:`~jaxgossip.compress.Compressor`, a compressor name or a spec mapping
-        ``{"name": ..., **options}``; see :func:`jaxgossip.algorithms.choco.resolve_compressor`.
+        ``{"name": ..., **options}``; see :func:`jaxgossip.compress.resolve_compressor`.
       compressor_options: keyword options of a compressor given by name.
 
     Returns:
@@ -83,7 +82,7 @@ def deepsqueeze(
     """
     require_doubly_stochastic(topology, "deepsqueeze")
     check_positive("gamma", gamma)
-    comp = resolve_compressor(compressor, compressor_options, "deepsqueeze")
+    comp = compress.resolve_compressor(compressor, compressor_options, "deepsqueeze")
 
     def init_fn(params):
         check_params(topology, params)

@@ -1,9 +1,21 @@
 """PowerGossip: gossip of low-rank projections of the pairwise model differences.
 
-Follows the semantics of the authors' code (ALGORITHMS.md 2.2-2.5): oriented edges ``a < b``,
-alternating right/left power-iteration half-steps on a global iteration counter, the unnormalised
-product kept as the next warm start, 1-D leaves gossiped uncompressed, >= 2-D leaves viewed as
-matrices.
+Follows the semantics of the authors' code: oriented edges ``a < b``, alternating right/left
+power-iteration half-steps on a global iteration counter, the unnormalised product kept as the next
+warm start, 1-D leaves gossiped uncompressed, >= 2-D leaves viewed as matrices. The reasoning
+behind the schedule, the shared randomness, the kernel and the ``flax_kernel`` view is in
+docs/algorithms.md, section power_gossip.
+
+One round is a composition of pure functions, read top to bottom:
+
+* :func:`leaf_plan`: the static per-leaf plan (which leaves are matrices, and their ``(m, n, R)``);
+* :func:`orth`, :func:`half_step`: one power-iteration half-step of one matrix leaf, all pairs;
+* :func:`exchange`: one half-step of every matrix leaf, with the bases it leaves behind;
+* :func:`working_view`, :func:`working_bases`, :func:`view_bases`: the ``flax_kernel`` view;
+* :func:`matrix_round`: the I iterations of one round; :func:`gossip_vectors`: the 1-D leaves;
+* :func:`round_bits`: what every node sent.
+
+The per-pair tables come from :mod:`jaxgossip.algorithms.pair_tables`.
 
 References:
   Vogels, Karimireddy, Jaggi, "Practical Low-Rank Communication Compression in Decentralized Deep
@@ -19,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip import compress
 from jaxgossip.algorithms._common import (
     check_int,
     check_positive,
@@ -26,16 +39,31 @@ from jaxgossip.algorithms._common import (
     require_doubly_stochastic,
     require_host_topology,
 )
+from jaxgossip.algorithms.pair_tables import PairRound, pair_round, pair_tables, require_symmetric
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, GossipAlgorithm, StepInfo
 
-__all__ = ["power_gossip", "PowerGossipState", "MATRIX_VIEWS"]
+__all__ = [
+    "power_gossip",
+    "PowerGossipState",
+    "MATRIX_VIEWS",
+    "MatrixLeaf",
+    "LeafPlan",
+    "Schedule",
+    "leaf_plan",
+    "orth",
+    "half_step",
+    "exchange",
+    "matrix_round",
+    "gossip_vectors",
+    "round_bits",
+]
 
 MATRIX_VIEWS = ("leading", "flax_kernel")
 _EPS = 1e-8  # column normalisation c / (||c|| + eps), as in the reference code
-_SYM_TOL = 1e-6
 _HIGHEST = jax.lax.Precision.HIGHEST  # no TF32 / bf16 passes: gossip must preserve the mean
+_OTHER_SIDE = {"right": "left", "left": "right"}
 
 
 class PowerGossipState(NamedTuple):
@@ -54,92 +82,34 @@ class PowerGossipState(NamedTuple):
     key: Array  # [] PRNG key, the base of the shared per-edge randomness
 
 
-# ---- host-side tables ---------------------------------------------------------------------------
+class MatrixLeaf(NamedTuple):
+    """Static facts about one matrix leaf (node leaf ndim >= 2)."""
+
+    index: int  # position in jax.tree_util.tree_leaves(params)
+    shape: tuple  # the node leaf's shape (without the N axis)
+    m: int  # rows of the matrix view
+    n: int  # columns of the matrix view
+    rank: int  # R = min(m, n, rank)
 
 
-class _PairTables(NamedTuple):
-    """Edge-list and node-slot tables of a symmetric topology (NumPy, host side).
+class LeafPlan(NamedTuple):
+    """Which leaves of a pytree are gossiped as matrices and which exactly (static)."""
 
-    P = pairs over all rounds, K = largest number of pairs at one node in one round.
-    """
-
-    a: np.ndarray  # [P] int, smaller endpoint
-    b: np.ndarray  # [P] int, larger endpoint
-    inc: np.ndarray  # [T, N, K] int32, pair in slot k of node i (padding: pair 0)
-    coef: np.ndarray  # [T, N, K] float32, +W_ab on the a side, -W_ba on the b side, 0 for padding
-    flat_a: np.ndarray  # [T, P] int32, i * K + k of the pair's slot at node a (0 when inactive)
-    flat_b: np.ndarray  # [T, P] int32, same at node b
-    active: np.ndarray  # [T, P] bool, the pair is an edge in round t
-    degree: np.ndarray  # [T, N] int, neighbours of each node in round t
+    matrices: tuple  # a MatrixLeaf per leaf whose node part has ndim >= 2, in tree_leaves order
+    vectors: tuple  # positions of the other leaves (node ndim <= 1), gossiped exactly
 
 
-def _require_symmetric(topology: Topology) -> None:
-    a, b, w_ab, w_ba = topology.pairs
-    gap = np.abs(w_ab - w_ba)
-    if np.any(gap > _SYM_TOL):
-        t, p = np.unravel_index(np.argmax(gap), gap.shape)
-        raise ValueError(
-            f"power_gossip needs a symmetric (undirected) mixing matrix, W(t) = W(t)^T in every "
-            f"round; {topology.name} is not (directed={topology.directed}): round {t} has "
-            f"W[{a[t, p]}, {b[t, p]}] = {w_ab[t, p]:.4g} but W[{b[t, p]}, {a[t, p]}] = {w_ba[t, p]:.4g}. "
-            "Use an undirected graph, or a push-sum method for directed graphs"
-        )
+class Schedule(NamedTuple):
+    """The static settings of one :func:`power_gossip` instance that shape its round."""
+
+    num_iterations: int  # I, half-steps per round
+    warm_start: bool  # reuse the last product as the next basis (False: fresh random bases)
+    skip_first_round: bool  # round 0 exchanges nothing for matrix leaves
+    matrix_view: str  # one of MATRIX_VIEWS
+    static_edges: bool  # every pair is an edge in every round (no masking needed)
 
 
-def _pair_tables(topology: Topology) -> _PairTables:
-    n, period = topology.num_nodes, topology.period
-    a, b, w_ab, w_ba = topology.pairs
-    real = (w_ab != 0) | (w_ba != 0)
-    codes = a.astype(np.int64) * n + b
-    union = np.unique(codes[real])
-    if union.size == 0:  # no edges at all: a dummy pair (0, 0) that is never active
-        union = np.zeros(1, dtype=np.int64)
-    num_pairs = union.size
-    ends = []
-    for t in range(period):
-        e = np.searchsorted(union, codes[t][real[t]])
-        nodes = np.concatenate([a[t][real[t]], b[t][real[t]]])
-        ends.append((nodes, np.concatenate([e, e]), np.concatenate([w_ab[t][real[t]], -w_ba[t][real[t]]])))
-    k = max([1] + [int(np.bincount(nodes, minlength=n).max()) for nodes, _, _ in ends if nodes.size])
-    inc = np.zeros((period, n, k), dtype=np.int32)
-    coef = np.zeros((period, n, k), dtype=np.float32)
-    flat_a = np.zeros((period, num_pairs), dtype=np.int32)
-    flat_b = np.zeros((period, num_pairs), dtype=np.int32)
-    active = np.zeros((period, num_pairs), dtype=bool)
-    degree = np.zeros((period, n), dtype=np.int64)
-    for t, (nodes, e, c) in enumerate(ends):
-        if nodes.size == 0:
-            continue
-        order = np.argsort(nodes, kind="stable")
-        nodes, e, c = nodes[order], e[order], c[order]
-        slot = np.arange(nodes.size) - np.searchsorted(nodes, nodes)
-        inc[t, nodes, slot] = e
-        coef[t, nodes, slot] = c
-        flat = (nodes * k + slot).astype(np.int32)
-        side_a = nodes == (union[e] // n)
-        flat_a[t, e[side_a]] = flat[side_a]
-        flat_b[t, e[~side_a]] = flat[~side_a]
-        active[t, e] = True
-        degree[t] = np.bincount(nodes, minlength=n)
-    return _PairTables(union // n, union % n, inc, coef, flat_a, flat_b, active, degree)
-
-
-# ---- matrix views -------------------------------------------------------------------------------
-#
-# Both views are computed on a free reshape of the leaf, never on a transposed copy. "leading" is
-# the matrix M = reshape(x, (m, n)) itself. For "flax_kernel" the leaf (kh, kw, C_in, F) reshapes
-# for free to M' = reshape(x, (kh * kw * C_in, F)) = Pi M^T, where M (F, C_in * kh * kw) is the
-# PyTorch matrix and Pi the row permutation (C_in, kh, kw) -> (kh, kw, C_in). Because
-# D' = Pi D^T, a right half-step on M (orth V, P = D V_hat, Delta = P V_hat^T) is a left half-step
-# on M' with the basis Pi V (D'^T Pi V_hat = D V_hat, Pi V_hat P^T = Pi Delta^T, and the
-# column-wise Gram-Schmidt commutes with a row permutation), and a left half-step on M is a right
-# half-step on M'. So the flax view runs on M' with right/left swapped and the working bases
-# (Pi V, U) in the roles of (U, V); only the small bases [P, n, R] are permuted, once per round.
-
-
-def _flax_axes(ndim: int) -> tuple[int, ...]:
-    # (kh, kw, C_in, F) -> (F, C_in, kh, kw): the PyTorch order, as jaxgossip.models.as_matrix.
-    return (ndim - 1, ndim - 2) + tuple(range(ndim - 2))
+# ---- the static per-leaf plan ----------------------------------------------------------------------
 
 
 def _matrix_shape(shape: tuple[int, ...], view: str) -> tuple[int, int]:
@@ -149,31 +119,128 @@ def _matrix_shape(shape: tuple[int, ...], view: str) -> tuple[int, int]:
     return int(m), size // int(m)
 
 
-def _to_matrix(leaf: Array, view: str) -> Array:
-    """[N, *s] -> [N, m, n] float32, the matrix view itself (transposes for "flax_kernel"; not
-    used by the algorithm, which works on :func:`_to_working` instead)."""
-    x = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
-    if view == "flax_kernel":
-        x = jnp.transpose(x, (0,) + tuple(1 + a for a in _flax_axes(leaf.ndim - 1)))
-    return x.reshape(leaf.shape[0], x.shape[1], -1)
+def leaf_plan(leaves: list, matrix_view: str, rank: int) -> LeafPlan:
+    """Splits stacked leaves ``[N, ...]`` into matrix leaves (with their view) and vector leaves."""
+    matrices, vectors = [], []
+    for i, leaf in enumerate(leaves):
+        shape = tuple(jnp.shape(leaf)[1:])
+        if len(shape) >= 2:
+            m, n = _matrix_shape(shape, matrix_view)
+            matrices.append(MatrixLeaf(i, shape, m, n, min(m, n, rank)))
+        else:
+            vectors.append(i)
+    return LeafPlan(tuple(matrices), tuple(vectors))
 
 
-def _from_matrix(x: Array, like: Array, view: str) -> Array:
-    shape = like.shape[1:]
-    if view == "flax_kernel":
-        axes = _flax_axes(len(shape))
-        x = x.reshape((like.shape[0],) + tuple(shape[a] for a in axes))
-        x = jnp.transpose(x, (0,) + tuple(1 + a for a in np.argsort(axes)))
-    return x.reshape(like.shape).astype(like.dtype)
+# ---- the power-iteration half-steps ----------------------------------------------------------------
 
 
-def _to_working(leaf: Array, view: str) -> Array:
+def orth(c: Array) -> Array:
+    """Column-wise Gram-Schmidt of ``c [..., d, R]``, each column scaled as ``c / (||c|| + 1e-8)``."""
+    cols = [c[..., i] for i in range(c.shape[-1])]
+    out = []
+    for i in range(len(cols)):
+        q = cols[i] / (jnp.linalg.norm(cols[i], axis=-1, keepdims=True) + _EPS)
+        out.append(q)
+        for j in range(i + 1, len(cols)):
+            cols[j] = cols[j] - jnp.sum(q * cols[j], axis=-1, keepdims=True) * q
+    return jnp.stack(out, axis=-1)
+
+
+def _edge_products(x: Array, basis_slots: Array, side: str, pairs: PairRound) -> Array:
+    """``D_e B_e`` (right) or ``D_e^T B_e`` (left) for every pair e, without gathering x per pair.
+
+    Each node multiplies its own matrix by the basis of each of its K incident pairs (what it would
+    send), ``[N, K, m or n, R]``; the pair's product is the difference of its two endpoints' messages.
+    """
+    num_nodes, k = basis_slots.shape[:2]
+    if side == "right":  # x [N, m, n], basis_slots [N, K, n, R]
+        sent = jnp.einsum("imn,iknr->ikmr", x, basis_slots, precision=_HIGHEST)
+    else:  # basis_slots [N, K, m, R]
+        sent = jnp.einsum("imn,ikmr->iknr", x, basis_slots, precision=_HIGHEST)
+    sent = sent.reshape((num_nodes * k,) + sent.shape[2:])
+    return sent[pairs.flat_b] - sent[pairs.flat_a]
+
+
+def half_step(x: Array, basis: Array, side: str, pairs: PairRound) -> tuple[Array, Array, Array]:
+    """One right or left power-iteration half-step of one matrix leaf, all pairs at once.
+
+    Right (``side="right"``, ``basis`` = V [P, n, R]):
+    ``V_hat = orth(V)``, ``P_e = D_e V_hat_e``, ``x_i += sum_e c_ie P_e V_hat_e^T``.
+    Left (``basis`` = U [P, m, R]):
+    ``U_hat = orth(U)``, ``Q_e = D_e^T U_hat_e``, ``x_i += sum_e c_ie U_hat_e Q_e^T``.
+    ``c_ie`` are the slot coefficients ``pairs.coef`` (relaxation included).
+
+    Args:
+      x: [N, m, n] float32, every node's matrix.
+      basis: the basis on the ``side`` of the step, [P, n, R] (right) or [P, m, R] (left).
+      side: ``"right"`` or ``"left"`` (static).
+      pairs: the round's :class:`~jaxgossip.algorithms.pair_tables.PairRound`.
+
+    Returns:
+      ``(x + delta, basis_hat [P, n or m, R], product [P, m or n, R])``.
+    """
+    basis_hat = orth(basis)
+    basis_slots = basis_hat[pairs.inc]  # [N, K, n or m, R]
+    product = _edge_products(x, basis_slots, side, pairs)  # [P, m or n, R]
+    product_slots = pairs.coef[:, :, None, None] * product[pairs.inc]  # [N, K, m or n, R]
+    if side == "right":
+        delta = jnp.einsum("ikmr,iknr->imn", product_slots, basis_slots, precision=_HIGHEST)
+    else:
+        delta = jnp.einsum("ikmr,iknr->imn", basis_slots, product_slots, precision=_HIGHEST)
+    return x + delta, basis_hat, product
+
+
+class MatrixCarry(NamedTuple):
+    """What the iterations of one round carry, per matrix leaf, in the working view."""
+
+    mats: tuple  # [N, rows, cols] float32, every node's working matrix
+    u: tuple  # [P, rows, R] float32, working left bases
+    v: tuple  # [P, cols, R] float32, working right bases
+
+
+def exchange(carry: MatrixCarry, side: str, pairs: PairRound, fresh: tuple | None, static_edges: bool) -> MatrixCarry:
+    """One ``side`` half-step of every matrix leaf (in the working view).
+
+    A right step reads V (or its ``fresh`` random replacement), keeps ``V_hat`` in V (the
+    reference orthonormalises in place) and stores the product in U; a left step mirrors it. Pairs
+    that are not edges this round keep their bases (unless ``static_edges``).
+    """
+    mats, us, vs = [], [], []
+    for l, (x, u, v) in enumerate(zip(*carry)):
+        basis = (v if side == "right" else u) if fresh is None else fresh[l]
+        x, basis_hat, product = half_step(x, basis, side, pairs)
+        new_u, new_v = (product, basis_hat) if side == "right" else (basis_hat, product)
+        if not static_edges:
+            mask = pairs.active[:, None, None]
+            new_u, new_v = jnp.where(mask, new_u, u), jnp.where(mask, new_v, v)
+        mats.append(x)
+        us.append(new_u)
+        vs.append(new_v)
+    return MatrixCarry(tuple(mats), tuple(us), tuple(vs))
+
+
+# ---- the matrix views ---------------------------------------------------------------------------------
+#
+# The half-steps run on a free reshape of each leaf, never on a transposed copy. "leading" is the
+# matrix M = reshape(x, (m, n)) itself. For "flax_kernel" the working matrix is M' = Pi M^T, the
+# free reshape (kh * kw * C_in, F) of a flax kernel, so a step on M is the other-side step on M'
+# with the working bases (Pi V, U) in the roles of (U, V). See docs/algorithms.md, section
+# power_gossip ("Matrix views") for the derivation.
+
+
+def working_view(leaf: Array, view: str) -> Array:
     """[N, *s] -> the matrix the half-steps run on, by a free reshape: [N, m, n] ("leading") or
     [N, n, m] = M' ("flax_kernel", rows in the leaf's (kh, kw, C_in) order), float32."""
     x = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
     if view == "flax_kernel":
         return x.reshape(leaf.shape[0], -1, leaf.shape[-1])
     return x.reshape(leaf.shape[0], leaf.shape[1], -1)
+
+
+def working_side(side: str, view: str) -> str:
+    """The half-step on the working matrix that is a ``side`` step on the view's matrix M."""
+    return _OTHER_SIDE[side] if view == "flax_kernel" else side
 
 
 def _permute_rows(basis: Array, shape: tuple[int, ...], to_flax: bool) -> Array:
@@ -193,64 +260,21 @@ def _permute_rows(basis: Array, shape: tuple[int, ...], to_flax: bool) -> Array:
     return jnp.transpose(x, perm).reshape(basis.shape)
 
 
-# ---- the power-iteration half-steps ---------------------------------------------------------------
+def working_bases(u: tuple, v: tuple, matrices: tuple[MatrixLeaf, ...], view: str) -> tuple[tuple, tuple]:
+    """The stored bases (U, V) of the view's matrices as working bases: (U, V) or (Pi V, U)."""
+    if view != "flax_kernel":
+        return tuple(u), tuple(v)
+    return tuple(_permute_rows(b, leaf.shape, True) for b, leaf in zip(v, matrices)), tuple(u)
 
 
-def _orth(c: Array) -> Array:
-    """Column-wise Gram-Schmidt of ``c [..., d, R]``, each column scaled as ``c / (||c|| + 1e-8)``."""
-    cols = [c[..., i] for i in range(c.shape[-1])]
-    out = []
-    for i in range(len(cols)):
-        q = cols[i] / (jnp.linalg.norm(cols[i], axis=-1, keepdims=True) + _EPS)
-        out.append(q)
-        for j in range(i + 1, len(cols)):
-            cols[j] = cols[j] - jnp.sum(q * cols[j], axis=-1, keepdims=True) * q
-    return jnp.stack(out, axis=-1)
+def view_bases(u: tuple, v: tuple, matrices: tuple[MatrixLeaf, ...], view: str) -> tuple[tuple, tuple]:
+    """Inverse of :func:`working_bases`: working bases back to the stored (U, V)."""
+    if view != "flax_kernel":
+        return tuple(u), tuple(v)
+    return tuple(v), tuple(_permute_rows(b, leaf.shape, False) for b, leaf in zip(u, matrices))
 
 
-def _edge_products(x: Array, basis_slots: Array, side: str, tables: dict) -> Array:
-    """``D_e B_e`` (right) or ``D_e^T B_e`` (left) for every pair e, without gathering x per pair.
-
-    Each node multiplies its own matrix by the basis of each of its K incident pairs (what it would
-    send), ``[N, K, m or n, R]``; the pair's product is the difference of its two endpoints' messages.
-    """
-    num_nodes, k = basis_slots.shape[:2]
-    if side == "right":  # x [N, m, n], basis_slots [N, K, n, R]
-        sent = jnp.einsum("imn,iknr->ikmr", x, basis_slots, precision=_HIGHEST)
-    else:  # basis_slots [N, K, m, R]
-        sent = jnp.einsum("imn,ikmr->iknr", x, basis_slots, precision=_HIGHEST)
-    sent = sent.reshape((num_nodes * k,) + sent.shape[2:])
-    return sent[tables["flat_b"]] - sent[tables["flat_a"]]
-
-
-def _half_step(x, u, v, side, fresh, gcoef, tables, static_edges):
-    """One right (``side="right"``) or left half-step on one matrix leaf, all pairs at once.
-
-    Right: ``V_hat = orth(V)``, ``P = D V_hat`` stored in U, ``x_i += sum_e c_ie P_e V_hat_e^T``.
-    Left:  ``U_hat = orth(U)``, ``Q = D^T U_hat`` stored in V, ``x_i += sum_e c_ie U_hat_e Q_e^T``.
-    The basis buffer keeps its orthonormalised value (in place, as in the reference code).
-    """
-    inc = tables["inc"]
-    basis = v if side == "right" else u
-    if fresh is not None:
-        basis = fresh
-    basis_hat = _orth(basis)
-    basis_slots = basis_hat[inc]  # [N, K, n or m, R]
-    product = _edge_products(x, basis_slots, side, tables)  # [P, m or n, R]
-    product_slots = gcoef[:, :, None, None] * product[inc]  # [N, K, m or n, R]
-    if side == "right":
-        delta = jnp.einsum("ikmr,iknr->imn", product_slots, basis_slots, precision=_HIGHEST)
-        new_u, new_v = product, basis_hat
-    else:
-        delta = jnp.einsum("ikmr,iknr->imn", basis_slots, product_slots, precision=_HIGHEST)
-        new_u, new_v = basis_hat, product
-    if not static_edges:  # pairs that are not edges this round keep their state
-        mask = tables["active"][:, None, None]
-        new_u, new_v = jnp.where(mask, new_u, u), jnp.where(mask, new_v, v)
-    return x + delta, new_u, new_v
-
-
-# ---- the factory ----------------------------------------------------------------------------------
+# ---- shared per-pair randomness ----------------------------------------------------------------------
 
 
 @functools.partial(jax.jit, static_argnums=3)
@@ -274,6 +298,18 @@ def _initial_bases(key: Array, codes: Array, shapes: tuple) -> tuple[tuple, tupl
     return us, vs
 
 
+def _fresh_bases(key: Array, codes: Array, t: Array, side: str, matrices: tuple, view: str) -> tuple:
+    """Random working bases that replace the ones a ``side`` step reads (``warm_start=False``):
+    V (right) or U (left) of every matrix leaf, one packed draw per pair from counter ``t + 1``."""
+    rows = [leaf.n if side == "right" else leaf.m for leaf in matrices]
+    sizes = [d * leaf.rank for d, leaf in zip(rows, matrices)]
+    chunks = jnp.split(_pair_normals(key, codes, t + 1, int(sum(sizes))), np.cumsum(sizes)[:-1], axis=1)
+    fresh = [c.reshape(-1, d, leaf.rank) for c, d, leaf in zip(chunks, rows, matrices)]
+    if view == "flax_kernel" and side == "right":  # a fresh V enters the working view as Pi V
+        fresh = [_permute_rows(f, leaf.shape, True) for f, leaf in zip(fresh, matrices)]
+    return tuple(fresh)
+
+
 def _as_key(seed: Any) -> Array:
     if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
         if seed.shape != ():
@@ -282,6 +318,89 @@ def _as_key(seed: Any) -> Array:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be a Python int or a jax.random.key, got {type(seed).__name__} {seed!r}")
     return jax.random.key(int(seed))
+
+
+# ---- one round ----------------------------------------------------------------------------------------
+
+
+def matrix_round(
+    leaves: list, state: PowerGossipState, matrices: tuple[MatrixLeaf, ...], pairs: PairRound, schedule: Schedule
+) -> tuple[list, tuple, tuple]:
+    """The I iterations of round ``state.count`` on the matrix leaves.
+
+    Iteration ``j`` is the global iteration ``t = count * I + j``: a right step for odd t, a left
+    step for even t, none in round 0 with ``skip_first_round``. ``pairs.coef`` must already carry
+    the relaxation gamma.
+
+    Returns:
+      ``(new matrix leaves in the order of matrices, u, v)`` with the stored (view) bases.
+    """
+    view = schedule.matrix_view
+
+    def step(side, t, carry):
+        fresh = None
+        if not schedule.warm_start:
+            fresh = _fresh_bases(state.key, pairs.codes, t, side, matrices, view)
+        return exchange(carry, working_side(side, view), pairs, fresh, schedule.static_edges)
+
+    def iteration(j, carry):
+        t = state.count * schedule.num_iterations + j
+        branch = jnp.where(t % 2 == 1, 1, 2)
+        if schedule.skip_first_round:
+            # The reference's iteration loop breaks at t = 0, which ends the whole first round:
+            # no iteration of round 0 exchanges (docs/algorithms.md, section power_gossip).
+            branch = jnp.where(state.count == 0, 0, branch)
+        branches = [lambda c: c, functools.partial(step, "right", t), functools.partial(step, "left", t)]
+        return jax.lax.switch(branch, branches, carry)
+
+    mats = tuple(working_view(leaves[leaf.index], view) for leaf in matrices)
+    carry = MatrixCarry(mats, *working_bases(state.u, state.v, matrices, view))
+    carry = jax.lax.fori_loop(0, schedule.num_iterations, iteration, carry)
+    new_leaves = [
+        mat.reshape(leaves[leaf.index].shape).astype(leaves[leaf.index].dtype)
+        for leaf, mat in zip(matrices, carry.mats)
+    ]
+    return (new_leaves, *view_bases(carry.u, carry.v, matrices, view))
+
+
+def gossip_vectors(topology: Topology, leaves: list, vectors: tuple[int, ...], count: Array, gamma: Any) -> list:
+    """Exact relaxed gossip of the vector leaves, once per round, as one [N, sum of sizes] buffer.
+
+    ``x_i <- x_i + gamma (sum_j W_ij x_j - x_i)``; returns the new leaves in the order of ``vectors``.
+    """
+    vec = [leaves[i] for i in vectors]
+    dtype = jnp.promote_types(jnp.result_type(*vec), jnp.float32)
+    flat = jnp.concatenate([leaf.reshape(topology.num_nodes, -1).astype(dtype) for leaf in vec], axis=1)
+    flat = relax(flat, mix(topology, flat, count), gamma)
+    sizes = [int(np.prod(leaf.shape[1:], dtype=np.int64)) for leaf in vec]
+    parts = jnp.split(flat, np.cumsum(sizes)[:-1], axis=1)
+    return [part.reshape(leaf.shape).astype(leaf.dtype) for leaf, part in zip(vec, parts)]
+
+
+def round_bits(
+    leaves: list, matrices: tuple, vectors: tuple, pairs: PairRound, count: Array, schedule: Schedule
+) -> Array:
+    """[N] bits each node sent in round ``count``, to each of its ``pairs.degree`` neighbours:
+    per exchange ``R m`` (right) or ``R n`` (left) values per matrix leaf, and every vector leaf
+    once; a value costs its leaf dtype's bits (:func:`jaxgossip.compress.value_bits`)."""
+
+    def value_bits(i):
+        return compress.value_bits(jnp.result_type(leaves[i]))
+
+    right = float(sum(leaf.rank * leaf.m * value_bits(leaf.index) for leaf in matrices))
+    left = float(sum(leaf.rank * leaf.n * value_bits(leaf.index) for leaf in matrices))
+    dense = float(sum(int(np.prod(jnp.shape(leaves[i])[1:], dtype=np.int64)) * value_bits(i) for i in vectors))
+    t = count * schedule.num_iterations + jnp.arange(schedule.num_iterations)
+    if schedule.skip_first_round:
+        exchanged = jnp.broadcast_to(count != 0, t.shape)
+    else:
+        exchanged = jnp.ones_like(t, bool)
+    num_right = jnp.sum(exchanged & (t % 2 == 1)).astype(jnp.float32)
+    num_left = jnp.sum(exchanged & (t % 2 == 0)).astype(jnp.float32)
+    return jnp.asarray(pairs.degree, jnp.float32) * (num_right * right + num_left * left + dense)
+
+
+# ---- the factory --------------------------------------------------------------------------------------
 
 
 def power_gossip(
@@ -298,12 +417,10 @@ def power_gossip(
     """PowerGossip: exact gossip with each edge difference projected onto a rank-R subspace.
 
     For every undirected edge ``e = (a, b)``, ``a < b``, and every matrix leaf, both endpoints
-    share a linear rank-R compressor, so each only sends the image of its own matrix and no public
-    copies are needed. The basis is refined by one power-iteration half-step per exchange and
-    warm-started from the previous one (subspace iteration on the slowly drifting difference).
-    Use it on symmetric graphs when bandwidth is the bottleneck (ResNet-20 on the 8-ring: ~56x less
-    traffic than exact gossip at rank 1). Leaves whose node part has ndim <= 1 (biases, norms) are
-    gossiped exactly every round.
+    share a rank-R linear compressor, refined by one power-iteration half-step per exchange and
+    warm-started from the previous one. Use it on symmetric graphs when bandwidth is the bottleneck
+    (ResNet-20 on the 8-ring: ~56x less traffic than exact gossip at rank 1). Leaves whose node
+    part has ndim <= 1 (biases, norms) are gossiped exactly every round.
 
     .. math::
 
@@ -318,38 +435,12 @@ def power_gossip(
 
         x_i \\leftarrow x_i + \\gamma_v \\Big(\\sum_j W_{ij} x_j - x_i\\Big) \\text{ for 1-D leaves, once per round.}
 
-    ``orth`` is column-wise Gram-Schmidt with columns scaled ``c / (||c|| + 1e-8)``. The gossip
-    iteration counter is global, ``t = count * I + j`` for iteration ``j < I`` of round ``count``,
-    and the I iterations of one round run sequentially (each on the X left by the previous one).
-    With ``skip_first_round`` the first round (iterations ``t = 0 .. I-1``) exchanges nothing for
-    matrix leaves (the reference's loop breaks at ``t = 0``; it assumes identical initial models),
-    so the first exchange is ``t = I``: a right step for odd I, a left step for even I. (Doing
-    ``t = 1 .. I-1`` in round 0 instead would, with identical models, store a zero product as the
-    warm-start basis and silence that edge for good.) The product is stored *unnormalised* as the next basis; the used basis stays in its
-    buffer in orthonormalised form. With ``R = m = n`` the projection is the identity and a
-    square leaf follows exact gossip with relaxation ``gamma``.
-
-    Shared randomness (both endpoints agree because it depends only on the pair): with
-    ``k_e = fold_in(key(seed), a * N + b)``, ``init`` draws one packed vector ``z ~ N(0, 1)`` of
-    size ``sum_l (m_l + n_l) R_l`` per pair from ``fold_in(k_e, 0)`` and cuts it, in matrix-leaf
-    order, into ``U_1, V_1, U_2, V_2, ...`` (row-major ``[m, R]`` / ``[n, R]``; U filled before V),
-    as the reference fills one packed buffer. With ``warm_start=False`` the active buffers are
-    refilled before iteration t from ``fold_in(k_e, t + 1)``: one packed draw cut into
-    ``V_1, V_2, ...`` (odd t) or ``U_1, U_2, ...`` (even t).
-
-    Memory and kernel: X is never gathered per edge. For each matrix leaf and iteration, every
-    node multiplies its own matrix by the bases of its K incident pairs (one batched matmul
-    ``[N, m, n] x [N, n, K R]``), the pair products are differences of two gathered rows, and the
-    update is one batched matmul contracting over ``(K, R)``. Transients are ``[N, K, m + n, R]``
-    per leaf, so memory is ``O(N D + E (m + n) R)``; no ``[E, m, n]`` array is formed (a per-edge
-    gather of X would need ``E / 2`` model-sized copies of every leaf). Measured on XLA:CPU for
-    one right half-step of a 256 x 2304 leaf, rank 1: on the 8-ring 0.2 MB of temporaries and
-    14.5 ms against 56.6 MB and 47.7 ms for the per-edge gather + ``segment_sum`` form; on the
-    8 x 8 torus 2.8 MB / 291 ms against 604 MB / 980 ms.
-
-    Bits per node per round: for every iteration with a compressed exchange, ``R m`` (right) or
-    ``R n`` (left) values per matrix leaf to each neighbour, plus every 1-D leaf once to each
-    neighbour; a value costs the leaf dtype's bits (32 for float32).
+    ``orth`` is column-wise Gram-Schmidt with columns scaled ``c / (||c|| + 1e-8)``. The iteration
+    counter is global, ``t = count * I + j`` for iteration ``j < I`` of round ``count``. Each
+    node sends ``R m`` (right) or ``R n`` (left) values per matrix leaf and exchange, and every
+    1-D leaf once, to each neighbour. The first-round rule, the shared per-pair randomness, the
+    memory-lean kernel and the ``flax_kernel`` view are explained in docs/algorithms.md, section
+    power_gossip.
 
     Args:
       topology: a symmetric (undirected), doubly stochastic graph, ``W(t) = W(t)^T``; static or
@@ -361,23 +452,14 @@ def power_gossip(
         float or array (sweepable). 1.308 is the 8-ring optimum used in the paper.
       warm_start: reuse the last product as the next basis (True, the method) or draw a fresh
         random basis before each iteration (False, the paper's "rand" ablation).
-      skip_first_round: no compressed exchange in round 0 (True, the reference code);
-        False exchanges from the start (a left half-step on the random U).
-      vector_gamma: relaxation > 0 of the exact gossip on 1-D leaves. The reference uses the
-        default 1.0 there whatever ``gamma`` is (ALGORITHMS.md 10.1); pass ``vector_gamma=gamma``
-        for a uniform rate.
-      matrix_view: how a node leaf of ndim >= 2 becomes an ``m x n`` matrix. ``"leading"``:
-        ``(shape[0], -1)``, the reference's view of PyTorch tensors (out, in, kh, kw), right for
-        arbitrary pytrees. ``"flax_kernel"``: the last (output) axis first, then the others in
-        reverse-channel order, ``(kh, kw, C_in, F) -> (F, C_in * kh * kw)`` and ``(C_in, F) ->
-        (F, C_in)``, i.e. exactly the PyTorch matrix of a flax kernel (same as
-        ``jaxgossip.models.as_matrix``); use it to reproduce the reference on flax models
-        (``"leading"`` would give ``(kh, kw * C_in * F)``). It applies to every >= 2-D leaf, so a
-        flax ``Embed`` table ``(V, E)``, already in PyTorch layout, is seen transposed (same
-        subspaces, the right/left half-step order swapped). No kernel is transposed: the
-        half-steps run on the free reshape ``(kh * kw * C_in, F)``, which is the transposed
-        PyTorch matrix up to a row permutation, with right and left swapped; only the bases are
-        permuted (the stored U, V are those of the PyTorch matrix, as documented above).
+      skip_first_round: no compressed exchange in round 0 (True, the reference code); False
+        exchanges from the start (a left half-step on the random U).
+      vector_gamma: relaxation > 0 of the exact gossip on 1-D leaves; the reference uses 1.0 there
+        whatever ``gamma`` is, ``vector_gamma=gamma`` gives a uniform rate.
+      matrix_view: how a node leaf of ndim >= 2 becomes an ``m x n`` matrix: ``"leading"``,
+        ``(shape[0], -1)`` (the reference's view of PyTorch tensors, right for any pytree), or
+        ``"flax_kernel"``, the PyTorch matrix of a flax kernel, ``(kh, kw, C_in, F) -> (F, C_in *
+        kh * kw)`` (as :func:`jaxgossip.models.as_matrix`), computed without transposing the leaf.
       seed: Python int or ``jax.random.key``, base of the shared per-edge randomness.
 
     Returns:
@@ -395,7 +477,7 @@ def power_gossip(
     """
     require_host_topology(topology, "power_gossip")
     require_doubly_stochastic(topology, "power_gossip")
-    _require_symmetric(topology)
+    require_symmetric(topology, "power_gossip")
     rank = check_int("rank", rank, 1)
     num_iterations = check_int("num_iterations", num_iterations, 1)
     check_positive("gamma", gamma)
@@ -406,128 +488,40 @@ def power_gossip(
     if matrix_view not in MATRIX_VIEWS:
         raise ValueError(f"matrix_view={matrix_view!r} is unknown; known views: {MATRIX_VIEWS}")
     base_key = _as_key(seed)
-    host = _pair_tables(topology)
-    period, num_nodes = topology.period, topology.num_nodes
-    static_edges = bool(host.active.all())
-    pair_codes = jnp.asarray(host.a * num_nodes + host.b, jnp.uint32)
-
-    def split_leaves(leaves):
-        """Indices of matrix leaves (with their (m, n, R)) and of vector leaves."""
-        matrices, vectors = [], []
-        for i, leaf in enumerate(leaves):
-            shape = jnp.shape(leaf)[1:]
-            if len(shape) >= 2:
-                m, n = _matrix_shape(shape, matrix_view)
-                matrices.append((i, m, n, min(m, n, rank)))
-            else:
-                vectors.append(i)
-        return matrices, vectors
-
-    def draw(key, counter, sizes):
-        """Per pair, one N(0, 1) vector of ``sum(sizes)``, cut into chunks: list of [P, size]."""
-        z = _pair_normals(key, pair_codes, counter, int(sum(sizes)))
-        return jnp.split(z, np.cumsum(sizes)[:-1], axis=1)
+    tables = pair_tables(topology)
+    static_edges = bool(tables.active.all())
+    schedule = Schedule(num_iterations, bool(warm_start), bool(skip_first_round), matrix_view, static_edges)
 
     def init_fn(params):
         check_params(topology, params)
-        matrices, _ = split_leaves(jax.tree_util.tree_leaves(params))
-        us, vs = _initial_bases(base_key, pair_codes, tuple((m, n, r) for _, m, n, r in matrices))
+        matrices, _ = leaf_plan(jax.tree_util.tree_leaves(params), matrix_view, rank)
+        codes = pair_round(tables, 0).codes
+        us, vs = _initial_bases(base_key, codes, tuple((leaf.m, leaf.n, leaf.rank) for leaf in matrices))
         return PowerGossipState(jnp.zeros([], jnp.int32), us, vs, base_key)
-
-    def round_tables(count):
-        def pick(table):
-            if period == 1:
-                return jnp.asarray(table[0])
-            return jnp.asarray(table)[count % period]
-
-        return {name: pick(getattr(host, name)) for name in ("inc", "coef", "flat_a", "flat_b", "active")}
 
     def step_fn(params, state, key):
         del key  # the randomness is per edge (state.key), so both endpoints agree
         leaves, treedef = jax.tree_util.tree_flatten(params)
-        matrices, vectors = split_leaves(leaves)
+        matrices, vectors = leaf_plan(leaves, matrix_view, rank)
         if len(matrices) != len(state.u):
             raise ValueError(
                 f"params have {len(matrices)} matrix leaves but the state was built for {len(state.u)}; "
                 "call init on params of the same structure"
             )
-        new_leaves = list(leaves)
-
-        if vectors:  # exact gossip of the 1-D leaves, once per round, as one [N, sum of sizes] buffer
-            vec = [leaves[i] for i in vectors]
-            dtype = jnp.promote_types(jnp.result_type(*vec), jnp.float32)
-            flat = jnp.concatenate([leaf.reshape(num_nodes, -1).astype(dtype) for leaf in vec], axis=1)
-            flat = relax(flat, mix(topology, flat, state.count), vector_gamma)
-            sizes = [int(np.prod(leaf.shape[1:], dtype=np.int64)) for leaf in vec]
-            for i, leaf, part in zip(vectors, vec, jnp.split(flat, np.cumsum(sizes)[:-1], axis=1)):
-                new_leaves[i] = part.reshape(leaf.shape).astype(leaf.dtype)
-
-        us, vs = state.u, state.v
+        pairs = pair_round(tables, state.count)
+        new_leaves, u, v = list(leaves), state.u, state.v
+        if vectors:
+            for i, leaf in zip(vectors, gossip_vectors(topology, leaves, vectors, state.count, vector_gamma)):
+                new_leaves[i] = leaf
         if matrices:
-            tables = round_tables(state.count)
-            gcoef = jnp.asarray(gamma, jnp.float32) * tables["coef"]
-            flipped = matrix_view == "flax_kernel"  # half-steps on M' = Pi M^T (see "matrix views")
-            node_shapes = [leaves[i].shape[1:] for i, *_ in matrices]
-            other = {"right": "left", "left": "right"}
-
-            def exchange(side, t, mats, us, vs):
-                # side is the half-step on the view's matrix M; the carried (us, vs) are the
-                # working bases, (U, V) or, flipped, (Pi V, U), with the working side swapped.
-                fresh = [None] * len(matrices)
-                if not warm_start:  # refill the active buffers (V for right, U for left steps)
-                    rows = [n if side == "right" else m for _, m, n, _ in matrices]
-                    chunks = draw(state.key, t + 1, [d * r for d, (*_, r) in zip(rows, matrices)])
-                    fresh = [c.reshape(-1, d, r) for c, d, (*_, r) in zip(chunks, rows, matrices)]
-                    if flipped and side == "right":
-                        fresh = [_permute_rows(f, s, True) for f, s in zip(fresh, node_shapes)]
-                work_side = other[side] if flipped else side
-                out = [], [], []
-                for l in range(len(matrices)):
-                    res = _half_step(mats[l], us[l], vs[l], work_side, fresh[l], gcoef, tables, static_edges)
-                    for o, val in zip(out, res):
-                        o.append(val)
-                return tuple(tuple(o) for o in out)
-
-            def iteration(j, carry):
-                t = state.count * num_iterations + j
-                branch = jnp.where(t % 2 == 1, 1, 2)
-                if skip_first_round:
-                    # The reference's iteration loop breaks at t = 0, which ends the whole first
-                    # round: no iteration of round 0 exchanges (ALGORITHMS.md 2.2).
-                    branch = jnp.where(state.count == 0, 0, branch)
-                branches = [
-                    lambda *c: c,
-                    lambda *c: exchange("right", t, *c),
-                    lambda *c: exchange("left", t, *c),
-                ]
-                return jax.lax.switch(branch, branches, *carry)
-
-            mats = tuple(_to_working(leaves[i], matrix_view) for i, *_ in matrices)
-            if flipped:
-                us, vs = tuple(_permute_rows(v, s, True) for v, s in zip(vs, node_shapes)), tuple(us)
-            mats, us, vs = jax.lax.fori_loop(0, num_iterations, iteration, (mats, tuple(us), tuple(vs)))
-            if flipped:
-                us, vs = tuple(vs), tuple(_permute_rows(u, s, False) for u, s in zip(us, node_shapes))
-            for (i, *_), mat in zip(matrices, mats):
-                new_leaves[i] = mat.reshape(leaves[i].shape).astype(leaves[i].dtype)
-
-        bits = _round_bits(leaves, matrices, vectors, state.count)
-        new_state = PowerGossipState(state.count + 1, us, vs, state.key)
+            # The relaxation enters every pair update through its slot coefficient, once per round.
+            relaxed = pairs._replace(coef=jnp.asarray(gamma, jnp.float32) * pairs.coef)
+            mats, u, v = matrix_round(leaves, state, matrices, relaxed, schedule)
+            for leaf, mat in zip(matrices, mats):
+                new_leaves[leaf.index] = mat
+        bits = round_bits(leaves, matrices, vectors, pairs, state.count, schedule)
+        new_state = PowerGossipState(state.count + 1, u, v, state.key)
         return jax.tree_util.tree_unflatten(treedef, new_leaves), new_state, StepInfo(bits=bits)
-
-    def _round_bits(leaves, matrices, vectors, count):
-        def value_bits(i):
-            return jnp.dtype(jnp.result_type(leaves[i])).itemsize * 8
-
-        right = float(sum(r * m * value_bits(i) for i, m, n, r in matrices))
-        left = float(sum(r * n * value_bits(i) for i, m, n, r in matrices))
-        dense = float(sum(int(np.prod(jnp.shape(leaves[i])[1:], dtype=np.int64)) * value_bits(i) for i in vectors))
-        t = count * num_iterations + jnp.arange(num_iterations)
-        exchanged = jnp.ones_like(t, bool) if not skip_first_round else jnp.broadcast_to(count != 0, t.shape)
-        num_right = jnp.sum(exchanged & (t % 2 == 1)).astype(jnp.float32)
-        num_left = jnp.sum(exchanged & (t % 2 == 0)).astype(jnp.float32)
-        degree = host.degree[0] if period == 1 else jnp.asarray(host.degree)[count % period]
-        return jnp.asarray(degree, jnp.float32) * (num_right * right + num_left * left + dense)
 
     def debias_fn(params, state):
         del state

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxgossip import compress
 from jaxgossip.algorithms._common import per_round, require_column_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
@@ -26,7 +27,6 @@ from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
 __all__ = ["push_sum", "PushSumState", "divide_by_weight", "WEIGHT_BITS_MODES"]
 
 WEIGHT_BITS_MODES = ("always", "auto")
-_WEIGHT_BITS = 32  # the push-sum weight travels as one fp32 value per message
 
 
 class PushSumState(NamedTuple):
@@ -70,9 +70,10 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
         z_i = x_i / w_i
 
     Bits: each node sends ``32 D`` bits (fp32 model; ``leaf_bits``) plus 32 bits for its weight to
-    each of its out-neighbours (self excluded) per round (ALGORITHMS.md 4.7). SGP does not send the
-    weight when the graph is regular with uniform weights; ``weight_bits="auto"`` reproduces that
-    by not charging the weight when every W(t) is doubly stochastic (then ``w_i = 1`` always).
+    each of its out-neighbours (self excluded) per round (see docs/algorithms.md, section push_sum).
+    SGP does not send the weight when the graph is regular with uniform weights;
+    ``weight_bits="auto"`` reproduces that by not charging the weight when every W(t) is doubly
+    stochastic (then ``w_i = 1`` always).
 
     Args:
       topology: column-stochastic graph, static or time-varying (round t uses W(t mod T)).
@@ -98,7 +99,7 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
         del key
         t = state.count
         new_params, w = mix(topology, (params, state.w), t)
-        message = leaf_bits(params) + (_WEIGHT_BITS if send_weight else 0)
+        message = leaf_bits(params) + (compress.WEIGHT_BITS if send_weight else 0)
         bits = per_round(topology.out_degree, t) * message
         return new_params, PushSumState(w=w, count=t + 1), StepInfo(bits=bits)
 

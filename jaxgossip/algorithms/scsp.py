@@ -1,14 +1,15 @@
 """Skew-Compensated Sparse-Push (SCSP): Sparse-Push plus a final merge and residual-adaptive density.
 
-OUR INTERPRETATION. The SCSP paper's text was not available (ALGORITHMS.md 3.4 and the decisions at
-its top). What is known: compressed gossip loses accuracy under label skew, SCSP recovers it "while
+OUR INTERPRETATION. The SCSP paper's text was not available (see docs/algorithms.md, sections scsp
+and decisions). What is known: compressed gossip loses accuracy under label skew, SCSP recovers it "while
 maintaining similar levels of communication compression", a third party describes a final global
 merging step, and the first author's code ends training with gossip-only rounds before evaluating.
 jaxgossip's SCSP is therefore Sparse-Push (:func:`~jaxgossip.algorithms.sparse_push.sparse_push`)
 with two parts that an ablation can switch independently:
 
-(a) a final merge phase, :func:`merge` (or :func:`make_merge` for a trainer): R uncompressed
-    push-sum rounds, or exact averaging, applied once after training; its bits are reported;
+(a) a final merge phase, :func:`~jaxgossip.algorithms.merge.merge` (or
+    :func:`~jaxgossip.algorithms.merge.make_merge` for a trainer): R uncompressed push-sum rounds,
+    or exact averaging, applied once after training; its bits are reported;
 (b) a skew-aware compensation during training: residual-proportional adaptive top-k density
     (``compensation=True`` in :func:`scsp`); with ``compensation=False`` SCSP is Sparse-Push.
 
@@ -21,8 +22,6 @@ References:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -30,39 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms._common import (
-    check_int,
-    check_positive,
-    per_round,
-    require_column_stochastic,
-    require_host_topology,
-)
-from jaxgossip.algorithms.sparse_push import (
-    _check_public_copies,
-    _top_k_compressor,
-    compressed_push_sum,
-)
-from jaxgossip.mixing import check_params, leaf_bits, mix
+from jaxgossip.algorithms._common import check_int, check_positive, require_column_stochastic, require_host_topology
+from jaxgossip.algorithms.sparse_push import check_public_copies, compressed_push_sum
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import Array, GossipAlgorithm
 
-__all__ = ["scsp", "merge", "make_merge", "adaptive_budget"]
+__all__ = ["scsp", "adaptive_budget"]
 
-_WEIGHT_BITS = 32
 _TINY = float(np.finfo(np.float32).tiny)
-
-
-def _kept(size: int, fraction: float | None, k: int | None) -> int:
-    """Base budget of a leaf, the same rule as ``compress.top_k``."""
-    if fraction is not None:
-        return max(1, int(math.floor(fraction * size)))
-    return min(int(k), size)
-
-
-def _index_bits(index_bits: Any, size: int) -> int:
-    if index_bits == "log2":
-        return max(1, math.ceil(math.log2(size))) if size > 1 else 1
-    return int(index_bits)
 
 
 def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: int, target_residual: Any) -> Array:
@@ -96,7 +70,7 @@ def _adaptive_top_k_leaf(r: Array, x: Array, base: int, k_max: int, target_resid
     keep = jnp.arange(k_max)[None, :] < k_i[:, None]
     values = jnp.where(keep, jnp.take_along_axis(flat, idx, axis=1), jnp.zeros((), flat.dtype))
     q = jnp.zeros_like(flat).at[jnp.arange(n)[:, None], idx].set(values)
-    per_entry = jnp.dtype(flat.dtype).itemsize * 8 + _index_bits(index_bits, size)
+    per_entry = compress.value_bits(flat) + compress.bits_per_index(index_bits, size)
     return q.reshape(r.shape), k_i.astype(jnp.float32) * per_entry
 
 
@@ -114,10 +88,11 @@ def scsp(
     """Skew-Compensated Sparse-Push: Sparse-Push whose top-k budget grows with a node's lag.
 
     OUR INTERPRETATION (the SCSP paper's text was not available; see the module docstring). SCSP =
-    Sparse-Push + (a) a final merge phase, done by the trainer with :func:`merge` /
-    :func:`make_merge` after training, + (b) residual-proportional adaptive density, switched by
-    ``compensation``. Use it like Sparse-Push on non-IID data; ablate (a) by (not) calling
-    :func:`merge` and (b) with ``compensation=False``.
+    Sparse-Push + (a) a final merge phase, done by the trainer with
+    :func:`~jaxgossip.algorithms.merge.merge` / :func:`~jaxgossip.algorithms.merge.make_merge` after
+    training, + (b) residual-proportional adaptive density, switched by ``compensation``. Use it
+    like Sparse-Push on non-IID data; ablate (a) by (not) calling the merge and (b) with
+    ``compensation=False``.
 
     (b) Every node measures, per leaf, the relative residual of its public copy
     ``rho_i = ||x_i - x_hat_i|| / ||x_i||`` (the part of its model its out-neighbours have not seen
@@ -153,7 +128,7 @@ def scsp(
     Shapes are static: ``top_k`` of ``K_max`` entries, entries ranked ``>= k_i`` masked out.
 
     Bits: per (sender, out-neighbour) message ``sum over leaves of k_i (32 + index bits) + 32``,
-    with the actual per-node ``k_i``; the final merge's bits are returned by :func:`merge`.
+    with the actual per-node ``k_i``; the final merge's bits are returned by :func:`~jaxgossip.algorithms.merge.merge`.
 
     Args:
       topology: column-stochastic graph, static or time-varying.
@@ -177,11 +152,11 @@ def scsp(
     """
     require_host_topology(topology, "scsp")
     require_column_stochastic(topology, "scsp")
-    comp = _top_k_compressor("scsp", fraction, k, index_bits)
+    comp = compress.make_for("scsp", "top_k", fraction=fraction, k=k, index_bits=index_bits)
     check_positive("gamma", gamma)
     check_positive("target_residual", target_residual)
     max_boost = check_int("max_boost", max_boost, 1)
-    _check_public_copies(public_copies)
+    check_public_copies(public_copies)
     if not isinstance(compensation, bool):
         raise TypeError(f"scsp: compensation must be a bool (it selects the code path), got {compensation!r}")
     fraction_ = None if fraction is None else float(fraction)
@@ -198,119 +173,10 @@ def scsp(
         outs, total = [], None
         for r, x in zip(leaves, x_leaves):
             size = int(np.prod(r.shape[1:], dtype=np.int64))
-            base = _kept(size, fraction_, k_)
+            base = compress.num_kept(size, fraction_, k_)
             q, bits = _adaptive_top_k_leaf(r, x, base, min(size, max_boost * base), target_residual, index_bits)
             outs.append(q)
             total = bits if total is None else total + bits
         return jax.tree_util.tree_unflatten(treedef, outs), total
 
     return compressed_push_sum(topology, "scsp", adaptive if compensation else plain, gamma, public_copies)
-
-
-# ---- (a) final merge ----------------------------------------------------------------------------
-
-
-def _check_num_rounds(num_rounds: Any) -> Any:
-    if isinstance(num_rounds, str):
-        if num_rounds != "exact":
-            raise ValueError(f"num_rounds={num_rounds!r} must be 'exact' or a positive int")
-        return num_rounds
-    return check_int("num_rounds", num_rounds, 1)
-
-
-def _mean_leaf(leaf: Array) -> Array:
-    mean = jnp.mean(leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32)), axis=0)
-    return jnp.broadcast_to(mean, leaf.shape).astype(leaf.dtype)
-
-
-def merge(topology: Topology, params: Params, state: Any, num_rounds: Any = "exact") -> tuple[Params, Any, StepInfo]:
-    """Final merge phase (SCSP part (a)): R uncompressed push-sum rounds or exact averaging.
-
-    Called once after training, before the models are evaluated (ALGORITHMS.md 3.4: the first
-    author's code ends with gossip-only rounds; a third party describes a final global merge).
-    Works on the state of any push-sum method (a state with a weight field ``w``: push_sum,
-    sparse_push, scsp) and, treating ``w = 1``, on the state of any other algorithm.
-
-    .. math::
-
-        \\text{R rounds:}\\quad x \\leftarrow W(t)\\, x,\\ w \\leftarrow W(t)\\, w
-        \\ \\ (t = \\text{count}, \\dots, \\text{count} + R - 1); \\qquad
-        \\text{exact:}\\quad x_i \\leftarrow \\tfrac1N \\textstyle\\sum_j x_j,\\
-        w_i \\leftarrow \\tfrac1N \\textstyle\\sum_j w_j
-
-    Both keep ``sum_i x_i`` and ``sum_i w_i``; after "exact" every node's ``x_i / w_i`` is the
-    push-sum average ``sum_j x_j / sum_j w_j``. Public copies (``x_hat``, ``s``) are left as they are
-    (they stay consistent: ``s`` still sums what was received), and ``count`` advances by R (by 1 for
-    "exact").
-
-    Bits (returned, not added to any training counter): per round, each node sends ``32 D + 32``
-    bits (model and weight; ``32 D`` without a weight) to each out-neighbour; "exact" costs one
-    full-model message per node, the all-reduce convention of ALGORITHMS.md 4.1.
-
-    Args:
-      topology: the graph the rounds use; column stochastic for push-sum states, doubly stochastic
-        otherwise (rounds only).
-      params: numerators, leaves [N, ...].
-      state: the algorithm's state (NamedTuple, with ``w`` [N] for push-sum methods).
-      num_rounds: R, a static int >= 1, or ``"exact"``.
-
-    Returns:
-      ``(params, state, StepInfo(bits=[N] total bits each node sent during the merge))``.
-    """
-    return make_merge(topology, num_rounds)(params, state)
-
-
-def make_merge(topology: Topology, num_rounds: Any = "exact") -> Callable[[Params, Any], tuple[Params, Any, StepInfo]]:
-    """The pure, jittable ``merge_fn(params, state) -> (params, state, StepInfo)`` of :func:`merge`.
-
-    Validates ``num_rounds`` ("exact" or an int >= 1) eagerly; the stochasticity of ``topology`` is
-    checked against the state kind at the first call.
-    """
-    if not isinstance(topology, Topology):
-        raise TypeError(f"merge needs a jaxgossip Topology, got {type(topology).__name__}")
-    num_rounds = _check_num_rounds(num_rounds)
-
-    def merge_fn(params, state):
-        check_params(topology, params)
-        has_w = hasattr(state, "w")
-        message = leaf_bits(params) + (_WEIGHT_BITS if has_w else 0)
-        w = state.w if has_w else None
-        count = getattr(state, "count", None)
-        if num_rounds == "exact":
-            params = jax.tree_util.tree_map(_mean_leaf, params)
-            if has_w:
-                w = _mean_leaf(w)
-            bits = jnp.full((topology.num_nodes,), float(message), jnp.float32)
-            rounds = 1
-        else:
-            if has_w:
-                require_column_stochastic(topology, "merge of a push-sum state")
-            elif not topology.is_doubly_stochastic:
-                raise ValueError(
-                    f"merge of a state without push-sum weights needs doubly stochastic weights; "
-                    f"{topology.name} is not (mixing would bias the average)"
-                )
-            start = jnp.zeros([], jnp.int32) if count is None else count
-
-            def body(carry, r):
-                x, w_, bits = carry
-                t = start + r
-                if has_w:
-                    x, w_ = mix(topology, (x, w_), t)
-                else:
-                    x = mix(topology, x, t)
-                return (x, w_, bits + per_round(topology.out_degree, t) * message), None
-
-            bits0 = jnp.zeros((topology.num_nodes,), jnp.float32)
-            (params, w, bits), _ = jax.lax.scan(body, (params, w, bits0), jnp.arange(num_rounds, dtype=jnp.int32))
-            rounds = num_rounds
-        updates = {}
-        if has_w:
-            updates["w"] = w
-        if count is not None:
-            updates["count"] = count + rounds
-        if updates:
-            state = state._replace(**updates)
-        return params, state, StepInfo(bits=bits)
-
-    return merge_fn

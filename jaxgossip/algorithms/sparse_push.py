@@ -1,10 +1,11 @@
 """Sparse-Push: push-sum gossip with top-k compressed messages and public copies (Choco-style).
 
-Our reconstruction (ALGORITHMS.md 3.3 and the decisions at its top) of the communication step of
-Sparse-Push: Choco-Gossip applied to push-sum numerators over a column-stochastic, possibly directed
-and time-varying graph, with the push-sum weight sent uncompressed. Each node sends only the
-top-k entries of the change of its model since its last transmission; the public copies ``x_hat``
-carry everything sent so far, so compression errors are delayed, not lost.
+Our reconstruction (see docs/algorithms.md, sections sparse_push and decisions) of the
+communication step of Sparse-Push: Choco-Gossip applied to push-sum numerators over a
+column-stochastic, possibly directed and time-varying graph, with the push-sum weight sent
+uncompressed. Each node sends only the top-k entries of the change of its model since its last
+transmission; the public copies ``x_hat`` carry everything sent so far, so compression errors are
+delayed, not lost.
 
 On time-varying graphs a node keeps one public copy (and one received sum ``s``) per distinct graph
 of the schedule, see :func:`sparse_push` for why the single accumulated ``s`` of the author's code
@@ -35,10 +36,16 @@ from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey, StepInfo
 
-__all__ = ["sparse_push", "SparsePushState", "PUBLIC_COPIES", "graph_copies", "compressed_push_sum"]
+__all__ = [
+    "sparse_push",
+    "SparsePushState",
+    "PUBLIC_COPIES",
+    "check_public_copies",
+    "graph_copies",
+    "compressed_push_sum",
+]
 
 PUBLIC_COPIES = ("per_graph", "shared")
-_WEIGHT_BITS = 32  # the push-sum weight travels uncompressed, one fp32 value per message
 
 # (residual tree, params tree, key) -> (q tree, payload bits [N] of one node's message, weight excluded)
 CompressFn = Callable[[Params, Params, PRNGKey], tuple[Params, Array]]
@@ -57,7 +64,8 @@ class SparsePushState(NamedTuple):
     count: Array  # [] int32, communication rounds done so far
 
 
-def _check_public_copies(public_copies: str) -> str:
+def check_public_copies(public_copies: str) -> str:
+    """Raises ValueError unless ``public_copies`` is one of :data:`PUBLIC_COPIES`."""
     if public_copies not in PUBLIC_COPIES:
         raise ValueError(f"public_copies={public_copies!r} is unknown; known modes: {PUBLIC_COPIES}")
     return public_copies
@@ -69,7 +77,7 @@ def graph_copies(topology: Topology, public_copies: str = "per_graph") -> np.nda
     ``"per_graph"`` gives every distinct mixing matrix of the schedule its own set (rounds whose
     graphs are identical share one); ``"shared"`` maps every round to set 0. P = ``table.max() + 1``.
     """
-    _check_public_copies(public_copies)
+    check_public_copies(public_copies)
     table = np.zeros(topology.period, dtype=np.int32)
     if public_copies == "shared":
         return table
@@ -87,14 +95,6 @@ def graph_copies(topology: Topology, public_copies: str = "per_graph") -> np.nda
 def _bcast(v: Array, leaf: Array) -> Array:
     """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
     return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
-
-
-def _top_k_compressor(algorithm: str, fraction: Any, k: Any, index_bits: Any) -> compress.Compressor:
-    """``compress.top_k`` with errors that name the algorithm (static fraction / k / index_bits)."""
-    try:
-        return compress.top_k(fraction=fraction, k=k, index_bits=index_bits)
-    except (ValueError, TypeError) as err:
-        raise type(err)(f"{algorithm}: {err}") from err
 
 
 def compressed_push_sum(
@@ -160,7 +160,7 @@ def compressed_push_sum(
         new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
         # w_i + gamma (mu_i + W_ii w_i - w_i) with mu_i + W_ii w_i = sum_j W_ij w_j.
         w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-        bits = per_round(topology.out_degree, t) * (payload_bits + _WEIGHT_BITS)
+        bits = per_round(topology.out_degree, t) * (payload_bits + compress.WEIGHT_BITS)
         new_state = SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1)
         return new_params, new_state, StepInfo(bits=bits)
 
@@ -201,7 +201,7 @@ def sparse_push(
         w_i &\\leftarrow w_i + \\gamma \\big(\\textstyle\\sum_{j \\ne i} W_{ij}\\, w_j + W_{ii}\\, w_i - w_i\\big)
 
     Node i only uses what reached it: its own copy and the messages ``W_ij q_j`` of its current
-    in-neighbours, summed into ``s_i`` (ALGORITHMS.md information-flow rule).
+    in-neighbours, summed into ``s_i`` (the information-flow rule, docs/algorithms.md, section decisions).
 
     Why one public-copy set per distinct graph (``public_copies="per_graph"``, the default). The
     single accumulated ``s_i`` of the author's code (``"shared"``: one set, ``p = 0`` always) equals
@@ -241,15 +241,15 @@ def sparse_push(
 
     References:
       Aketi, Singh, Rabaey, arXiv:2102.05715, 2021 (Sparse-Push); update rule reconstructed from the
-      first author's compressed push-sum code (ALGORITHMS.md 3.3).
+      first author's compressed push-sum code (see docs/algorithms.md, section sparse_push).
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340) (Choco-Gossip).
       Assran, Loizou, Ballas, Rabbat, ICML 2019 (arXiv:1811.10792) (SGP).
     """
     require_host_topology(topology, "sparse_push")
     require_column_stochastic(topology, "sparse_push")
-    comp = _top_k_compressor("sparse_push", fraction, k, index_bits)
+    comp = compress.make_for("sparse_push", "top_k", fraction=fraction, k=k, index_bits=index_bits)
     check_positive("gamma", gamma)
-    _check_public_copies(public_copies)
+    check_public_copies(public_copies)
 
     def compress_fn(residual, params, key):
         del params

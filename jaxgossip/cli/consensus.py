@@ -167,23 +167,18 @@ def run(argv: list[str]) -> int:
     from tqdm.auto import tqdm
 
     import jaxgossip as jg
-    from jaxgossip import plots, sweeps
+    from jaxgossip import plots
 
     n, steps = config.num_nodes, config.num_steps
     x0 = {"x": jax.random.normal(jax.random.key(config.seed), (n, *config.shape))}
-    node_bits_field = "node_bits" in getattr(jg.ConsensusResult, "_fields", ())
     curves, rows = {}, []
     hide = parsed.flags["no_progress"]
     bar = tqdm(list(zip(runs, topologies)), desc="consensus", unit="run", disable=hide, leave=False)
     for r, topo in bar:
         alg = jg.algorithms.make(r.algorithm, topo, **r.options)
         start = time.perf_counter()
-        if node_bits_field:
-            result = jg.run_consensus(alg, x0, steps, jax.random.key(1))
-            node_bits = np.asarray(result.node_bits, dtype=np.float64)
-        else:  # TEMPORARY: until run_consensus returns node_bits [S, N]
-            result = jg.run_consensus(sweeps.record_bits(alg, n, steps), x0, steps, jax.random.key(1))
-            node_bits = np.asarray(result.state[1], dtype=np.float64)
+        result = jg.run_consensus(alg, x0, steps, jax.random.key(1))
+        node_bits = np.asarray(result.node_bits, dtype=np.float64)
         error = np.asarray(result.error, dtype=np.float64)
         wall = time.perf_counter() - start
         where = common.diverged_at(error, np.arange(error.size))
