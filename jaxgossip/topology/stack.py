@@ -140,7 +140,9 @@ def stack(topologies: Sequence[Topology], kernel: str | None = None) -> Topology
     if kernel == "slots":
         k = max(t.max_slots for t in topologies)
         self_ids = np.broadcast_to(np.arange(n, dtype=np.int32), (period, n))
-        tables["neighbors"] = [_pad_last(_repeat(t.neighbors, period).astype(np.int32), k, self_ids) for t in topologies]
+        tables["neighbors"] = [
+            _pad_last(_repeat(t.neighbors, period).astype(np.int32), k, self_ids) for t in topologies
+        ]
         tables["slot_weights"] = [
             _pad_last(_repeat(t.slot_weights, period).astype(np.float32), k, 0.0) for t in topologies
         ]
