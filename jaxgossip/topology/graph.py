@@ -43,7 +43,8 @@ class Topology:
 
     Built on the host from an edge list (the constructors in :mod:`jaxgossip.topology` do this);
     everything else is derived at construction: the slot table, the kernel layout ``mix`` uses and
-    the stochasticity of the weights.
+    the stochasticity of the weights. A registered pytree: the five tables are the leaves, the other
+    fields auxiliary data; stacks and traced tables are built with :meth:`from_tables`.
 
     Attributes:
       name: human-readable description, e.g. ``"ring(8)"``.
@@ -56,6 +57,7 @@ class Topology:
         ``"segment"``; :attr:`resolved_kernel` is the one ``mix`` uses.
       neighbors, slot_weights: [T, N, K] in-neighbour slot table (derived; None in a stack of a
         dense or segment layout).
+      layout: the resolved kernel, ``"slots"``, ``"dense"`` or ``"segment"`` (derived).
       row_stochastic, column_stochastic: whether every W(t) has rows / columns summing to 1
         (derived).
     """
@@ -230,7 +232,8 @@ class Topology:
     # ---- per-node tables for bit accounting ----------------------------------------------------
     @functools.cached_property
     def out_degree(self) -> Any:
-        """[T, N] int: out-neighbours (self excluded) each node sends to in round t."""
+        """[T, N] int: out-neighbours (self excluded) each node sends to in round t ([G, T, N] for a
+        stack; a traced array for traced tables)."""
         return _count_per_node(self, self.senders)
 
     @functools.cached_property
