@@ -90,7 +90,7 @@ def allowed_values() -> dict[str, list[str]]:
     """The closed sets of names: datasets, models, algorithms, topologies, partitions, compressors."""
     from jaxgossip import algorithms, compress, data, models, topology
 
-    families = getattr(topology, "FAMILIES", None) or topology._BY_NAME  # noqa: SLF001 (until FAMILIES lands)
+    families = topology.FAMILIES
     return {
         "dataset": list(data.DATASET_NAMES),
         "model": sorted(models.REGISTRY),
@@ -196,7 +196,7 @@ def check_topology(spec: str, num_nodes: int, seed: int = 0, field: str = "topol
 
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"{field}={spec!r} must be a graph spec such as ring, torus:4x8 or erdos_renyi:0.3")
-    families = list(getattr(topology, "FAMILIES", None) or topology._BY_NAME)  # noqa: SLF001
+    families = list(topology.FAMILIES)
     name = spec.partition(":")[0]
     if name not in families:
         raise _unknown(field, name, families)

@@ -1,31 +1,188 @@
 """Mixing kernels on the node axis: ``x <- W(t) @ x`` for every leaf of a stacked pytree.
 
-No ``[N, N]`` matrix is built except for graphs dense enough that a matmul is the fast path. The
-kernel is chosen per topology (``Topology.resolved_kernel``), following measurements on XLA:CPU
-(DESIGN.md principle 2 and ``experiments/bench_mixing.py``):
+A :class:`~jaxgossip.topology.Topology` keeps its tables in one of three layouts, and ``mix`` has
+one kernel per layout. Each kernel serves a single graph with NumPy tables (constants of the
+compiled program), a member of a graph stack under ``vmap`` (traced tables) and a traced round
+counter alike. The layout is chosen per graph from measurements on XLA:CPU (DESIGN.md principle 2,
+``experiments/bench_mixing.py``):
 
-* ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots,
-  unrolled over K (the degree, not the nodes). Static circulant slots become ``jnp.roll``.
+* ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots
+  ``[T, N, K]``, unrolled over K (the degree, not the nodes). A slot column of static tables that
+  is a pure shift of the nodes becomes ``jnp.roll``.
 * ``"dense"`` (dense graphs): ``y = W(t) @ x`` as one matmul at full float32 precision.
-* ``"segment"`` (irregular sparse graphs): gather over the edge list, weight, ``segment_sum``.
+* ``"segment"`` (irregular sparse graphs): gather over the edge list ``[T, E]``, weight,
+  ``segment_sum``.
 
-``t`` may be a Python int or a traced integer (``lax.scan`` round counter); round ``t`` uses the
-graph ``t mod T``.
+Placement: when a leaf's node axis lives on a mesh axis named ``"nodes"`` (see
+:mod:`jaxgossip.sharding`) and the graph is circulant with static slot tables, ``mix`` runs the
+slot kernel as ``shard_map`` + ``lax.ppermute`` of contiguous row slices instead of leaving the
+gathers to XLA's partitioner (``experiments/bench/ppermute.py``: 1.6-38x per round for the
+one-peer exponential graph with a traced round, the same speed for static rounds).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec
 
-from jaxgossip.topology import Topology
-from jaxgossip.topology_stack import TopologyStack, mix_stacked
 from jaxgossip.types import Array, Params
 
-__all__ = ["mix", "check_params", "node_mean", "consensus_distance", "num_params_per_node", "leaf_bits"]
+if TYPE_CHECKING:
+    from jaxgossip.topology import Topology
+
+__all__ = [
+    "mix",
+    "mix_on_mesh",
+    "check_params",
+    "node_mean",
+    "consensus_distance",
+    "num_params_per_node",
+    "leaf_bits",
+    "slot_table",
+    "choose_kernel",
+    "circulant_shifts",
+    "KERNELS",
+    "NODE_AXIS",
+]
+
+KERNELS = ("auto", "slots", "dense", "segment")
+# The mesh axis that carries the node axis (jaxgossip.sharding.node_mesh builds it).
+NODE_AXIS = "nodes"
+# Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
+# measured on XLA:CPU (DESIGN.md principle 2): 0.86x copy bandwidth at K=3, 0.65x at K=9.
+_MAX_SLOTS = 16
+# Above this edge density a dense matmul beats gathers (6x at N=64, K=64 on XLA:CPU).
+_DENSE_FRACTION = 0.25
+
+
+# ---- layouts (host side, NumPy) -------------------------------------------------------------------
+
+
+def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int):
+    """In-neighbour slot table of an edge list: ``(neighbors [T, N, K] int32, weights [T, N, K])``.
+
+    ``W_t @ x == sum_k weights[t, :, k, None] * x[neighbors[t, :, k]]``. K is the largest in-degree
+    (self included) over all rounds; unused slots point at the node itself with weight 0. Slot 0
+    always holds the node itself (weight 0 when it has no self-loop), so the kernel reads it as
+    ``x`` without a gather. Host-side NumPy, not jittable.
+
+    Args:
+      senders, receivers: [T, E] int, weights: [T, E] float; weight-0 edges are padding.
+      num_nodes: N.
+    """
+    n, period = num_nodes, senders.shape[0]
+    lists = []
+    for t in range(period):
+        keep = weights[t] != 0
+        s, r, w = senders[t][keep], receivers[t][keep], weights[t][keep]
+        # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
+        # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
+        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
+        lists.append((s[order], r[order], w[order]))
+    k = 1
+    for s, r, _ in lists:
+        if r.size:
+            missing_self = np.ones(n, dtype=np.int64)
+            missing_self[r[s == r]] = 0
+            k = max(k, int((np.bincount(r, minlength=n) + missing_self).max()))
+    nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
+    slot_w = np.zeros((period, n, k), dtype=weights.dtype)
+    for t, (s, r, w) in enumerate(lists):
+        if r.size == 0:
+            continue
+        first = np.searchsorted(r, np.arange(n))
+        has_self = np.zeros(n, dtype=bool)
+        has_self[r[s == r]] = True
+        # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
+        pos = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
+        nbr[t, r, pos] = s
+        slot_w[t, r, pos] = w
+    return nbr, slot_w
+
+
+def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:
+    """The measured kernel choice for ``kernel="auto"``.
+
+    Args:
+      num_nodes: N.
+      max_edges: the most weight != 0 edges (self-loops included) of any round.
+      max_slots: K of the slot table.
+    """
+    density = max_edges / num_nodes**2
+    # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
+    # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
+    if density > 0.5 or (max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
+        return "dense"
+    if max_slots <= _MAX_SLOTS:
+        return "slots"
+    return "segment"
+
+
+def _circulant_shift(column: np.ndarray) -> int | None:
+    """c if ``column[i] == (i + c) mod N`` for all i, else None."""
+    n = column.shape[0]
+    c = int(column[0])
+    return c if np.array_equal(column, (np.arange(n) + c) % n) else None
+
+
+def circulant_shifts(topology: Topology) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
+    """Writes every round of a circulant schedule as weighted shifts of the node axis.
+
+    Round t is ``((c_1, w_1), (c_2, w_2), ...)`` with distinct shifts ``c`` in ``[0, N)`` and
+    per-node weights ``w`` (numpy [N] float64), such that
+
+    .. math::  (W^{(t)} x)_i = \\sum_c w_c[i] \\, x_{(i + c) \\bmod N}.
+
+    Built from ``Topology.slots``: each in-neighbour slot column must be a single shift over the
+    nodes where its weight is non-zero (weight-0 padding may point anywhere). Slots with the same
+    shift are merged; shifts keep slot order (self first), so the sum runs in ``mix``'s order.
+
+    Raises:
+      ValueError: some round of ``topology`` is not circulant in its node labelling (e.g. star,
+        erdos_renyi, torus, hypercube with N >= 4).
+    """
+    nbr, slot_w = topology.slots
+    n = topology.num_nodes
+    nodes = np.arange(n)
+    rounds = []
+    for t in range(topology.period):
+        terms: dict[int, np.ndarray] = {}
+        for k in range(nbr.shape[2]):
+            w = slot_w[t, :, k]
+            live = w != 0
+            if not live.any():
+                continue
+            offsets = (nbr[t, live, k].astype(np.int64) - nodes[live]) % n
+            if np.any(offsets != offsets[0]):
+                raise ValueError(
+                    f"topology {topology.name} is not circulant: in round {t} the in-neighbour slot {k} takes "
+                    f"from offsets {sorted(set(offsets.tolist()))[:6]} (need one offset c with neighbour "
+                    "(i + c) mod N for every node i); mix_ppermute serves circulant graphs only (ring, "
+                    "directed_ring, exponential, one_peer_exponential, complete): use mixing.mix on "
+                    "inputs placed with shard_nodes instead"
+                )
+            c = int(offsets[0])
+            terms[c] = terms.get(c, np.zeros(n)) + w
+        rounds.append(tuple(terms.items()))
+    return tuple(rounds)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_shifts(topology: Topology):
+    """``circulant_shifts`` or None for a non-circulant graph (Topology hashes by identity)."""
+    try:
+        return circulant_shifts(topology)
+    except ValueError:
+        return None
+
+
+# ---- validation and helpers ------------------------------------------------------------------------
 
 
 def check_params(topology_or_n: Topology | int, x: Params, name: str = "params") -> int:
@@ -35,10 +192,7 @@ def check_params(topology_or_n: Topology | int, x: Params, name: str = "params")
       ValueError: a leaf has no leading axis or a leading axis other than N.
       TypeError: a leaf is not floating point (mixing would silently round it).
     """
-    if isinstance(topology_or_n, (Topology, TopologyStack)):
-        n = topology_or_n.num_nodes
-    else:
-        n = int(topology_or_n)
+    n = int(topology_or_n) if isinstance(topology_or_n, (int, np.integer)) else topology_or_n.num_nodes
     leaves = jax.tree_util.tree_leaves_with_path(x)
     if not leaves:
         raise ValueError(f"{name} is an empty pytree")
@@ -54,19 +208,20 @@ def check_params(topology_or_n: Topology | int, x: Params, name: str = "params")
     return n
 
 
-def _round(topology: Topology, t: Any):
+def _round(period: int, t: Any):
     """Index of the graph used at round t: a Python int when it is static, else a traced int."""
-    if topology.period == 1:
+    if period == 1:
         return 0
     if isinstance(t, (int, np.integer)):
-        return int(t) % topology.period
-    return jnp.asarray(t, dtype=jnp.int32) % topology.period
+        return int(t) % period
+    return jnp.asarray(t, dtype=jnp.int32) % period
 
 
-def _table(array: np.ndarray, idx: Any, dtype=None) -> Array | np.ndarray:
-    if isinstance(idx, int):
+def _table(array: Any, idx: Any, dtype=None) -> Any:
+    """Round ``idx`` of a ``[T, ...]`` table: a NumPy slice when both are static, else traced."""
+    if isinstance(array, np.ndarray) and isinstance(idx, int):
         return array[idx] if dtype is None else array[idx].astype(dtype)
-    table = jnp.asarray(array if dtype is None else array.astype(dtype))
+    table = jnp.asarray(array, dtype)
     return table[idx]
 
 
@@ -79,11 +234,7 @@ def _expand(w: Array, ndim: int) -> Array:
     return jnp.reshape(w, w.shape + (1,) * (ndim - 1))
 
 
-def _circulant_shift(column: np.ndarray) -> int | None:
-    """c if ``column[i] == (i + c) mod N`` for all i, else None."""
-    n = column.shape[0]
-    c = int(column[0])
-    return c if np.array_equal(column, (np.arange(n) + c) % n) else None
+# ---- one kernel per layout -------------------------------------------------------------------------
 
 
 def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
@@ -91,19 +242,32 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
     acc = _acc_dtype(leaf.dtype)
     x = leaf.astype(acc)
     w = _table(slot_w, idx, np.float32 if acc == jnp.float32 else None)
+    static = isinstance(nbr, np.ndarray) and isinstance(idx, int)
     out = _expand(jnp.asarray(w[:, 0], acc), x.ndim) * x  # slot 0 is the node itself
-    for k in range(1, nbr.shape[2]):
-        if isinstance(idx, int) and (shift := _circulant_shift(nbr[idx, :, k])) is not None:
+    for k in range(1, nbr.shape[-1]):
+        if static and (shift := _circulant_shift(nbr[idx, :, k])) is not None:
             gathered = jnp.roll(x, -shift, axis=0)
         else:
             gathered = x[_table(nbr, idx)[:, k]]
-        out = out + _expand(jnp.asarray(w[:, k], acc), x.ndim) * gathered
+        # Product first: XLA:CPU then fuses each step into one multiply-add the same way for host
+        # and traced tables (single graph, stack member), so they agree bitwise.
+        out = _expand(jnp.asarray(w[:, k], acc), x.ndim) * gathered + out
     return out.astype(leaf.dtype)
+
+
+def _dense_matrix(topology: Topology, idx: Any, acc: Any) -> Array:
+    if isinstance(topology.senders, np.ndarray):
+        return jnp.asarray(_table(topology.matrices(), idx), acc)
+    # Traced tables: scatter the round's edges; edges are unique (receiver, sender) pairs, so every
+    # entry is one weight (plus weight-0 padding), exactly as in the host matrices.
+    n = topology.num_nodes
+    w = jnp.zeros((n, n), acc)
+    return w.at[topology.receivers[idx], topology.senders[idx]].add(topology.weights[idx].astype(acc))
 
 
 def _mix_dense(topology: Topology, leaf: Array, idx: Any) -> Array:
     acc = _acc_dtype(leaf.dtype)
-    w = jnp.asarray(_table(topology.matrices(), idx), acc)
+    w = _dense_matrix(topology, idx, acc)
     flat = leaf.reshape(leaf.shape[0], -1).astype(acc)
     out = jnp.matmul(w, flat, precision=jax.lax.Precision.HIGHEST)
     return out.reshape(leaf.shape).astype(leaf.dtype)
@@ -122,30 +286,184 @@ def _mix_segment(topology: Topology, leaf: Array, idx: Any) -> Array:
 _KERNELS = {"slots": _mix_slots, "dense": _mix_dense, "segment": _mix_segment}
 
 
+# ---- the slot kernel with the node axis over devices ------------------------------------------------
+
+
+def _from_device(piece: Array, offset: int, num_devices: int) -> Array:
+    """``piece`` as held by device ``d + offset`` (mod P), on every device d."""
+    offset %= num_devices
+    if offset == 0:
+        return piece
+    perm = [(src, (src - offset) % num_devices) for src in range(num_devices)]
+    return lax.ppermute(piece, NODE_AXIS, perm)
+
+
+def _shifted_block(block: Array, shift: int, n_local: int, num_devices: int) -> Array:
+    """This device's rows of ``roll(x, -shift, axis=0)``, from its block ``[n_local, ...]`` of x.
+
+    Global row ``d n + j`` needs ``x[d n + j + c]`` with ``c = q n + r``: rows ``r..n-1`` of
+    device ``d + q`` followed by rows ``0..r-1`` of device ``d + q + 1``, i.e. two ppermutes of
+    contiguous slices (one when r = 0), n_local rows received per shift in all.
+    """
+    q, r = divmod(shift, n_local)
+    head = _from_device(block[r:], q, num_devices)
+    if r == 0:
+        return head
+    tail = _from_device(block[:r], q + 1, num_devices)
+    return jnp.concatenate([head, tail], axis=0)
+
+
+def _local_weights(w: np.ndarray, acc: Any, n_local: int) -> Array | float:
+    """This device's slice ``[n_local]`` of a per-node weight vector (a scalar when uniform)."""
+    if np.all(w == w[0]):
+        return float(w[0])
+    start = lax.axis_index(NODE_AXIS) * n_local
+    return lax.dynamic_slice_in_dim(jnp.asarray(w, acc), start, n_local)
+
+
+def _mix_round_local(terms, n_local: int, num_devices: int, leaf: Array) -> Array:
+    """One round on one device's block ``[n_local, ...]`` of a leaf."""
+    acc = _acc_dtype(leaf.dtype)
+    out = None
+    for shift, w in terms:
+        # Shift in the leaf's own dtype (bfloat16 sends half the bytes); accumulate in float32.
+        shifted = _shifted_block(leaf, shift, n_local, num_devices).astype(acc)
+        wl = _local_weights(w, acc, n_local)
+        if not isinstance(wl, float):
+            wl = _expand(wl, leaf.ndim)
+        term = wl * shifted
+        out = term if out is None else term + out  # product first, as in _mix_slots
+    if out is None:  # a round with no edges at all
+        out = jnp.zeros(leaf.shape, acc)
+    return out.astype(leaf.dtype)
+
+
+def _mix_ppermute(plan, mesh: Any, x: Params, idx: Any) -> Params:
+    """``shard_map`` over the ``"nodes"`` axis of ``mesh``: each round of ``plan`` (static ``idx``)
+    or a ``lax.switch`` over all of them (traced ``idx``), each with its own static ppermutes."""
+    num_devices = int(mesh.shape[NODE_AXIS])
+    n_local = jax.tree_util.tree_leaves(x)[0].shape[0] // num_devices
+    branches = [
+        functools.partial(jax.tree_util.tree_map, functools.partial(_mix_round_local, terms, n_local, num_devices))
+        for terms in plan
+    ]
+    spec = PartitionSpec(NODE_AXIS)
+    if isinstance(idx, int):
+        return jax.shard_map(branches[idx], mesh=mesh, in_specs=(spec,), out_specs=spec)(x)
+
+    def body(x_local, idx):
+        return lax.switch(idx, branches, x_local)
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(spec, PartitionSpec()), out_specs=spec)(x, idx)
+
+
+def _node_mesh(leaf: Array, num_nodes: int) -> Any:
+    """The mesh whose ``"nodes"`` axis (size P > 1, P divides N) holds the node axis of ``leaf``,
+    or None. Under ``jit`` with automatic axes only the mesh is known, not the spec, so a leaf on
+    a mesh with a ``"nodes"`` axis counts as placed on it (jaxgossip.sharding.shard_nodes)."""
+    sharding = getattr(jax.typeof(leaf), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or NODE_AXIS not in mesh.axis_names:
+        return None
+    size = int(mesh.shape[NODE_AXIS])
+    if size == 1 or num_nodes % size:
+        return None
+    spec = tuple(sharding.spec)
+    explicit = mesh.axis_types[mesh.axis_names.index(NODE_AXIS)] == jax.sharding.AxisType.Explicit
+    if explicit and (not spec or spec[0] != NODE_AXIS):
+        return None
+    return mesh
+
+
+@functools.lru_cache(maxsize=256)
+def _ppermute_mixer(topology: Topology, mesh: Any, round_idx: int | None):
+    """The jitted ``shard_map`` for round ``round_idx`` (static) or for all rounds (None: ``f(x, idx)``).
+
+    Jitted and cached so that calls outside ``jit`` compile once instead of running the shard_map
+    body op by op; under an outer ``jit`` it is inlined. ``circulant_shifts`` raises for a
+    non-circulant graph here, and lru_cache does not cache exceptions.
+    """
+    plan = circulant_shifts(topology)
+    if round_idx is None:
+        return jax.jit(lambda x, idx: _mix_ppermute(plan, mesh, x, idx))
+    return jax.jit(lambda x: _mix_ppermute(plan, mesh, x, round_idx))
+
+
+def _sharded(topology: Topology, mesh: Any, x: Any, idx: Any) -> Any:
+    if isinstance(idx, int):
+        return _ppermute_mixer(topology, mesh, idx)(x)
+    return _ppermute_mixer(topology, mesh, None)(x, idx)
+
+
+# ---- public entry points ---------------------------------------------------------------------------
+
+
 def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
     """One round of linear mixing on the node axis: ``x_i <- sum_j W(t)_ij x_j`` for every leaf.
 
     .. math::  X^{t+1} = W^{(t)} X^{t}
 
-    Works under ``jit``, ``vmap`` (e.g. over seeds), ``lax.scan`` with a traced round counter, and
-    with the node axis sharded over devices (``NamedSharding``). ``topology`` may also be one member
-    of a :class:`~jaxgossip.topology_stack.TopologyStack` (its tables traced, under ``vmap`` over
-    the stack), so that one compile mixes over many graphs.
+    Works under ``jit``, ``vmap`` (over seeds, or over the graph axis G of a stack from
+    :func:`jaxgossip.topology.stack`, whose members then have traced tables), ``lax.scan`` with a
+    traced round counter, and with the node axis sharded over a mesh axis ``"nodes"``; circulant
+    graphs on the slot layout then mix by ``lax.ppermute`` (see the module docstring).
 
     Args:
-      topology: the graph; ``W(t)`` is its round ``t mod T``.
+      topology: one graph (tables ``[T, ...]``); ``W(t)`` is its round ``t mod T``.
       x: pytree whose leaves are floating ``[N, ...]``.
       t: round counter, Python int or traced integer scalar.
 
     Returns:
       A pytree like ``x`` (same shapes and dtypes).
+
+    Raises:
+      ValueError: ``topology`` is a whole stack (tables ``[G, T, ...]``; vmap over G first), or a
+        leaf is not ``[N, ...]``.
+    """
+    if jnp.ndim(topology.senders) != 2:
+        raise ValueError(
+            "mix needs one graph: vmap over the stack's graph axis first (senders has shape "
+            f"{tuple(jnp.shape(topology.senders))}, expected [T, E])"
+        )
+    check_params(topology, x)
+    idx = _round(topology.period, t)
+    kernel = _KERNELS[topology.resolved_kernel]
+    static_slots = topology.resolved_kernel == "slots" and isinstance(topology.senders, np.ndarray)
+
+    def one(leaf):
+        mesh = _node_mesh(leaf, topology.num_nodes) if static_slots else None
+        if mesh is None or _cached_shifts(topology) is None:
+            return kernel(topology, leaf, idx)
+        return _sharded(topology, mesh, leaf, idx)
+
+    return jax.tree_util.tree_map(one, x)
+
+
+def mix_on_mesh(topology: Topology, x: Params, t: Any, mesh: Any) -> Params:
+    """``mix(topology, x, t)`` of a circulant graph as ``shard_map`` + ``lax.ppermute`` on ``mesh``.
+
+    .. math::  (W^{(t)} X)_i = \\sum_c w_c[i] X_{(i + c) \\bmod N}
+
+    The node axis is split into P blocks of ``N / P`` consecutive nodes, one per device of the mesh
+    axis ``"nodes"``; each shift c of round t (:func:`circulant_shifts`) moves at most two
+    contiguous row slices between devices. Any layout of a circulant graph is served. ``mix`` picks
+    this path by itself for slot-layout graphs whose leaves are placed on such a mesh;
+    :func:`jaxgossip.sharding.mix_ppermute` is the checked public entry with an explicit mesh.
+
+    Args:
+      topology: a circulant graph with host tables.
+      x: pytree whose leaves are floating ``[N, ...]``, N divisible by the mesh's ``"nodes"`` size.
+      t: round counter, Python int or traced integer scalar.
+      mesh: a ``Mesh`` (or ``AbstractMesh`` under ``jit``) with an axis ``"nodes"``.
+
+    Raises:
+      ValueError: the topology is not circulant.
     """
     check_params(topology, x)
-    idx = _round(topology, t)
-    if isinstance(topology, TopologyStack):
-        return jax.tree_util.tree_map(lambda leaf: mix_stacked(topology, leaf, idx), x)
-    kernel = _KERNELS[topology.resolved_kernel]
-    return jax.tree_util.tree_map(lambda leaf: kernel(topology, leaf, idx), x)
+    return _sharded(topology, mesh, x, _round(topology.period, t))
+
+
+# ---- reductions over the node axis -----------------------------------------------------------------
 
 
 def node_mean(x: Params) -> Params:

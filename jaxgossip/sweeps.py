@@ -11,7 +11,7 @@ a config (``sweep_training``) build on the runner, so they live above it in
 :mod:`jaxgossip.experiment_sweeps`.
 
 Graphs fix shapes too, but graphs of one node count can be padded to common tables
-(:mod:`jaxgossip.topology_stack`): :func:`sweep_topologies` and :func:`sweep_topologies_training`
+(:func:`jaxgossip.topology.stack`): :func:`sweep_topologies` and :func:`sweep_topologies_training`
 run one algorithm over a list of topologies with one compile per group of same-shape graphs.
 """
 
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import algorithms, topology_stack
+from jaxgossip import algorithms, topology
 from jaxgossip.consensus import consensus_scan
 from jaxgossip.topology import Topology, spectral_gap
 from jaxgossip.types import GossipAlgorithm, Params
@@ -183,8 +183,8 @@ def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
 def _group_plan(algorithm: str, topologies: list[Topology], stack: bool) -> list[list[int]]:
     if algorithm not in algorithms.REGISTRY:
         raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {sorted(algorithms.REGISTRY)}")
-    if stack and algorithm in topology_stack.STACKABLE:
-        return topology_stack.group(topologies)
+    if stack and algorithm in topology.STACKABLE:
+        return topology.group(topologies)
     return [[i] for i in range(len(topologies))]
 
 
@@ -203,14 +203,27 @@ def _graph_values(per_graph, members: list[Topology]) -> dict[str, np.ndarray]:
 def _run_group(one: Callable, graphs: list[Topology], per_graph, keys, stacked: bool):
     """``one(topology, point, key)`` for every graph x key of a compile group, in one program.
 
-    Stacked: the graphs become one :class:`TopologyStack` and the program is vmapped over graphs
-    (tables and per-graph values) and keys. Otherwise the group holds one host topology, closed
-    over as constants, and the program is vmapped over keys only. Outputs have leading axes [G, S].
+    Stacked: the graphs are split by slot count K (:func:`jaxgossip.topology.buckets`), each bucket
+    becomes one stacked :class:`Topology`, and the program vmaps over each bucket's graphs (tables
+    and per-graph values) and the keys, so no graph pays for a larger K. Otherwise the group holds
+    one host topology, closed over as constants, and the program is vmapped over keys only.
+    Outputs have leading axes [G, S], graphs in the order given.
     """
     values = {k: jnp.asarray(v) for k, v in _graph_values(per_graph, graphs).items()}
     if stacked:
-        run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
-        return run(topology_stack.stack(graphs), values, keys)
+        parts = topology.buckets(graphs)
+        stacks = [topology.stack([graphs[i] for i in part]) for part in parts]
+        order = np.argsort(np.concatenate(parts))  # bucket-major -> the order given
+        per_graph_and_key = jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None))
+
+        def run(stacks, values, keys):
+            outs = [
+                per_graph_and_key(s, {k: v[np.asarray(part)] for k, v in values.items()}, keys)
+                for part, s in zip(parts, stacks)
+            ]
+            return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[order], *outs)
+
+        return jax.jit(run)(stacks, values, keys)
     point = {k: v[0] for k, v in values.items()}
     run = jax.jit(jax.vmap(lambda key: one(graphs[0], point, key)))
     return jax.tree_util.tree_map(lambda a: a[None], run(keys))
@@ -234,9 +247,9 @@ def sweep_topologies(
     ``algorithms.make(algorithm, topologies[g], **options, **per_graph(topologies[g]))`` for R rounds
     with key ``key_a``, where ``key_x, key_a = jax.random.split(jax.random.key(s))``; the result
     equals :func:`jaxgossip.consensus.consensus_scan` of that run (tested). Graphs of one
-    :func:`jaxgossip.topology_stack.signature` share a :class:`~jaxgossip.topology_stack.TopologyStack`
-    and one program vmapped over graphs and seeds when the algorithm is in
-    :data:`jaxgossip.topology_stack.STACKABLE`; other algorithms (PowerGossip, Sparse-Push, SCSP) and
+    :func:`jaxgossip.topology.signature` share one program vmapped over graph stacks
+    (:func:`jaxgossip.topology.stack`) and seeds when the algorithm is in
+    :data:`jaxgossip.topology.STACKABLE`; other algorithms (PowerGossip, Sparse-Push, SCSP) and
     ``stack=False`` run one program per graph, vmapped over seeds.
 
     Args:
@@ -279,7 +292,7 @@ def sweep_topologies(
     for members in plan:
         start = time.perf_counter()
         graphs = [topologies[i] for i in members]
-        stacked = stack and algorithm in topology_stack.STACKABLE
+        stacked = stack and algorithm in topology.STACKABLE
         errs, bs, nbs = _run_group(one, graphs, per_graph, keys, stacked)
         errs, bs = np.asarray(errs), np.asarray(bs, dtype=np.float64)
         nbs = None if nbs is None else np.asarray(nbs, dtype=np.float64)
@@ -362,7 +375,7 @@ def sweep_topologies_training(
     out = [None] * len(topologies)
     for members in plan:
         graphs = [topologies[i] for i in members]
-        stacked = stack and config.algorithm in topology_stack.STACKABLE
+        stacked = stack and config.algorithm in topology.STACKABLE
         metrics = _run_group(one, graphs, per_graph, keys, stacked)
         for j, i in enumerate(members):
             out[i] = jax.tree_util.tree_map(lambda a, j=j: np.asarray(a[j]), metrics)

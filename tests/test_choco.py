@@ -11,8 +11,8 @@ import pytest
 import jaxgossip as jg
 from jaxgossip import algorithms, compress
 from jaxgossip.algorithms.choco import ChocoState, choco
-from jaxgossip.compress import resolve_compressor
 from jaxgossip.algorithms.deepsqueeze import DeepSqueezeState, deepsqueeze
+from jaxgossip.compress import resolve_compressor
 
 RTOL, ATOL = 1e-5, 1e-5
 N = 8

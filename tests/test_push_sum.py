@@ -11,8 +11,8 @@ import pytest
 from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.gossip import gossip
-from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.merge import make_merge, merge
+from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import graph_copies, sparse_push
 from jaxgossip.consensus import run_consensus

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from tiny import tiny_config
 
-import jaxgossip as jg
-from jaxgossip import algorithms, mixing, sweeps, topology_stack
+from jaxgossip import algorithms, mixing, sweeps
 from jaxgossip import topology as T
 from jaxgossip.consensus import consensus_scan
 from jaxgossip.runner import run_training
@@ -20,7 +19,7 @@ def _mixed_group():
 
 
 def _check_stack_mix(topos, leaf_dtype=jnp.float32):
-    stack = topology_stack.stack(topos)
+    stack = T.stack(topos)
     n = topos[0].num_nodes
     x = {"a": jax.random.normal(jax.random.key(0), (n, 3, 2)).astype(leaf_dtype), "b": jnp.arange(n * 1.0)}
     for t in range(stack.period + 1):
@@ -38,9 +37,9 @@ def _check_stack_mix(topos, leaf_dtype=jnp.float32):
 
 def test_stack_slots_equals_numpy_matrices():
     topos = _mixed_group()
-    assert topology_stack.group(topos) == [[0, 1, 2, 3, 4]]
-    stack = topology_stack.stack(topos)
-    assert stack.kernel == "slots" and stack.tables["neighbors"].shape[:3] == (5, 1, 16)
+    assert T.group(topos) == [[0, 1, 2, 3, 4]]
+    stack = T.stack(topos)
+    assert stack.kernel == "slots" and stack.neighbors.shape[:3] == (5, 1, 16)
     _check_stack_mix(topos)
     _check_stack_mix(topos, jnp.bfloat16)
 
@@ -58,7 +57,7 @@ def test_stack_segment_and_dense_kernels():
     _check_stack_mix(dense)
     # a kernel override gives the same result
     _check_stack_mix([T.ring(12), T.torus(3, 4)])
-    stack = topology_stack.stack([T.ring(12), T.torus(3, 4)], kernel="segment")
+    stack = T.stack([T.ring(12), T.torus(3, 4)], kernel="segment")
     x = jnp.arange(12.0)
     out = jax.vmap(lambda s: mixing.mix(s, x, 0))(stack)
     np.testing.assert_allclose(np.asarray(out[1]), T.torus(3, 4).matrix(0) @ np.arange(12.0), rtol=1e-6)
@@ -69,8 +68,8 @@ def test_time_varying_members_repeat_to_the_lcm_period():
     two = T.schedule([T.ring(16), T.torus(4, 4)])
     three = T.schedule([T.ring(16), T.hypercube(16), T.exponential(16)])
     topos = [T.one_peer_exponential(16), two, three]
-    assert topology_stack.group(topos) == [[0, 1, 2]]
-    assert topology_stack.stack(topos).period == 12
+    assert T.group(topos) == [[0, 1, 2]]
+    assert T.stack(topos).period == 12
     _check_stack_mix(topos)
 
 
@@ -84,24 +83,24 @@ def test_group_splits_by_signature_and_stack_refuses_mixed_signatures():
         T.make("random_directed:0.5", 8, seed=1),
         T.directed_ring(8),
     ]
-    groups = topology_stack.group(topos)
+    groups = T.group(topos)
     # the directed ring is doubly stochastic (1/2 self, 1/2 predecessor), so it mixes like the rings
     assert groups == [[0, 4, 6], [1], [2], [3], [5]]
     with pytest.raises(ValueError, match="cannot stack ring\\(8\\) with ring\\(16\\)"):
-        topology_stack.stack([T.ring(8), T.ring(16)])
+        T.stack([T.ring(8), T.ring(16)])
     with pytest.raises(ValueError, match="at least one"):
-        topology_stack.stack([])
+        T.stack([])
     with pytest.raises(ValueError, match="kernel='bogus'"):
-        topology_stack.stack([T.ring(8)], kernel="bogus")
+        T.stack([T.ring(8)], kernel="bogus")
     with pytest.raises(ValueError, match="vmap over the stack"):
-        mixing.mix(topology_stack.stack([T.ring(8), T.torus(2, 4)]), jnp.ones((8, 2)))
+        mixing.mix(T.stack([T.ring(8), T.torus(2, 4)]), jnp.ones((8, 2)))
 
 
 def test_host_table_algorithms_refuse_a_stack_member():
-    stack = topology_stack.stack([T.ring(8), T.torus(2, 4)])
-    col = topology_stack.stack([T.directed_ring(8)])
+    stack = T.stack([T.ring(8), T.torus(2, 4)])
+    col = T.stack([T.directed_ring(8)])
     for name, s in (("power_gossip", stack), ("sparse_push", col), ("scsp", col)):
-        with pytest.raises(TypeError, match=f"{name} builds per-edge host tables.*TopologyStack"):
+        with pytest.raises(TypeError, match=f"{name} builds per-edge host tables.*stacked Topology"):
             jax.vmap(lambda m, name=name: algorithms.make(name, m).init(jnp.ones((8, 2))).count)(s)
 
 
@@ -136,7 +135,7 @@ def test_sweep_topologies_equals_individual_runs(name, topos, options, per_graph
     result = sweeps.sweep_topologies(
         name, topos, dim=dim, num_steps=steps, seeds=seeds, options=options, per_graph=per_graph
     )
-    if name in topology_stack.STACKABLE:
+    if name in T.STACKABLE:
         assert len(result.groups) < len(topos)  # some graphs shared a compile
     else:
         assert result.groups == [[i] for i in range(len(topos))]

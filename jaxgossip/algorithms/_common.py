@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.topology import Topology
-from jaxgossip.topology_stack import TopologyStack
 from jaxgossip.types import Array
 
 __all__ = [
@@ -66,7 +65,7 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
 
 def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
     """Raises ValueError unless every W(t) has rows and columns summing to 1 (mean-preserving)."""
-    if not isinstance(topology, (Topology, TopologyStack)):
+    if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
     if not topology.is_doubly_stochastic:
         raise ValueError(
@@ -78,7 +77,7 @@ def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
 
 def require_column_stochastic(topology: Topology, algorithm: str) -> None:
     """Raises ValueError unless every W(t) has columns summing to 1 (mass-preserving push-sum)."""
-    if not isinstance(topology, (Topology, TopologyStack)):
+    if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
     if not topology.is_column_stochastic:
         raise ValueError(
@@ -89,24 +88,25 @@ def require_column_stochastic(topology: Topology, algorithm: str) -> None:
 
 
 def require_host_topology(topology: Any, algorithm: str) -> None:
-    """Raises TypeError unless ``topology`` is a host :class:`Topology` (not a traced stack member).
+    """Raises TypeError unless ``topology`` is a :class:`Topology` with host (NumPy) tables, not a
+    stack or a stack member with traced tables.
 
     For algorithms that build per-edge or per-graph tables with NumPy at construction time.
     """
-    if isinstance(topology, TopologyStack):
-        raise TypeError(
-            f"{algorithm} builds per-edge host tables from the graph and cannot run on a TopologyStack "
-            f"(traced graph tables); give it a jaxgossip Topology (sweep_topologies then runs one "
-            f"compile per graph). Stackable algorithms: gossip, allreduce, choco, deepsqueeze, push_sum"
-        )
     if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
+    if not topology.host_tables:
+        raise TypeError(
+            f"{algorithm} builds per-edge host tables from the graph and cannot run on a stacked Topology "
+            f"(traced graph tables); give it a graph built on the host (sweep_topologies then runs one "
+            f"compile per graph). Stackable algorithms: gossip, allreduce, choco, deepsqueeze, push_sum"
+        )
 
 
 def per_round(table: Any, t: Any) -> Array:
     """Row ``t mod T`` of a table ``[T, ...]`` (t static or traced), as float32.
 
-    ``table`` is a host array, or a device/traced array (a :class:`TopologyStack` member's).
+    ``table`` is a host array, or a device/traced array (a stack member's, under ``vmap``).
     """
     if isinstance(table, jax.Array):
         table = table.astype(jnp.float32)

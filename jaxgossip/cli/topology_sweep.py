@@ -20,7 +20,7 @@ __all__ = ["TopologySweepOptions", "command", "run"]
 
 _TOPOLOGY_SWEEP_HELP = """\
 Compare graphs: run one algorithm on every topology x size x seed. Graphs with the same node count,
-kernel and stochasticity share one compiled program (jaxgossip.topology_stack), vmapped over graphs
+kernel and stochasticity share one compiled program (jaxgossip.topology.stack), vmapped over graphs
 and seeds, so a sweep over many graphs costs a few compiles.
 
 Consensus mode (the default): graph g with seed s starts from x0 ~ N(0, 1)^[N, D] and runs
@@ -363,7 +363,7 @@ def _topology_specs(text: str) -> list[str]:
     specs = [s.strip() for s in text.split(",") if s.strip()]
     if not specs:
         raise ValueError("--topologies is empty; give specs such as ring,torus,erdos_renyi:0.3")
-    known = list(getattr(topology, "FAMILIES", None) or topology._BY_NAME)  # noqa: SLF001 (until FAMILIES lands)
+    known = list(topology.FAMILIES)
     for spec in specs:
         if spec.partition(":")[0] not in known:
             raise ValueError(
@@ -412,11 +412,11 @@ def _gap(topo) -> float:
 
 
 def _compile_summary(graphs: int, seeds: int, programs: int, wall: float, stack: bool, algorithm: str) -> str:
-    from jaxgossip import topology_stack
+    from jaxgossip import topology
 
     if not stack:
         how = "one per graph (--no-stack)"
-    elif algorithm not in topology_stack.STACKABLE:
+    elif algorithm not in topology.STACKABLE:
         how = f"one per graph: {algorithm} builds host tables per graph"
     else:
         how = "one per group of same-shape graphs"

@@ -1,27 +1,16 @@
-"""Communication graphs as index arrays with weights (sparse mixing matrices).
+"""Graph constructors: the paper topologies, graphs from adjacency or mixing matrices, schedules.
 
-Convention: ``x_new = W @ x`` where ``W[i, j]`` is the weight *receiver* ``i`` puts on the value
-sent by ``j``. A :class:`Topology` stores, for each of its ``T`` rounds (``T = 1`` for static
-graphs), the edge list ``senders [T, E]``, ``receivers [T, E]``, ``weights [T, E]``; self-loops are
-edges, and rounds with fewer edges are padded with weight-0 edges. Round ``t`` of a run uses the
-graph ``t mod T``.
-
-From the edge list the topology derives the tables its mixing kernel needs (see
-:func:`jaxgossip.mixing.mix`): an in-neighbour slot table ``[T, N, K]`` for bounded-degree
-graphs, a dense ``[T, N, N]`` stack for dense graphs, or the raw edge list for ``segment_sum``.
-
-Constructors follow ALGORITHMS.md section 5: uniform weights on regular graphs, Metropolis-Hastings
+Weights follow ALGORITHMS.md section 5: uniform weights on regular graphs, Metropolis-Hastings
 weights on irregular undirected graphs, and column-stochastic weights (each sender splits its mass
-over itself and its out-neighbours) for push-sum.
+over itself and its out-neighbours) for push-sum. Every constructor checks its arguments and the
+connectivity of the graph (ValueError / TypeError naming the argument).
 
-Host-side construction is NumPy and not jittable; a topology is a static object closed over by
-jitted functions.
+Host-side construction is NumPy and not jittable; the result is a :class:`Topology` with NumPy
+tables, closed over by jitted functions as constants.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -31,8 +20,9 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
+from jaxgossip.topology.graph import Topology
+
 __all__ = [
-    "Topology",
     "ring",
     "directed_ring",
     "torus",
@@ -46,242 +36,11 @@ __all__ = [
     "from_adjacency",
     "from_matrix",
     "schedule",
-    "spectral_gap",
-    "optimal_gamma",
     "WEIGHT_SCHEMES",
-    "KERNELS",
-    "make",
 ]
 
 WEIGHT_SCHEMES = ("metropolis", "uniform", "column")
-KERNELS = ("auto", "slots", "dense", "segment")
 _TOL = 1e-6
-# Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
-# measured on XLA:CPU (DESIGN.md principle 2): 0.86x copy bandwidth at K=3, 0.65x at K=9.
-_MAX_SLOTS = 16
-# Above this edge density a dense matmul beats gathers (6x at N=64, K=64 on XLA:CPU).
-_DENSE_FRACTION = 0.25
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Topology:
-    """A static or time-varying communication graph with mixing weights.
-
-    Attributes:
-      name: human-readable description, e.g. ``"ring(8)"``.
-      num_nodes: N.
-      senders: [T, E] int32, the node whose value an edge carries.
-      receivers: [T, E] int32, the node that adds ``weight * x[sender]``.
-      weights: [T, E] float64, ``W_t[receiver, sender]``; padding edges have weight 0.
-      directed: whether the underlying graph is directed (edges need not be reciprocated).
-      kernel: mixing kernel, one of ``"auto"``, ``"slots"``, ``"dense"``, ``"segment"``.
-    """
-
-    name: str
-    num_nodes: int
-    senders: np.ndarray
-    receivers: np.ndarray
-    weights: np.ndarray
-    directed: bool
-    kernel: str = "auto"
-
-    def __post_init__(self):
-        if self.kernel not in KERNELS:
-            raise ValueError(f"kernel={self.kernel!r} is unknown; known kernels: {KERNELS}")
-        shapes = {self.senders.shape, self.receivers.shape, self.weights.shape}
-        if len(shapes) != 1 or self.senders.ndim != 2:
-            raise ValueError(
-                "senders, receivers and weights must share one [T, E] shape; got "
-                f"{self.senders.shape}, {self.receivers.shape}, {self.weights.shape}"
-            )
-
-    # ---- sizes -------------------------------------------------------------------------------
-    @property
-    def period(self) -> int:
-        """T, the number of distinct rounds before the schedule repeats."""
-        return int(self.senders.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        """E, padded edge count per round (self-loops included)."""
-        return int(self.senders.shape[1])
-
-    @property
-    def time_varying(self) -> bool:
-        return self.period > 1
-
-    def __repr__(self) -> str:
-        return (
-            f"Topology({self.name}, N={self.num_nodes}, T={self.period}, E={self.num_edges}, "
-            f"directed={self.directed}, kernel={self.resolved_kernel})"
-        )
-
-    # ---- dense views (tests, tiny graphs, analysis) ------------------------------------------
-    def matrix(self, t: int = 0) -> np.ndarray:
-        """Dense mixing matrix ``W(t)``, numpy [N, N] float64 (round ``t mod T``)."""
-        t = int(t) % self.period
-        w = np.zeros((self.num_nodes, self.num_nodes))
-        np.add.at(w, (self.receivers[t], self.senders[t]), self.weights[t])
-        return w
-
-    def matrices(self) -> np.ndarray:
-        """All mixing matrices, numpy [T, N, N] float64."""
-        return np.stack([self.matrix(t) for t in range(self.period)])
-
-    # ---- stochasticity ------------------------------------------------------------------------
-    @functools.cached_property
-    def _row_col_sums(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = np.zeros((self.period, self.num_nodes))
-        cols = np.zeros((self.period, self.num_nodes))
-        for t in range(self.period):
-            np.add.at(rows[t], self.receivers[t], self.weights[t])
-            np.add.at(cols[t], self.senders[t], self.weights[t])
-        return rows, cols
-
-    @property
-    def is_row_stochastic(self) -> bool:
-        return bool(np.allclose(self._row_col_sums[0], 1.0, atol=_TOL))
-
-    @property
-    def is_column_stochastic(self) -> bool:
-        return bool(np.allclose(self._row_col_sums[1], 1.0, atol=_TOL))
-
-    @property
-    def is_doubly_stochastic(self) -> bool:
-        return self.is_row_stochastic and self.is_column_stochastic
-
-    @functools.cached_property
-    def is_symmetric(self) -> bool:
-        """Whether every W(t) is symmetric (checked on the pair list, O(E))."""
-        _, _, w_ab, w_ba = self.pairs
-        return bool(np.allclose(w_ab, w_ba, atol=_TOL))
-
-    # ---- derived tables for kernels and bit accounting ----------------------------------------
-    @functools.cached_property
-    def _real_edges(self) -> np.ndarray:
-        """[T, E] bool: edges with non-zero weight."""
-        return self.weights != 0
-
-    def _count_per_node(self, endpoint: np.ndarray) -> np.ndarray:
-        """[T, N]: real non-self edges per node, counted at ``endpoint`` (senders or receivers)."""
-        deg = np.zeros((self.period, self.num_nodes), dtype=np.int64)
-        for t in range(self.period):
-            keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
-            np.add.at(deg[t], endpoint[t][keep], 1)
-        return deg
-
-    @functools.cached_property
-    def out_degree(self) -> np.ndarray:
-        """[T, N] int: out-neighbours (self excluded) each node sends to in round t."""
-        return self._count_per_node(self.senders)
-
-    @functools.cached_property
-    def in_degree(self) -> np.ndarray:
-        """[T, N] int: in-neighbours (self excluded) each node receives from in round t."""
-        return self._count_per_node(self.receivers)
-
-    @functools.cached_property
-    def self_weights(self) -> np.ndarray:
-        """[T, N] float64: the diagonal ``W_t[i, i]``."""
-        diag = np.zeros((self.period, self.num_nodes))
-        for t in range(self.period):
-            keep = self.senders[t] == self.receivers[t]
-            np.add.at(diag[t], self.receivers[t][keep], self.weights[t][keep])
-        return diag
-
-    @functools.cached_property
-    def slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """In-neighbour slot table: ``(neighbors [T, N, K] int32, weights [T, N, K] float64)``.
-
-        ``W_t @ x == sum_k weights[t, :, k, None] * x[neighbors[t, :, k]]``. K is the largest
-        in-degree (self included) over all rounds; unused slots point at the node itself with
-        weight 0. Slot 0 always holds the self-loop.
-        """
-        n, period = self.num_nodes, self.period
-        lists = []
-        for t in range(period):
-            w = self.weights[t]
-            keep = w != 0
-            s, r, w = self.senders[t][keep], self.receivers[t][keep], w[keep]
-            # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
-            # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
-            order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
-            lists.append((s[order], r[order], w[order]))
-        k = 1
-        for _, r, _ in lists:
-            if r.size:
-                k = max(k, int(np.bincount(r, minlength=n).max()))
-        nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
-        slot_w = np.zeros((period, n, k))
-        for t, (s, r, w) in enumerate(lists):
-            if r.size == 0:
-                continue
-            first = np.searchsorted(r, np.arange(n))
-            pos = np.arange(r.size) - first[r]
-            has_self = np.zeros(n, dtype=bool)
-            has_self[r[s == r]] = True
-            # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
-            pos = pos + (~has_self[r]).astype(np.int64)
-            k_needed = int(pos.max()) + 1
-            if k_needed > nbr.shape[2]:
-                extra = k_needed - nbr.shape[2]
-                nbr = np.concatenate(
-                    [nbr, np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, extra))], axis=2
-                )
-                slot_w = np.concatenate([slot_w, np.zeros((period, n, extra))], axis=2)
-            nbr[t, r, pos] = s
-            slot_w[t, r, pos] = w
-        return nbr, slot_w
-
-    @property
-    def max_slots(self) -> int:
-        """K of the slot table: the largest in-degree, self included."""
-        return int(self.slots[0].shape[2])
-
-    @functools.cached_property
-    def resolved_kernel(self) -> str:
-        """The kernel ``mix`` uses: the user's choice or, for ``"auto"``, one picked by density."""
-        if self.kernel != "auto":
-            return self.kernel
-        density = int(self._real_edges.sum(axis=1).max()) / self.num_nodes**2
-        # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
-        # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
-        if density > 0.5 or (self.max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
-            return "dense"
-        if self.max_slots <= _MAX_SLOTS:
-            return "slots"
-        return "segment"
-
-    @functools.cached_property
-    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Oriented node pairs for edge-wise algorithms (PowerGossip).
-
-        Returns ``(a, b, w_ab, w_ba)``, each [T, P]: every unordered pair ``{a, b}`` with ``a < b``
-        and ``W_t[a, b] > 0`` or ``W_t[b, a] > 0``; ``w_ab = W_t[a, b]`` is what ``a`` takes from
-        ``b``. Padding pairs are ``(0, 0)`` with weights 0. Pairs are sorted by ``(a, b)``.
-        """
-        n = self.num_nodes
-        per_t = []
-        for t in range(self.period):
-            keep = self._real_edges[t] & (self.senders[t] != self.receivers[t])
-            s, r, w = self.senders[t][keep], self.receivers[t][keep], self.weights[t][keep]
-            lo, hi = np.minimum(s, r), np.maximum(s, r)
-            code = lo.astype(np.int64) * n + hi
-            uniq, inv = np.unique(code, return_inverse=True)
-            w_ab = np.zeros(uniq.size)
-            w_ba = np.zeros(uniq.size)
-            # Edge (s -> r): receiver r takes weight w from s.  If r = lo, it is w_ab.
-            np.add.at(w_ab, inv[r == lo], w[r == lo])
-            np.add.at(w_ba, inv[r == hi], w[r == hi])
-            per_t.append((uniq // n, uniq % n, w_ab, w_ba))
-        p = max(1, max(x[0].size for x in per_t))
-        out = [np.zeros((self.period, p), dtype=np.int32) for _ in range(2)] + [
-            np.zeros((self.period, p)) for _ in range(2)
-        ]
-        for t, arrays in enumerate(per_t):
-            for o, arr in zip(out, arrays):
-                o[t, : arr.size] = arr
-        return tuple(out)
 
 
 # ---- construction helpers -----------------------------------------------------------------------
@@ -688,107 +447,3 @@ def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topolog
     np.fill_diagonal(union, 0)
     _check_connected(union, True, "union graph of the schedule")
     return topo
-
-
-# ---- spectral tools -----------------------------------------------------------------------------
-
-
-def spectral_gap(topo: Topology) -> float:
-    """``1 - |lambda_2(W)|``, with ``|lambda_2|`` the second-largest eigenvalue magnitude.
-
-    This is the Koloskova et al. (ICML 2019) convention delta (ALGORITHMS.md 5.2). For a
-    time-varying topology the per-round gap of one period is returned,
-    ``1 - |lambda_2(W(T-1) ... W(0))|^(1/T)``, which is 1 when a period averages exactly.
-
-    Raises:
-      ValueError: if W is not doubly stochastic (the gap then does not measure convergence to the
-        average; push-sum graphs need the debiased analysis instead).
-    """
-    if not topo.is_doubly_stochastic:
-        raise ValueError(f"spectral_gap needs doubly stochastic weights; {topo.name} is not")
-    prod = np.eye(topo.num_nodes)
-    for t in range(topo.period):
-        prod = topo.matrix(t) @ prod
-    mags = np.sort(np.abs(np.linalg.eigvals(prod)))[::-1]
-    lam2 = mags[1] if mags.size > 1 else 0.0
-    # A period that averages exactly leaves |lambda_2| at rounding level; its 1/T-th root would
-    # inflate 1e-16 to ~1e-5.
-    lam2 = 0.0 if lam2 < 1e-12 else lam2
-    return float(1.0 - lam2 ** (1.0 / topo.period))
-
-
-def optimal_gamma(topo: Topology) -> float:
-    """Over-relaxation ``gamma* = 2 / ((1 - lambda_2) + (1 - lambda_N))`` for ``I + gamma (W - I)``.
-
-    Balances the two extreme non-unit eigenvalues of a static symmetric W (8-ring: 1.3084;
-    ALGORITHMS.md 5.3).
-
-    Raises:
-      ValueError: for time-varying or non-symmetric W.
-    """
-    if topo.time_varying:
-        raise ValueError(f"optimal_gamma needs a static topology; {topo.name} has period {topo.period}")
-    w = topo.matrix(0)
-    if not np.allclose(w, w.T, atol=_TOL):
-        raise ValueError(f"optimal_gamma needs a symmetric W; {topo.name} is not symmetric")
-    lam = np.sort(np.linalg.eigvalsh(w))[::-1]
-    return float(2.0 / ((1.0 - lam[1]) + (1.0 - lam[-1])))
-
-
-# ---- by name ------------------------------------------------------------------------------------
-
-# Constructors reachable by name from configs (from_adjacency / from_matrix need arrays).
-_BY_NAME = {
-    fn.__name__: fn
-    for fn in (
-        ring,
-        directed_ring,
-        torus,
-        hypercube,
-        exponential,
-        one_peer_exponential,
-        complete,
-        star,
-        erdos_renyi,
-        random_directed,
-    )
-}
-
-
-def _near_square(n: int) -> tuple[int, int]:
-    rows = int(math.isqrt(n))
-    while n % rows:
-        rows -= 1
-    return rows, n // rows
-
-
-def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
-    """Topology from a name such as ``"ring"``, ``"torus"``, ``"erdos_renyi:0.3"``,
-    ``"random_directed:0.2"`` or ``"torus:4x8"`` (used by configs and the CLI).
-
-    ``torus`` without sides picks the most square ``rows x cols = num_nodes``; ``erdos_renyi`` and
-    ``random_directed`` take their edge probability after the colon and use ``seed``.
-    """
-    if not isinstance(spec, str):
-        raise TypeError(f"topology spec must be a string, got {spec!r}")
-    name, _, arg = spec.partition(":")
-    if name not in _BY_NAME:
-        raise ValueError(f"unknown topology {name!r}; known topologies: {list(_BY_NAME)}")
-    if name == "torus":
-        if arg:
-            try:
-                rows, cols = (int(v) for v in arg.lower().split("x"))
-            except ValueError:
-                raise ValueError(f"torus spec {spec!r} must look like 'torus:ROWSxCOLS'") from None
-        else:
-            rows, cols = _near_square(num_nodes)
-        return torus(rows, cols, num_nodes=num_nodes)
-    if name in ("erdos_renyi", "random_directed"):
-        try:
-            p = float(arg) if arg else 0.3
-        except ValueError:
-            raise ValueError(f"{name} spec {spec!r} must look like '{name}:P' with P a probability") from None
-        return (erdos_renyi if name == "erdos_renyi" else random_directed)(num_nodes, p, seed)
-    if arg:
-        raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
-    return _BY_NAME[name](num_nodes)

@@ -1,0 +1,292 @@
+"""The graph type: a communication graph as index arrays with weights, registered as a pytree.
+
+Convention: ``x_new = W @ x`` where ``W[i, j]`` is the weight *receiver* ``i`` puts on the value
+sent by ``j``. A :class:`Topology` stores, for each of its ``T`` rounds (``T = 1`` for static
+graphs), the edge list ``senders [T, E]``, ``receivers [T, E]``, ``weights [T, E]``; self-loops are
+edges, and rounds with fewer edges are padded with weight-0 edges. Round ``t`` of a run uses the
+graph ``t mod T``. Graphs on the slot layout also carry the in-neighbour slot table
+``neighbors, slot_weights [T, N, K]`` (:func:`jaxgossip.mixing.slot_table`).
+
+The tables are the pytree leaves; the static facts (name, N, directedness, stochasticity, kernel
+layout) are auxiliary data, and T, E and K are read from the leaves' shapes. So one type serves:
+
+* a graph built on the host: NumPy leaves, closed over by jitted code as constants (mixing then
+  specializes on them, e.g. ``jnp.roll`` for circulant slot columns);
+* a stack of G graphs (:func:`jaxgossip.topology.stack`): the same leaves with a leading graph
+  axis ``[G, T, ...]``;
+* one member of a stack under ``jax.vmap``, or a graph whose tables a traced function produced:
+  traced leaves ``[T, ...]`` (:meth:`Topology.from_tables`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgossip.mixing import KERNELS, choose_kernel, slot_table
+
+__all__ = ["Topology", "KERNELS"]
+
+_TOL = 1e-6
+_LEAVES = ("senders", "receivers", "weights", "neighbors", "slot_weights")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Topology:
+    """A static or time-varying communication graph with mixing weights.
+
+    Built on the host from an edge list (the constructors in :mod:`jaxgossip.topology` do this);
+    everything else is derived at construction: the slot table, the kernel layout ``mix`` uses and
+    the stochasticity of the weights. A registered pytree: the five tables are the leaves, the other
+    fields auxiliary data; stacks and traced tables are built with :meth:`from_tables`.
+
+    Attributes:
+      name: human-readable description, e.g. ``"ring(8)"``.
+      num_nodes: N.
+      senders: [T, E] int32, the node whose value an edge carries.
+      receivers: [T, E] int32, the node that adds ``weight * x[sender]``.
+      weights: [T, E] float64, ``W_t[receiver, sender]``; padding edges have weight 0.
+      directed: whether the underlying graph is directed (edges need not be reciprocated).
+      kernel: the requested mixing kernel, one of ``"auto"``, ``"slots"``, ``"dense"``,
+        ``"segment"``; :attr:`resolved_kernel` is the one ``mix`` uses.
+      neighbors, slot_weights: [T, N, K] in-neighbour slot table (derived; None in a stack of a
+        dense or segment layout).
+      layout: the resolved kernel, ``"slots"``, ``"dense"`` or ``"segment"`` (derived).
+      row_stochastic, column_stochastic: whether every W(t) has rows / columns summing to 1
+        (derived).
+    """
+
+    name: str
+    num_nodes: int
+    senders: Any
+    receivers: Any
+    weights: Any
+    directed: bool
+    kernel: str = "auto"
+    neighbors: Any = dataclasses.field(default=None, init=False)
+    slot_weights: Any = dataclasses.field(default=None, init=False)
+    layout: str = dataclasses.field(default="", init=False)
+    row_stochastic: bool = dataclasses.field(default=False, init=False)
+    column_stochastic: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel={self.kernel!r} is unknown; known kernels: {KERNELS}")
+        senders, receivers, weights = (np.asarray(a) for a in (self.senders, self.receivers, self.weights))
+        shapes = {senders.shape, receivers.shape, weights.shape}
+        if len(shapes) != 1 or senders.ndim != 2:
+            raise ValueError(
+                "senders, receivers and weights must share one [T, E] shape; got "
+                f"{senders.shape}, {receivers.shape}, {weights.shape}"
+            )
+        nbr, slot_w = slot_table(senders, receivers, weights, self.num_nodes)
+        rows, cols = _row_col_sums(senders, receivers, weights, self.num_nodes)
+        layout = self.kernel
+        if layout == "auto":
+            layout = choose_kernel(self.num_nodes, int((weights != 0).sum(axis=1).max()), nbr.shape[2])
+        derived = dict(
+            senders=senders,
+            receivers=receivers,
+            weights=weights,
+            neighbors=nbr,
+            slot_weights=slot_w,
+            layout=layout,
+            row_stochastic=bool(np.allclose(rows, 1.0, atol=_TOL)),
+            column_stochastic=bool(np.allclose(cols, 1.0, atol=_TOL)),
+        )
+        for field, value in derived.items():
+            object.__setattr__(self, field, value)
+
+    @classmethod
+    def from_tables(cls, tables: dict[str, Any], **facts: Any) -> Topology:
+        """A topology from ready tables, without host-side checks or derivations (jittable).
+
+        For stacks and for graphs whose tables are computed inside a compiled program (e.g. drawn
+        per round from a key). The tables must follow the layout conventions: weight-0 padding,
+        and slot 0 of ``neighbors`` the node itself.
+
+        Args:
+          tables: ``senders, receivers, weights`` [..., T, E], and for ``layout="slots"``
+            ``neighbors, slot_weights`` [..., T, N, K].
+          **facts: ``name, num_nodes, directed, layout, row_stochastic, column_stochastic`` (all
+            required) and optionally ``kernel`` (default: the layout).
+        """
+        missing = {"name", "num_nodes", "directed", "layout", "row_stochastic", "column_stochastic"} - set(facts)
+        if missing:
+            raise ValueError(f"from_tables needs the facts {sorted(missing)}")
+        if facts["layout"] not in KERNELS[1:]:
+            raise ValueError(f"layout={facts['layout']!r} is unknown; layouts: {KERNELS[1:]}")
+        if facts["layout"] == "slots" and tables.get("neighbors") is None:
+            raise ValueError("layout='slots' needs the tables 'neighbors' and 'slot_weights'")
+        return cls._assemble(tables, {"kernel": facts["layout"], **facts})
+
+    @classmethod
+    def _assemble(cls, tables: dict[str, Any], facts: dict[str, Any]) -> Topology:
+        # Bypasses __init__: the tables may be tracers, device arrays or JAX's placeholders.
+        topology = object.__new__(cls)
+        for field in dataclasses.fields(cls):
+            value = tables.get(field.name) if field.name in _LEAVES else facts[field.name]
+            object.__setattr__(topology, field.name, value)
+        return topology
+
+    # ---- pytree ------------------------------------------------------------------------------
+    def tree_flatten(self):
+        children = tuple(getattr(self, name) for name in _LEAVES)
+        aux = tuple((f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in _LEAVES)
+        return children, aux
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls._assemble(dict(zip(_LEAVES, children)), dict(aux))
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def period(self) -> int:
+        """T, the number of distinct rounds before the schedule repeats."""
+        return int(jnp.shape(self.senders)[-2])
+
+    @property
+    def num_edges(self) -> int:
+        """E, padded edge count per round (self-loops included)."""
+        return int(jnp.shape(self.senders)[-1])
+
+    @property
+    def num_graphs(self) -> int | None:
+        """G for a stack (tables ``[G, T, ...]``), None for a single graph."""
+        return int(jnp.shape(self.senders)[0]) if jnp.ndim(self.senders) == 3 else None
+
+    @property
+    def time_varying(self) -> bool:
+        return self.period > 1
+
+    @property
+    def host_tables(self) -> bool:
+        """Whether the tables are NumPy arrays (built on the host; static under ``jit``)."""
+        return isinstance(self.senders, np.ndarray)
+
+    @property
+    def resolved_kernel(self) -> str:
+        """The kernel layout ``mix`` uses: the requested one, or for ``"auto"`` the measured choice
+        (:func:`jaxgossip.mixing.choose_kernel`)."""
+        return self.layout
+
+    @property
+    def slots(self) -> tuple[Any, Any]:
+        """In-neighbour slot table: ``(neighbors [T, N, K] int32, weights [T, N, K] float64)``.
+
+        ``W_t @ x == sum_k weights[t, :, k, None] * x[neighbors[t, :, k]]``. K is the largest
+        in-degree (self included) over all rounds; unused slots point at the node itself with
+        weight 0. Slot 0 always holds the self-loop.
+        """
+        return self.neighbors, self.slot_weights
+
+    @property
+    def max_slots(self) -> int:
+        """K of the slot table: the largest in-degree, self included."""
+        return int(jnp.shape(self.neighbors)[-1])
+
+    def __repr__(self) -> str:
+        graphs = "" if self.num_graphs is None else f"G={self.num_graphs}, "
+        return (
+            f"Topology({self.name}, {graphs}N={self.num_nodes}, T={self.period}, E={self.num_edges}, "
+            f"directed={self.directed}, kernel={self.resolved_kernel})"
+        )
+
+    # ---- dense views (tests, tiny graphs, analysis; host tables only) ------------------------
+    def matrix(self, t: int = 0) -> np.ndarray:
+        """Dense mixing matrix ``W(t)``, numpy [N, N] float64 (round ``t mod T``)."""
+        t = int(t) % self.period
+        w = np.zeros((self.num_nodes, self.num_nodes))
+        np.add.at(w, (self.receivers[t], self.senders[t]), self.weights[t])
+        return w
+
+    def matrices(self) -> np.ndarray:
+        """All mixing matrices, numpy [T, N, N] float64."""
+        return np.stack([self.matrix(t) for t in range(self.period)])
+
+    # ---- stochasticity -----------------------------------------------------------------------
+    @property
+    def is_row_stochastic(self) -> bool:
+        return self.row_stochastic
+
+    @property
+    def is_column_stochastic(self) -> bool:
+        return self.column_stochastic
+
+    @property
+    def is_doubly_stochastic(self) -> bool:
+        return self.row_stochastic and self.column_stochastic
+
+    @functools.cached_property
+    def is_symmetric(self) -> bool:
+        """Whether every W(t) is symmetric, checked on the edge list (O(E log E), no [N, N] matrix):
+        the weights summed per (receiver, sender) must equal those summed per (sender, receiver)."""
+        n = self.num_nodes
+        senders, receivers, weights = (np.asarray(x) for x in (self.senders, self.receivers, self.weights))
+        for s, r, w in zip(senders, receivers, weights):
+            keep = (w != 0) & (s != r)
+            s, r, w = s[keep].astype(np.int64), r[keep].astype(np.int64), w[keep]
+            forward, f_inv = np.unique(r * n + s, return_inverse=True)
+            backward, b_inv = np.unique(s * n + r, return_inverse=True)
+            if not np.array_equal(forward, backward):
+                return False
+            if not np.allclose(np.bincount(f_inv, w), np.bincount(b_inv, w), atol=_TOL):
+                return False
+        return True
+
+    # ---- per-node tables for bit accounting ----------------------------------------------------
+    @functools.cached_property
+    def out_degree(self) -> Any:
+        """[T, N] int: out-neighbours (self excluded) each node sends to in round t ([G, T, N] for a
+        stack; a traced array for traced tables)."""
+        return _count_per_node(self, self.senders)
+
+    @functools.cached_property
+    def in_degree(self) -> Any:
+        """[T, N] int: in-neighbours (self excluded) each node receives from in round t."""
+        return _count_per_node(self, self.receivers)
+
+    @functools.cached_property
+    def self_weights(self) -> np.ndarray:
+        """[T, N] float64: the diagonal ``W_t[i, i]`` (host tables)."""
+        diag = np.zeros((self.period, self.num_nodes))
+        for t in range(self.period):
+            keep = self.senders[t] == self.receivers[t]
+            np.add.at(diag[t], self.receivers[t][keep], self.weights[t][keep])
+        return diag
+
+
+
+jax.tree_util.register_pytree_node(Topology, Topology.tree_flatten, Topology.tree_unflatten)
+
+
+def _row_col_sums(senders, receivers, weights, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column sums of every W(t), each [T, N] float64."""
+    period = senders.shape[0]
+    rows = np.zeros((period, num_nodes))
+    cols = np.zeros((period, num_nodes))
+    for t in range(period):
+        np.add.at(rows[t], receivers[t], weights[t])
+        np.add.at(cols[t], senders[t], weights[t])
+    return rows, cols
+
+
+def _count_per_node(topology: Topology, endpoint: Any) -> Any:
+    """[T, N]: real (weight != 0) non-self edges per node, counted at ``endpoint`` (senders or
+    receivers). NumPy for host tables; for traced tables a ``segment_sum`` per round."""
+    real = (topology.weights != 0) & (topology.senders != topology.receivers)
+    n = topology.num_nodes
+    if topology.host_tables:
+        deg = np.zeros((topology.period, n), dtype=np.int64)
+        for t in range(topology.period):
+            np.add.at(deg[t], endpoint[t][real[t]], 1)
+        return deg
+    shape = jnp.shape(endpoint)
+    count = jax.vmap(lambda ends, keep: jax.ops.segment_sum(keep.astype(jnp.int32), ends, num_segments=n))
+    deg = count(jnp.reshape(endpoint, (-1, shape[-1])), jnp.reshape(real, (-1, shape[-1])))
+    return jnp.reshape(deg, shape[:-1] + (n,))
