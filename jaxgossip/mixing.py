@@ -477,7 +477,7 @@ def consensus_distance(x: Params, target: Params | None = None) -> Array:
     Args:
       x: pytree of leaves ``[N, ...]``.
       target: pytree of leaves ``[...]``; defaults to the node mean of ``x`` (consensus distance
-        Xi^2 of ALGORITHMS.md section 1).
+        Xi^2 of docs/algorithms.md, section topologies and spectral tools).
     """
     if target is None:
         target = node_mean(x)

@@ -78,7 +78,8 @@ def _is_norm_key(entry: Any) -> bool:
 
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """SGD with (Nesterov) momentum, decoupled-from-nothing weight decay (added to the gradient, as
-    PyTorch's SGD does), linear warm-up and step decay — the paper recipes of ALGORITHMS.md 2.7/7."""
+    PyTorch's SGD does), linear warm-up and step decay — the paper recipes of docs/algorithms.md,
+    section training recipes and models."""
     if _concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
         raise ValueError(f"lr={config.lr} must be a positive number")
     boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
@@ -91,8 +92,8 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     masks = {
         "all": None,
         "no_1d": lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params),
-        # The BN exclusion of the PowerGossip recipe (ALGORITHMS.md 2.4): no decay on the scale and
-        # bias of normalization layers (named bn*/norm* in jaxgossip.models).
+        # The BN exclusion of the PowerGossip recipe (docs/algorithms.md, section training recipes and
+        # models): no decay on the scale and bias of normalization layers (named bn*/norm* in jaxgossip.models).
         "no_norm": lambda params: jax.tree_util.tree_map_with_path(
             lambda path, p: not any(_is_norm_key(k) for k in path), params
         ),
@@ -161,7 +162,7 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
     options = dict(config.algorithm_options)
     if config.algorithm == "power_gossip":
         # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
-        # the reference compresses them (ALGORITHMS.md 2.4).
+        # the reference compresses them (docs/algorithms.md, section training recipes and models).
         options.setdefault("matrix_view", "flax_kernel")
     return algorithms.make(config.algorithm, topo, **options)
 

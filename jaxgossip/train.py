@@ -3,7 +3,7 @@
 A run is ``R = num_rounds`` rounds. In every round each of the N nodes draws a batch of B samples
 from its own shard, computes a gradient at its *debiased* model ``z_i = debias(x)_i`` (``x_i / w_i``
 for push-sum methods, ``x_i`` otherwise), takes a local optimizer step, and the communication
-algorithm runs one round. Two orderings exist in the reference codes (ALGORITHMS.md section 1):
+algorithm runs one round. Two orderings exist in the reference codes (docs/algorithms.md, section orderings):
 
 * ``"atc"`` (adapt then combine; Choco-SGD DL code, SGP, Sparse-Push):
   ``x^{k+1/2} = x^k - opt(g(z^k))``, then ``x^{k+1} = comm(x^{k+1/2})``.

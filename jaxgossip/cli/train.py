@@ -73,7 +73,9 @@ def run(argv: list[str]) -> int:
     from jaxgossip.runner import run_training
 
     try:
-        result = run_training(config, out, resume=not parsed.flags["no_resume"], progress=not parsed.flags["no_progress"])
+        result = run_training(
+            config, out, resume=not parsed.flags["no_resume"], progress=not parsed.flags["no_progress"]
+        )
     except FloatingPointError as err:
         print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)
         return 3

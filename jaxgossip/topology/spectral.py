@@ -14,8 +14,8 @@ _TOL = 1e-6
 def spectral_gap(topo: Topology) -> float:
     """``1 - |lambda_2(W)|``, with ``|lambda_2|`` the second-largest eigenvalue magnitude.
 
-    This is the Koloskova et al. (ICML 2019) convention delta (ALGORITHMS.md 5.2). For a
-    time-varying topology the per-round gap of one period is returned,
+    This is the Koloskova et al. (ICML 2019) convention delta (docs/algorithms.md, section
+    topologies and spectral tools). For a time-varying topology the per-round gap of one period is returned,
     ``1 - |lambda_2(W(T-1) ... W(0))|^(1/T)``, which is 1 when a period averages exactly.
 
     Raises:
@@ -39,7 +39,7 @@ def optimal_gamma(topo: Topology) -> float:
     """Over-relaxation ``gamma* = 2 / ((1 - lambda_2) + (1 - lambda_N))`` for ``I + gamma (W - I)``.
 
     Balances the two extreme non-unit eigenvalues of a static symmetric W (8-ring: 1.3084;
-    ALGORITHMS.md 5.3).
+    docs/algorithms.md, section topologies and spectral tools).
 
     Raises:
       ValueError: for time-varying or non-symmetric W.

@@ -248,12 +248,11 @@ def main(argv=None) -> int:
         write_result(args.json, {"skipped": msg})
         return 0
     import optax
+    import torch_loop as tl
 
     import jaxgossip as jg
     from jaxgossip import models
     from jaxgossip.train import linen_model_fns
-
-    import torch_loop as tl
 
     global SETTLE_S
     SETTLE_S = args.settle
