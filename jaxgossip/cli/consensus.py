@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, build_parser, on_help, parse
+from jaxgossip.cli.parsing import Command, UsageError, parse_argv
 from jaxgossip.config import did_you_mean
 
 __all__ = ["ConsensusRun", "ConsensusConfig", "command", "run", "check_consensus_config"]
@@ -146,11 +146,9 @@ def check_consensus_config(config: ConsensusConfig) -> tuple[list[ConsensusRun],
 
 def run(argv: list[str]) -> int:
     spec = command()
-    parser = build_parser(spec)
-    if on_help(argv):
-        parser.print_help()
+    parsed = parse_argv(spec, argv)
+    if parsed is None:
         return 0
-    parsed = parse(spec, argv, parser)
     config = parsed.build(ConsensusConfig)
     runs, topologies, warnings = check_consensus_config(config)
     for message in warnings:

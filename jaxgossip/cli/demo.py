@@ -7,7 +7,7 @@ import os
 import typing
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, build_parser, on_help, parse
+from jaxgossip.cli.parsing import Command, UsageError, parse_argv
 from jaxgossip.config import TrainConfig, check_train_config, train_field_help
 
 __all__ = ["command", "run", "demo_runs", "DEMO_DEFAULTS"]
@@ -99,11 +99,9 @@ def command(quick: bool = False) -> Command:
 def run(argv: list[str]) -> int:
 
     spec = command(quick="--quick" in argv)
-    parser = build_parser(spec)
-    if on_help(argv):
-        parser.print_help()
+    parsed = parse_argv(spec, argv)
+    if parsed is None:
         return 0
-    parsed = parse(spec, argv, parser)
     fixed = sorted(set(PER_RUN) & parsed.given)
     if fixed:
         raise UsageError(

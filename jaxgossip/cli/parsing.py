@@ -443,3 +443,11 @@ def from_dict(cls: type, values: dict, base: Any = None, source: str = "config")
 def on_help(argv: list[str]) -> bool:
     return any(a in ("-h", "--help") for a in argv)
 
+
+def parse_argv(command: Command, argv: list[str]) -> Parsed | None:
+    """Parses ``argv`` for ``command``; prints the help and returns None for ``-h`` / ``--help``."""
+    parser = build_parser(command)
+    if on_help(argv):
+        parser.print_help()
+        return None
+    return parse(command, argv, parser)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, build_parser, on_help, parse
+from jaxgossip.cli.parsing import Command, UsageError, parse_argv
 from jaxgossip.config import TrainConfig, check_train_config, did_you_mean, train_field_help
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
@@ -133,11 +133,9 @@ def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str
 
 def run(argv: list[str]) -> int:
     spec = command()
-    parser = build_parser(spec)
-    if on_help(argv):
-        parser.print_help()
+    parsed = parse_argv(spec, argv)
+    if parsed is None:
         return 0
-    parsed = parse(spec, argv, parser)
     options = parsed.build(SweepOptions)
     seeds = seed_list(options.seeds)
     axes = sweep_axes(options.sweep)

@@ -12,7 +12,7 @@ import typing
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, build_parser, on_help, parse
+from jaxgossip.cli.parsing import Command, UsageError, parse_argv
 from jaxgossip.cli.sweep import seed_list
 from jaxgossip.config import TrainConfig, check_train_config, train_field_help
 
@@ -108,11 +108,9 @@ def command() -> Command:
 
 def run(argv: list[str]) -> int:
     spec = command()
-    parser = build_parser(spec)
-    if on_help(argv):
-        parser.print_help()
+    parsed = parse_argv(spec, argv)
+    if parsed is None:
         return 0
-    parsed = parse(spec, argv, parser)
     options = parsed.build(TopologySweepOptions)
     if not options.topologies:
         raise UsageError("--topologies is required, e.g. --topologies=ring,torus,erdos_renyi:0.3")

@@ -6,7 +6,7 @@ import os
 import typing
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, build_parser, on_help, parse
+from jaxgossip.cli.parsing import Command, parse_argv
 from jaxgossip.config import TrainConfig, check_train_config, train_field_help
 
 __all__ = ["command", "run", "TRAIN_COLUMNS"]
@@ -56,11 +56,9 @@ def run(argv: list[str]) -> int:
     import sys
 
     spec = command()
-    parser = build_parser(spec)
-    if on_help(argv):
-        parser.print_help()
+    parsed = parse_argv(spec, argv)
+    if parsed is None:
         return 0
-    parsed = parse(spec, argv, parser)
     config = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values)
     common.warn_gamma("train", config)
