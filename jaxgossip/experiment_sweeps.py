@@ -4,20 +4,24 @@
 hyperparameters x seeds. The grid and its rules (:data:`jaxgossip.sweeps.SWEEPABLE`,
 :func:`jaxgossip.sweeps.check_axes`, :func:`jaxgossip.sweeps.grid`) live in the library module
 :mod:`jaxgossip.sweeps`; this module adds the config layer (:mod:`jaxgossip.runner`) on top.
+:func:`sweep_topologies_training` does the same over graphs, on the engine
+:func:`jaxgossip.sweeps.map_topologies`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jaxgossip.runner import make_trainer, prepare
-from jaxgossip.sweeps import check_axes, grid
+from jaxgossip.sweeps import check_axes, grid, map_topologies
+from jaxgossip.topology import Topology
 
-__all__ = ["sweep_training", "apply_point"]
+__all__ = ["sweep_training", "sweep_topologies_training", "apply_point"]
 
 
 def apply_point(config, point: Mapping[str, Any]):
@@ -61,3 +65,39 @@ def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[in
     run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
     metrics = run(keys, {k: jnp.asarray(v) for k, v in points.items()})
     return points, metrics
+
+
+def sweep_topologies_training(
+    config,
+    topologies: Sequence[Topology],
+    seeds: Sequence[int],
+    dataset=None,
+    per_graph: Callable[[Topology], Mapping[str, float]] | None = None,
+    stack: bool = True,
+):
+    """Trains ``config`` on every graph x seed, one compile per group of same-shape graphs.
+
+    Graph g with seed s runs exactly like ``run_training`` of ``config.replace(seed=s)`` with the
+    topology replaced by ``topologies[g]`` (and ``per_graph(topologies[g])`` merged into the
+    algorithm options); data partition from ``config.data_seed`` (or ``config.seed``) shared by
+    all. Every graph needs ``config.num_nodes`` nodes.
+
+    Returns:
+      ``(metrics, groups)``: metrics a list over graphs of ``Metrics`` with leaves
+      ``[S, num_evals, ...]``; groups the compile groups (lists of graph indices).
+    """
+    for topo in topologies:
+        if isinstance(topo, Topology) and topo.num_nodes != config.num_nodes:
+            raise ValueError(f"{topo.name} has N={topo.num_nodes} nodes but config.num_nodes={config.num_nodes}")
+    prep = prepare(config, dataset)
+    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+
+    def one(topo, point, key):
+        options = {**config.algorithm_options, **point}
+        trainer, _ = make_trainer(config.replace(algorithm_options=options), dataclasses.replace(prep, topology=topo))
+        return trainer.train(key)[1]
+
+    metrics, groups, _ = map_topologies(
+        one, topologies, keys, algorithm=config.algorithm, per_graph=per_graph, stack=stack
+    )
+    return metrics, groups

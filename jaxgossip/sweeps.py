@@ -11,8 +11,9 @@ a config (``sweep_training``) build on the runner, so they live above it in
 :mod:`jaxgossip.experiment_sweeps`.
 
 Graphs fix shapes too, but graphs of one node count can be padded to common tables
-(:func:`jaxgossip.topology.stack`): :func:`sweep_topologies` and :func:`sweep_topologies_training`
-run one algorithm over a list of topologies with one compile per group of same-shape graphs.
+(:func:`jaxgossip.topology.stack`): :func:`map_topologies` runs any per-graph program over a list
+of topologies with one compile per group of same-shape graphs; :func:`sweep_topologies` is its
+consensus sweep (training: :func:`jaxgossip.experiment_sweeps.sweep_topologies_training`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ __all__ = [
     "summarize",
     "TopologySweep",
     "sweep_topologies",
-    "sweep_topologies_training",
+    "map_topologies",
     "topology_rows",
 ]
 
@@ -229,6 +230,47 @@ def _run_group(one: Callable, graphs: list[Topology], per_graph, keys, stacked: 
     return jax.tree_util.tree_map(lambda a: a[None], run(keys))
 
 
+def map_topologies(
+    one: Callable,
+    topologies: Sequence[Topology],
+    keys: Any,
+    *,
+    algorithm: str,
+    per_graph: Callable[[Topology], Mapping[str, float]] | None = None,
+    stack: bool = True,
+) -> tuple[list, list[list[int]], list[float]]:
+    """``one(topology, point, key)`` for every graph x key, one compiled program per group.
+
+    The engine of the topology sweeps (consensus here, training in
+    :mod:`jaxgossip.experiment_sweeps`): graphs are grouped by :func:`jaxgossip.topology.group`
+    when ``algorithm`` can run on stacked tables (``topology.STACKABLE``) and ``stack`` is on, else
+    each graph is its own group; ``point`` holds the graph's ``per_graph`` values (traced).
+
+    Args:
+      one: ``(topology, point, key) -> pytree``, traceable; it builds the algorithm from ``topology``.
+      topologies: G graphs.
+      keys: [S] PRNG keys.
+      algorithm: registered name of the algorithm ``one`` builds (decides stacking).
+      per_graph: optional ``topology -> {name: float}``.
+      stack: False runs every graph on its own.
+
+    Returns:
+      ``(outs, groups, seconds)``: ``outs[g]`` the output pytree of graph g with leading axis S
+      (NumPy); the compile groups (lists of graph indices); wall seconds of each group.
+    """
+    topologies = _check_topologies(topologies)
+    plan = _group_plan(algorithm, topologies, stack)
+    stacked = stack and algorithm in topology.STACKABLE
+    outs, seconds = [None] * len(topologies), []
+    for members in plan:
+        start = time.perf_counter()
+        result = jax.device_get(_run_group(one, [topologies[i] for i in members], per_graph, keys, stacked))
+        seconds.append(time.perf_counter() - start)
+        for j, i in enumerate(members):
+            outs[i] = jax.tree_util.tree_map(lambda a, j=j: np.asarray(a[j]), result)
+    return outs, plan, seconds
+
+
 def sweep_topologies(
     algorithm: str,
     topologies: Sequence[Topology],
@@ -277,7 +319,6 @@ def sweep_topologies(
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
     options = dict(options or {})
-    plan = _group_plan(algorithm, topologies, stack)
     keys = jnp.stack([jax.random.key(s) for s in seeds])
 
     def one(topo, point, key):
@@ -287,20 +328,10 @@ def sweep_topologies(
         trace = consensus_scan(alg, x0, int(num_steps), key_a)
         return trace.error, trace.round_bits, (trace.node_bits if node_bits else None)
 
-    error, bits, seconds = [None] * len(topologies), [None] * len(topologies), []
-    per_node = [None] * len(topologies)
-    for members in plan:
-        start = time.perf_counter()
-        graphs = [topologies[i] for i in members]
-        stacked = stack and algorithm in topology.STACKABLE
-        errs, bs, nbs = _run_group(one, graphs, per_graph, keys, stacked)
-        errs, bs = np.asarray(errs), np.asarray(bs, dtype=np.float64)
-        nbs = None if nbs is None else np.asarray(nbs, dtype=np.float64)
-        seconds.append(time.perf_counter() - start)
-        for j, i in enumerate(members):
-            error[i], bits[i] = errs[j], bs[j]
-            if nbs is not None:
-                per_node[i] = nbs[j]
+    outs, plan, seconds = map_topologies(one, topologies, keys, algorithm=algorithm, per_graph=per_graph, stack=stack)
+    error = [out[0] for out in outs]
+    bits = [out[1].astype(np.float64) for out in outs]
+    per_node = [None if out[2] is None else out[2].astype(np.float64) for out in outs]
     return TopologySweep(topologies, seeds, error, bits, plan, seconds, per_node if node_bits else None)
 
 
@@ -336,47 +367,3 @@ def topology_rows(result: TopologySweep, tol: float = 1e-4) -> list[dict]:
             }
         )
     return rows
-
-
-def sweep_topologies_training(
-    config,
-    topologies: Sequence[Topology],
-    seeds: Sequence[int],
-    dataset=None,
-    per_graph: Callable[[Topology], Mapping[str, float]] | None = None,
-    stack: bool = True,
-):
-    """Trains ``config`` on every graph x seed, one compile per group of same-shape graphs.
-
-    Graph g with seed s runs exactly like ``run_training`` of ``config.replace(seed=s)`` with the
-    topology replaced by ``topologies[g]`` (and ``per_graph(topologies[g])`` merged into the
-    algorithm options); data partition from ``config.data_seed`` (or ``config.seed``) shared by
-    all. Every graph needs ``config.num_nodes`` nodes.
-
-    Returns:
-      ``(metrics, groups)``: metrics a list over graphs of ``Metrics`` with leaves
-      ``[S, num_evals, ...]``; groups the compile groups (lists of graph indices).
-    """
-    from jaxgossip.runner import make_trainer, prepare
-
-    topologies = _check_topologies(topologies)
-    for topo in topologies:
-        if topo.num_nodes != config.num_nodes:
-            raise ValueError(f"{topo.name} has N={topo.num_nodes} nodes but config.num_nodes={config.num_nodes}")
-    plan = _group_plan(config.algorithm, topologies, stack)
-    prep = prepare(config, dataset)
-    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-
-    def one(topo, point, key):
-        options = {**config.algorithm_options, **point}
-        trainer, _ = make_trainer(config.replace(algorithm_options=options), dataclasses.replace(prep, topology=topo))
-        return trainer.train(key)[1]
-
-    out = [None] * len(topologies)
-    for members in plan:
-        graphs = [topologies[i] for i in members]
-        stacked = stack and config.algorithm in topology.STACKABLE
-        metrics = _run_group(one, graphs, per_graph, keys, stacked)
-        for j, i in enumerate(members):
-            out[i] = jax.tree_util.tree_map(lambda a, j=j: np.asarray(a[j]), metrics)
-    return out, plan

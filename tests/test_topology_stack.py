@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tiny import tiny_config
 
-from jaxgossip import algorithms, mixing, sweeps
+from jaxgossip import algorithms, experiment_sweeps, mixing, sweeps
 from jaxgossip import topology as T
 from jaxgossip.consensus import consensus_scan
 from jaxgossip.runner import run_training
@@ -202,7 +202,7 @@ def test_sweep_topologies_bad_input():
 def test_training_topology_sweep_equals_individual_runs():
     config = tiny_config(num_rounds=10, evals_per_chunk=2, num_nodes=8)
     topos = [T.ring(8), T.torus(2, 4), T.exponential(8)]
-    metrics, groups = sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
+    metrics, groups = experiment_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
     assert groups == [[0, 1, 2]]
     for g in (0, 2):
         spec = {0: "ring", 2: "exponential"}[g]
@@ -212,4 +212,4 @@ def test_training_topology_sweep_equals_individual_runs():
         np.testing.assert_allclose(metrics[g].test_loss[1], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(metrics[g].bits[1, -1].mean() / 8e6, rows[-1]["MB_per_node"], rtol=1e-5)
     with pytest.raises(ValueError, match="N=16 nodes but config.num_nodes=8"):
-        sweeps.sweep_topologies_training(config, [T.ring(16)], seeds=[0])
+        experiment_sweeps.sweep_topologies_training(config, [T.ring(16)], seeds=[0])

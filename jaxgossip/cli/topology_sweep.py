@@ -223,7 +223,7 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
 
 
 def _training(parsed, argv, options, specs, seeds, cost) -> int:
-    from jaxgossip import plots, sweeps
+    from jaxgossip import experiment_sweeps, plots
     from jaxgossip.config import check_algorithm
 
     config = check_train_config(parsed.build(TrainConfig))
@@ -242,7 +242,9 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
     no_stack = parsed.flags["no_stack"]
     dataset = common.load_data(config)
     start = time.perf_counter()
-    metrics, groups = sweeps.sweep_topologies_training(config, graphs, seeds, dataset=dataset, stack=not no_stack)
+    metrics, groups = experiment_sweeps.sweep_topologies_training(
+        config, graphs, seeds, dataset=dataset, stack=not no_stack
+    )
     wall = time.perf_counter() - start
     group_of = {i: g for g, members in enumerate(groups) for i in members}
     need_flops = cost.node_flops is not None or bool(cost.joules_per_flop)
