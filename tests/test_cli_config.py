@@ -291,6 +291,24 @@ def test_unwritable_out_exits_2(tmp_path, capsys):
     assert code == 2 and "is not writable" in err
 
 
+def test_out_that_cannot_be_written_exits_2_even_as_root(tmp_path, capsys, monkeypatch):
+    """The same checks as above where the tests run as root (CI): permissions denied by os.access,
+    and an --out below a file."""
+    import jaxgossip.cli.common as common
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(common.os, "access", lambda path, mode: False if str(path) == str(locked) else real_access(path, mode))
+    code, _, err = _main(capsys, "consensus", "--out", str(locked / "x"))
+    assert code == 2 and "is not writable" in err and "Traceback" not in err
+    assert not (locked / "x").exists()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, _, err = _main(capsys, "train", "--out", str(afile / "sub"))
+    assert code == 2 and "cannot be created" in err and "is a file" in err
+
+
 def test_python_api_keeps_the_messages_as_exceptions(tmp_path):
     with pytest.raises(ValueError, match=r"unknown key 'num_round' \(did you mean 'num_rounds'\?\)"):
         config_from_dict({"num_round": 3})
