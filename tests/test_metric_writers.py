@@ -90,3 +90,23 @@ def test_missing_tensorboardx_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
     with pytest.raises(ImportError, match=r"pip install 'jaxgossip\[tensorboard\]'"):
         write_tensorboard(str(tmp_path), [{"round": 1, "test_acc": 0.5}])
+
+
+def test_sweep_writes_one_tensorboard_run_per_point(tmp_path, capsys):
+    pytest.importorskip("tensorboardX")
+    from jaxgossip.cli import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--dataset=synthetic", "--num_nodes=4", "--model=mlp", "--model_options.hidden=8",
+            "--batch_size=8", "--num_rounds=10", "--eval_every=5", "--eval_size=64", "--sweep.lr=0.05,0.1",
+            "--seeds=2", "--tensorboard", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    saved = json.loads((out / "sweep.json").read_text())
+    runs = sorted(os.listdir(out / "tensorboard"))
+    assert runs == ["lr=0.05", "lr=0.1"]
+    for run, row in zip(runs, saved["rows"]):
+        scalars = _read_scalars(out / "tensorboard" / run)
+        assert sorted(scalars[SCALAR_TAGS["test_acc"]]) == [5, 10]
+        # the last point of each run is the seed mean the sweep table reports
+        assert scalars[SCALAR_TAGS["test_acc"]][10] == pytest.approx(row["test_acc"], abs=1e-6)
+        assert scalars[SCALAR_TAGS["MB_per_node"]][10] == pytest.approx(row["MB_per_node"], rel=1e-6)
