@@ -1,5 +1,7 @@
 """Shared fixtures. 8 CPU devices are requested before any JAX operation so that sharding tests
-can run on a CPU-only machine."""
+can run on a CPU-only machine. Shared NumPy references and builders live in ``_reference.py``,
+the tiny training configuration in ``tiny.py`` (both importable: pytest puts ``tests/`` on
+``sys.path``)."""
 
 import jax
 
@@ -10,15 +12,6 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture
-def key():
-    return jax.random.key(0)
-
-
-@pytest.fixture
-def num_nodes():
-    return 8
-
-
-@pytest.fixture
 def rng():
+    """A fresh ``default_rng(0)`` per test."""
     return np.random.default_rng(0)

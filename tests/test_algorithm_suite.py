@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _reference import node_normal, to_jax
 
 import jaxgossip as jg
 from jaxgossip import algorithms
@@ -59,12 +60,8 @@ def build(name, topology=None):
 
 
 def make_x0(seed=0):
-    rng = np.random.default_rng(seed)
     # a matrix leaf (PowerGossip compresses it) and a vector leaf (gossiped exactly)
-    return {
-        "w": jnp.asarray(rng.normal(size=(N, 4, 3)), jnp.float32),
-        "b": jnp.asarray(rng.normal(size=(N, 5)), jnp.float32),
-    }
+    return to_jax(node_normal(N, {"w": (4, 3), "b": (5,)}, seed))
 
 
 def run_steps(alg, x0, key, num_steps):

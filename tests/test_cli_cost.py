@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from _reference import read_json
 from tiny import tiny_config
 
 import jaxgossip as jg
@@ -18,11 +19,6 @@ BW, LAT = 1e8, 1e-3  # bit/s, s
 # tiny_config: 4 nodes, 20 rounds evaluated every 5, batch 8, an MLP 64 -> 8 -> 10 (with biases) on
 # the synthetic data (64 inputs, 10 classes)
 D = 64 * 8 + 8 + 8 * 10 + 10
-
-
-def _json(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def _train(tmp_path, out, *flags, **changes) -> int:
@@ -45,7 +41,7 @@ def test_consensus_cost_columns(tmp_path, capsys):
     cost_flags = [f"--link.bandwidth={BW}", f"--link.latency={LAT}", "--energy.bit=1e-9"]
     assert main(argv + cost_flags) == 0
     table = capsys.readouterr().out
-    saved = _json(os.path.join(out, "consensus.json"))
+    saved = read_json(os.path.join(out, "consensus.json"))
     rows = {r["name"]: r for r in saved["rows"]}
     n, bits = 8, 32 * 10  # a message is the 10 fp32 values of x
     # ring, serial: each node sends 2 messages of 320 bits per round
@@ -68,7 +64,7 @@ def test_consensus_cost_columns(tmp_path, capsys):
 
     out2 = str(tmp_path / "parallel")
     assert main(argv[:2] + [out2] + argv[3:] + cost_flags + ["--link.mode=parallel"]) == 0
-    rows = {r["name"]: r for r in _json(os.path.join(out2, "consensus.json"))["rows"]}
+    rows = {r["name"]: r for r in read_json(os.path.join(out2, "consensus.json"))["rows"]}
     assert rows["gossip"]["comm_s"] == pytest.approx(5 * (LAT + bits / BW), rel=1e-12)
     assert "J/node" in capsys.readouterr().out
 
@@ -78,7 +74,7 @@ def test_train_cost_columns(tmp_path, capsys):
     flags = [f"--link.bandwidth={BW}", f"--link.latency={LAT}", "--node.flops=1e9", "--energy.flop=1e-12"]
     assert _train(tmp_path, out, *flags, "--energy.bit=1e-9") == 0
     table = capsys.readouterr().out
-    saved = _json(os.path.join(out, "metrics.json"))
+    saved = read_json(os.path.join(out, "metrics.json"))
     assert saved["num_params"] == D
     rows = saved["rows"]
     comm = 2 * (LAT + 32 * D / BW)  # ring, serial: 2 messages of the fp32 model per round
@@ -112,7 +108,7 @@ def test_train_cost_counts_the_final_merge(tmp_path, capsys):
     out = str(tmp_path / "merge")
     changes = {"algorithm": "push_sum", "topology": "one_peer_exponential", "final_merge": 2}
     assert _train(tmp_path, out, f"--link.bandwidth={BW}", f"--link.latency={LAT}", **changes) == 0
-    rows = _json(os.path.join(out, "metrics.json"))["rows"]
+    rows = read_json(os.path.join(out, "metrics.json"))["rows"]
     one = LAT + (32 * D + 32) / BW  # one message (model and weight) per round
     assert [r["phase"] for r in rows] == ["train"] * 4 + ["merged"]
     assert rows[-2]["comm_s"] == pytest.approx(20 * one, rel=1e-12)

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from _reference import read_json
 from tiny import tiny_config
 
 from jaxgossip import sweeps, topology
@@ -17,11 +18,6 @@ from jaxgossip.runner import TrainConfig, run_training
 
 BW, LAT = 1e8, 1e-3  # bit/s, s
 DIM, STEPS, TOL = 4, 12, 1e-2
-
-
-def _json(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def _same(a, b):
@@ -47,7 +43,7 @@ def test_consensus_rows_equal_the_library_and_cost_is_hand_computed(tmp_path, ca
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    saved = _json(os.path.join(out, "results.json"))
+    saved = read_json(os.path.join(out, "results.json"))
     for name in ("table.md", "results.json", "topology_sweep.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0
 
@@ -99,7 +95,7 @@ def test_a_graph_that_cannot_be_built_at_a_size_is_skipped_with_a_note(tmp_path,
     assert main(argv + ["--seeds=1", "--out", out]) == 0
     printed = capsys.readouterr().out
     assert "note: skipped hypercube at N=12: hypercube needs n to be a power of two, got n=12" in printed
-    saved = _json(os.path.join(out, "results.json"))
+    saved = read_json(os.path.join(out, "results.json"))
     assert [r["name"] for r in saved["rows"]] == ["hypercube(8)", "ring(8)", "ring(12)"]
     assert len(saved["skipped"]) == 1 and "hypercube at N=12" in saved["skipped"][0]
     with open(os.path.join(out, "table.md")) as f:
@@ -143,7 +139,7 @@ def test_training_sweep_equals_run_training(tmp_path, capsys):
     argv = ["topology-sweep", "--train", "--topologies=ring,torus", "--seeds=[0,1]", "--out", out]
     assert main(argv + _flags(config) + [f"--link.bandwidth={BW}", f"--link.latency={LAT}"]) == 0
     printed = capsys.readouterr().out
-    saved = _json(os.path.join(out, "results.json"))
+    saved = read_json(os.path.join(out, "results.json"))
     for name in ("table.md", "results.json", "accuracy_vs_gap.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0
     assert saved["config"]["num_nodes"] == 4 and saved["groups"] == [[0, 1]]

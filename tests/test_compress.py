@@ -7,8 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _reference import np_top_k
 
 from jaxgossip import compress
+from jaxgossip.compress import resolve_compressor
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -21,14 +23,6 @@ def _apply(comp, leaf, key=None):
     key = jax.random.key(0) if key is None else key
     dense, bits = comp.apply(jnp.asarray(leaf), key)
     return np.asarray(dense), float(bits)
-
-
-def _np_top_k(leaf, kept):
-    flat = leaf.reshape(-1)
-    idx = np.argsort(-np.abs(flat), kind="stable")[:kept]
-    out = np.zeros_like(flat)
-    out[idx] = flat[idx]
-    return out.reshape(leaf.shape)
 
 
 def _monte_carlo(comps, leaf, num_keys, seed=0):
@@ -75,7 +69,7 @@ def test_identity_returns_the_leaf_and_counts_dtype_bits():
 def test_top_k_matches_numpy_argsort_reference(shape, options, kept):
     leaf = _normal(1, shape)
     dense, _ = _apply(compress.top_k(**options), leaf)
-    np.testing.assert_array_equal(dense, _np_top_k(leaf, kept))
+    np.testing.assert_array_equal(dense, np_top_k(leaf, kept))
     assert np.count_nonzero(dense) == kept
 
 
@@ -87,7 +81,7 @@ def test_top_k_keeps_at_least_one_entry_per_leaf_in_a_tree():
         for i in range(4):
             got = np.asarray(dense[name][i])
             assert np.count_nonzero(got) == 1
-            np.testing.assert_array_equal(got, _np_top_k(leaf[i], 1))
+            np.testing.assert_array_equal(got, np_top_k(leaf[i], 1))
 
 
 @pytest.mark.parametrize(
@@ -228,6 +222,22 @@ def test_make_builds_each_registered_compressor():
     assert compress.make("random_k", k=2, unbiased=True).name.startswith("random_k(k=2")
     assert compress.make("sign").name == "sign"
     assert compress.make("qsgd", levels=3).name == "qsgd(levels=3, rescale=False)"
+
+
+# ---------------------------------------------------------------- compressor specs (resolve_compressor)
+
+
+def test_compressor_spec_forms_are_equivalent():
+    by_name = resolve_compressor("top_k", {"fraction": 0.5, "index_bits": 64})
+    by_spec = resolve_compressor({"name": "top_k", "fraction": 0.5}, {"index_bits": 64})
+    built = compress.top_k(fraction=0.5, index_bits=64)
+    assert resolve_compressor(built) is built
+    leaf = jnp.arange(10.0) - 4.5
+    for comp in (by_name, by_spec):
+        dense, bits = comp.apply(leaf, jax.random.key(0))
+        ref_dense, ref_bits = built.apply(leaf, jax.random.key(0))
+        np.testing.assert_array_equal(dense, ref_dense)
+        assert float(bits) == float(ref_bits) == 5 * 96
 
 
 # ---------------------------------------------------------------- validation

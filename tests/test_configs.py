@@ -1,6 +1,6 @@
 """The paper-reproduction configs in experiments/configs: every file loads, its fields build a
-valid topology / algorithm / optimizer / model, the recipes hold the numbers of ALGORITHMS.md 2.7
-and 3.6, and every distinct communication setup trains 2 rounds on tiny synthetic data."""
+valid topology / algorithm / optimizer / model, the recipes hold the numbers of docs/algorithms.md
+(section training recipes and models), and every distinct communication setup trains 2 rounds on tiny synthetic data."""
 
 import glob
 import json
@@ -98,7 +98,7 @@ def test_models_build_on_their_data():
     for (model, options, dataset), _ in combos.items():
         count = _num_params(model, json.loads(options), INPUT_SHAPES[dataset])
         if model == "resnet20":
-            assert count == 272_474  # ALGORITHMS.md 2.9
+            assert count == 272_474  # docs/algorithms.md, section training recipes and models
         if model == "vgg11":
             assert count == 9_231_114
 

@@ -1,11 +1,12 @@
 """Tests for jaxgossip.consensus with the core algorithms (gossip, allreduce): error curves, final
-values and bit counts against a NumPy loop written here from ALGORITHMS.md section 1, a gamma sweep
-under vmap, and the algorithm-level validation errors."""
+values and bit counts against a NumPy loop written here from docs/algorithms.md (sections gossip
+and allreduce), a gamma sweep under vmap, and the algorithm-level validation errors."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _reference import node_normal, to_jax
 
 import jaxgossip as jg
 from jaxgossip import algorithms
@@ -13,11 +14,7 @@ from jaxgossip import topology as T
 
 
 def make_x0(n, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "a": jnp.asarray(rng.normal(size=(n, 3, 2)), jnp.float32),
-        "b": jnp.asarray(rng.normal(size=(n, 4)), jnp.float32),
-    }
+    return to_jax(node_normal(n, {"a": (3, 2), "b": (4,)}, seed))
 
 
 def flat(tree):
@@ -115,7 +112,7 @@ def test_allreduce_exact_in_one_step():
     np.testing.assert_allclose(flat(result.x), np.broadcast_to(mean, (8, d)), rtol=1e-6, atol=1e-6)
     assert float(result.error[0]) == pytest.approx(((flat(x0) - mean) ** 2).sum() / 8, rel=1e-5)
     assert np.all(np.asarray(result.error[1:]) < 1e-10 * float(result.error[0]))
-    # one full-model message (32 D bits) per node per round (ALGORITHMS.md 4.1)
+    # one full-model message (32 D bits) per node per round (docs/algorithms.md, section allreduce)
     np.testing.assert_array_equal(result.bits, np.arange(4) * 8 * 32 * d)
     # allreduce also accepts a bare node count
     alg = algorithms.allreduce(8)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _reference import assert_tree_close, node_normal
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -27,11 +28,8 @@ GRAPHS = {
 
 
 def make_x(n, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "w": jnp.asarray(rng.normal(size=(n, 3, 2)), jnp.float32),
-        "half": jnp.asarray(rng.normal(size=(n, 5)), jnp.bfloat16),
-    }
+    raw = node_normal(n, {"w": (3, 2), "half": (5,)}, seed, dtype=None)
+    return {"w": jnp.asarray(raw["w"], jnp.float32), "half": jnp.asarray(raw["half"], jnp.bfloat16)}
 
 
 def assert_trees_equal(a, b):
@@ -108,14 +106,9 @@ def test_stack_with_mixed_slot_counts_equals_per_graph_runs():
         assert_trees_equal(jax.tree_util.tree_map(lambda leaf: leaf[i], whole), per_graph[i])
 
 
-def assert_trees_close(a, b):
-    """Equal up to float32 rounding: XLA:CPU contracts ``a * b + c`` into fused multiply-adds by
-    its own choice, which differs between the partitioned and the single-device program."""
-    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        assert u.dtype == v.dtype and u.shape == v.shape
-        tol = 2**-7 if u.dtype == jnp.bfloat16 else 1e-6
-        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32), rtol=tol, atol=tol)
+# Equal up to float32 rounding: XLA:CPU contracts ``a * b + c`` into fused multiply-adds by its own
+# choice, which differs between the partitioned and the single-device program.
+ROUNDING = {"float32": {"rtol": 1e-6, "atol": 1e-6}, "bfloat16": {"rtol": 2**-7, "atol": 2**-7}}
 
 
 def _sharded_x(n, num_devices=8):
@@ -148,5 +141,7 @@ def test_mix_with_sharded_node_axis_picks_ppermute_for_circulant_graphs(name):
         single, sharded = mix(x, jnp.int32(t)), mix(xs, jnp.int32(t))
         if circulant:
             assert len(sharded["w"].sharding.device_set) == 8
-        assert_trees_close(sharded, single)
-        assert_trees_close(jax.jit(lambda x, t=t: jg.mix(topo, x, t))(xs), single)  # static round
+        assert_tree_close(sharded, single, by_dtype=ROUNDING, same_dtype=True)
+        assert_tree_close(
+            jax.jit(lambda x, t=t: jg.mix(topo, x, t))(xs), single, by_dtype=ROUNDING, same_dtype=True
+        )  # static round

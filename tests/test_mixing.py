@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _reference import assert_tree_close, node_normal
 
 import jaxgossip as jg
 from jaxgossip import mixing
@@ -90,13 +91,10 @@ TOL = {
 
 
 def make_tree(n, seed=0):
-    rng = np.random.default_rng(seed)
+    raw = node_normal(n, {"w": (3, 2), "half0": (4,), "half1": ()}, seed, dtype=None)
     return {
-        "w": jnp.asarray(rng.normal(size=(n, 3, 2)), jnp.float32),
-        "half": [
-            jnp.asarray(rng.normal(size=(n, 4)), jnp.bfloat16),
-            jnp.asarray(rng.normal(size=(n,)), jnp.float16),
-        ],
+        "w": jnp.asarray(raw["w"], jnp.float32),
+        "half": [jnp.asarray(raw["half0"], jnp.bfloat16), jnp.asarray(raw["half1"], jnp.float16)],
     }
 
 
@@ -108,13 +106,6 @@ def ref_mix(w, tree):
         return (w @ x.reshape(x.shape[0], -1)).reshape(x.shape)
 
     return jax.tree_util.tree_map(one, tree)
-
-
-def assert_tree_close(got, want, scale=1.0):
-    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-        tol = TOL[np.dtype(g.dtype).name]
-        np.testing.assert_allclose(np.asarray(g, np.float32), w, rtol=tol["rtol"], atol=tol["atol"] * scale)
 
 
 def with_kernel(topo, kernel):
@@ -157,9 +148,9 @@ def test_mix_matches_dense_reference(name):
         static, traced = out[kernel]
         for t in range(base.period + 1):  # the whole period plus wrap-around
             want = ref_mix(base.matrix(t), x)
-            assert_tree_close(static[t], want)
+            assert_tree_close(static[t], want, by_dtype=TOL)
             if traced is not None:
-                assert_tree_close(traced[t], want)
+                assert_tree_close(traced[t], want, by_dtype=TOL)
             for g, leaf in zip(jax.tree_util.tree_leaves(static[t]), jax.tree_util.tree_leaves(x)):
                 assert g.dtype == leaf.dtype and g.shape == leaf.shape
 
@@ -232,7 +223,7 @@ def test_mix_in_scan_with_traced_round(name):
             for k in range(len(KERNELS)):
                 np.testing.assert_allclose(history[k][r], want["b"], rtol=1e-5, atol=1e-5)
         for k in range(len(KERNELS)):
-            assert_tree_close(got[k], want, scale=10)
+            assert_tree_close(got[k], want, by_dtype=TOL, atol_scale=10)
             # multi-round invariants: mean (doubly stochastic) or total (column stochastic)
             np.testing.assert_allclose(np.asarray(got[k]["w"]).sum(0), total_w0, rtol=1e-5, atol=1e-4)
             if base.is_doubly_stochastic:
@@ -265,8 +256,8 @@ def test_mix_under_vmap_over_seeds(name):
         for s in range(seeds):
             x_s = jax.tree_util.tree_map(lambda leaf: leaf[s], xs)
             pick = lambda tree: jax.tree_util.tree_map(lambda leaf: leaf[s], tree)  # noqa: E731
-            assert_tree_close(pick(same[k]), ref_mix(base.matrix(1), x_s))
-            assert_tree_close(pick(per_seed[k]), ref_mix(base.matrix(s + 1), x_s))
+            assert_tree_close(pick(same[k]), ref_mix(base.matrix(1), x_s), by_dtype=TOL)
+            assert_tree_close(pick(per_seed[k]), ref_mix(base.matrix(s + 1), x_s), by_dtype=TOL)
 
 
 def test_mix_gradient_is_transpose():

@@ -1,6 +1,7 @@
-"""Tests for run_optimization and the problems module: per-node NumPy loops on heterogeneous least
-squares (gossip, choco identity / top-k, push-sum; H = 1 and 3; both orderings), the allreduce
-reduction to centralized gradient descent, determinism, bits, vmap sweeps, validation."""
+"""Tests for run_optimization: per-node NumPy loops on heterogeneous least squares (gossip, choco
+identity / top-k, push-sum; H = 1 and 3; both orderings), the allreduce reduction to centralized
+gradient descent, determinism, bits, vmap sweeps, validation. The problems module:
+test_problems.py."""
 
 import math
 
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _reference import np_top_k, top_k_count
 
 import jaxgossip as jg
 from jaxgossip import problems
@@ -31,14 +33,6 @@ SGD = optax.sgd(LR)  # one object: optimizer, loss_fn and alg are static jit arg
 
 def _np_grad(i, x):
     return A[i].T @ (A[i] @ x - B[i]) / M
-
-
-def _np_top_k(v, fraction):
-    kept = max(1, math.floor(fraction * v.size))
-    out = np.zeros_like(v)
-    idx = np.argsort(-np.abs(v))[:kept]
-    out[idx] = v[idx]
-    return out
 
 
 def _np_run(comm, init_comm, debias, num_steps=STEPS, local_steps=1, ordering="atc"):
@@ -87,7 +81,7 @@ def _np_gossip(w):
 def _np_choco(w, gamma, fraction):
     def comm(x, c):
         x_hat, s = c
-        q = np.stack([_np_top_k(x[i] - x_hat[i], fraction) for i in range(N)])
+        q = np.stack([np_top_k(x[i] - x_hat[i], top_k_count(D, fraction)) for i in range(N)])
         x_hat = x_hat + q
         s = s + _np_mix(w, q)
         return x + gamma * (s - x_hat), (x_hat, s)
@@ -228,40 +222,6 @@ def test_pytree_params_and_momentum():
     result = jg.run_optimization(GOSSIP, x0, loss_fn, optax.sgd(0.05, momentum=0.9), 30, KEY)
     assert float(result.objective[-1]) < 0.5 * float(result.objective[0])
     assert result.opt_state[0].trace["w"].shape == (N, D)
-
-
-# ---------------------------------------------------------------- problems
-
-
-def test_least_squares_x_star_is_stationary():
-    grad = jax.jit(jax.grad(lambda x: jnp.mean(jax.vmap(PROBLEM.full_loss_fn, (None, 0, None))(x, jnp.arange(N), None))))
-    assert np.abs(np.asarray(grad(jnp.asarray(PROBLEM.x_star, jnp.float32)))).max() < 1e-4
-    assert PROBLEM.f_star <= PROBLEM.objective(PROBLEM.x_star + 1e-3)
-
-
-def test_logistic_regression_x_star_and_heterogeneity():
-    prob = problems.logistic_regression(N, D, 40, heterogeneity=2.0, reg=0.05, seed=0)
-    x_star = prob.x_star
-    a, y = np.asarray(prob.features, np.float64).reshape(-1, D), np.asarray(prob.targets, np.float64).reshape(-1)
-    p = 1.0 / (1.0 + np.exp(y * (a @ x_star)))
-    assert np.linalg.norm(-(a.T @ (y * p)) / len(y) + 0.05 * x_star) < 1e-10
-    assert set(np.unique(y)) == {-1.0, 1.0}
-    jax_f = np.mean([float(prob.full_loss_fn(jnp.asarray(x_star, jnp.float32), i, None)) for i in range(N)])
-    np.testing.assert_allclose(jax_f, prob.f_star, rtol=1e-5)
-    # node distributions differ: local minimisers are spread far more than with heterogeneity 0
-    local = [np.linalg.lstsq(np.asarray(prob.features[i]), np.asarray(prob.targets[i]), rcond=None)[0] for i in range(N)]
-    iid = problems.logistic_regression(N, D, 40, heterogeneity=0.0, reg=0.05, seed=0)
-    local_iid = [np.linalg.lstsq(np.asarray(iid.features[i]), np.asarray(iid.targets[i]), rcond=None)[0] for i in range(N)]
-    assert np.var(local, axis=0).sum() > np.var(local_iid, axis=0).sum()
-
-
-def test_problem_bad_input():
-    with pytest.raises(ValueError, match="heterogeneity"):
-        problems.least_squares(4, 3, 5, heterogeneity=-1.0)
-    with pytest.raises(ValueError, match="batch_size"):
-        problems.least_squares(4, 3, 5, batch_size=0)
-    with pytest.raises(ValueError, match="reg"):
-        problems.logistic_regression(4, 3, 5, reg=0.0)
 
 
 # ---------------------------------------------------------------- bad input

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _reference import RESNET20_MATRICES, RESNET20_VECTORS, key_range, resnet20_tree, run_rounds
 
 from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
@@ -17,7 +18,7 @@ from jaxgossip.mixing import consensus_distance
 RTOL, ATOL = 1e-4, 2e-5
 
 
-# ---- NumPy reference: a loop over rounds, iterations and edges (ALGORITHMS.md 2.2-2.4) ----------
+# ---- NumPy reference: a loop over rounds, iterations and edges (docs/algorithms.md, power_gossip) ---
 
 
 def _np_orth(c):
@@ -149,16 +150,6 @@ def reference(
     return x, u, v, np.array(bits)
 
 
-def _run(alg, x0, num_rounds, jit=True):
-    state = alg.init(x0)
-    step = jax.jit(alg.step) if jit else alg.step
-    x, bits = x0, []
-    for k in range(num_rounds):
-        x, state, info = step(x, state, jax.random.key(k))
-        bits.append(np.asarray(info.bits))
-    return x, state, np.array(bits)
-
-
 def _tree(rng, n, conv_shape=(3, 2, 2, 4)):
     """A conv-like 4-D leaf, a matrix leaf, a 1-D leaf and a per-node scalar."""
     return {
@@ -196,7 +187,7 @@ def test_matches_numpy_per_edge_reference(rng, name, rank, num_iterations, warm_
     alg = power_gossip(topo, rank=rank, **opts)
     state0 = alg.init(x0)
     num_rounds = 5
-    x, state, bits = _run(alg, x0, num_rounds)
+    x, state, bits = run_rounds(alg, x0, key_range(num_rounds))
     leaves, treedef = jax.tree_util.tree_flatten(x0)
     ref_x, ref_u, ref_v, ref_bits = reference(topo, leaves, state0, num_rounds, **opts)
     for got, want in zip(jax.tree_util.tree_leaves(x), ref_x):
@@ -236,7 +227,7 @@ def test_mean_preserved(rng):
     topo = tp.star(6)
     x0 = _tree(rng, 6)
     alg = power_gossip(topo, rank=2, num_iterations=2, gamma=1.4, vector_gamma=1.2)
-    x, _, _ = _run(alg, x0, 12)
+    x, _, _ = run_rounds(alg, x0, key_range(12))
     for got, start in zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(x0)):
         np.testing.assert_allclose(np.asarray(got).mean(0), np.asarray(start).mean(0), atol=2e-6)
 
@@ -281,24 +272,7 @@ def test_converges_to_mean(rng, topo):
     assert np.all(np.diff(result.bits) > 0)
 
 
-# ---- bit accounting: ResNet-20 shapes on the 8-ring (ALGORITHMS.md 2.9) -------------------------
-
-RESNET20_MATRICES = (
-    [(16, 27)]
-    + [(16, 144)] * 6
-    + [(32, 144), (32, 16)]
-    + [(32, 288)] * 5
-    + [(64, 288), (64, 32)]
-    + [(64, 576)] * 5
-    + [(10, 64)]
-)
-RESNET20_VECTORS = [16] * 14 + [32] * 14 + [64] * 14 + [10]  # BN scale/shift + fc bias = 1,578
-
-
-def _resnet20_like(num_nodes):
-    tree = {f"m{i:02d}": jnp.zeros((num_nodes, m, n), jnp.float32) for i, (m, n) in enumerate(RESNET20_MATRICES)}
-    tree.update({f"v{i:02d}": jnp.zeros((num_nodes, d), jnp.float32) for i, d in enumerate(RESNET20_VECTORS)})
-    return tree
+# ---- bit accounting: ResNet-20 shapes on the 8-ring (docs/algorithms.md, training recipes) -------
 
 
 def test_resnet20_shapes():
@@ -310,7 +284,7 @@ def test_resnet20_shapes():
 def test_resnet20_bits_per_epoch(num_iterations, megabytes):
     steps_per_epoch = 49
     topo = tp.ring(8)
-    x0 = _resnet20_like(8)
+    x0 = resnet20_tree(8)
     alg = power_gossip(topo, rank=1, num_iterations=num_iterations, gamma=1.308)
     state = alg.init(x0)
 
@@ -406,7 +380,7 @@ def test_no_retrace_on_second_call(rng):
 
 def test_same_seed_same_result(rng):
     x0 = _tree(rng, 8)
-    runs = [_run(power_gossip(tp.ring(8), rank=2, seed=4), x0, 3)[0] for _ in range(2)]
+    runs = [run_rounds(power_gossip(tp.ring(8), rank=2, seed=4), x0, key_range(3))[0] for _ in range(2)]
     for a, b in zip(jax.tree_util.tree_leaves(runs[0]), jax.tree_util.tree_leaves(runs[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     other = power_gossip(tp.ring(8), rank=2, seed=5).init(x0)
@@ -479,9 +453,9 @@ def test_flax_kernel_view_matches_transpose_formulation(rng, name, rank, num_ite
         "bias": jnp.asarray(rng.normal(size=(n, 4)), jnp.float32),
     }
     opts = dict(rank=rank, num_iterations=num_iterations, gamma=1.3, warm_start=warm_start, seed=2)
-    x, state, bits = _run(power_gossip(topo, matrix_view="flax_kernel", **opts), x0, 4)
-    y, ref_state, ref_bits = _run(
-        power_gossip(topo, matrix_view="leading", **opts), jax.tree_util.tree_map(_to_torch, x0), 4
+    x, state, bits = run_rounds(power_gossip(topo, matrix_view="flax_kernel", **opts), x0, key_range(4))
+    y, ref_state, ref_bits = run_rounds(
+        power_gossip(topo, matrix_view="leading", **opts), jax.tree_util.tree_map(_to_torch, x0), key_range(4)
     )
     for key in x0:
         np.testing.assert_allclose(np.asarray(_to_torch(x[key])), np.asarray(y[key]), rtol=RTOL, atol=ATOL)
