@@ -189,7 +189,7 @@ def main(argv=None) -> None:
     print(row(f"{one_peer.name} static t", "slots", n, d, 2, t_static, t_copy), flush=True)
     del x
 
-    # Dense graphs: "auto" picks slots up to K = 16 in-neighbour slots, dense above (topology.py).
+    # Dense graphs: "auto" picks slots up to K = 16 in-neighbour slots, dense above (mixing.choose_kernel).
     d = 100_000
     auto = ", ".join(f"N={m}: {T.complete(m).resolved_kernel}" for m in (8, 16, 32, 64))
     print(f"\n## complete graphs, slots vs dense, D={d:.0e} (auto picks {auto})\n")
