@@ -399,7 +399,10 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
         return None
     from jaxgossip import algorithms
 
-    if not algorithms.resolve(algorithm).relaxation_gamma:
+    try:
+        if not algorithms.resolve(algorithm).relaxation_gamma:
+            return None
+    except (ValueError, TypeError):  # an unknown algorithm is reported by check_algorithm
         return None
     if topo.directed or topo.num_nodes > 2048:
         return None

@@ -190,7 +190,8 @@ def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
 
 
 def _group_plan(algorithm: str, topologies: list[Topology], stack: bool) -> list[list[int]]:
-    if stack and algorithms.resolve(algorithm).stackable:
+    stackable = algorithms.resolve(algorithm).stackable  # also refuses an unknown algorithm
+    if stack and stackable:
         return topology.group(topologies)
     return [[i] for i in range(len(topologies))]
 

@@ -27,12 +27,18 @@ from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.registry import INFOS, REGISTRY, check_graph, info, make, register, resolve
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
+from jaxgossip.algorithms.registry import register_builtin
 from jaxgossip.types import AlgorithmInfo
 
-from jaxgossip.algorithms import registry  # noqa: E402
-
-for _module in (_gossip, _allreduce, _choco, _deepsqueeze, _power_gossip, _push_sum, _sparse_push, _scsp):
-    registry._register_builtin(_module.__name__.rpartition(".")[2], _module.INFO)
+# One line per algorithm: its name and the metadata its file declares next to the factory.
+register_builtin("gossip", _gossip.INFO)
+register_builtin("allreduce", _allreduce.INFO)
+register_builtin("choco", _choco.INFO)
+register_builtin("deepsqueeze", _deepsqueeze.INFO)
+register_builtin("power_gossip", _power_gossip.INFO)
+register_builtin("push_sum", _push_sum.INFO)
+register_builtin("sparse_push", _sparse_push.INFO)
+register_builtin("scsp", _scsp.INFO)
 
 __all__ = [
     "REGISTRY",

@@ -87,7 +87,9 @@ def register(name: str, factory: Callable[..., GossipAlgorithm], *, replace: boo
     return entry
 
 
-def _register_builtin(name: str, entry: AlgorithmInfo) -> None:
+def register_builtin(name: str, entry: AlgorithmInfo) -> None:
+    """Registers a built-in algorithm (``jaxgossip/algorithms/__init__.py``); :func:`register` then
+    refuses to replace it unless asked."""
     REGISTRY[name] = entry.factory
     INFOS[name] = entry
     _BUILTIN.add(name)
