@@ -319,7 +319,11 @@ def consensus_graph_cost(model: CostModel, algorithm: str, options: dict, topo, 
     """
     reports = [
         simulate_bits(
-            model, bits, topo, allreduce=priced_as_allreduce(algorithm), exchanges=exchanges_per_round(algorithm, options)
+            model,
+            bits,
+            topo,
+            allreduce=priced_as_allreduce(algorithm),
+            exchanges=exchanges_per_round(algorithm, options),
         )
         for bits in node_bits
     ]

@@ -24,10 +24,9 @@ from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.merge import make_merge, merge
 from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
-from jaxgossip.algorithms.registry import INFOS, REGISTRY, check_graph, info, make, register, resolve
+from jaxgossip.algorithms.registry import INFOS, REGISTRY, check_graph, info, make, register, register_builtin, resolve
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
-from jaxgossip.algorithms.registry import register_builtin
 from jaxgossip.types import AlgorithmInfo
 
 # One line per algorithm: its name and the metadata its file declares next to the factory.
