@@ -8,7 +8,7 @@ from jaxgossip import algorithms, compress, cost, problems, topology
 from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.mixing import consensus_distance, mix, node_mean
 from jaxgossip.optimization import OptimizationResult, optimization_scan, run_optimization
-from jaxgossip.types import GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,7 @@ __all__ = [
     "optimization_scan",
     "OptimizationResult",
     "GossipAlgorithm",
+    "AlgorithmInfo",
     "StepInfo",
     "__version__",
 ]

@@ -117,7 +117,9 @@ def train_field_help() -> dict[str, str]:
         "topology": "graph spec: "
         + ", ".join(values["topology"])
         + "; with an argument: torus:ROWSxCOLS, erdos_renyi:P, random_directed:P",
-        "algorithm": "communication algorithm: " + ", ".join(values["algorithm"]) + " (options: see below)",
+        "algorithm": "communication algorithm: "
+        + ", ".join(values["algorithm"])
+        + ", or a plug-in's import path package.module:factory (options: see below)",
         "algorithm_options": "hyperparameters of the algorithm, e.g. --algorithm_options.gamma=0.5 "
         "--algorithm_options.compressor=top_k --algorithm_options.compressor_options.fraction=0.1",
         "model": "model: " + ", ".join(values["model"]),
@@ -206,28 +208,35 @@ def check_topology(spec: str, num_nodes: int, seed: int = 0, field: str = "topol
         raise ValueError(f"{field}={spec!r} with num_nodes={num_nodes}: {err}") from None
 
 
-def check_algorithm(name: str, options: dict, topo, *, matrix_view: bool = False):
+def check_algorithm(name: str, options: dict, topo, *, trainer_defaults: bool = False):
     """Builds algorithm ``name`` with ``options`` on ``topo`` (no compile), or raises a ValueError
     naming the field; an unknown option is answered with the options the algorithm takes."""
     from jaxgossip import algorithms
 
     if not isinstance(name, str) or not name:
-        raise ValueError(f"algorithm={name!r} must be a name: {', '.join(algorithms.REGISTRY)}")
+        raise ValueError(
+            f"algorithm={name!r} must be a name: {', '.join(algorithms.REGISTRY)}, or an import path 'module:factory'"
+        )
     if name not in algorithms.REGISTRY and ":" not in name:
         raise _unknown("algorithm", name, algorithms.REGISTRY)
     if not isinstance(options, dict):
         raise ValueError(f"algorithm_options={options!r} must be a mapping of option -> value")
-    if name in algorithms.REGISTRY:
-        takes = [p for p in inspect.signature(algorithms.REGISTRY[name]).parameters if p != "topology"]
+    try:
+        entry = algorithms.resolve(name)
+    except (ValueError, TypeError) as err:
+        raise ValueError(str(err)) from None
+    params = inspect.signature(entry.factory).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        takes = list(params)[1:]
         for key in options:
             if key not in takes:
                 raise ValueError(
                     f"algorithm_options.{key}: {name} has no option {key!r}{did_you_mean(key, takes)}; "
                     f"it takes: {', '.join(takes) or 'no options'}"
                 )
+    if trainer_defaults:  # the trainer's defaults (runner.make_algorithm)
+        options = {**entry.trainer_options, **options}
     options = dict(options)
-    if matrix_view and name == "power_gossip":
-        options.setdefault("matrix_view", "flax_kernel")
     try:
         return algorithms.make(name, topo, **options)
     except (ValueError, TypeError) as err:
@@ -363,7 +372,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     node_batch = _node_batch(config.node_batch)
     data_seed = config.seed if config.data_seed is None else config.data_seed
     topo = check_topology(config.topology, config.num_nodes, data_seed)
-    check_algorithm(config.algorithm, dict(config.algorithm_options), topo, matrix_view=True)
+    check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
     if merge is not None:
         from jaxgossip import algorithms
 
@@ -386,12 +395,14 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
     such simple bound and get no warning.
     """
     gamma = options.get("gamma")
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or algorithm not in (
-        "gossip",
-        "choco",
-        "deepsqueeze",
-        "power_gossip",
-    ):
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
+        return None
+    from jaxgossip import algorithms
+
+    try:
+        if not algorithms.resolve(algorithm).relaxation_gamma:
+            return None
+    except (ValueError, TypeError):  # an unknown algorithm is reported by check_algorithm
         return None
     if topo.directed or topo.num_nodes > 2048:
         return None

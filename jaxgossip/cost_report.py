@@ -25,6 +25,7 @@ __all__ = [
     "cost_model_from_options",
     "simulate_bits",
     "exchanges_per_round",
+    "priced_as_allreduce",
     "step_flops_and_memory",
     "training_cost",
     "consensus_graph_cost",
@@ -177,8 +178,18 @@ def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: i
 
 
 def exchanges_per_round(algorithm: str, options: Mapping[str, Any]) -> int:
-    """Sequential exchanges per round: PowerGossip's ``num_iterations``, 1 for everything else."""
-    return int(options.get("num_iterations", 1)) if algorithm == "power_gossip" else 1
+    """Sequential exchanges per round of ``algorithm`` with ``options``, from its registry metadata
+    (:attr:`jaxgossip.types.AlgorithmInfo.exchanges`; PowerGossip's ``num_iterations``)."""
+    from jaxgossip import algorithms
+
+    return algorithms.resolve(algorithm).exchanges_per_round(options)
+
+
+def priced_as_allreduce(algorithm: str) -> bool:
+    """Whether the cost model prices a round of ``algorithm`` as an all-reduce (registry metadata)."""
+    from jaxgossip import algorithms
+
+    return algorithms.resolve(algorithm).allreduce_cost
 
 
 def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
@@ -251,7 +262,7 @@ def training_cost(
       merge adds its rounds (communication only) to ``comm_s``, ``sim_s`` and the energy.
     """
     rounds = np.asarray(rounds).astype(np.int64)
-    allreduce = config.algorithm == "allreduce"
+    allreduce = priced_as_allreduce(config.algorithm)
     bits = per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
     report = simulate_bits(
         model,
@@ -308,7 +319,11 @@ def consensus_graph_cost(model: CostModel, algorithm: str, options: dict, topo, 
     """
     reports = [
         simulate_bits(
-            model, bits, topo, allreduce=algorithm == "allreduce", exchanges=exchanges_per_round(algorithm, options)
+            model,
+            bits,
+            topo,
+            allreduce=priced_as_allreduce(algorithm),
+            exchanges=exchanges_per_round(algorithm, options),
         )
         for bits in node_bits
     ]

@@ -159,11 +159,8 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
 
 
 def make_algorithm(config: TrainConfig, topo: topology.Topology):
-    options = dict(config.algorithm_options)
-    if config.algorithm == "power_gossip":
-        # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
-        # the reference compresses them (docs/algorithms.md, section training recipes and models).
-        options.setdefault("matrix_view", "flax_kernel")
+    # The algorithm's trainer defaults (its metadata's trainer_options) under the user's options.
+    options = {**algorithms.resolve(config.algorithm).trainer_options, **config.algorithm_options}
     return algorithms.make(config.algorithm, topo, **options)
 
 

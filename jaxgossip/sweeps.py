@@ -55,13 +55,9 @@ SWEEPABLE = (
     "algorithm_options.target_residual",
 )
 
-# Why a common request cannot be swept in one compile.
+# Why a common request cannot be swept in one compile (algorithm options: the algorithms' metadata,
+# AlgorithmInfo.shape_options).
 _SHAPE_REASONS = {
-    "algorithm_options.fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
-    "algorithm_options.k": "top-k keeps K entries, a static shape",
-    "algorithm_options.compressor_options": "compressor options fix the kept entries, a static shape",
-    "algorithm_options.rank": "the PowerGossip rank R fixes the shapes of U [P, m, R] and V [P, n, R]",
-    "algorithm_options.num_iterations": "PowerGossip iterations are unrolled per round",
     "num_nodes": "N is the leading axis of every array",
     "batch_size": "B fixes the batch shape",
     "num_rounds": "the scan length is static",
@@ -72,13 +68,25 @@ _SHAPE_REASONS = {
 }
 
 
+def _option_reason(name: str) -> str | None:
+    """Why ``algorithm_options.<option>`` changes shapes, from the registered algorithms' metadata."""
+    prefix = "algorithm_options."
+    if not name.startswith(prefix):
+        return None
+    option = name[len(prefix) :]
+    for entry in algorithms.INFOS.values():
+        if option in entry.shape_options:
+            return entry.shape_options[option]
+    return None
+
+
 def check_axes(axes: Mapping[str, Sequence[Any]]) -> None:
     """Raises ValueError for an axis that cannot be swept in one compile (the message names it)."""
     if not axes:
         raise ValueError("a sweep needs at least one axis, e.g. {'lr': [0.01, 0.1]}")
     for name, values in axes.items():
         if name not in SWEEPABLE:
-            why = _SHAPE_REASONS.get(name, "it is not a traced value of the run")
+            why = _SHAPE_REASONS.get(name) or _option_reason(name) or "it is not a traced value of the run"
             raise ValueError(
                 f"sweep axis {name!r} would change array shapes or program structure ({why}); sweep it "
                 f"with separate runs. Axes that share one compile: {list(SWEEPABLE)}"
@@ -182,9 +190,8 @@ def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
 
 
 def _group_plan(algorithm: str, topologies: list[Topology], stack: bool) -> list[list[int]]:
-    if algorithm not in algorithms.REGISTRY:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {sorted(algorithms.REGISTRY)}")
-    if stack and algorithm in topology.STACKABLE:
+    stackable = algorithms.resolve(algorithm).stackable  # also refuses an unknown algorithm
+    if stack and stackable:
         return topology.group(topologies)
     return [[i] for i in range(len(topologies))]
 
@@ -243,7 +250,7 @@ def map_topologies(
 
     The engine of the topology sweeps (consensus here, training in
     :mod:`jaxgossip.experiment_sweeps`): graphs are grouped by :func:`jaxgossip.topology.group`
-    when ``algorithm`` can run on stacked tables (``topology.STACKABLE``) and ``stack`` is on, else
+    when ``algorithm`` can run on stacked tables (its metadata's ``stackable``) and ``stack`` is on, else
     each graph is its own group; ``point`` holds the graph's ``per_graph`` values (traced).
 
     Args:
@@ -260,7 +267,7 @@ def map_topologies(
     """
     topologies = _check_topologies(topologies)
     plan = _group_plan(algorithm, topologies, stack)
-    stacked = stack and algorithm in topology.STACKABLE
+    stacked = stack and algorithms.resolve(algorithm).stackable
     outs, seconds = [None] * len(topologies), []
     for members in plan:
         start = time.perf_counter()
@@ -291,7 +298,7 @@ def sweep_topologies(
     equals :func:`jaxgossip.consensus.consensus_scan` of that run (tested). Graphs of one
     :func:`jaxgossip.topology.signature` share one program vmapped over graph stacks
     (:func:`jaxgossip.topology.stack`) and seeds when the algorithm is in
-    :data:`jaxgossip.topology.STACKABLE`; other algorithms (PowerGossip, Sparse-Push, SCSP) and
+    registered with ``stackable=True``; other algorithms (PowerGossip, Sparse-Push, SCSP) and
     ``stack=False`` run one program per graph, vmapped over seeds.
 
     Args:

@@ -7,7 +7,8 @@ neighbour slots), R (rank), B (batch).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -50,3 +51,67 @@ class GossipAlgorithm(NamedTuple):
     step: StepFn
     debias: DebiasFn
     name: str = ""
+
+
+MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
+
+
+def one_exchange(options: Mapping[str, Any]) -> int:
+    """The default of :attr:`AlgorithmInfo.exchanges`: one exchange per round, whatever the options."""
+    del options
+    return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmInfo:
+    """Registry metadata of an algorithm: every fact other modules need about it (none of them tests
+    an algorithm's name). Each algorithm file declares one next to its factory.
+
+    Attributes:
+      factory: ``factory(topology, **hyperparameters) -> GossipAlgorithm``.
+      mixing: the mixing matrix it needs: ``"doubly_stochastic"`` (mean-preserving W),
+        ``"column_stochastic"`` (push-sum: columns sum to 1; ``debias`` is ``x / w``),
+        ``"symmetric"`` (doubly stochastic and W(t) = W(t)^T), or ``"any"``. Checked by
+        :func:`jaxgossip.algorithms.make` before the factory runs.
+      time_varying: whether it runs on graphs with period T > 1 (checked by ``make``).
+      stackable: whether it accepts a stacked :class:`~jaxgossip.topology.Topology` (traced
+        tables), so same-shape graphs share one compile in topology sweeps; False means it builds
+        host tables from the graph (``make`` then refuses a stack).
+      exchanges: ``options -> I``, sequential exchanges per round, for the cost model.
+      shape_options: option -> why it changes array shapes (the sweeps' refusal message).
+      allreduce_cost: the cost model prices a round as an all-reduce rather than gossip on the graph.
+      trainer_options: option defaults the trainer sets (a user's option wins).
+      relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
+        range on a symmetric W is checked (``jaxgossip.config.gamma_warning``).
+    """
+
+    factory: Callable[..., GossipAlgorithm]
+    mixing: str = "any"
+    time_varying: bool = True
+    stackable: bool = False
+    exchanges: Callable[[Mapping[str, Any]], int] = one_exchange
+    shape_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    allreduce_cost: bool = False
+    trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    relaxation_gamma: bool = False
+
+    def __post_init__(self):
+        if not callable(self.factory):
+            raise TypeError(f"factory={self.factory!r} is not callable: expected factory(topology, **options)")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"mixing={self.mixing!r} is unknown; known: {', '.join(MIXINGS)}")
+        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma"):
+            if not isinstance(getattr(self, field), bool):
+                raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
+        if not callable(self.exchanges):
+            raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
+        for field in ("shape_options", "trainer_options"):
+            if not isinstance(getattr(self, field), Mapping):
+                raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")
+
+    def exchanges_per_round(self, options: Mapping[str, Any]) -> int:
+        """Sequential exchanges per round with ``options`` (an int >= 1)."""
+        value = self.exchanges(dict(options))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"exchanges(options) returned {value!r}; it must be an int >= 1")
+        return value

@@ -4,7 +4,7 @@ determinism, vmap over seeds and inputs, consensus convergence and the consensus
 
 Each algorithm is built with small hyperparameters from ``KWARGS`` (unknown names get ``{}``) on a
 graph it accepts: the column-stochastic digraph ``one_peer_exponential(8)`` for push-sum methods
-(names containing "push" or "scsp"), ``ring(8)`` otherwise. Both are node-symmetric (circulant).
+(registered with ``mixing="column_stochastic"``), ``ring(8)`` otherwise. Both are node-symmetric (circulant).
 """
 
 import functools
@@ -45,7 +45,8 @@ DEFAULT_CONVERGE_FACTOR = 1e-6
 
 
 def is_push(name):
-    return "push" in name or "scsp" in name
+    """Push-sum methods (debias is x / w) need column-stochastic weights: read from the metadata."""
+    return jg.algorithms.info(name).mixing == "column_stochastic"
 
 
 def suite_topology(name):

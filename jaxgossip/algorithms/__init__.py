@@ -1,14 +1,22 @@
 """Communication algorithms and their registry.
 
 Every algorithm is a factory ``name(topology, **hyperparameters) -> GossipAlgorithm`` in its own
-file; adding it to :data:`REGISTRY` enrolls it in the shared test suite and the CLI.
+file, next to its metadata ``INFO`` (:class:`~jaxgossip.types.AlgorithmInfo`); one line below
+registers it, which enrolls it in the shared test suite, the CLI, sweeps and the cost model. An
+algorithm outside the package is registered with :func:`register` or named by an import path
+``"package.module:factory"`` (README, section "Adding an algorithm").
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-
+from jaxgossip.algorithms import allreduce as _allreduce
+from jaxgossip.algorithms import choco as _choco
+from jaxgossip.algorithms import deepsqueeze as _deepsqueeze
+from jaxgossip.algorithms import gossip as _gossip
+from jaxgossip.algorithms import power_gossip as _power_gossip
+from jaxgossip.algorithms import push_sum as _push_sum
+from jaxgossip.algorithms import scsp as _scsp
+from jaxgossip.algorithms import sparse_push as _sparse_push
 from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.choco import choco
 from jaxgossip.algorithms.deepsqueeze import deepsqueeze
@@ -16,43 +24,30 @@ from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.merge import make_merge, merge
 from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
+from jaxgossip.algorithms.registry import INFOS, REGISTRY, check_graph, info, make, register, register_builtin, resolve
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
-from jaxgossip.topology import Topology
-from jaxgossip.types import GossipAlgorithm
+from jaxgossip.types import AlgorithmInfo
 
-REGISTRY: dict[str, Callable[..., GossipAlgorithm]] = {
-    "gossip": gossip,
-    "allreduce": allreduce,
-    "choco": choco,
-    "deepsqueeze": deepsqueeze,
-    "power_gossip": power_gossip,
-    "push_sum": push_sum,
-    "sparse_push": sparse_push,
-    "scsp": scsp,
-}
-
-
-def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
-    """Builds the registered algorithm ``name`` on ``topology``.
-
-    Raises:
-      ValueError: unknown name (the message lists the known ones).
-      TypeError: a hyperparameter the algorithm does not take (the message lists the ones it does).
-    """
-    if name not in REGISTRY:
-        raise ValueError(f"unknown algorithm {name!r}; known algorithms: {sorted(REGISTRY)}")
-    factory = REGISTRY[name]
-    accepted = [p for p in inspect.signature(factory).parameters if p != "topology"]
-    unknown = sorted(set(hyperparameters) - set(accepted))
-    if unknown:
-        raise TypeError(f"algorithm {name!r} does not take {unknown}; it takes {accepted}")
-    return factory(topology, **hyperparameters)
-
+# One line per algorithm: its name and the metadata its file declares next to the factory.
+register_builtin("gossip", _gossip.INFO)
+register_builtin("allreduce", _allreduce.INFO)
+register_builtin("choco", _choco.INFO)
+register_builtin("deepsqueeze", _deepsqueeze.INFO)
+register_builtin("power_gossip", _power_gossip.INFO)
+register_builtin("push_sum", _push_sum.INFO)
+register_builtin("sparse_push", _sparse_push.INFO)
+register_builtin("scsp", _scsp.INFO)
 
 __all__ = [
     "REGISTRY",
+    "INFOS",
+    "AlgorithmInfo",
     "make",
+    "register",
+    "info",
+    "resolve",
+    "check_graph",
     "gossip",
     "allreduce",
     "choco",

@@ -63,6 +63,13 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
     return int(value)
 
 
+def _names_where(field: str, value: Any) -> str:
+    """Registered algorithms whose metadata ``field`` equals ``value`` (for error messages)."""
+    from jaxgossip.algorithms import registry  # the registry imports the algorithm files
+
+    return ", ".join(name for name, entry in registry.INFOS.items() if getattr(entry, field) == value)
+
+
 def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
     """Raises ValueError unless every W(t) has rows and columns summing to 1 (mean-preserving)."""
     if not isinstance(topology, Topology):
@@ -71,7 +78,7 @@ def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
         raise ValueError(
             f"{algorithm} needs doubly stochastic mixing weights (rows and columns summing to 1) so "
             f"that the node mean is preserved; {topology.name} is not. Use metropolis weights, or a "
-            "push-sum algorithm (push_sum, sparse_push, scsp) for column-stochastic graphs"
+            f"push-sum algorithm ({_names_where('mixing', 'column_stochastic')}) for column-stochastic graphs"
         )
 
 
@@ -99,7 +106,7 @@ def require_host_topology(topology: Any, algorithm: str) -> None:
         raise TypeError(
             f"{algorithm} builds per-edge host tables from the graph and cannot run on a stacked Topology "
             f"(traced graph tables); give it a graph built on the host (sweep_topologies then runs one "
-            f"compile per graph). Stackable algorithms: gossip, allreduce, choco, deepsqueeze, push_sum"
+            f"compile per graph). Stackable algorithms: {_names_where('stackable', True)}"
         )
 
 

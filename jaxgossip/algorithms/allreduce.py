@@ -8,9 +8,9 @@ import jax.numpy as jnp
 from jaxgossip.algorithms._common import CountState
 from jaxgossip.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology
-from jaxgossip.types import GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
-__all__ = ["allreduce"]
+__all__ = ["allreduce", "INFO"]
 
 
 def allreduce(topology: Topology | int) -> GossipAlgorithm:
@@ -52,3 +52,6 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
         return params
 
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "allreduce")
+
+
+INFO = AlgorithmInfo(allreduce, stackable=True, allreduce_cost=True)

@@ -24,9 +24,9 @@ from jaxgossip import compress
 from jaxgossip.algorithms._common import check_positive, per_round, require_doubly_stochastic
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
-__all__ = ["choco", "ChocoState"]
+__all__ = ["choco", "ChocoState", "INFO"]
 
 class ChocoState(NamedTuple):
     """State of :func:`choco`."""
@@ -141,3 +141,17 @@ def choco(
         return params
 
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "choco")
+
+
+INFO = AlgorithmInfo(
+    choco,
+    mixing="doubly_stochastic",
+    time_varying=False,
+    stackable=True,
+    shape_options={
+        "compressor_options": "compressor options fix the kept entries, a static shape",
+        "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
+        "k": "top-k keeps K entries, a static shape",
+    },
+    relaxation_gamma=True,
+)

@@ -21,9 +21,9 @@ from jaxgossip import compress
 from jaxgossip.algorithms._common import check_positive, per_round, require_doubly_stochastic
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
-__all__ = ["deepsqueeze", "DeepSqueezeState"]
+__all__ = ["deepsqueeze", "DeepSqueezeState", "INFO"]
 
 
 class DeepSqueezeState(NamedTuple):
@@ -105,3 +105,12 @@ def deepsqueeze(
         return params
 
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "deepsqueeze")
+
+
+INFO = AlgorithmInfo(
+    deepsqueeze,
+    mixing="doubly_stochastic",
+    stackable=True,
+    shape_options={"compressor_options": "compressor options fix the kept entries, a static shape"},
+    relaxation_gamma=True,
+)

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 from jaxgossip.algorithms._common import CountState, check_positive, per_round, relax, require_doubly_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
-__all__ = ["gossip"]
+__all__ = ["gossip", "INFO"]
 
 
 def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
@@ -60,3 +60,6 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         return params
 
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip")
+
+
+INFO = AlgorithmInfo(gossip, mixing="doubly_stochastic", stackable=True, relaxation_gamma=True)

@@ -42,7 +42,7 @@ from jaxgossip.algorithms._common import (
 from jaxgossip.algorithms.pair_tables import PairRound, pair_round, pair_tables, require_symmetric
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
 
 __all__ = [
     "power_gossip",
@@ -58,6 +58,7 @@ __all__ = [
     "matrix_round",
     "gossip_vectors",
     "round_bits",
+    "INFO",
 ]
 
 MATRIX_VIEWS = ("leading", "flax_kernel")
@@ -528,3 +529,24 @@ def power_gossip(
         return params
 
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "power_gossip")
+
+
+def _exchanges(options) -> int:
+    """Each of the ``num_iterations`` power iterations is one sequential exchange."""
+    return int(options.get("num_iterations", 1))
+
+
+INFO = AlgorithmInfo(
+    power_gossip,
+    mixing="symmetric",
+    stackable=False,
+    exchanges=_exchanges,
+    shape_options={
+        "rank": "the PowerGossip rank R fixes the shapes of U [P, m, R] and V [P, n, R]",
+        "num_iterations": "PowerGossip iterations are unrolled per round",
+    },
+    # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
+    # the reference compresses them (docs/algorithms.md, section training recipes and models).
+    trainer_options={"matrix_view": "flax_kernel"},
+    relaxation_gamma=True,
+)

@@ -22,9 +22,9 @@ from jaxgossip import compress
 from jaxgossip.algorithms._common import per_round, require_column_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
-__all__ = ["push_sum", "PushSumState", "divide_by_weight", "WEIGHT_BITS_MODES"]
+__all__ = ["push_sum", "PushSumState", "divide_by_weight", "WEIGHT_BITS_MODES", "INFO"]
 
 WEIGHT_BITS_MODES = ("always", "auto")
 
@@ -107,3 +107,6 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
         return divide_by_weight(params, state.w)
 
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "push_sum")
+
+
+INFO = AlgorithmInfo(push_sum, mixing="column_stochastic", stackable=True)

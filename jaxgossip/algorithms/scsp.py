@@ -32,9 +32,9 @@ from jaxgossip import compress
 from jaxgossip.algorithms._common import check_int, check_positive, require_column_stochastic, require_host_topology
 from jaxgossip.algorithms.sparse_push import check_public_copies, compressed_push_sum
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm
 
-__all__ = ["scsp", "adaptive_budget"]
+__all__ = ["scsp", "adaptive_budget", "INFO"]
 
 _TINY = float(np.finfo(np.float32).tiny)
 
@@ -180,3 +180,6 @@ def scsp(
         return jax.tree_util.tree_unflatten(treedef, outs), total
 
     return compressed_push_sum(topology, "scsp", adaptive if compensation else plain, gamma, public_copies)
+
+
+INFO = AlgorithmInfo(scsp, mixing="column_stochastic")

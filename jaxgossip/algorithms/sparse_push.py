@@ -34,7 +34,7 @@ from jaxgossip.algorithms._common import check_positive, per_round, require_colu
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, PRNGKey, StepInfo
 
 __all__ = [
     "sparse_push",
@@ -43,6 +43,7 @@ __all__ = [
     "check_public_copies",
     "graph_copies",
     "compressed_push_sum",
+    "INFO",
 ]
 
 PUBLIC_COPIES = ("per_graph", "shared")
@@ -256,3 +257,13 @@ def sparse_push(
         return compress.compress_tree(comp, residual, key)
 
     return compressed_push_sum(topology, "sparse_push", compress_fn, gamma, public_copies)
+
+
+INFO = AlgorithmInfo(
+    sparse_push,
+    mixing="column_stochastic",
+    shape_options={
+        "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
+        "k": "top-k keeps K entries, a static shape",
+    },
+)

@@ -19,6 +19,7 @@ from jaxgossip.cost import (
     consensus_graph_cost,
     cost_model_from_options,
     exchanges_per_round,
+    priced_as_allreduce,
     simulate_bits,
     step_flops_and_memory,
     training_cost,
@@ -49,6 +50,7 @@ __all__ = [
     "consensus_graph_cost",
     "cost_model_from_options",
     "exchanges_per_round",
+    "priced_as_allreduce",
     "simulate_bits",
     "step_flops_and_memory",
     "training_cost",
@@ -212,6 +214,7 @@ def algorithm_epilog() -> str:
 
     lines = ["algorithms and their --algorithm_options.KEY (defaults):"]
     lines += [f"  {name:<13} {signature(fn)}" for name, fn in algorithms.REGISTRY.items()]
+    lines.append("  or --algorithm=package.module:factory, a plug-in (README, section Adding an algorithm)")
     lines.append(
         "compressors (--algorithm_options.compressor=NAME, options in --algorithm_options.compressor_options.KEY):"
     )

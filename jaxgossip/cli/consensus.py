@@ -184,7 +184,7 @@ def run(argv: list[str]) -> int:
         label = r.name if where is None else f"{r.name} (diverged at round {where})"
         curves[label] = (shown, np.asarray(result.bits)[: shown.size])
         report = common.simulate_bits(
-            cost, node_bits, topo, allreduce=r.algorithm == "allreduce",
+            cost, node_bits, topo, allreduce=common.priced_as_allreduce(r.algorithm),
             exchanges=common.exchanges_per_round(r.algorithm, r.options),
         )
         row = {

@@ -154,7 +154,9 @@ def run(argv: list[str]) -> int:
             f"({result.wall_time:.1f}s)",
             flush=True,
         )
-    gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith("gossip") and "MB_per_node" in r), None)
+    # Reductions are relative to the first run of the list, the uncompressed baseline.
+    baseline = demo_runs(parsed.flags["quick"])[0]["name"]
+    gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith(baseline) and "MB_per_node" in r), None)
     for row in table:
         if gossip_mb and row.get("MB_per_node"):
             row["reduction"] = gossip_mb / row["MB_per_node"]

@@ -234,7 +234,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
     data_seed = config.seed if config.data_seed is None else config.data_seed
     graphs, graph_specs, notes = _build_graphs(specs, [config.num_nodes], data_seed)
     for topo in graphs:
-        check_algorithm(config.algorithm, dict(config.algorithm_options), topo, matrix_view=True)
+        check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
     resolved = {"topologies": specs, "seeds": seeds, **config.to_dict()}
     if common.print_config(parsed, resolved):
         return 0
@@ -412,11 +412,11 @@ def _gap(topo) -> float:
 
 
 def _compile_summary(graphs: int, seeds: int, programs: int, wall: float, stack: bool, algorithm: str) -> str:
-    from jaxgossip import topology
+    from jaxgossip import algorithms
 
     if not stack:
         how = "one per graph (--no-stack)"
-    elif algorithm not in topology.STACKABLE:
+    elif not algorithms.resolve(algorithm).stackable:
         how = f"one per graph: {algorithm} builds host tables per graph"
     else:
         how = "one per group of same-shape graphs"

@@ -28,7 +28,7 @@ from jaxgossip.topology.constructors import (
 from jaxgossip.topology.graph import KERNELS, Topology
 from jaxgossip.topology.specs import FAMILIES, make
 from jaxgossip.topology.spectral import optimal_gamma, spectral_gap
-from jaxgossip.topology.stack import STACKABLE, buckets, group, signature, stack
+from jaxgossip.topology.stack import buckets, group, signature, stack
 
 __all__ = [
     "Topology",
@@ -51,7 +51,6 @@ __all__ = [
     "KERNELS",
     "FAMILIES",
     "make",
-    "STACKABLE",
     "signature",
     "group",
     "buckets",

@@ -33,11 +33,7 @@ import numpy as np
 
 from jaxgossip.topology.graph import Topology
 
-__all__ = ["STACKABLE", "signature", "group", "buckets", "stack"]
-
-# Algorithms whose only use of the graph is mix(topology, ...) and per-round out-degrees, so they
-# accept a stack member with traced tables (a later issue moves this into algorithm metadata).
-STACKABLE = ("gossip", "allreduce", "choco", "deepsqueeze", "push_sum")
+__all__ = ["signature", "group", "buckets", "stack"]
 
 # A least common multiple of periods above this would repeat tables too often; such graphs are
 # split into separate groups.

@@ -1,0 +1,194 @@
+"""The algorithm registry: names -> factories and their metadata, plug-ins by import path.
+
+An algorithm is a factory ``factory(topology, **hyperparameters) -> GossipAlgorithm`` plus an
+:class:`~jaxgossip.types.AlgorithmInfo` (the facts other modules need: mixing matrix, time-varying
+graphs, stacking, exchanges per round, shape-changing options, cost rule, trainer defaults). A
+user's algorithm is either registered (:func:`register`) or named by an import path
+``"package.module:factory"``; its metadata is the factory's ``info`` attribute, else the module's
+``INFO`` (an :class:`AlgorithmInfo` or a dict of metadata), else the defaults.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jaxgossip.algorithms import _common
+from jaxgossip.algorithms.pair_tables import require_symmetric
+from jaxgossip.topology import Topology
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
+
+__all__ = ["REGISTRY", "INFOS", "register", "info", "resolve", "make", "check_graph"]
+
+REGISTRY: dict[str, Callable[..., GossipAlgorithm]] = {}
+INFOS: dict[str, AlgorithmInfo] = {}
+_BUILTIN: set[str] = set()
+
+
+def _as_info(factory: Callable, metadata: Any, where: str) -> AlgorithmInfo:
+    if isinstance(metadata, AlgorithmInfo):
+        return metadata if metadata.factory is factory else AlgorithmInfo(**{**_fields(metadata), "factory": factory})
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"{where}: metadata must be an AlgorithmInfo or a mapping, got {type(metadata).__name__}")
+    known = [f for f in AlgorithmInfo.__dataclass_fields__ if f != "factory"]
+    unknown = sorted(set(metadata) - set(known))
+    if unknown:
+        raise TypeError(f"{where}: unknown metadata {unknown}; known: {', '.join(known)}")
+    try:
+        return AlgorithmInfo(factory, **metadata)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{where}: {err}") from None
+
+
+def _fields(info: AlgorithmInfo) -> dict:
+    return {f: getattr(info, f) for f in AlgorithmInfo.__dataclass_fields__}
+
+
+def _check_factory(factory: Any, where: str) -> None:
+    if isinstance(factory, type) or not callable(factory):
+        raise TypeError(
+            f"{where} is not an algorithm factory: expected a function factory(topology, **hyperparameters) "
+            f"-> GossipAlgorithm, got {type(factory).__name__}"
+        )
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        raise TypeError(f"{where} is not an algorithm factory: its first argument must be the topology")
+
+
+def register(name: str, factory: Callable[..., GossipAlgorithm], *, replace: bool = False, **metadata) -> AlgorithmInfo:
+    """Registers ``factory`` as algorithm ``name`` with its metadata (:class:`AlgorithmInfo` fields).
+
+    Registered algorithms work everywhere a built-in does: :func:`make`, configs and the CLI,
+    sweeps, the cost model and the shared test suite.
+
+    Raises:
+      ValueError: an empty name, a name with ``:`` (reserved for import paths), a name already
+        registered (unless ``replace=True``), or a metadata value out of range.
+      TypeError: ``factory`` is not a factory, or an unknown metadata key.
+    """
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ValueError(f"name={name!r} must be a non-empty string without ':' (reserved for import paths)")
+    if name in REGISTRY and not replace:
+        kind = "a built-in algorithm" if name in _BUILTIN else "already registered"
+        raise ValueError(f"algorithm {name!r} is {kind}; pass replace=True to replace it")
+    _check_factory(factory, f"register({name!r})")
+    if "info" in metadata and len(metadata) == 1:
+        metadata = metadata["info"]
+    entry = _as_info(factory, metadata, f"register({name!r})")
+    REGISTRY[name] = factory
+    INFOS[name] = entry
+    return entry
+
+
+def register_builtin(name: str, entry: AlgorithmInfo) -> None:
+    """Registers a built-in algorithm (``jaxgossip/algorithms/__init__.py``); :func:`register` then
+    refuses to replace it unless asked."""
+    REGISTRY[name] = entry.factory
+    INFOS[name] = entry
+    _BUILTIN.add(name)
+
+
+def _import(path: str) -> AlgorithmInfo:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"algorithm={path!r}: an import path is 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"algorithm={path!r}: cannot import module {module_name!r} ({err})") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"algorithm={path!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, AlgorithmInfo):
+        return obj
+    _check_factory(obj, f"algorithm={path!r}")
+    metadata = getattr(obj, "info", None)
+    if metadata is None:
+        module_info = getattr(module, "INFO", None)
+        if isinstance(module_info, AlgorithmInfo):
+            metadata = module_info if module_info.factory is obj else None
+        else:
+            metadata = module_info
+    return _as_info(obj, metadata, f"algorithm={path!r}")
+
+
+def resolve(name: str) -> AlgorithmInfo:
+    """The metadata (factory included) of a registered name or an import path ``"module:factory"``.
+
+    Raises:
+      ValueError: an unknown name (the message lists the known ones), or an import path whose
+        module or attribute does not exist.
+      TypeError: the import path names something that is not a factory, or bad metadata.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"algorithm={name!r} must be a registered name ({', '.join(REGISTRY)}) or 'module:factory'")
+    if name in INFOS:
+        return INFOS[name]
+    if ":" in name:
+        return _import(name)
+    raise ValueError(
+        f"unknown algorithm {name!r}; known algorithms: {sorted(REGISTRY)} (or an import path 'module:factory')"
+    )
+
+
+def info(name: str) -> AlgorithmInfo:
+    """Alias of :func:`resolve`: the metadata of a registered name or an import path."""
+    return resolve(name)
+
+
+def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
+    """Raises when the graph contradicts the algorithm's metadata (the message names both)."""
+    if not isinstance(topology, Topology):
+        return
+    if not entry.stackable:
+        _common.require_host_topology(topology, name)
+    if entry.mixing in ("doubly_stochastic", "symmetric"):
+        _common.require_doubly_stochastic(topology, name)
+    if entry.mixing == "symmetric" and topology.host_tables:
+        require_symmetric(topology, name)
+    if entry.mixing == "column_stochastic":
+        _common.require_column_stochastic(topology, name)
+    if not entry.time_varying and topology.period != 1:
+        raise ValueError(
+            f"{name} needs a static topology (period T = 1): it is registered with time_varying=False; "
+            f"{topology.name} is time-varying with T = {topology.period}. Algorithms for time-varying graphs: "
+            f"{', '.join(n for n, i in INFOS.items() if i.time_varying)}"
+        )
+
+
+def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
+    """Builds algorithm ``name`` (a registered name or ``"module:factory"``) on ``topology``.
+
+    The graph is first checked against the algorithm's metadata (:func:`check_graph`).
+
+    Raises:
+      ValueError: unknown name (the message lists the known ones), a missing import path, or a
+        graph the metadata rules out (wrong stochasticity, time-varying, ...).
+      TypeError: a hyperparameter the algorithm does not take (the message lists the ones it does),
+        or a factory that does not return a GossipAlgorithm.
+    """
+    entry = resolve(name)
+    factory = entry.factory
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        accepted = list(params)[1:]
+        unknown = sorted(set(hyperparameters) - set(accepted))
+        if unknown:
+            raise TypeError(f"algorithm {name!r} does not take {unknown}; it takes {accepted}")
+    check_graph(name, entry, topology)
+    alg = factory(topology, **hyperparameters)
+    if not isinstance(alg, GossipAlgorithm):
+        raise TypeError(f"algorithm {name!r}: the factory returned a {type(alg).__name__}, not a GossipAlgorithm")
+    return alg

@@ -1,0 +1,248 @@
+"""A method defined outside jaxgossip runs everywhere a built-in does, with no edit to jaxgossip.
+
+The plug-in is the README's example ("### Adding an algorithm", its ```python block), written to a
+temporary folder as ``my_file.py`` and named by import path ``my_file:damped_gossip`` (or registered
+under a name). It runs through the public API (``make``, ``run_consensus``, ``run_optimization``,
+``run_training``, the topology sweep, the cost functions) and through the CLI in subprocesses
+(``train``, ``sweep``, ``topology-sweep``, ``consensus``, each with cost columns).
+
+Reference: the damped step is ``X <- (1 - beta) X + beta W X`` on the [N, D] matrix of node values.
+"""
+
+import ast
+import importlib
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from tiny import tiny_config
+
+import jaxgossip as jg
+from jaxgossip import algorithms, sweeps
+from jaxgossip.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PATH = "my_file:damped_gossip"
+# tests/test_cli_config.py's TINY: 4 nodes, synthetic data, MLP(8), 20 rounds evaluated every 5.
+TINY = [
+    "--dataset=synthetic",
+    "--num_nodes=4",
+    "--model=mlp",
+    "--model_options.hidden=8",
+    "--batch_size=8",
+    "--num_rounds=20",
+    "--eval_every=5",
+    "--eval_size=128",
+    "--eval_chunk=64",
+]
+COST = ["--link.bandwidth=1e9", "--link.latency=1e-3"]
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Adding an algorithm", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def plugin_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plugin")
+    (folder / "my_file.py").write_text(readme_example())
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    yield folder
+    sys.path.remove(str(folder))
+    sys.modules.pop("my_file", None)
+
+
+def _damped_reference(w: np.ndarray, x0: np.ndarray, beta: float, steps: int) -> np.ndarray:
+    x = x0.astype(np.float64)
+    for _ in range(steps):
+        x = (1 - beta) * x + beta * (w @ x)
+    return x
+
+
+def test_import_path_metadata_consensus_and_bits(plugin_dir):
+    info = algorithms.info(PATH)
+    assert (info.mixing, info.stackable, info.time_varying) == ("doubly_stochastic", True, True)
+    assert jg.cost.exchanges_per_round(PATH, {}) == 1 and not jg.cost.priced_as_allreduce(PATH)
+
+    topo, steps, beta = jg.topology.ring(8), 30, 0.7
+    x0 = {"w": jax.random.normal(jax.random.key(0), (8, 5))}
+    result = jg.run_consensus(algorithms.make(PATH, topo, beta=beta), x0, steps, jax.random.key(1))
+    want = _damped_reference(topo.matrix(), np.asarray(x0["w"]), beta, steps)
+    np.testing.assert_allclose(np.asarray(result.x["w"]), want, rtol=1e-5, atol=1e-6)
+    assert float(result.error[-1]) < 1e-3 * float(result.error[0])
+    # every node sends its 5 fp32 values to each of its 2 ring neighbours, every round
+    assert float(result.bits[-1]) == 8 * 2 * 5 * 32 * steps
+
+
+def test_register_by_name(plugin_dir):
+    from my_file import damped_gossip
+
+    try:
+        algorithms.register("damped_test", damped_gossip, mixing="doubly_stochastic")
+        assert "damped_test" in algorithms.REGISTRY
+        topo, x0 = jg.topology.ring(8), {"w": jnp.arange(16.0).reshape(8, 2)}
+        by_name = jg.run_consensus(algorithms.make("damped_test", topo), x0, 5, jax.random.key(0))
+        by_path = jg.run_consensus(algorithms.make(PATH, topo), x0, 5, jax.random.key(0))
+        np.testing.assert_array_equal(np.asarray(by_name.x["w"]), np.asarray(by_path.x["w"]))
+        with pytest.raises(ValueError, match="already registered; pass replace=True"):
+            algorithms.register("damped_test", damped_gossip)
+        algorithms.register("damped_test", damped_gossip, replace=True, stackable=True)
+        assert algorithms.info("damped_test").stackable
+    finally:
+        algorithms.REGISTRY.pop("damped_test", None)
+        algorithms.INFOS.pop("damped_test", None)
+    with pytest.raises(ValueError, match="'gossip' is a built-in algorithm; pass replace=True"):
+        algorithms.register("gossip", damped_gossip)
+
+
+def test_run_optimization(plugin_dir):
+    targets = jnp.arange(8.0)[:, None] * jnp.ones((8, 3))  # f_i(x) = 1/2 ||x - c_i||^2
+
+    def loss_fn(x, i, key):
+        del key
+        return 0.5 * jnp.sum((x["w"] - targets[i]) ** 2)
+
+    alg = algorithms.make(PATH, jg.topology.ring(8), beta=0.9)
+    x0 = {"w": jnp.zeros((8, 3))}
+    result = jg.run_optimization(alg, x0, loss_fn, optax.sgd(0.1), 300, jax.random.key(0))
+    # a constant step size leaves an O(lr) consensus bias; the mean reaches mean(c) = 3.5
+    np.testing.assert_allclose(np.asarray(result.x["w"]).mean(axis=0), 3.5, rtol=1e-3)
+    assert float(result.objective[-1]) < float(result.objective[0])
+
+
+def test_training_topology_sweep_and_cost_api(plugin_dir):
+    from jaxgossip.runner import run_training
+
+    run = run_training(tiny_config(algorithm=PATH), progress=False, log=lambda s: None)
+    bits = np.asarray(run.metrics.bits)  # [M, N] cumulative bits per node
+    assert np.all(bits[-1] > 0)
+
+    graphs = [jg.topology.ring(8), jg.topology.ring(8), jg.topology.torus(2, 4)]
+    result = sweeps.sweep_topologies(PATH, graphs, dim=3, num_steps=10, seeds=[0, 1], options={"beta": 0.5})
+    assert len(result.groups) < len(graphs)  # stackable: same-shape graphs shared one compile
+    single = algorithms.make(PATH, graphs[0], beta=0.5)
+    key_x, key_a = jax.random.split(jax.random.key(1))
+    x0 = jax.random.normal(key_x, (8, 3))
+    direct = jg.run_consensus(single, x0, 10, key_a)
+    np.testing.assert_allclose(np.asarray(result.error[0][1]), np.asarray(direct.error), rtol=1e-5, atol=1e-7)
+
+    model = jg.cost.CostModel(1e9, 1e-3)
+    node_bits = np.full((1, 10, 8), 2 * 3 * 32.0)
+    error = np.linspace(1.0, 0.01, 11)[None]
+    row = jg.cost.consensus_graph_cost(model, PATH, {}, graphs[0], node_bits, error, 0.1)
+    assert row["comm_s"] == pytest.approx(10 * 2 * (1e-3 + 3 * 32 / 1e9), rel=1e-9)
+
+
+def test_every_command_runs_the_plugin_by_import_path(plugin_dir, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_dir), str(ROOT)] + sys.path))
+    commands = {
+        "train": [*TINY, f"--algorithm={PATH}", "--algorithm_options.beta=0.8", "--no-progress", *COST],
+        "sweep": [*TINY, f"--algorithm={PATH}", "--sweep.lr=0.05,0.1", "--no-progress", *COST],
+        "topology-sweep": [f"--algorithm={PATH}", "--topologies=ring,torus", "--sizes=8", "--num_steps=5",
+                           "--dim=2", "--seeds=1", *COST],
+        "consensus": [f"--algorithm={PATH}", "--shape=[4]", "--num_steps=5", "--no-progress", *COST],
+    }
+    procs = {
+        command: subprocess.Popen(
+            [sys.executable, "-m", "jaxgossip.cli", command, *argv, "--out", str(tmp_path / command)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for command, argv in commands.items()
+    }
+    for command, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (command, out[-2000:], err[-2000:])
+        assert "comm s" in out, (command, out[-2000:])  # the cost columns
+    rows = json.loads((tmp_path / "consensus" / "consensus.json").read_text())["rows"]
+    assert rows[0]["comm_s"] > 0 and rows[0]["final_error"] < 1.0
+
+
+def test_bad_import_paths_and_metadata(plugin_dir, capsys, tmp_path):
+    ring = jg.topology.ring(8)
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_xyz'"):
+        algorithms.make("no_such_module_xyz:make", ring)
+    with pytest.raises(ValueError, match="module 'my_file' has no attribute 'nope'"):
+        algorithms.make("my_file:nope", ring)
+    with pytest.raises(TypeError, match="is not an algorithm factory"):
+        algorithms.make("my_file:DampedState", ring)  # a class, not a factory
+    with pytest.raises(TypeError, match="is not an algorithm factory"):
+        algorithms.make("jaxgossip.types:MIXINGS", ring)
+    with pytest.raises(TypeError, match="returned a int, not a GossipAlgorithm"):
+        algorithms.register("bad_return", lambda topology: 3)
+        try:
+            algorithms.make("bad_return", ring)
+        finally:
+            algorithms.REGISTRY.pop("bad_return")
+            algorithms.INFOS.pop("bad_return")
+    # metadata that contradicts the graph: a doubly stochastic method on a column-stochastic graph
+    directed = jg.topology.make("random_directed:0.5", 8, seed=0)
+    with pytest.raises(ValueError, match="my_file:damped_gossip needs doubly stochastic mixing weights"):
+        algorithms.make(PATH, directed)
+    from my_file import damped_gossip
+
+    with pytest.raises(ValueError, match="mixing='rowwise' is unknown; known: doubly_stochastic"):
+        algorithms.register("x", damped_gossip, mixing="rowwise")
+    with pytest.raises(TypeError, match=r"unknown metadata \['colour'\]"):
+        algorithms.register("x", damped_gossip, colour="red")
+    with pytest.raises(TypeError, match="is not an algorithm factory"):
+        algorithms.register("x", 3)
+    with pytest.raises(ValueError, match="without ':'"):
+        algorithms.register("a:b", damped_gossip)
+    assert "x" not in algorithms.REGISTRY
+    static_only = jg.AlgorithmInfo(damped_gossip, time_varying=False)
+    with pytest.raises(ValueError, match="needs a static topology .* time_varying=False"):
+        algorithms.check_graph("static_damped", static_only, jg.topology.one_peer_exponential(8))
+    # the command line answers a bad import path with exit 2 and the reason, no traceback
+    code = main(["consensus", "--algorithm=no_such_module_xyz:make", "--num_steps=2", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot import module 'no_such_module_xyz'" in err and "Traceback" not in err
+
+
+# String constants equal to an algorithm name that are data, not logic: which runs a command shows
+# by default, and the default of a config field.
+DATA_NAMES = {
+    "jaxgossip/cli/consensus.py": "default runs of the consensus comparison",
+    "jaxgossip/cli/demo.py": "the demo's list of runs",
+    "jaxgossip/config.py": "TrainConfig.algorithm's default",
+    "jaxgossip/compress.py": "resolve_compressor's default label for error messages (algorithm=)",
+}
+
+
+def test_no_algorithm_names_outside_their_files():
+    """Facts about an algorithm live in its file and its metadata: no other module in jaxgossip/
+    compares with, looks up or tests for substrings of an algorithm's name."""
+    names = set(algorithms.REGISTRY)
+    found = []
+    for path in sorted((ROOT / "jaxgossip").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("jaxgossip/algorithms/") and path.stem in names | {"__init__", "registry"}:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value in names and rel not in DATA_NAMES:
+                    found.append(f"{rel}:{node.lineno}: {node.value!r}")
+                # "push" in name: a substring test of algorithm names
+                if len(node.value) >= 4 and node.value not in names and any(node.value in n for n in names):
+                    parent_tests = [
+                        p
+                        for p in ast.walk(tree)
+                        if isinstance(p, ast.Compare) and p.left is node and isinstance(p.ops[0], (ast.In, ast.NotIn))
+                    ]
+                    if parent_tests:
+                        found.append(f"{rel}:{node.lineno}: {node.value!r} in ...")
+    assert not found, "algorithm names used outside their files:\n" + "\n".join(found)
