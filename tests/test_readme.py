@@ -84,3 +84,13 @@ def test_readme_quickstart_numbers(capsys):
     np.testing.assert_array_equal(result.bits[-1], num_nodes * 2 * num_steps * dim * 32)
     np.testing.assert_array_equal(np.diff(result.bits), num_nodes * 2 * dim * 32)
     assert f"{result.bits[-1] / 8e6:g}" == "128"
+
+
+def test_readme_bring_your_own_model_loss_optimizer_and_data(capsys):
+    section = open(README).read().split("## Your own model, loss, optimizer and data", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README bring your own", "exec"), namespace)
+    assert "accuracy of the averaged model" in capsys.readouterr().out
+    assert namespace["trainer"].local_steps == 4
+    assert float(namespace["metrics"].test_acc[-1]) > 0.9  # well-separated blobs
