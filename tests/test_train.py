@@ -386,7 +386,9 @@ def test_local_sgd_with_allreduce_equals_numpy_reference(synthetic):
 
 def test_local_steps_keep_bits_per_round_and_report_local_steps(tmp_path):
     one = run_training(_config(num_rounds=10), str(tmp_path / "h1"), progress=False, log=lambda s: None)
-    three = run_training(_config(num_rounds=10, local_steps=3), str(tmp_path / "h3"), progress=False, log=lambda s: None)
+    three = run_training(
+        _config(num_rounds=10, local_steps=3), str(tmp_path / "h3"), progress=False, log=lambda s: None
+    )
     np.testing.assert_array_equal(np.asarray(one.metrics.bits), np.asarray(three.metrics.bits))
     assert [r["local_step"] for r in three.rows] == [5 * 3, 10 * 3]
     assert [r["local_step"] for r in one.rows] == [5, 10]
@@ -489,3 +491,45 @@ def test_optimizer_config_errors(changes, match):
 
     with pytest.raises(ValueError, match=match):
         check_train_config(_config(**changes))
+
+
+@pytest.mark.parametrize("ordering", ["atc", "same_iterate"])
+def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
+    """local_steps=1 is the trainer before local steps existed: this reference round (one batch,
+    one optimizer step, one communication round, keys split 4 ways) reproduces it bit for bit."""
+    from jaxgossip.train import cross_entropy_loss, linen_model_fns
+
+    model = models.make_model("mlp", num_classes=4, hidden=(16,))
+    fns = linen_model_fns(model)
+    alg = jg.algorithms.make("push_sum", jg.topology.one_peer_exponential(8))
+    opt = optax.sgd(0.1, momentum=0.9, nesterov=True)
+    shards = data.shard_dataset(synthetic, data.partition(synthetic.y_train, 8, "iid", seed=0))
+    trainer = make_train(
+        model, alg, shards, (synthetic.x_test, synthetic.y_test), opt,
+        num_rounds=10, batch_size=16, eval_every=10, ordering=ordering, eval_chunk=64,
+    )  # fmt: skip
+    grad = jax.vmap(jax.value_and_grad(cross_entropy_loss(fns), has_aux=True))
+
+    def reference_round(state, _):
+        key, key_batch, _, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
+        x, y = data.sample_batch(shards, key_batch, 16)
+        z = alg.debias(state.params, state.comm_state)
+        (loss, stats), grads = grad(z, state.batch_stats, x, y)
+        updates, opt_state = jax.vmap(opt.update)(grads, state.opt_state, z)
+        if ordering == "atc":
+            params, comm_state, info = alg.step(optax.apply_updates(state.params, updates), state.comm_state, key_comm)
+        else:
+            params, comm_state, info = alg.step(state.params, state.comm_state, key_comm)
+            params = optax.apply_updates(params, updates)
+        new = state._replace(
+            params=params, batch_stats=stats, opt_state=opt_state, comm_state=comm_state,
+            key=jax.random.key_data(key), round=state.round + 1, bits=state.bits + info.bits,
+        )  # fmt: skip
+        return new, jnp.mean(loss)
+
+    start = trainer.init(jax.random.key(5))
+    want, losses = jax.jit(lambda s: jax.lax.scan(reference_round, s, None, length=10))(start)
+    got, metrics = trainer.run_chunk(start, 1)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(metrics.train_loss)[0], np.asarray(losses.mean()))
