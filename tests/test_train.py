@@ -533,3 +533,17 @@ def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(metrics.train_loss)[0], np.asarray(losses.mean()))
+
+
+def test_cost_report_counts_local_steps_as_compute():
+    from jaxgossip.cost_report import cost_model_from_options, training_cost
+
+    model = cost_model_from_options({"node.flops": 1e12})
+    topo = jg.topology.ring(4)
+    bits = np.cumsum(np.full((4, 4), 1e6), axis=0)  # [M, N] cumulative bits at rounds 5, 10, 15, 20
+    rows = {
+        h: training_cost(model, _config(local_steps=h), topo, [5, 10, 15, 20], bits, flops=1e9, memory=0.0)
+        for h in (1, 3)
+    }
+    assert rows[3][-1]["compute_s_per_round"] == pytest.approx(3 * rows[1][-1]["compute_s_per_round"])
+    assert rows[3][-1]["comm_s"] == rows[1][-1]["comm_s"]
