@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,9 @@ __all__ = [
     "train_field_help",
     "ORDERINGS",
     "WEIGHT_DECAY_MASKS",
+    "OPTIMIZERS",
     "check_train_config",
+    "check_optimizer_options",
     "check_partition",
     "check_topology",
     "check_algorithm",
@@ -35,6 +38,12 @@ __all__ = [
 
 ORDERINGS = ("atc", "same_iterate")
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
+#: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
+OPTIMIZERS = {
+    "sgd": {},
+    "adam": {"b1": 0.9, "b2": 0.999, "eps": 1e-8},
+    "adamw": {"b1": 0.9, "b2": 0.999, "eps": 1e-8},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +71,10 @@ class TrainConfig:
     warmup_from: float = 0.0
     decay_rounds: tuple[int, ...] = ()
     decay_factor: float = 0.1
+    optimizer: str = "sgd"
+    optimizer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    grad_clip: float | None = None
+    local_steps: int = 1
     batch_size: int = 32
     num_rounds: int = 200
     eval_every: int = 20
@@ -100,6 +113,7 @@ def allowed_values() -> dict[str, list[str]]:
         "compressor": sorted(compress.REGISTRY),
         "ordering": list(ORDERINGS),
         "weight_decay_mask": list(WEIGHT_DECAY_MASKS),
+        "optimizer": list(OPTIMIZERS),
     }
 
 
@@ -107,7 +121,8 @@ def train_field_help() -> dict[str, str]:
     """field -> one-line meaning of every :class:`TrainConfig` field (with the allowed names)."""
     values = allowed_values()
     return {
-        "dataset": "data set: " + ", ".join(values["dataset"]) + " (auto: fashion_mnist if available, else digits)",
+        "dataset": "data set: " + ", ".join(values["dataset"]) + " (auto: fashion_mnist if available, else digits), "
+        "or npz:PATH, a .npz file with arrays x_train, y_train, x_test, y_test (labels 0..C-1)",
         "data_dir": "folder of prepared data sets (tfds builders); default: ~/tensorflow_datasets",
         "raw_dir": "folder with raw data files (MNIST/Fashion-MNIST IDX .gz files or the CIFAR python tarball)",
         "download": "download MNIST / Fashion-MNIST / CIFAR when not found locally (never by default)",
@@ -125,17 +140,23 @@ def train_field_help() -> dict[str, str]:
         "model": "model: " + ", ".join(values["model"]),
         "model_options": "model attributes, e.g. --model_options.hidden=64,64 (mlp) or "
         "--model_options.features=16,32 (cnn)",
-        "lr": "peak learning rate of local SGD (> 0)",
-        "momentum": "SGD momentum in [0, 1) (0: plain SGD)",
-        "nesterov": "Nesterov momentum",
-        "weight_decay": "L2 weight decay added to the gradient (>= 0)",
+        "lr": "peak learning rate of the local optimizer (> 0)",
+        "momentum": "SGD momentum in [0, 1) (0: plain SGD; optimizer=sgd only)",
+        "nesterov": "Nesterov momentum (optimizer=sgd only)",
+        "weight_decay": "weight decay (>= 0): L2 added to the gradient for sgd and adam, decoupled (times the "
+        "learning rate) for adamw",
         "weight_decay_mask": "leaves that decay: all, no_1d (skip 1-D leaves), no_norm (skip normalization layers)",
         "warmup_rounds": "rounds of linear learning-rate warm-up (>= 0)",
         "warmup_from": "learning rate at round 0 of the warm-up (>= 0)",
         "decay_rounds": "rounds where the learning rate is multiplied by decay_factor, e.g. 100,150 or [100,150]",
         "decay_factor": "factor of each learning-rate decay (> 0)",
+        "optimizer": "local optimizer: " + ", ".join(values["optimizer"]) + " (sgd: with momentum and nesterov)",
+        "optimizer_options": "options of adam/adamw: b1, b2 in [0, 1), eps > 0, e.g. --optimizer_options.b2=0.99",
+        "grad_clip": "clip each node's gradient to this global L2 norm (> 0; null: no clipping)",
+        "local_steps": "H, local optimizer steps per round, each on a fresh batch (>= 1; the learning-rate "
+        "schedule still counts rounds)",
         "batch_size": "B, samples per node and local step (>= 1)",
-        "num_rounds": "training rounds (one local step + one communication each; a multiple of eval_every)",
+        "num_rounds": "training rounds (local_steps local steps + one communication each; a multiple of eval_every)",
         "eval_every": "rounds between evaluations (>= 1)",
         "evals_per_chunk": "evaluation intervals per compiled chunk (progress, metrics and checkpoints between)",
         "ordering": "atc (local step, then gossip) or same_iterate (gradient and gossip on the same iterate)",
@@ -271,6 +292,27 @@ def check_model_options(model: str, options: dict, num_classes: int = 10) -> dic
     return fixed
 
 
+def check_optimizer_options(optimizer: str, options: dict) -> dict:
+    """Checks ``optimizer`` and its ``optimizer_options``; returns the options with defaults filled in."""
+    if optimizer not in OPTIMIZERS:
+        raise _unknown("optimizer", optimizer, OPTIMIZERS)
+    if not isinstance(options, dict):
+        raise ValueError(f"optimizer_options={options!r} must be a mapping of option -> value")
+    takes = OPTIMIZERS[optimizer]
+    for key, value in options.items():
+        if key not in takes:
+            raise ValueError(
+                f"optimizer_options.{key}: optimizer {optimizer!r} has no option {key!r}{did_you_mean(key, takes)}; "
+                f"it takes: {', '.join(takes) or 'no options (sgd uses the fields momentum and nesterov)'}"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"optimizer_options.{key}={value!r} must be a number")
+        ok = value > 0 if key == "eps" else 0 <= value < 1
+        if not ok:
+            raise ValueError(f"optimizer_options.{key}={value!r} must be {'> 0' if key == 'eps' else 'in [0, 1)'}")
+    return {**takes, **options}
+
+
 def _final_merge(value: Any) -> Any:
     if value is None or value in (0, "none", "None", "null"):
         return None
@@ -320,8 +362,12 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     """
     from jaxgossip import data
 
-    if config.dataset not in data.DATASET_NAMES:
-        raise _unknown("dataset", config.dataset, data.DATASET_NAMES)
+    if isinstance(config.dataset, str) and config.dataset.startswith(data.NPZ_PREFIX):
+        path = config.dataset[len(data.NPZ_PREFIX):]
+        if not os.path.isfile(path):
+            raise ValueError(f"dataset={config.dataset!r}: no file {path!r} (npz:PATH names a .npz file)")
+    elif config.dataset not in data.DATASET_NAMES:
+        raise _unknown("dataset", config.dataset, [*data.DATASET_NAMES, "npz:PATH"])
     for field in ("data_dir", "raw_dir"):
         value = getattr(config, field)
         if value is not None and not isinstance(value, str):
@@ -330,7 +376,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         if not isinstance(getattr(config, field), bool):
             raise ValueError(f"{field}={getattr(config, field)!r} must be true or false")
     for field in ("num_nodes", "batch_size", "num_rounds", "eval_every", "evals_per_chunk", "eval_size",
-                  "eval_chunk", "devices"):
+                  "eval_chunk", "devices", "local_steps"):
         _number(config, field, 1, integer=True)
     for field in ("warmup_rounds", "seed"):
         _number(config, field, 0, integer=True)
@@ -341,6 +387,9 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     _number(config, "weight_decay", 0)
     _number(config, "warmup_from", 0)
     _number(config, "decay_factor", 0, strict=True)
+    if config.grad_clip is not None:
+        _number(config, "grad_clip", 0, strict=True)
+    check_optimizer_options(config.optimizer, dict(config.optimizer_options))
     if config.num_rounds % config.eval_every:
         raise ValueError(
             f"num_rounds={config.num_rounds} must be a multiple of eval_every={config.eval_every} "

@@ -251,7 +251,8 @@ def training_cost(
       config: the run's ``TrainConfig`` (algorithm, options, ordering, final_merge).
       topo: the run's topology.
       rounds: [M] ``Metrics.round``; cumulative_bits: [M, N] ``Metrics.bits``.
-      flops: FLOPs of one local step (0: not measured); memory: bytes per node.
+      flops: FLOPs of one local step (0: not measured); a round computes ``config.local_steps`` of
+        them. memory: bytes per node.
       merge_bits: [N] bits each node sent in the final merge, or None.
 
     Returns:
@@ -264,16 +265,17 @@ def training_cost(
     rounds = np.asarray(rounds).astype(np.int64)
     allreduce = priced_as_allreduce(config.algorithm)
     bits = per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
+    round_flops = flops * int(getattr(config, "local_steps", 1))
     report = simulate_bits(
         model,
         bits,
         topo,
         allreduce=allreduce,
         exchanges=exchanges_per_round(config.algorithm, config.algorithm_options),
-        flops=flops,
+        flops=round_flops,
         overlap=config.ordering == "same_iterate",
     )
-    flop_joules = flops * (model.joules_per_flop or 0.0)  # per node and round
+    flop_joules = round_flops * (model.joules_per_flop or 0.0)  # per node and round
     comm = np.cumsum(report.comm_time)
     wall = np.cumsum(report.round_time)
     joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)

@@ -30,6 +30,7 @@ __all__ = [
     "prepare",
     "make_trainer",
     "make_optimizer",
+    "make_schedule",
     "run_training",
     "TrainingResult",
     "run_summary",
@@ -76,10 +77,12 @@ def _is_norm_key(entry: Any) -> bool:
     return name.startswith(("bn", "norm", "batchnorm", "groupnorm", "layernorm"))
 
 
-def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    """SGD with (Nesterov) momentum, decoupled-from-nothing weight decay (added to the gradient, as
-    PyTorch's SGD does), linear warm-up and step decay — the paper recipes of docs/algorithms.md,
-    section training recipes and models."""
+def make_schedule(config: TrainConfig) -> optax.Schedule:
+    """The learning rate as a function of the optimizer's step count: linear warm-up from
+    ``warmup_from`` over ``warmup_rounds``, then ``lr`` multiplied by ``decay_factor`` at each of
+    ``decay_rounds``. All are counted in communication rounds: with ``local_steps = H > 1`` the
+    schedule is evaluated at ``count // H`` (the H local steps of a round share its rate); with
+    H = 1 it is the plain per-step schedule."""
     if _concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
         raise ValueError(f"lr={config.lr} must be a positive number")
     boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
@@ -89,6 +92,36 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     if config.warmup_rounds > 0:
         warm = optax.linear_schedule(config.warmup_from, config.lr, config.warmup_rounds)
         schedule = optax.join_schedules([warm, schedule], [config.warmup_rounds])
+    local_steps = int(config.local_steps)
+    if local_steps > 1:
+        per_step = schedule
+
+        def schedule(count):
+            return per_step(count // local_steps)
+
+    return schedule
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """The local optimizer of one node (the trainer vmaps it), an ``optax.chain`` of
+
+    * ``clip_by_global_norm(grad_clip)`` if ``grad_clip`` is set (each node's own gradient norm);
+    * ``optimizer="sgd"`` (default): ``add_decayed_weights(weight_decay, mask)`` (weight decay added
+      to the gradient, as PyTorch's SGD does; omitted when 0), then
+      ``sgd(schedule, momentum or None, nesterov and momentum > 0)`` — the paper recipes of
+      docs/algorithms.md, section training recipes and models;
+    * ``optimizer="adam"``: ``add_decayed_weights(weight_decay, mask)`` (L2, PyTorch's Adam), then
+      ``adam(schedule, b1, b2, eps)``;
+    * ``optimizer="adamw"``: ``adamw(schedule, b1, b2, eps, weight_decay, mask)`` (decoupled decay,
+      scaled by the learning rate as in PyTorch's AdamW).
+
+    ``schedule`` is :func:`make_schedule` (warm-up and step decay, counted in rounds); ``mask`` is
+    ``weight_decay_mask``; ``b1``, ``b2``, ``eps`` come from ``optimizer_options`` (defaults
+    0.9, 0.999, 1e-8). ``momentum`` and ``nesterov`` apply to sgd only.
+    """
+    from jaxgossip.config import check_optimizer_options
+
+    schedule = make_schedule(config)
     masks = {
         "all": None,
         "no_1d": lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params),
@@ -101,12 +134,24 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     if config.weight_decay_mask not in masks:
         raise ValueError(f"weight_decay_mask={config.weight_decay_mask!r} must be one of {sorted(masks)}")
     mask = masks[config.weight_decay_mask]
+    options = check_optimizer_options(config.optimizer, dict(config.optimizer_options))
     parts = []
-    if not _concrete(config.weight_decay) or config.weight_decay:
+    if config.grad_clip is not None:
+        if _concrete(config.grad_clip) and not config.grad_clip > 0:
+            raise ValueError(f"grad_clip={config.grad_clip} must be a positive number or None")
+        parts.append(optax.clip_by_global_norm(config.grad_clip))
+    decay = not _concrete(config.weight_decay) or bool(config.weight_decay)
+    if config.optimizer == "adamw":
+        parts.append(optax.adamw(schedule, weight_decay=config.weight_decay, mask=mask, **options))
+        return optax.chain(*parts)
+    if decay:
         parts.append(optax.add_decayed_weights(config.weight_decay, mask))
-    parts.append(
-        optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum))
-    )
+    if config.optimizer == "adam":
+        parts.append(optax.adam(schedule, **options))
+    else:
+        parts.append(
+            optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum))
+        )
     return optax.chain(*parts)
 
 
@@ -194,6 +239,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
         augment=data.augment_cifar if config.augment else None,
         eval_chunk=min(config.eval_chunk, eval_size),
         node_batch=_node_batch(config),
+        local_steps=config.local_steps,
     )
     return trainer, alg
 
@@ -210,8 +256,9 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
     return Built(config, trainer, prep.dataset, prep.topology, alg, hist, num_params, prep.mesh)
 
 
-def metrics_to_rows(metrics: Metrics) -> list[dict]:
-    """Metrics (stacked over evaluation points) as a list of flat dict rows for CSV/JSON."""
+def metrics_to_rows(metrics: Metrics, local_steps: int = 1) -> list[dict]:
+    """Metrics (stacked over evaluation points) as a list of flat dict rows for CSV/JSON; each row
+    also says ``local_step = round * local_steps``, the local optimizer steps each node has done."""
     arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
     rows = []
     for i in range(arrays["round"].shape[0]):
@@ -223,6 +270,7 @@ def metrics_to_rows(metrics: Metrics) -> list[dict]:
                 row["MB_per_node"] = float(value[i].mean() / 8e6)
             elif name == "round":
                 row[name] = int(value[i])
+                row["local_step"] = int(value[i]) * int(local_steps)
             else:
                 row[name] = float(value[i])
         rows.append(row)
@@ -307,6 +355,7 @@ def run_summary(result: TrainingResult) -> dict:
         "data_source": built.dataset.source,
         "topology": built.topology.name,
         "num_params": built.num_params,
+        "local_steps": built.trainer.local_steps,
         "wall_time": result.wall_time,
     }
 
@@ -321,7 +370,7 @@ def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[Tr
     params, comm_state, info = merge_fn(state.params, state.comm_state)
     state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
     point = jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss))
-    row = metrics_to_rows(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point))[0]
+    row = metrics_to_rows(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point), built.trainer.local_steps)[0]
     return state, row
 
 
@@ -396,7 +445,12 @@ def run_training(
             leave=False,
         )
     chunks_run = 0
-    extra = {"data_source": built.dataset.source, "topology": built.topology.name, "num_params": built.num_params}
+    extra = {
+        "data_source": built.dataset.source,
+        "topology": built.topology.name,
+        "num_params": built.num_params,
+        "local_steps": trainer.local_steps,
+    }
     try:
         while done_evals < total:
             if stop_after_chunks is not None and chunks_run >= stop_after_chunks:
@@ -411,19 +465,20 @@ def run_training(
             done_evals += n
             chunks_run += 1
             if out_dir:
-                write_metrics(out_dir, _with_wall(metrics_to_rows(_concat(parts)), walls), {**extra, "wall_time": wall})
+                rows = _with_wall(metrics_to_rows(_concat(parts), trainer.local_steps), walls)
+                write_metrics(out_dir, rows, {**extra, "wall_time": wall})
             check_finite(chunk_metrics)
             if ckpt_dir:
                 checkpoint.save(ckpt_dir, state, _concat(parts), walls, config_dict)
             if bar is not None:
-                last = metrics_to_rows(jax.device_get(chunk_metrics))[-1]
+                last = metrics_to_rows(jax.device_get(chunk_metrics), trainer.local_steps)[-1]
                 bar.set_postfix(loss=f"{last['train_loss']:.3f}", acc=f"{last['test_acc']:.3f}")
                 bar.update(n * config.eval_every)
     finally:
         if bar is not None:
             bar.close()
     metrics = _concat(parts) if parts else None
-    rows = _with_wall(metrics_to_rows(metrics), walls) if metrics is not None else []
+    rows = _with_wall(metrics_to_rows(metrics, trainer.local_steps), walls) if metrics is not None else []
     for row in rows:
         row["phase"] = "train"
     if done_evals >= total and config.final_merge not in (None, 0, "none") and rows:

@@ -1,15 +1,23 @@
 """Decentralized training as one jitted ``lax.scan``: local optax steps, gossip, evaluation.
 
-A run is ``R = num_rounds`` rounds. In every round each of the N nodes draws a batch of B samples
-from its own shard, computes a gradient at its *debiased* model ``z_i = debias(x)_i`` (``x_i / w_i``
-for push-sum methods, ``x_i`` otherwise), takes a local optimizer step, and the communication
-algorithm runs one round. Two orderings exist in the reference codes (docs/algorithms.md, section orderings):
+A run is ``R = num_rounds`` rounds. In every round each of the N nodes takes ``H = local_steps``
+local optimizer steps, each on a fresh batch of B samples from its own shard (local SGD, Stich,
+ICLR 2019), with the gradient at its *debiased* local iterate ``z_i = debias(y)_i`` (``y_i / w_i``
+for push-sum methods, ``y_i`` otherwise); then the communication algorithm runs one round. The
+orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, section orderings). With
+``u^{k,h} = opt(g(debias(y^{k,h-1})))`` the update of local step h of round k and
+``y^{k,0} = x^k``:
 
 * ``"atc"`` (adapt then combine; Choco-SGD DL code, SGP, Sparse-Push):
-  ``x^{k+1/2} = x^k - opt(g(z^k))``, then ``x^{k+1} = comm(x^{k+1/2})``.
-* ``"same_iterate"`` (D-PSGD form, the PowerGossip repository):
-  the update ``u^k = opt(g(z^k))`` is computed at ``x^k``, ``x^k`` is gossiped, then
-  ``x^{k+1} = comm(x^k) - u^k``.
+  ``y^{k,h} = y^{k,h-1} + u^{k,h}`` for h = 1..H, then ``x^{k+1} = comm(y^{k,H})``.
+* ``"same_iterate"`` (D-PSGD form, the PowerGossip repository): the same H local steps are taken
+  from ``x^k``, ``x^k`` itself is gossiped, and ``x^{k+1} = comm(x^k) + sum_h u^{k,h}``; with
+  H = 1, ``x^{k+1} = comm(x^k) - opt(g(z^k))``.
+
+Local steps do not communicate, so bits per round do not depend on H. Keys: round k splits its key
+into ``(next, key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
+themselves (the one-step trainer, bitwise), with H > 1 step h uses the h-th of
+``split(key_batch, H)`` / ``split(key_aug, H)``.
 
 Optimizer state (momentum) and BatchNorm statistics are node-local and never communicated. Every
 ``eval_every`` rounds the run records the metrics of :class:`Metrics`; the run is split into
@@ -17,8 +25,9 @@ chunks of evaluation intervals (``run_chunk``) so the CLI can show progress and 
 chunks, and a resumed run is bitwise identical to an uninterrupted one on CPU.
 
 References:
-  Lian et al., NeurIPS 2017 (D-PSGD); Assran et al., ICML 2019 (SGP, gradients at x / w);
-  Koloskova et al., ICLR 2020 (Choco-SGD); Vogels et al., NeurIPS 2020 (PowerGossip).
+  Lian et al., NeurIPS 2017 (D-PSGD); Stich, ICLR 2019 (local SGD, arXiv:1805.09767);
+  Assran et al., ICML 2019 (SGP, gradients at x / w); Koloskova et al., ICLR 2020 (Choco-SGD);
+  Vogels et al., NeurIPS 2020 (PowerGossip).
 """
 
 from __future__ import annotations
@@ -37,6 +46,10 @@ from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 __all__ = [
     "ModelFns",
     "linen_model_fns",
+    "pure_model_fns",
+    "nnx_model_fns",
+    "as_model_fns",
+    "softmax_cross_entropy",
     "cross_entropy_loss",
     "TrainState",
     "Metrics",
@@ -87,19 +100,94 @@ def linen_model_fns(model) -> ModelFns:
     return ModelFns(init, apply)
 
 
-def cross_entropy_loss(model: ModelFns) -> Callable:
+def pure_model_fns(init: Callable, apply: Callable) -> ModelFns:
+    """Wraps a pure pair ``params = init(key, x)``, ``out = apply(params, x)`` (no normalization
+    statistics; ``train`` is ignored) as :class:`ModelFns`."""
+
+    def init_fn(key, x):
+        return init(key, x), {}
+
+    def apply_fn(params, batch_stats, x, train):
+        del train
+        return apply(params, x), batch_stats
+
+    return ModelFns(init_fn, apply_fn)
+
+
+def nnx_model_fns(module) -> ModelFns:
+    """Wraps a constructed flax NNX module ``out = module(x)`` as :class:`ModelFns` via
+    ``nnx.split`` / ``nnx.merge``: the ``nnx.Param`` state is the params, the ``nnx.BatchStat``
+    state the node-local statistics (both ``nnx.State`` pytrees), anything else is held fixed.
+    ``train`` selects ``module.train()`` / ``module.eval()`` on the merged copy. The module is
+    already initialized, so ``init`` ignores its key: every node starts from the module's weights
+    (use ``identical_init=True``)."""
+    from flax import nnx
+
+    graphdef, params, stats, rest = nnx.split(module, nnx.Param, nnx.BatchStat, ...)
+
+    def init(key, x):
+        del key, x
+        return params, stats
+
+    def apply(params_i, stats_i, x, train):
+        model = nnx.merge(graphdef, params_i, stats_i, rest)
+        if train:
+            model.train()
+        else:
+            model.eval()
+        out = model(x)
+        return out, nnx.state(model, nnx.BatchStat)
+
+    return ModelFns(init, apply)
+
+
+def as_model_fns(model) -> ModelFns:
+    """:class:`ModelFns` of ``model``: ModelFns as is, a pure ``(init, apply)`` tuple
+    (:func:`pure_model_fns`), a flax NNX module (:func:`nnx_model_fns`) or a linen module
+    (:func:`linen_model_fns`)."""
+    if isinstance(model, ModelFns):
+        return model
+    if isinstance(model, tuple) and len(model) == 2 and all(callable(f) for f in model):
+        return pure_model_fns(*model)
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover - flax is a dependency
+        nnx = None
+    if nnx is not None and isinstance(model, nnx.Module):
+        return nnx_model_fns(model)
+    if callable(getattr(model, "init", None)) and callable(getattr(model, "apply", None)):
+        return linen_model_fns(model)
+    raise TypeError(
+        f"model must be a ModelFns, a pure (init, apply) pair, a flax linen module or an NNX module, "
+        f"got {type(model).__name__}"
+    )
+
+
+def softmax_cross_entropy(logits: Array, labels: Array) -> Array:
+    """The default ``loss_fn`` of :func:`make_train`: mean softmax cross-entropy of ``logits``
+    [B, C] against integer ``labels`` [B]."""
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def cross_entropy_loss(model: ModelFns, loss_fn: Callable | None = None) -> Callable:
     """The training loss of :func:`make_train` for one node.
 
+    Args:
+      model: the model's pure functions.
+      loss_fn: ``loss_fn(out [B, ...], y [B, ...]) -> scalar`` on the model's outputs; default
+        :func:`softmax_cross_entropy`.
+
     Returns:
-      ``loss, batch_stats = loss_fn(params, batch_stats, x [B, ...], y [B])``: the mean softmax
-      cross-entropy of the batch in training mode, and the updated normalization statistics.
+      ``loss, batch_stats = loss_fn(params, batch_stats, x [B, ...], y [B])``: the loss of the
+      batch in training mode, and the updated normalization statistics.
     """
+    loss_fn = loss_fn or softmax_cross_entropy
 
-    def loss_fn(params, batch_stats, x, y):
+    def node_loss(params, batch_stats, x, y):
         logits, new_stats = model.apply(params, batch_stats, x, True)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_stats
+        return loss_fn(logits, y), new_stats
 
-    return loss_fn
+    return node_loss
 
 
 class TrainState(NamedTuple):
@@ -150,6 +238,14 @@ class Metrics(NamedTuple):
     bits: Array
 
 
+class _LocalCarry(NamedTuple):
+    """What the H local steps of one round carry (leaves [N, ...])."""
+
+    params: Params
+    batch_stats: Any
+    opt_state: Any
+
+
 class Trainer(NamedTuple):
     """Pure functions of one configured run (see :func:`make_train`).
 
@@ -160,6 +256,7 @@ class Trainer(NamedTuple):
       train: ``state, metrics = train(key)``: the whole run, pure and vmappable over keys.
       evaluate: ``metrics = evaluate(state, train_loss)`` at the current state (one point).
       num_evals: evaluation points of the whole run (``num_rounds // eval_every``).
+      local_steps: H, local optimizer steps per round (local steps done = ``round * H``).
     """
 
     init: Callable
@@ -167,23 +264,42 @@ class Trainer(NamedTuple):
     train: Callable
     evaluate: Callable
     num_evals: int
+    local_steps: int = 1
 
 
-def _batched_eval(apply, params, batch_stats, x, y, chunk):
-    """Loss and accuracy of one model over ``x`` [M, ...] in chunks of ``chunk`` samples."""
+def _batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
+    """Loss and accuracy of one model over ``x`` [M, ...] in chunks of ``chunk`` samples (a custom
+    ``loss_fn`` is averaged over chunks; accuracy is ``argmax(out, -1) == y``)."""
     m = x.shape[0] - x.shape[0] % chunk
     xs = x[:m].reshape((m // chunk, chunk) + x.shape[1:])
-    ys = y[:m].reshape(m // chunk, chunk)
+    ys = y[:m].reshape((m // chunk, chunk) + y.shape[1:])
 
     def one(args):
         xb, yb = args
         logits, _ = apply(params, batch_stats, xb, False)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb).sum()
+        if loss_fn is None:
+            loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb).sum()
+        else:
+            loss = loss_fn(logits, yb) * chunk
         correct = (jnp.argmax(logits, -1) == yb).sum()
         return loss, correct
 
     losses, correct = jax.lax.map(one, (xs, ys))
     return losses.sum() / m, correct.sum() / m
+
+
+def _check_scalar_loss(model: ModelFns, node_loss: Callable, shards: Any, batch_size: int) -> None:
+    """Traces one node's loss on a batch's shapes (``jax.eval_shape``, nothing runs); raises a
+    ValueError unless it is a floating scalar."""
+    x = jax.ShapeDtypeStruct((batch_size,) + tuple(shards.x.shape[2:]), shards.x.dtype)
+    y = jax.ShapeDtypeStruct((batch_size,) + tuple(shards.y.shape[2:]), shards.y.dtype)
+    params, stats = jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct((1,) + x.shape[1:], x.dtype))
+    loss, _ = jax.eval_shape(node_loss, params, stats, x, y)
+    if not hasattr(loss, "shape") or loss.shape != () or not jnp.issubdtype(loss.dtype, jnp.floating):
+        raise ValueError(
+            f"loss_fn must return a floating scalar (the mean loss of the batch), got {loss}; e.g. "
+            "reduce per-sample losses with .mean()"
+        )
 
 
 def make_train(
@@ -202,18 +318,21 @@ def make_train(
     eval_chunk: int = 500,
     sampler: Callable | None = None,
     node_batch: int | None = None,
+    local_steps: int = 1,
+    loss_fn: Callable[[Array, Array], Array] | None = None,
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
     Args:
-      model: :class:`ModelFns` or a flax linen module (wrapped with :func:`linen_model_fns`).
+      model: :class:`ModelFns`, a pure ``(init, apply)`` pair (:func:`pure_model_fns`), a flax NNX
+        module (:func:`nnx_model_fns`) or a flax linen module (:func:`linen_model_fns`).
       algorithm: the communication algorithm (``jaxgossip.algorithms.make(...)``).
       shards: per-node data ``NodeShards(x [N, M_max, ...], y [N, M_max], counts [N])``.
       eval_data: ``(x [M, ...], y [M])`` held-out data; the first multiple of ``eval_chunk``
         samples are used.
       optimizer: any optax transformation, applied per node (vmapped).
-      num_rounds: R, communication rounds (= local steps); a multiple of ``eval_every``.
-      batch_size: B, samples per node per round.
+      num_rounds: R, communication rounds; a multiple of ``eval_every``.
+      batch_size: B, samples per node per local step.
       eval_every: rounds between evaluation points.
       ordering: ``"atc"`` or ``"same_iterate"`` (see the module docstring).
       identical_init: all nodes start from the same model (True) or from independent draws.
@@ -226,17 +345,32 @@ def make_train(
         XLA:CPU (``experiments/bench_training.py``): for conv nets one node at a time was 1.4x
         (N = 16) to 2.6x (N = 64) faster than a full vmap; for MLPs the full vmap (None) is faster,
         and on accelerators a full vmap is the expected fast path (not yet measured).
+      local_steps: H >= 1 local optimizer steps per round, each on a fresh batch (local SGD),
+        between communication rounds; bits per round do not depend on H (update rules in the
+        module docstring). The optimizer counts local steps: a schedule in rounds needs
+        ``count // H`` (``jaxgossip.runner.make_optimizer`` does this).
+      loss_fn: ``loss_fn(out [B, ...], y [B, ...]) -> scalar``, the loss of one node's batch on
+        the model's outputs, used for training and for the evaluation losses (accuracy is always
+        ``argmax(out, -1) == y``); default :func:`softmax_cross_entropy`.
 
     Returns:
       A :class:`Trainer`.
+
+    Raises:
+      ValueError: a non-positive ``num_rounds``, ``batch_size``, ``eval_every`` or ``local_steps``,
+        an unknown ``ordering``, a ``loss_fn`` that does not return a scalar.
     """
     from jaxgossip import data as _data
 
-    if not isinstance(model, ModelFns):
-        model = linen_model_fns(model)
+    model = as_model_fns(model)
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering={ordering!r} is unknown; known orderings: {ORDERINGS}")
-    for name, value in (("num_rounds", num_rounds), ("batch_size", batch_size), ("eval_every", eval_every)):
+    for name, value in (
+        ("num_rounds", num_rounds),
+        ("batch_size", batch_size),
+        ("eval_every", eval_every),
+        ("local_steps", local_steps),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive int")
     if num_rounds % eval_every:
@@ -251,7 +385,9 @@ def make_train(
     if eval_chunk < 1:
         raise ValueError("eval_data is empty")
 
-    single_grad = jax.value_and_grad(cross_entropy_loss(model), has_aux=True)
+    train_loss = cross_entropy_loss(model, loss_fn)
+    _check_scalar_loss(model, train_loss, shards, batch_size)
+    single_grad = jax.value_and_grad(train_loss, has_aux=True)
     if node_batch is not None and (not isinstance(node_batch, (int, np.integer)) or node_batch < 1):
         raise ValueError(f"node_batch={node_batch!r} must be None or a positive int")
 
@@ -281,17 +417,40 @@ def make_train(
             bits=jnp.zeros([num_nodes], jnp.float32),
         )
 
-    def round_fn(state: TrainState, _) -> tuple[TrainState, Array]:
-        key, key_batch, key_aug, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
-        x, y = sampler(shards, key_batch, batch_size)
+    def local_step(comm_state, carry: _LocalCarry, keys) -> tuple[_LocalCarry, tuple[Any, Array]]:
+        """One optimizer step of every node on a fresh batch, gradient at the debiased ``y``."""
+        y, stats, opt_state = carry
+        key_batch, key_aug = keys
+        x, labels = sampler(shards, key_batch, batch_size)
         if augment is not None:
             x = jax.vmap(augment)(jax.random.split(key_aug, num_nodes), x)
-        z = algorithm.debias(state.params, state.comm_state)
-        (loss, stats), grads = grad_fn(z, state.batch_stats, x, y)
-        updates, opt_state = jax.vmap(optimizer.update)(grads, state.opt_state, z)
+        z = algorithm.debias(y, comm_state)
+        (loss, stats), grads = grad_fn(z, stats, x, labels)
+        updates, opt_state = jax.vmap(optimizer.update)(grads, opt_state, z)
+        return _LocalCarry(optax.apply_updates(y, updates), stats, opt_state), (updates, jnp.mean(loss))
+
+    def local_steps_fn(state: TrainState, key_batch, key_aug):
+        """The H local steps of one round: ``(y^{k,H}, stats, opt_state), sum_h u^{k,h}, mean loss``."""
+        carry = _LocalCarry(state.params, state.batch_stats, state.opt_state)
+        if local_steps == 1:  # no scan, so that H = 1 compiles to exactly the one-step trainer
+            carry, (updates, loss) = local_step(state.comm_state, carry, (key_batch, key_aug))
+            return carry, updates, loss
+        keys = (jax.random.split(key_batch, local_steps), jax.random.split(key_aug, local_steps))
+
+        def body(c, k):
+            (y, stats, opt_state), total = c
+            inner, (updates, loss) = local_step(state.comm_state, _LocalCarry(y, stats, opt_state), k)
+            return (inner, jax.tree_util.tree_map(jnp.add, total, updates)), loss
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+        (carry, total), losses = jax.lax.scan(body, (carry, zeros), keys)
+        return carry, total, jnp.mean(losses)
+
+    def round_fn(state: TrainState, _) -> tuple[TrainState, Array]:
+        key, key_batch, key_aug, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
+        (y, stats, opt_state), updates, loss = local_steps_fn(state, key_batch, key_aug)
         if ordering == "atc":
-            params = optax.apply_updates(state.params, updates)
-            params, comm_state, info = algorithm.step(params, state.comm_state, key_comm)
+            params, comm_state, info = algorithm.step(y, state.comm_state, key_comm)
         else:
             params, comm_state, info = algorithm.step(state.params, state.comm_state, key_comm)
             params = optax.apply_updates(params, updates)
@@ -304,15 +463,15 @@ def make_train(
             round=state.round + 1,
             bits=state.bits + info.bits,
         )
-        return new_state, jnp.mean(loss)
+        return new_state, loss
 
     def evaluate(state: TrainState, train_loss: Array) -> Metrics:
         z = algorithm.debias(state.params, state.comm_state)
         z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
-        test_loss, test_acc = _batched_eval(model.apply, z_bar, stats_bar, x_eval, y_eval, eval_chunk)
-        node_loss, node_acc = jax.vmap(lambda p, s: _batched_eval(model.apply, p, s, x_eval, y_eval, eval_chunk))(
-            z, state.batch_stats
-        )
+        test_loss, test_acc = _batched_eval(model.apply, z_bar, stats_bar, x_eval, y_eval, eval_chunk, loss_fn)
+        node_loss, node_acc = jax.vmap(
+            lambda p, s: _batched_eval(model.apply, p, s, x_eval, y_eval, eval_chunk, loss_fn)
+        )(z, state.batch_stats)
         return Metrics(
             round=state.round,
             train_loss=train_loss,
@@ -338,7 +497,14 @@ def make_train(
     def train(key: PRNGKey) -> tuple[TrainState, Metrics]:
         return run_chunk_impl(init(key), num_rounds // eval_every)
 
-    return Trainer(init=init, run_chunk=run_chunk, train=train, evaluate=evaluate, num_evals=num_rounds // eval_every)
+    return Trainer(
+        init=init,
+        run_chunk=run_chunk,
+        train=train,
+        evaluate=evaluate,
+        num_evals=num_rounds // eval_every,
+        local_steps=int(local_steps),
+    )
 
 
 def check_finite(metrics: Metrics, offset_round: int = 0) -> None:

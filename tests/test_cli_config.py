@@ -466,3 +466,26 @@ def test_documented_command_lines_parse_and_check(where, argv, capsys, monkeypat
     argv = [a.replace("DIR", "/tmp") for a in argv]
     code, _, err = _main(capsys, *argv, "--print-config")
     assert code == 0, (where, err)
+
+
+def test_train_on_an_npz_dataset_local_steps_and_adam(tmp_path, capsys):
+    import numpy as np
+
+    blobs = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), seed=0)
+    path = tmp_path / "blobs.npz"
+    np.savez(path, x_train=blobs.x_train, y_train=blobs.y_train, x_test=blobs.x_test, y_test=blobs.y_test)
+    out = tmp_path / "run"
+    tiny = [a for a in TINY if not a.startswith("--dataset")]
+    flags = ["--local_steps=2", "--optimizer=adam", "--optimizer_options.b2=0.99", "--grad_clip=1.0", "--lr=0.01"]
+    code, _, err = _main(capsys, "train", "--out", str(out), "--no-progress", f"--dataset=npz:{path}", *tiny, *flags)
+    assert code == 0, err
+    with open(out / "metrics.json") as f:
+        payload = json.load(f)
+    assert payload["data_source"].startswith(f"npz: {path}") and payload["local_steps"] == 2
+    assert [r["local_step"] for r in payload["rows"]] == [10, 20, 30, 40]
+    with open(out / "config.json") as f:
+        saved = json.load(f)
+    assert saved["optimizer_options"] == {"b2": 0.99} and saved["grad_clip"] == 1.0
+    missing = f"--dataset=npz:{tmp_path / 'nope.npz'}"
+    code, _, err = _main(capsys, "train", "--out", str(tmp_path / "bad"), "--no-progress", missing, *tiny)
+    assert code == 2 and "no file" in err and "Traceback" not in err

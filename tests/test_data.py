@@ -663,3 +663,54 @@ def test_augmentation_vmaps_over_nodes():
     out = jax.jit(jax.vmap(data.augment_cifar))(keys, images)
     assert out.shape == images.shape
     np.testing.assert_allclose(out[2], _augment(keys[2], images[2]))
+
+
+def _blobs():
+    ds = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), seed=0)
+    return ds.x_train, ds.y_train, ds.x_test, ds.y_test
+
+
+def test_from_arrays_returns_a_dataset_that_trains():
+    from tiny import tiny_config
+
+    from jaxgossip.runner import run_training
+
+    x_tr, y_tr, x_te, y_te = _blobs()
+    ds = data.from_arrays(x_tr.astype(np.float64), y_tr.astype(np.int64), x_te, y_te)
+    assert isinstance(ds, data.Dataset) and ds.num_classes == 4 and ds.name == "arrays"
+    assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32 and "256 train / 64 test" in ds.source
+    parts = data.partition(ds.y_train, 4, "dirichlet:0.5", seed=0)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(256))
+    result = run_training(tiny_config(), None, progress=False, log=lambda s: None, dataset=ds)
+    assert result.rows[-1]["test_acc"] > 0.5
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda a: (np.where(np.arange(a[0].size).reshape(a[0].shape) == 5, np.nan, a[0]), *a[1:]), "contains NaN"),
+        (lambda a: (a[0], a[1][:-1], *a[2:]), "y_train has shape"),
+        (lambda a: (a[0], a[1], a[2][:, :2], a[3]), "x_test samples"),
+        (lambda a: (a[0], a[1] - 1, a[2], a[3]), r"labels must be in \[0, 4\)"),
+        (lambda a: (a[0], a[1] + 0.5, a[2], a[3]), "integer class indices"),
+        (lambda a: (a[0][:, 0, 0, 0], *a[1:]), r"x_train has shape \(256,\)"),
+    ],
+)
+def test_from_arrays_rejects_bad_input(change, match):
+    arrays = change(_blobs())
+    with pytest.raises(ValueError, match=match):
+        data.from_arrays(*arrays, num_classes=4)
+
+
+def test_npz_dataset(tmp_path):
+    path = tmp_path / "blobs.npz"
+    x_tr, y_tr, x_te, y_te = _blobs()
+    np.savez(path, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te)
+    ds = data.load_dataset(f"npz:{path}")
+    np.testing.assert_array_equal(ds.x_train, x_tr)
+    assert ds.num_classes == 4 and ds.source.startswith(f"npz: {path}")
+    np.savez(tmp_path / "partial.npz", x_train=x_tr, y_train=y_tr)
+    with pytest.raises(ValueError, match=r"lacks the arrays \['x_test', 'y_test'\]"):
+        data.load_dataset(f"npz:{tmp_path / 'partial.npz'}")
+    with pytest.raises(raw.DatasetNotFoundError, match="does not exist"):
+        data.load_dataset(f"npz:{tmp_path / 'missing.npz'}")

@@ -98,3 +98,13 @@ def test_readme_optimization_block_runs_and_descends():
     gap = np.asarray(result.objective, np.float64) - float(problem.f_star)
     assert np.all(np.isfinite(gap)) and gap[-1] < 0.1 * gap[0]
     assert result.bits[-1] == 16 * 2 * 300 * 20 * 32  # gossip bit rule: every node, both neighbours
+
+
+def test_readme_bring_your_own_model_loss_optimizer_and_data(capsys):
+    section = open(README).read().split("## Your own model, loss, optimizer and data", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README bring your own", "exec"), namespace)
+    assert "accuracy of the averaged model" in capsys.readouterr().out
+    assert namespace["trainer"].local_steps == 4
+    assert float(namespace["metrics"].test_acc[-1]) > 0.9  # well-separated blobs

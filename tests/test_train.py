@@ -300,3 +300,250 @@ def test_devices_must_divide_nodes():
         pytest.skip("needs 8 devices")
     with pytest.raises(ValueError, match="cannot be split evenly"):
         run_training(_config(num_nodes=6, devices=4), None, progress=False, log=lambda s: None)
+
+
+# Local steps, optimizers, and user models / losses (issue 11, items 3 and 4).
+
+
+def _linear_pair(dim, num_classes):
+    """A pure (init, apply) linear classifier (small random init, so the nodes' weights matter)."""
+
+    def init(key, x):
+        del x
+        return {"w": 0.1 * jax.random.normal(key, (dim, num_classes)), "b": jnp.zeros(num_classes)}
+
+    def apply(params, x):
+        return x.reshape(x.shape[0], -1) @ params["w"] + params["b"]
+
+    return init, apply
+
+
+def _first_samples(shards, key, batch_size):
+    """A deterministic sampler: every node's first ``batch_size`` samples, whatever the key."""
+    del key
+    return shards.x[:, :batch_size], shards.y[:, :batch_size]
+
+
+def _np_local_sgd(w, b, xs, ys, lr, local_steps, rounds):
+    """NumPy local SGD with exact averaging: each node takes H full-batch softmax cross-entropy
+    gradient steps from the common model, then all models are averaged (float64)."""
+    num_classes = w.shape[1]
+    for _ in range(rounds):
+        ws, bs = [], []
+        for x, y in zip(xs, ys):
+            wi, bi = w.copy(), b.copy()
+            for _ in range(local_steps):
+                logits = x @ wi + bi
+                p = np.exp(logits - logits.max(1, keepdims=True))
+                p /= p.sum(1, keepdims=True)
+                g = (p - np.eye(num_classes)[y]) / x.shape[0]
+                wi, bi = wi - lr * x.T @ g, bi - lr * g.sum(0)
+            ws.append(wi)
+            bs.append(bi)
+        w, b = np.mean(ws, 0), np.mean(bs, 0)
+    return w, b
+
+
+def _custom_trainer(dataset, model, optimizer, *, num_nodes=4, algorithm="gossip", **kwargs):
+    topo = jg.topology.ring(num_nodes)
+    shards = data.shard_dataset(dataset, data.partition(dataset.y_train, num_nodes, "iid", seed=0))
+    options = dict(num_rounds=40, batch_size=16, eval_every=20, eval_chunk=64)
+    options.update(kwargs)
+    return make_train(
+        model, jg.algorithms.make(algorithm, topo), shards, (dataset.x_test, dataset.y_test), optimizer, **options
+    )
+
+
+def test_local_sgd_with_allreduce_equals_numpy_reference(synthetic):
+    """H local SGD steps, then exact averaging: the NumPy reference of local SGD (Stich, 2019)."""
+    lr, local_steps, rounds, batch = 0.5, 3, 4, 32
+    trainer = _custom_trainer(
+        synthetic,
+        _linear_pair(16, 4),
+        optax.sgd(lr),
+        algorithm="allreduce",
+        num_rounds=rounds,
+        eval_every=2,
+        batch_size=batch,
+        local_steps=local_steps,
+        sampler=_first_samples,
+    )
+    key = jax.random.key(0)
+    start = trainer.init(key).params
+    state, metrics = jax.jit(trainer.train)(key)
+    shards = data.shard_dataset(synthetic, data.partition(synthetic.y_train, 4, "iid", seed=0))
+    xs = np.asarray(shards.x[:, :batch], np.float64).reshape(4, batch, -1)
+    ys = np.asarray(shards.y[:, :batch])
+    w, b = _np_local_sgd(
+        np.asarray(start["w"][0], np.float64), np.asarray(start["b"][0], np.float64), xs, ys, lr, local_steps, rounds
+    )
+    for i in range(4):
+        np.testing.assert_allclose(np.asarray(state.params["w"][i]), w, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(state.params["b"][i]), b, rtol=1e-4, atol=1e-5)
+    assert trainer.local_steps == local_steps
+    np.testing.assert_array_equal(np.asarray(metrics.round), [2, 4])
+
+
+def test_local_steps_keep_bits_per_round_and_report_local_steps(tmp_path):
+    one = run_training(_config(num_rounds=10), str(tmp_path / "h1"), progress=False, log=lambda s: None)
+    three = run_training(
+        _config(num_rounds=10, local_steps=3), str(tmp_path / "h3"), progress=False, log=lambda s: None
+    )
+    np.testing.assert_array_equal(np.asarray(one.metrics.bits), np.asarray(three.metrics.bits))
+    assert [r["local_step"] for r in three.rows] == [5 * 3, 10 * 3]
+    assert [r["local_step"] for r in one.rows] == [5, 10]
+    with open(tmp_path / "h3" / "metrics.json") as f:
+        payload = json.load(f)
+    assert payload["local_steps"] == 3 and [r["round"] for r in payload["rows"]] == [5, 10]
+    assert float(three.rows[-1]["train_loss"]) < float(three.rows[0]["train_loss"])
+    assert not np.allclose(np.asarray(one.metrics.test_loss), np.asarray(three.metrics.test_loss))
+
+
+def test_schedule_counts_rounds_with_local_steps():
+    from jaxgossip.runner import make_schedule
+
+    base = dict(lr=0.1, warmup_rounds=2, warmup_from=0.01, decay_rounds=(4, 6))
+    per_round = make_schedule(TrainConfig(**base))
+    per_step = make_schedule(TrainConfig(local_steps=3, **base))
+    for count in range(24):
+        assert float(per_step(count)) == float(per_round(count // 3)), count
+
+
+def test_local_steps_and_loss_fn_bad_input(synthetic):
+    from jaxgossip.config import check_train_config
+
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="local_steps"):
+            _custom_trainer(synthetic, _linear_pair(16, 4), optax.sgd(0.1), local_steps=bad)
+    with pytest.raises(ValueError, match="local_steps"):
+        check_train_config(_config(local_steps=0))
+
+    def per_sample(logits, labels):
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [B], not reduced
+
+    with pytest.raises(ValueError, match="loss_fn must return a floating scalar.*mean"):
+        _custom_trainer(synthetic, _linear_pair(16, 4), optax.sgd(0.1), loss_fn=per_sample)
+
+
+def test_custom_loss_fn_trains(synthetic):
+    def smoothed(logits, labels):
+        targets = optax.smooth_labels(jax.nn.one_hot(labels, logits.shape[-1]), 0.1)
+        return optax.softmax_cross_entropy(logits, targets).mean()
+
+    trainer = _custom_trainer(synthetic, _linear_pair(16, 4), optax.sgd(0.1, momentum=0.9), loss_fn=smoothed)
+    _, metrics = jax.jit(trainer.train)(jax.random.key(0))
+    assert float(metrics.test_acc[-1]) > 0.8
+    assert np.isfinite(np.asarray(metrics.test_loss)).all()
+
+
+def test_nnx_model_trains(synthetic):
+    from flax import nnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.hidden = nnx.Linear(16, 16, rngs=rngs)
+            self.out = nnx.Linear(16, 4, rngs=rngs)
+
+        def __call__(self, x):
+            return self.out(nnx.relu(self.hidden(x.reshape(x.shape[0], -1))))
+
+    trainer = _custom_trainer(synthetic, Net(nnx.Rngs(0)), optax.sgd(0.1, momentum=0.9))
+    _, metrics = jax.jit(trainer.train)(jax.random.key(0))
+    assert float(metrics.test_acc[-1]) > 0.8
+
+
+@pytest.mark.parametrize(
+    "changes", [{"optimizer": "adam", "lr": 0.01}, {"optimizer": "adamw", "lr": 0.01}, {"grad_clip": 0.5}]
+)
+def test_optimizers_and_grad_clip_train_end_to_end(changes):
+    result = run_training(_config(**changes), None, progress=False, log=lambda s: None)
+    accs = [r["test_acc"] for r in result.rows]
+    assert accs[-1] > 0.3, (changes, accs)  # 10 classes: chance 0.1
+    assert result.rows[-1]["train_loss"] < result.rows[0]["train_loss"]
+
+
+def test_grad_clip_is_per_node_and_adamw_decay_is_decoupled():
+    from jaxgossip.runner import make_optimizer
+
+    opt = make_optimizer(TrainConfig(lr=1.0, momentum=0.0, weight_decay=0.0, grad_clip=1.0))
+    grads = {"w": jnp.array([[6.0, 8.0], [0.3, 0.4]])}  # node norms 10 and 0.5
+    params = {"w": jnp.zeros((2, 2))}
+    updates, _ = jax.vmap(opt.update)(grads, jax.vmap(opt.init)(params), params)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(updates["w"]), axis=1), [1.0, 0.5], rtol=1e-6)
+    adamw = make_optimizer(TrainConfig(optimizer="adamw", lr=0.1, weight_decay=0.5))
+    p = {"w": jnp.array([2.0, -4.0])}
+    updates, _ = adamw.update({"w": jnp.zeros(2)}, adamw.init(p), p)
+    np.testing.assert_allclose(np.asarray(updates["w"]), -0.1 * 0.5 * np.asarray(p["w"]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"optimizer": "lamb"}, "unknown optimizer"),
+        ({"optimizer": "adam", "optimizer_options": {"beta1": 0.9}}, "no option 'beta1'.*it takes: b1, b2, eps"),
+        ({"optimizer": "adam", "optimizer_options": {"b2": 1.5}}, r"b2=1.5 must be in \[0, 1\)"),
+        ({"optimizer_options": {"b1": 0.9}}, "sgd uses the fields momentum"),
+        ({"grad_clip": 0.0}, "grad_clip"),
+    ],
+)
+def test_optimizer_config_errors(changes, match):
+    from jaxgossip.config import check_train_config
+
+    with pytest.raises(ValueError, match=match):
+        check_train_config(_config(**changes))
+
+
+@pytest.mark.parametrize("ordering", ["atc", "same_iterate"])
+def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
+    """local_steps=1 is the trainer before local steps existed: this reference round (one batch,
+    one optimizer step, one communication round, keys split 4 ways) reproduces it bit for bit."""
+    from jaxgossip.train import cross_entropy_loss, linen_model_fns
+
+    model = models.make_model("mlp", num_classes=4, hidden=(16,))
+    fns = linen_model_fns(model)
+    alg = jg.algorithms.make("push_sum", jg.topology.one_peer_exponential(8))
+    opt = optax.sgd(0.1, momentum=0.9, nesterov=True)
+    shards = data.shard_dataset(synthetic, data.partition(synthetic.y_train, 8, "iid", seed=0))
+    trainer = make_train(
+        model, alg, shards, (synthetic.x_test, synthetic.y_test), opt,
+        num_rounds=10, batch_size=16, eval_every=10, ordering=ordering, eval_chunk=64,
+    )  # fmt: skip
+    grad = jax.vmap(jax.value_and_grad(cross_entropy_loss(fns), has_aux=True))
+
+    def reference_round(state, _):
+        key, key_batch, _, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
+        x, y = data.sample_batch(shards, key_batch, 16)
+        z = alg.debias(state.params, state.comm_state)
+        (loss, stats), grads = grad(z, state.batch_stats, x, y)
+        updates, opt_state = jax.vmap(opt.update)(grads, state.opt_state, z)
+        if ordering == "atc":
+            params, comm_state, info = alg.step(optax.apply_updates(state.params, updates), state.comm_state, key_comm)
+        else:
+            params, comm_state, info = alg.step(state.params, state.comm_state, key_comm)
+            params = optax.apply_updates(params, updates)
+        new = state._replace(
+            params=params, batch_stats=stats, opt_state=opt_state, comm_state=comm_state,
+            key=jax.random.key_data(key), round=state.round + 1, bits=state.bits + info.bits,
+        )  # fmt: skip
+        return new, jnp.mean(loss)
+
+    start = trainer.init(jax.random.key(5))
+    want, losses = jax.jit(lambda s: jax.lax.scan(reference_round, s, None, length=10))(start)
+    got, metrics = trainer.run_chunk(start, 1)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(metrics.train_loss)[0], np.asarray(losses.mean()))
+
+
+def test_cost_report_counts_local_steps_as_compute():
+    from jaxgossip.cost_report import cost_model_from_options, training_cost
+
+    model = cost_model_from_options({"node.flops": 1e12})
+    topo = jg.topology.ring(4)
+    bits = np.cumsum(np.full((4, 4), 1e6), axis=0)  # [M, N] cumulative bits at rounds 5, 10, 15, 20
+    rows = {
+        h: training_cost(model, _config(local_steps=h), topo, [5, 10, 15, 20], bits, flops=1e9, memory=0.0)
+        for h in (1, 3)
+    }
+    assert rows[3][-1]["compute_s_per_round"] == pytest.approx(3 * rows[1][-1]["compute_s_per_round"])
+    assert rows[3][-1]["comm_s"] == rows[1][-1]["comm_s"]

@@ -179,6 +179,106 @@ def make_synthetic(
     return Dataset(x_train, y_train, x_test, y_test, num_classes, "synthetic", source)
 
 
+def from_arrays(
+    x_train,
+    y_train,
+    x_test,
+    y_test,
+    *,
+    num_classes: int | None = None,
+    name: str = "arrays",
+    source: str | None = None,
+) -> Dataset:
+    """Wraps user arrays as a :class:`Dataset`, so partitioners, sweeps and the trainer take them.
+
+    Inputs are used as given (cast to float32; no normalization). Labels are class indices.
+
+    Args:
+        x_train: [M, ...] numeric inputs (e.g. [M, H, W, C] images or [M, D] features), finite.
+        y_train: [M] integer labels in [0, num_classes).
+        x_test: [M_test, ...] with the same per-sample shape as ``x_train``.
+        y_test: [M_test] integer labels.
+        num_classes: C; default ``max(label) + 1`` over both splits.
+        name: the dataset's name; source: its one-line description (default: the shapes).
+
+    Returns:
+        Dataset with float32 x and int32 y.
+
+    Raises:
+        ValueError: mismatched lengths or sample shapes, non-integer or out-of-range labels,
+            NaN or inf inputs, an empty split.
+    """
+    xs = {"x_train": np.asarray(x_train), "x_test": np.asarray(x_test)}
+    ys = {"y_train": np.asarray(y_train), "y_test": np.asarray(y_test)}
+    for (xn, x), (yn, y) in zip(xs.items(), ys.items()):
+        if x.ndim < 2:
+            raise ValueError(f"{xn} has shape {x.shape}; it needs a sample axis and features, [M, ...]")
+        if y.ndim != 1 or y.shape[0] != x.shape[0]:
+            raise ValueError(f"{yn} has shape {y.shape}; it needs one label per sample of {xn}, shape ({x.shape[0]},)")
+        if x.shape[0] == 0:
+            raise ValueError(f"{xn} is empty")
+        if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+            raise ValueError(f"{xn} has dtype {x.dtype}; it needs numbers")
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{xn} contains NaN or inf")
+        if not np.issubdtype(y.dtype, np.integer):
+            if not (np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y))):
+                raise ValueError(f"{yn} has dtype {y.dtype}; labels must be integer class indices")
+    if xs["x_train"].shape[1:] != xs["x_test"].shape[1:]:
+        raise ValueError(
+            f"x_train samples have shape {xs['x_train'].shape[1:]} but x_test samples {xs['x_test'].shape[1:]}"
+        )
+    labels = np.concatenate([ys["y_train"], ys["y_test"]]).astype(np.int64)
+    if num_classes is None:
+        num_classes = int(labels.max()) + 1
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+        raise ValueError(f"num_classes={num_classes!r} must be an int >= 2")
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise ValueError(f"labels must be in [0, {num_classes}); found {labels.min()}..{labels.max()}")
+    x_tr, x_te = (xs[k].astype(np.float32) for k in ("x_train", "x_test"))
+    y_tr, y_te = (ys[k].astype(np.int32) for k in ("y_train", "y_test"))
+    if source is None:
+        source = (
+            f"{name}: user arrays, {len(y_tr)} train / {len(y_te)} test samples of shape {x_tr.shape[1:]}, "
+            f"{num_classes} classes"
+        )
+    return Dataset(x_tr, y_tr, x_te, y_te, int(num_classes), name, source)
+
+
+#: Prefix of a dataset spec that names a ``.npz`` file (see :func:`load_npz`).
+NPZ_PREFIX = "npz:"
+NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def load_npz(path: str | os.PathLike) -> Dataset:
+    """Reads a ``.npz`` file with arrays ``x_train``, ``y_train``, ``x_test``, ``y_test`` (and
+    optionally a scalar ``num_classes``) through :func:`from_arrays`.
+
+    Raises:
+        DatasetNotFoundError: no such file. ValueError: missing keys or invalid arrays (naming
+            the file).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise raw.DatasetNotFoundError(f"dataset file {path!r} does not exist (dataset=npz:PATH needs a .npz file)")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as err:
+        raise ValueError(f"dataset file {path!r} is not a readable .npz file: {err}") from None
+    missing = [k for k in NPZ_KEYS if k not in arrays]
+    if missing:
+        raise ValueError(
+            f"dataset file {path!r} lacks the arrays {missing}; it has {sorted(arrays)} and needs {list(NPZ_KEYS)}"
+        )
+    num_classes = int(arrays["num_classes"]) if "num_classes" in arrays else None
+    try:
+        ds = from_arrays(*(arrays[k] for k in NPZ_KEYS), num_classes=num_classes, name="npz")
+    except ValueError as err:
+        raise ValueError(f"dataset file {path!r}: {err}") from None
+    return ds._replace(source=f"npz: {path} ({ds.source.partition(': ')[2]})")
+
+
 def _data_root(builder) -> str:
     # builder.data_dir is <root>/<builder name>/<version>.
     return os.path.dirname(os.path.dirname(os.fspath(builder.data_dir)))
@@ -275,7 +375,8 @@ def load_dataset(
         name: one of ``DATASET_NAMES``: "digits" (embedded, offline),
             "synthetic" (seeded blobs, see :func:`make_synthetic`), "mnist",
             "fashion_mnist", "cifar10", "cifar100", or "auto" (Fashion-MNIST if
-            prepared or its raw files are found, else digits).
+            prepared or its raw files are found, else digits); or ``npz:PATH``, a
+            ``.npz`` file of user arrays (:func:`load_npz`).
         data_dir: tfds data folder where prepared datasets live and are written
             (None: tfds's default, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``).
             Raw files placed directly in it or in ``data_dir/downloads/manual``
@@ -301,8 +402,10 @@ def load_dataset(
         CorruptDataError: a raw or prepared file is truncated or corrupt (a
             ValueError; the message names the file, the problem and the fix).
     """
+    if isinstance(name, str) and name.startswith(NPZ_PREFIX):
+        return load_npz(name[len(NPZ_PREFIX) :])
     if name not in DATASET_NAMES:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}")
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}, npz:PATH")
     if name == "digits":
         return load_digits(seed=seed, normalize=normalize)
     if name == "synthetic":
