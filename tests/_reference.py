@@ -387,3 +387,18 @@ def check_compressed_gossip_validation(factory, label):
         factory(ring, compressor="top_k", compressor_options=[("k", 1)])
     with pytest.raises(ValueError, match="leading node axis of size N=8"):
         factory(ring).init({"w": jnp.zeros((3, 2))})
+
+
+def start_cli(command: str, argv, out, env):
+    """``python -m jaxgossip.cli COMMAND ARGV --out OUT`` as a subprocess (text pipes), so several
+    commands can run side by side; read them with ``proc.communicate(timeout=...)``."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxgossip.cli", command, *argv, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )

@@ -7,11 +7,11 @@ and runs that diverge are reported as such. Most checks run in-process through `
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import yaml
+from _reference import start_cli
 
 from jaxgossip import algorithms, compress, data, models
 from jaxgossip.cli import main
@@ -400,16 +400,7 @@ SUBPROCESS_BAD = {
 
 def test_every_command_exits_2_without_traceback_as_a_subprocess(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__))] + sys.path))
-    procs = {
-        command: subprocess.Popen(
-            [sys.executable, "-m", "jaxgossip.cli", command, *argv, "--out", str(tmp_path / command)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for command, argv in SUBPROCESS_BAD.items()
-    }
+    procs = {command: start_cli(command, argv, tmp_path / command, env) for command, argv in SUBPROCESS_BAD.items()}
     for command, proc in procs.items():
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (command, err)

@@ -15,7 +15,6 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import jax
@@ -23,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _reference import start_cli
 from tiny import tiny_config
 
 import jaxgossip as jg
@@ -153,16 +153,7 @@ def test_every_command_runs_the_plugin_by_import_path(plugin_dir, tmp_path):
                            "--dim=2", "--seeds=1", *COST],
         "consensus": [f"--algorithm={PATH}", "--shape=[4]", "--num_steps=5", "--no-progress", *COST],
     }
-    procs = {
-        command: subprocess.Popen(
-            [sys.executable, "-m", "jaxgossip.cli", command, *argv, "--out", str(tmp_path / command)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for command, argv in commands.items()
-    }
+    procs = {command: start_cli(command, argv, tmp_path / command, env) for command, argv in commands.items()}
     for command, proc in procs.items():
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, (command, out[-2000:], err[-2000:])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms._common import CountState
+from jaxgossip.algorithms.common import CountState
 from jaxgossip.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms._common import (
+from jaxgossip.algorithms.common import (
     check_int,
     check_positive,
     relax,

@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxgossip.algorithms import _common
+from jaxgossip.algorithms import common
 from jaxgossip.algorithms.pair_tables import require_symmetric
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
@@ -150,13 +150,13 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
     if not isinstance(topology, Topology):
         return
     if not entry.stackable:
-        _common.require_host_topology(topology, name)
+        common.require_host_topology(topology, name)
     if entry.mixing in ("doubly_stochastic", "symmetric"):
-        _common.require_doubly_stochastic(topology, name)
+        common.require_doubly_stochastic(topology, name)
     if entry.mixing == "symmetric" and topology.host_tables:
         require_symmetric(topology, name)
     if entry.mixing == "column_stochastic":
-        _common.require_column_stochastic(topology, name)
+        common.require_column_stochastic(topology, name)
     if not entry.time_varying and topology.period != 1:
         raise ValueError(
             f"{name} needs a static topology (period T = 1): it is registered with time_varying=False; "

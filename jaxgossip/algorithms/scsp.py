@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms._common import check_int, check_positive, require_column_stochastic, require_host_topology
+from jaxgossip.algorithms.common import check_int, check_positive, require_column_stochastic, require_host_topology
 from jaxgossip.algorithms.sparse_push import check_public_copies, compressed_push_sum
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms._common import check_positive, per_round, require_column_stochastic, require_host_topology
+from jaxgossip.algorithms.common import check_positive, per_round, require_column_stochastic, require_host_topology
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
