@@ -4,7 +4,7 @@ The plug-in is the README's example ("### Adding an algorithm", its ```python bl
 temporary folder as ``my_file.py`` and named by import path ``my_file:damped_gossip`` (or registered
 under a name). It runs through the public API (``make``, ``run_consensus``, ``run_optimization``,
 ``run_training``, the topology sweep, the cost functions) and through the CLI in subprocesses
-(``train``, ``sweep``, ``topology-sweep``, ``consensus``, each with cost columns).
+(``train``, ``sweep``, ``topology-sweep``, ``consensus``, ``demo --algorithms``, each with cost columns).
 
 Reference: the damped step is ``X <- (1 - beta) X + beta W X`` on the [N, D] matrix of node values.
 """
@@ -149,9 +149,17 @@ def test_every_command_runs_the_plugin_by_import_path(plugin_dir, tmp_path):
     commands = {
         "train": [*TINY, f"--algorithm={PATH}", "--algorithm_options.beta=0.8", "--no-progress", *COST],
         "sweep": [*TINY, f"--algorithm={PATH}", "--sweep.lr=0.05,0.1", "--no-progress", *COST],
-        "topology-sweep": [f"--algorithm={PATH}", "--topologies=ring,torus", "--sizes=8", "--num_steps=5",
-                           "--dim=2", "--seeds=1", *COST],
+        "topology-sweep": [
+            f"--algorithm={PATH}",
+            "--topologies=ring,torus",
+            "--sizes=8",
+            "--num_steps=5",
+            "--dim=2",
+            "--seeds=1",
+            *COST,
+        ],
         "consensus": [f"--algorithm={PATH}", "--shape=[4]", "--num_steps=5", "--no-progress", *COST],
+        "demo": [*TINY, f"--algorithms={PATH}", "--no-progress", *COST],
     }
     procs = {command: start_cli(command, argv, tmp_path / command, env) for command, argv in commands.items()}
     for command, proc in procs.items():
@@ -160,6 +168,55 @@ def test_every_command_runs_the_plugin_by_import_path(plugin_dir, tmp_path):
         assert "comm s" in out, (command, out[-2000:])  # the cost columns
     rows = json.loads((tmp_path / "consensus" / "consensus.json").read_text())["rows"]
     assert rows[0]["comm_s"] > 0 and rows[0]["final_error"] < 1.0
+    # the demo runs the plug-in on the graph its metadata asks for (built-ins next to it: test_demo_algorithms_list)
+    rows = json.loads((tmp_path / "demo" / "comparison.json").read_text())["rows"]
+    assert [(r["name"], r["status"]) for r in rows] == [(f"{PATH} (ring(4))", "ok")]
+    assert rows[0]["MB_per_node"] > 0 and rows[0]["comm_s"] > 0 and rows[0]["test_acc"] > 0.1
+    assert (tmp_path / "demo" / "my_file_damped_gossip" / "metrics.json").exists()
+
+
+def test_demo_algorithms_list(plugin_dir, capsys, tmp_path):
+    """``jaxgossip demo --algorithms``: presets keep their settings, other methods get the graph their
+    metadata asks for, and a bad entry exits 2 naming it before any work."""
+    from jaxgossip.cli import demo_runs
+
+    assert demo_runs(algorithms=None) == demo_runs()
+    runs = demo_runs(algorithms=["power_gossip", PATH, "allreduce", "jaxgossip.algorithms.push_sum:push_sum"])
+    assert runs[0] == next(r for r in demo_runs() if r["algorithm"] == "power_gossip")
+    assert [(r["name"], r["topology"]) for r in runs[1:]] == [
+        (PATH, "ring"),
+        ("allreduce", "ring"),
+        ("jaxgossip.algorithms.push_sum:push_sum", "one_peer_exponential"),  # column stochastic
+    ]
+    out = tmp_path / "never"
+    for argv, message in [
+        (
+            ["--algorithms=gossip,my_file:nope"],
+            "--algorithms: entry 'my_file:nope': algorithm='my_file:nope': module 'my_file' has no attribute 'nope'",
+        ),
+        (["--algorithms=gossip,nope"], "--algorithms: entry 'nope': unknown algorithm 'nope'; known algorithms:"),
+        (["--algorithms=gossip,gossip"], "--algorithms: 'gossip' is listed twice"),
+        (["--algorithms="], "--algorithms is empty"),
+        (
+            ["--algorithms=gossip", "--topology=ring"],
+            "--topology is set per run by the demo; choose the methods with --algorithms",
+        ),
+        # each run is built on its graph before any work: the demo runs factories with their defaults
+        (
+            ["--algorithms=gossip,needs_rate_test"],
+            "--algorithms: entry 'needs_rate_test': algorithm='needs_rate_test' "
+            "on ring(16) with algorithm_options={}: ",
+        ),
+    ]:
+        algorithms.register("needs_rate_test", lambda topology, rate: None)
+        try:
+            code = main(["demo", *argv, "--out", str(out)])
+        finally:
+            algorithms.REGISTRY.pop("needs_rate_test")
+            algorithms.INFOS.pop("needs_rate_test")
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+    assert not out.exists()
 
 
 def test_bad_import_paths_and_metadata(plugin_dir, capsys, tmp_path):

@@ -1,10 +1,10 @@
 """``jaxgossip demo``: gossip, Choco, PowerGossip, push-sum, Sparse-Push and SCSP on non-IID data,
-one table and plots."""
+one table and plots; ``--algorithms`` picks the compared methods, a user's plug-in included."""
 
 from __future__ import annotations
 
 import os
-import typing
+import re
 
 from jaxgossip.cli import common
 from jaxgossip.cli.parsing import Command, UsageError, parse_argv
@@ -32,10 +32,53 @@ QUICK = {"num_rounds": 60, "eval_every": 20, "evals_per_chunk": 1}
 PER_RUN = ("algorithm", "topology", "algorithm_options", "final_merge", "name")
 
 
-def demo_runs(quick: bool = False) -> list[dict]:
-    """The demo's comparison: name -> config overrides (symmetric methods on the ring, push-sum
-    methods on the time-varying one-peer exponential graph, as each needs)."""
-    runs = [
+def demo_runs(quick: bool = False, algorithms: list[str] | None = None) -> list[dict]:
+    """The demo's comparison: one mapping of config overrides per run (``name``, ``algorithm``,
+    ``topology``, optional ``algorithm_options`` and ``final_merge``).
+
+    By default the six runs below: symmetric methods on the ring, push-sum methods on the
+    time-varying one-peer exponential graph, as each needs. ``algorithms`` picks the compared
+    methods instead, in order: an entry naming one of the six (``gossip``, ``choco``, ...) keeps its
+    settings; any other registered name or import path ``"package.module:factory"`` runs with its
+    factory's defaults on the graph its metadata asks for (one-peer exponential for a time-varying
+    column-stochastic method, the directed ring for a static one, the ring otherwise).
+
+    Raises:
+      UsageError: an empty list, a repeated entry, or an entry that names no algorithm (the
+        message names the entry and why).
+    """
+    runs = _default_runs()
+    if algorithms is None:
+        return runs
+    if isinstance(algorithms, str):
+        algorithms = [algorithms]
+    if not algorithms:
+        raise UsageError("--algorithms is empty; give names or import paths, e.g. --algorithms=gossip,my_file:make")
+    presets = {r["algorithm"]: r for r in runs}
+    chosen = []
+    for entry in algorithms:
+        if entry in (r["algorithm"] for r in chosen):
+            raise UsageError(f"--algorithms: {entry!r} is listed twice")
+        chosen.append(presets[entry] if entry in presets else _plugin_run(entry))
+    return chosen
+
+
+def _plugin_run(entry: str) -> dict:
+    from jaxgossip import algorithms
+
+    try:
+        meta = algorithms.resolve(entry)
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"--algorithms: entry {entry!r}: {err}") from None
+    if meta.mixing == "column_stochastic":
+        topology = "one_peer_exponential" if meta.time_varying else "directed_ring"
+    else:
+        topology = "ring"
+    return {"name": entry, "algorithm": entry, "topology": topology}
+
+
+def _default_runs() -> list[dict]:
+    return [
         {"name": "gossip", "algorithm": "gossip", "topology": "ring"},
         {
             "name": "choco top-10%",
@@ -64,7 +107,6 @@ def demo_runs(quick: bool = False) -> list[dict]:
             "final_merge": 4,
         },
     ]
-    return runs
 
 
 def command(quick: bool = False) -> Command:
@@ -75,14 +117,25 @@ def command(quick: bool = False) -> Command:
     return Command(
         name="demo",
         description="Compare gossip, Choco (top-10%), PowerGossip, push-sum, Sparse-Push and SCSP on the "
-        "same non-IID data (defaults below: digits, 16 workers, Dirichlet(0.1)). Symmetric methods run on "
-        "the ring, push-sum methods on the one-peer exponential graph. Writes comparison.md, "
-        "comparison.json and plots under --out.",
+        "same non-IID data (defaults below: digits, 16 workers, Dirichlet(0.1)), or the methods given by "
+        "--algorithms. Symmetric methods run on the ring, push-sum methods on the one-peer exponential graph. "
+        "Writes comparison.md, comparison.json and plots under --out.",
         classes=[(TrainConfig, "base training config of every run (config file keys or --field=value)")],
         defaults=defaults,
         flags={**common.PROGRESS_FLAG, "quick": "a 1-minute version (60 rounds, evaluated every 20)"},
         extra={
-            "output": [("out", typing.Optional[str], None, "output folder (default runs/demo)")],
+            "compared methods": [
+                (
+                    "algorithms",
+                    list[str] | None,
+                    None,
+                    "the compared methods in order (default: the six below), e.g. gossip,power_gossip,my_file:make: "
+                    "one of the six keeps its settings; any other registered name or import path "
+                    "package.module:factory runs with its factory's defaults on the graph its metadata asks for; "
+                    "the first is the baseline of the reduction column",
+                ),
+            ],
+            "output": [("out", str | None, None, "output folder (default runs/demo)")],
             "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
         },
         field_help=help_text,
@@ -92,12 +145,17 @@ def command(quick: bool = False) -> Command:
             + (f", {r['algorithm_options']}" if r.get("algorithm_options") else "")
             + (f", final_merge={r['final_merge']}" if r.get("final_merge") else "")
             for r in demo_runs(quick)
-        ),
+        )
+        + "\n\nexamples:\n  jaxgossip demo --quick --algorithms=gossip,power_gossip,my_file:damped_gossip",
     )
 
 
-def run(argv: list[str]) -> int:
+def _run_dir(out: str, name: str) -> str:
+    # run names may be import paths ("pkg.mod:make") or carry "%"; keep folder names portable
+    return os.path.join(out, re.sub(r"[^A-Za-z0-9_.-]+", "_", name.replace("%", "pct")))
 
+
+def run(argv: list[str]) -> int:
     spec = command(quick="--quick" in argv)
     parsed = parse_argv(spec, argv)
     if parsed is None:
@@ -105,28 +163,16 @@ def run(argv: list[str]) -> int:
     fixed = sorted(set(PER_RUN) & parsed.given)
     if fixed:
         raise UsageError(
-            f"--{fixed[0]} is set per run by the demo; compare your own settings with jaxgossip train or "
-            "jaxgossip sweep"
+            f"--{fixed[0]} is set per run by the demo; choose the methods with --algorithms, compare other "
+            "settings with jaxgossip train or jaxgossip sweep"
         )
     base = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values)
     common.require_tensorboard(base)
-    if common.print_config(parsed, {k: v for k, v in base.to_dict().items() if k not in PER_RUN}):
-        return 0
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
-
-    from jaxgossip import algorithms, plots
-    from jaxgossip.cli.train import TRAIN_COLUMNS
-    from jaxgossip.runner import run_training
-
-    dataset = common.load_data(base)
-    print(f"data: {dataset.source}")
-    print(f"demo: {base.num_nodes} nodes, {base.partition} partition, model {base.model}, {base.num_rounds} rounds")
+    chosen = parsed.values.get("algorithms")
+    runs = demo_runs(parsed.flags["quick"], chosen)
     configs = []
-    for spec_run in demo_runs(parsed.flags["quick"]):
-        if spec_run["algorithm"] not in algorithms.REGISTRY:
-            print(f"  skipping {spec_run['name']}: algorithm {spec_run['algorithm']!r} is not available")
-            continue
+    for spec_run in runs:
         config = base.replace(
             name=spec_run["name"],
             algorithm=spec_run["algorithm"],
@@ -134,33 +180,61 @@ def run(argv: list[str]) -> int:
             algorithm_options=spec_run.get("algorithm_options", {}),
             final_merge=spec_run.get("final_merge"),
         )
-        configs.append(check_train_config(config))  # every run is checked before the first one starts
+        try:
+            configs.append(check_train_config(config))  # every run is checked before the first one starts
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"--algorithms: entry {spec_run['algorithm']!r}: {err}") from None
+    resolved = {k: v for k, v in base.to_dict().items() if k not in PER_RUN}
+    if chosen is not None:
+        resolved["algorithms"] = list(chosen)
+    if common.print_config(parsed, resolved):
+        return 0
+    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
+
+    from jaxgossip import plots
+    from jaxgossip.cli.train import TRAIN_COLUMNS
+    from jaxgossip.runner import run_training
+
+    dataset = common.load_data(base)
+    print(f"data: {dataset.source}")
+    print(f"demo: {base.num_nodes} nodes, {base.partition} partition, model {base.model}, {base.num_rounds} rounds")
     results, table = {}, []
     for config in configs:
-        run_dir = os.path.join(out, config.name.replace(" ", "_").replace("%", "pct"))
+        run_dir = _run_dir(out, config.name)
         try:
-            result = run_training(config, run_dir, resume=False, progress=not parsed.flags["no_progress"],
-                             dataset=dataset, log=lambda s: None)
+            result = run_training(
+                config,
+                run_dir,
+                resume=False,
+                progress=not parsed.flags["no_progress"],
+                dataset=dataset,
+                log=lambda s: None,
+            )
         except FloatingPointError as err:
             common.warn("demo", f"{config.name} diverged: {err}")
             table.append({"name": config.name, "status": "diverged"})
             continue
         rows = common.run_cost(cost, result, out_dir=run_dir)
         results[config.name] = rows
-        table.append(dict(rows[-1], name=f"{config.name} ({result.built.topology.name})", wall_time=result.wall_time,
-                          status="ok"))
+        table.append(
+            dict(
+                rows[-1], name=f"{config.name} ({result.built.topology.name})", wall_time=result.wall_time, status="ok"
+            )
+        )
         print(
             f"  {config.name:<18} acc {rows[-1]['test_acc']:.4f}  MB/node {rows[-1]['MB_per_node']:.2f}  "
             f"({result.wall_time:.1f}s)",
             flush=True,
         )
-    # Reductions are relative to the first run of the list, the uncompressed baseline.
-    baseline = demo_runs(parsed.flags["quick"])[0]["name"]
-    gossip_mb = next((r["MB_per_node"] for r in table if r["name"].startswith(baseline) and "MB_per_node" in r), None)
+    # Reductions are relative to the first run of the list (by default gossip, the uncompressed baseline).
+    baseline = configs[0].name
+    baseline_mb = next((r["MB_per_node"] for r in table if r["name"].startswith(baseline) and "MB_per_node" in r), None)
     for row in table:
-        if gossip_mb and row.get("MB_per_node"):
-            row["reduction"] = gossip_mb / row["MB_per_node"]
+        if baseline_mb and row.get("MB_per_node"):
+            row["reduction"] = baseline_mb / row["MB_per_node"]
     columns = common.with_cost(TRAIN_COLUMNS, cost, training=True)
+    if baseline != _default_runs()[0]["name"]:  # the header names the baseline when it is not the default
+        columns = [(k, f"vs {baseline}" if k == "reduction" else h, f) for k, h, f in columns]
     if any(r["status"] != "ok" for r in table):
         columns = columns + [("status", "status", "")]
     print()
@@ -170,11 +244,16 @@ def run(argv: list[str]) -> int:
     title = f"{base.dataset}, {base.num_nodes} nodes, {base.partition} partition, {base.num_rounds} rounds"
     common.write_markdown(
         os.path.join(out, "comparison.md"),
-        [f"# jaxgossip demo: {title}", f"data: {dataset.source}", plots.format_table(table, columns, markdown=True),
-         plots.table_legend(columns)],
+        [
+            f"# jaxgossip demo: {title}",
+            f"data: {dataset.source}",
+            plots.format_table(table, columns, markdown=True),
+            plots.table_legend(columns),
+        ],
     )
-    common.write_json(os.path.join(out, "comparison.json"),
-                      {"config": base.to_dict(), "cost_model": cost.to_dict(), "rows": table})
+    common.write_json(
+        os.path.join(out, "comparison.json"), {"config": base.to_dict(), "cost_model": cost.to_dict(), "rows": table}
+    )
     print(
         f"wrote {out}/comparison.md, comparison.json and plots "
         "(accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)"

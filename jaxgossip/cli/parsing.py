@@ -93,12 +93,15 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _is_list(hint: Any) -> str | None:
-    """"list" for list/tuple types, "maybe" for unions with a list (``int | list[int]``)."""
+    """ "list" for list/tuple types, "maybe" for unions with a list (``int | list[int]``)."""
     origin = typing.get_origin(hint)
     if origin in (list, tuple):
         return "list"
     if origin in (typing.Union, types.UnionType):
-        if any(typing.get_origin(a) in (list, tuple) for a in typing.get_args(hint)):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if all(typing.get_origin(a) in (list, tuple) for a in args):
+            return "list"  # an optional list: a single item is still a list
+        if any(typing.get_origin(a) in (list, tuple) for a in args):
             return "maybe"
     return None
 
@@ -130,9 +133,12 @@ def build_parser(command: Command) -> ArgumentParser:
         exit_on_error=False,
         allow_abbrev=False,
     )
-    parser.add_argument("--config", type=typing.Optional[str], default=None,
-                        help="config file: YAML, JSON or Python with get_config() (fields as below; "
-                        "command-line options override it)")
+    parser.add_argument(
+        "--config",
+        type=str | None,
+        default=None,
+        help="config file: YAML, JSON or Python with get_config() (fields as below; command-line options override it)",
+    )
     for flag, help_text in command.flags.items():
         parser.add_argument(f"--{flag}", action="store_true", help=help_text)
     for cls, title in command.classes:
@@ -145,7 +151,9 @@ def build_parser(command: Command) -> ArgumentParser:
                 default = field.default_factory()
             default = command.defaults.get(field.name, default)
             group.add_argument(
-                f"--{field.name}", type=hints[field.name], default=default,
+                f"--{field.name}",
+                type=hints[field.name],
+                default=default,
                 help=command.field_help.get(field.name, ""),
             )
     for title, options in command.extra.items():
@@ -164,7 +172,7 @@ class _Layout:
 
     @classmethod
     def of(cls, command: Command) -> _Layout:
-        hints = {"config": typing.Optional[str]}
+        hints = {"config": str | None}
         for klass, _ in command.classes:
             hints.update(_hints(klass))
         for options in command.extra.values():
@@ -374,7 +382,9 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
         if value.strip().lower() == "none" and _optional(hint):
             value = "null"
         kind, stripped = _is_list(hint), value.strip()
-        if not stripped.startswith("[") and (kind == "list" or (kind == "maybe" and "," in stripped)):
+        if stripped == "null" or stripped.startswith("["):
+            pass
+        elif kind == "list" or (kind == "maybe" and "," in stripped):
             value = f"[{stripped}]"  # 100,150 -> [100,150]; a bare count stays a count for int | list
         tokens.append(f"--{key}={value}")
     return tokens, overrides, config, given
