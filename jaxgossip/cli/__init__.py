@@ -28,7 +28,7 @@ COMMANDS = {
     "sweep": ("jaxgossip.cli.sweep", "vmap a training run over seeds x --sweep.AXIS=values in one compile"),
     "consensus": ("jaxgossip.cli.consensus", "communication-only consensus comparison of algorithms"),
     "topology-sweep": ("jaxgossip.cli.topology_sweep", "one algorithm on many graphs x sizes x seeds"),
-    "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push and SCSP"),
+    "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push, SCSP, or --algorithms"),
 }
 
 
