@@ -6,6 +6,8 @@ keeping private copies (``tests/`` is on ``sys.path`` through pytest's rootdir c
 import functools
 import json
 import math
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -402,3 +404,11 @@ def start_cli(command: str, argv, out, env):
         text=True,
         env=env,
     )
+
+
+def readme_plugin() -> str:
+    """The README's complete plug-in file (section "Adding an algorithm"): ``my_file.py``, whose
+    ``damped_gossip`` the README names as ``my_file:damped_gossip``."""
+    text = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("### Adding an algorithm", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)

@@ -14,7 +14,6 @@ import importlib
 import json
 import os
 import pathlib
-import re
 import sys
 
 import jax
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _reference import start_cli
+from _reference import readme_plugin, start_cli
 from tiny import tiny_config
 
 import jaxgossip as jg
@@ -46,16 +45,10 @@ TINY = [
 COST = ["--link.bandwidth=1e9", "--link.latency=1e-3"]
 
 
-def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Adding an algorithm", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plugin")
-    (folder / "my_file.py").write_text(readme_example())
+    (folder / "my_file.py").write_text(readme_plugin())
     sys.path.insert(0, str(folder))
     importlib.invalidate_caches()
     yield folder
