@@ -20,6 +20,10 @@ update of node i at local step h of round k (``optimizer.update`` of the gradien
   sum is kept, ``x^k`` itself is gossiped, and ``x^{k+1} = comm(x^k) + sum_h u^{k,h}``. For H = 1
   this is train.py's rule ``x^{k+1} = comm(x^k) - opt(g(z^k))``.
 
+An algorithm with a gradient hook (gradient tracking, QGM) sees every gradient before the
+optimizer does and may replace it: ``u = optimizer.update(hook(g, z))``, through
+:func:`jaxgossip.local_step.local_update`, the code path :mod:`jaxgossip.train` shares.
+
 Local steps do not communicate, so the bits per round do not depend on H. Optimizer state
 (momentum, Adam moments) is node-local and never communicated.
 

@@ -14,6 +14,9 @@ orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, sectio
   from ``x^k``, ``x^k`` itself is gossiped, and ``x^{k+1} = comm(x^k) + sum_h u^{k,h}``; with
   H = 1, ``x^{k+1} = comm(x^k) - opt(g(z^k))``.
 
+An algorithm's optional gradient hook runs on every gradient before the optimizer
+(:func:`jaxgossip.local_step.local_update`, shared with :mod:`jaxgossip.optimization`).
+
 Local steps do not communicate, so bits per round do not depend on H. Keys: round k splits its key
 into ``(next, key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
 themselves (the one-step trainer, bitwise), with H > 1 step h uses the h-th of
