@@ -56,15 +56,17 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
     H (the mean displacement per local step). ``step`` is plain gossip (D_bits per
     out-neighbour): the buffer is local and never sent.
 
-    ``lr`` must equal the optimizer's step size: the buffer converts a model displacement into
+    Weight decay in the optimizer chain (``optax.add_decayed_weights``) acts on ``m_t``; the
+    authors' code adds it to ``g_t`` before the momentum (so it enters the buffer). ``lr`` must
+    equal the optimizer's step size: the buffer converts a model displacement into
     gradient units with it. Under a learning-rate schedule pass the peak value; the buffer is then
     scaled down while the rate decays (the paper's code divides by the current rate).
 
     Args:
       topology: doubly stochastic graph, static or time-varying.
       lr: eta > 0, the local optimizer's learning rate (float or array, sweepable).
-      beta: momentum in [0, 1) (float or array); the paper uses the same value for the buffer's
-        averaging rate, as here.
+      beta: momentum in [0, 1) (float or array), also the buffer's averaging rate (the authors'
+        code defaults that rate to 0.9, their momentum).
       nesterov: Nesterov form of the local heavy-ball step (Python bool).
 
     Returns:
