@@ -422,9 +422,15 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     data_seed = config.seed if config.data_seed is None else config.data_seed
     topo = check_topology(config.topology, config.num_nodes, data_seed)
     check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
-    if merge is not None:
-        from jaxgossip import algorithms
+    from jaxgossip import algorithms
 
+    orderings = algorithms.resolve(config.algorithm).orderings
+    if config.ordering not in orderings:
+        raise ValueError(
+            f"ordering={config.ordering!r}: {config.algorithm} is registered with orderings={orderings} "
+            f"(its docstring says why); use --ordering={orderings[0]}"
+        )
+    if merge is not None:
         try:
             algorithms.make_merge(topo, merge)
         except (ValueError, TypeError) as err:

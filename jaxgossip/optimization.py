@@ -20,6 +20,10 @@ update of node i at local step h of round k (``optimizer.update`` of the gradien
   sum is kept, ``x^k`` itself is gossiped, and ``x^{k+1} = comm(x^k) + sum_h u^{k,h}``. For H = 1
   this is train.py's rule ``x^{k+1} = comm(x^k) - opt(g(z^k))``.
 
+An algorithm with a gradient hook (gradient tracking, QGM) sees every gradient before the
+optimizer does and may replace it: ``u = optimizer.update(hook(g, z))``, through
+:func:`jaxgossip.local_step.local_update`, the code path :mod:`jaxgossip.train` shares.
+
 Local steps do not communicate, so the bits per round do not depend on H. Optimizer state
 (momentum, Adam moments) is node-local and never communicated.
 
@@ -50,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import consensus_distance, node_mean
 from jaxgossip.train import ORDERINGS
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
@@ -166,6 +171,7 @@ def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering
     _positive_int("local_steps", local_steps)
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering={ordering!r} is unknown; known orderings: {ORDERINGS}")
+    check_ordering(alg, ordering)
     if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
     _num_nodes(x0)
@@ -212,29 +218,27 @@ def optimization_scan(
     nodes = jnp.arange(num_nodes, dtype=jnp.int32)
     key_eval, key_run = jax.random.split(key)
     node_grad = jax.vmap(jax.value_and_grad(loss_fn), in_axes=(0, 0, 0))
-    opt_update = jax.vmap(optimizer.update)
 
     def objective(x, state):
         z_bar = node_mean(alg.debias(x, state))
         return jnp.mean(jax.vmap(objective_fn, in_axes=(None, 0, None))(z_bar, nodes, key_eval))
 
-    def local_step(state, carry, keys):
-        """One optimizer step of every node at the debiased local iterate; carry = (y, sum u, opt)."""
-        y, total, opt_state = carry
+    def local_step(carry, keys):
+        """One optimizer step of every node at the debiased local iterate (through the algorithm's
+        gradient hook, if any); carry = (y, sum u, opt, algorithm state)."""
+        y, total, opt_state, state = carry
         z = alg.debias(y, state)
         loss, grads = node_grad(z, nodes, keys)
-        updates, opt_state = opt_update(grads, opt_state, z)
+        updates, opt_state, state = local_update(alg, optimizer, grads, z, opt_state, state)
         y = optax.apply_updates(y, updates)
         total = jax.tree_util.tree_map(jnp.add, total, updates)
-        return (y, total, opt_state), loss
+        return (y, total, opt_state, state), loss
 
     def round_fn(carry, round_key):
         x, state, opt_state = carry
         round_key_comm, round_keys_local = _round_keys(round_key, int(local_steps), num_nodes)
         zeros = jax.tree_util.tree_map(jnp.zeros_like, x)
-        (y, total, opt_state), losses = jax.lax.scan(
-            lambda c, k: local_step(state, c, k), (x, zeros, opt_state), round_keys_local
-        )
+        (y, total, opt_state, state), losses = jax.lax.scan(local_step, (x, zeros, opt_state, state), round_keys_local)
         if ordering == "atc":
             x, state, info = alg.step(y, state, round_key_comm)
         else:

@@ -14,6 +14,9 @@ orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, sectio
   from ``x^k``, ``x^k`` itself is gossiped, and ``x^{k+1} = comm(x^k) + sum_h u^{k,h}``; with
   H = 1, ``x^{k+1} = comm(x^k) - opt(g(z^k))``.
 
+An algorithm's optional gradient hook runs on every gradient before the optimizer
+(:func:`jaxgossip.local_step.local_update`, shared with :mod:`jaxgossip.optimization`).
+
 Local steps do not communicate, so bits per round do not depend on H. Keys: round k splits its key
 into ``(next, key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
 themselves (the one-step trainer, bitwise), with H > 1 step h uses the h-th of
@@ -40,8 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import check_params, consensus_distance, node_mean
-from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
+from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = [
     "ModelFns",
@@ -59,8 +63,6 @@ __all__ = [
     "NaNLossError",
     "check_finite",
 ]
-
-ORDERINGS = ("atc", "same_iterate")
 
 
 class NaNLossError(FloatingPointError):
@@ -244,6 +246,7 @@ class _LocalCarry(NamedTuple):
     params: Params
     batch_stats: Any
     opt_state: Any
+    comm_state: Any  # the algorithm state (its gradient hook may update it)
 
 
 class Trainer(NamedTuple):
@@ -363,8 +366,7 @@ def make_train(
     from jaxgossip import data as _data
 
     model = as_model_fns(model)
-    if ordering not in ORDERINGS:
-        raise ValueError(f"ordering={ordering!r} is unknown; known orderings: {ORDERINGS}")
+    check_ordering(algorithm, ordering)
     for name, value in (
         ("num_rounds", num_rounds),
         ("batch_size", batch_size),
@@ -417,29 +419,32 @@ def make_train(
             bits=jnp.zeros([num_nodes], jnp.float32),
         )
 
-    def local_step(comm_state, carry: _LocalCarry, keys) -> tuple[_LocalCarry, tuple[Any, Array]]:
-        """One optimizer step of every node on a fresh batch, gradient at the debiased ``y``."""
-        y, stats, opt_state = carry
+    def local_step(carry: _LocalCarry, keys) -> tuple[_LocalCarry, tuple[Any, Array]]:
+        """One optimizer step of every node on a fresh batch, gradient at the debiased ``y``
+        (through the algorithm's gradient hook, if any)."""
+        y, stats, opt_state, comm_state = carry
         key_batch, key_aug = keys
         x, labels = sampler(shards, key_batch, batch_size)
         if augment is not None:
             x = jax.vmap(augment)(jax.random.split(key_aug, num_nodes), x)
         z = algorithm.debias(y, comm_state)
         (loss, stats), grads = grad_fn(z, stats, x, labels)
-        updates, opt_state = jax.vmap(optimizer.update)(grads, opt_state, z)
-        return _LocalCarry(optax.apply_updates(y, updates), stats, opt_state), (updates, jnp.mean(loss))
+        updates, opt_state, comm_state = local_update(algorithm, optimizer, grads, z, opt_state, comm_state)
+        new = _LocalCarry(optax.apply_updates(y, updates), stats, opt_state, comm_state)
+        return new, (updates, jnp.mean(loss))
 
     def local_steps_fn(state: TrainState, key_batch, key_aug):
-        """The H local steps of one round: ``(y^{k,H}, stats, opt_state), sum_h u^{k,h}, mean loss``."""
-        carry = _LocalCarry(state.params, state.batch_stats, state.opt_state)
+        """The H local steps of one round: ``(y^{k,H}, stats, opt_state, comm_state), sum_h u^{k,h},
+        mean loss``."""
+        carry = _LocalCarry(state.params, state.batch_stats, state.opt_state, state.comm_state)
         if local_steps == 1:  # no scan, so that H = 1 compiles to exactly the one-step trainer
-            carry, (updates, loss) = local_step(state.comm_state, carry, (key_batch, key_aug))
+            carry, (updates, loss) = local_step(carry, (key_batch, key_aug))
             return carry, updates, loss
         keys = (jax.random.split(key_batch, local_steps), jax.random.split(key_aug, local_steps))
 
         def body(c, k):
-            (y, stats, opt_state), total = c
-            inner, (updates, loss) = local_step(state.comm_state, _LocalCarry(y, stats, opt_state), k)
+            inner, total = c
+            inner, (updates, loss) = local_step(inner, k)
             return (inner, jax.tree_util.tree_map(jnp.add, total, updates)), loss
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
@@ -448,11 +453,11 @@ def make_train(
 
     def round_fn(state: TrainState, _) -> tuple[TrainState, Array]:
         key, key_batch, key_aug, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
-        (y, stats, opt_state), updates, loss = local_steps_fn(state, key_batch, key_aug)
+        (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(state, key_batch, key_aug)
         if ordering == "atc":
-            params, comm_state, info = algorithm.step(y, state.comm_state, key_comm)
+            params, comm_state, info = algorithm.step(y, comm_state, key_comm)
         else:
-            params, comm_state, info = algorithm.step(state.params, state.comm_state, key_comm)
+            params, comm_state, info = algorithm.step(state.params, comm_state, key_comm)
             params = optax.apply_updates(params, updates)
         new_state = TrainState(
             params=params,

@@ -33,6 +33,8 @@ class StepInfo(NamedTuple):
 InitFn = Callable[[Params], State]
 StepFn = Callable[[Params, State, PRNGKey], tuple[Params, State, StepInfo]]
 DebiasFn = Callable[[Params, State], Params]
+Grads = Any  # pytree like Params: one gradient per node, leaves [N, ...]
+GradientFn = Callable[[Grads, Params, State], tuple[Grads, State]]
 
 
 class GossipAlgorithm(NamedTuple):
@@ -45,15 +47,26 @@ class GossipAlgorithm(NamedTuple):
       debias: ``z = debias(params, state)``: the model each node evaluates and differentiates at
         (``x / w`` for push-sum methods, ``params`` otherwise).
       name: registry name of the algorithm (static metadata).
+      gradient: optional gradient hook, ``grads, state = gradient(grads, params, state)``, for
+        gradient-aware methods (gradient tracking, quasi-global momentum). The runners call it
+        once per local step, on the stacked gradients (leaves ``[N, ...]``) and the debiased
+        params they were taken at, and feed the grads it returns to the local optimizer
+        (:func:`jaxgossip.local_step.local_update`). It is node-local: it may read and write the
+        state and replace the gradient, but sends nothing; every message is sent (and its bits
+        counted) in ``step``. ``None`` (the default) leaves the gradient untouched.
     """
 
     init: InitFn
     step: StepFn
     debias: DebiasFn
     name: str = ""
+    gradient: GradientFn | None = None
 
 
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
+# The runners' orderings of local step and communication (jaxgossip.train.ORDERINGS, repeated here
+# because types.py imports no other jaxgossip module).
+ORDERINGS = ("atc", "same_iterate")
 
 
 def one_exchange(options: Mapping[str, Any]) -> int:
@@ -83,6 +96,9 @@ class AlgorithmInfo:
       trainer_options: option defaults the trainer sets (a user's option wins).
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
         range on a symmetric W is checked (``jaxgossip.config.gamma_warning``).
+      orderings: the runner orderings under which it is the method it claims to be (default
+        both); :func:`jaxgossip.local_step.check_ordering` refuses the others. D^2 corrects the
+        model that was communicated, so it needs the local step before communication ("atc").
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -94,6 +110,7 @@ class AlgorithmInfo:
     allreduce_cost: bool = False
     trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     relaxation_gamma: bool = False
+    orderings: tuple[str, ...] = ORDERINGS
 
     def __post_init__(self):
         if not callable(self.factory):
@@ -105,6 +122,12 @@ class AlgorithmInfo:
                 raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
         if not callable(self.exchanges):
             raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
+        if (
+            not isinstance(self.orderings, tuple)
+            or not self.orderings
+            or any(o not in ORDERINGS for o in self.orderings)
+        ):
+            raise ValueError(f"orderings={self.orderings!r} must be a non-empty tuple of {ORDERINGS}")
         for field in ("shape_options", "trainer_options"):
             if not isinstance(getattr(self, field), Mapping):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")

@@ -35,12 +35,18 @@ KWARGS = {
     "push_sum": {},
     "sparse_push": {"fraction": 0.5, "gamma": 0.5},
     "scsp": {"fraction": 0.5, "gamma": 0.5},
+    # lambda_min of the uniform 8-ring is -1/3, D^2's limit: gamma = 0.5 is Exact Diffusion.
+    "d2": {"gamma": 0.5},
+    "qgm": {"lr": 0.1},
+    # theta bounds the spread of the suite's N(0, 1) models (max |x_i - x_j| about 6).
+    "moniqua": {"theta": 8.0, "bits": 8, "gamma": 0.5},
 }
 # Consensus after CONVERGE_STEPS rounds must fall below this fraction of the initial error.
 # DeepSqueeze with a biased compressor provably stops in a neighbourhood of the average (its
-# docstring), so it only has to decrease substantially.
+# docstring), so it only has to decrease substantially; so does Moniqua, whose rounding of the
+# differences to the grid delta * B leaves a floor of order (gamma delta B)^2 (its docstring).
 CONVERGE_STEPS = 200
-CONVERGE_FACTOR = {"deepsqueeze": 1e-2}
+CONVERGE_FACTOR = {"deepsqueeze": 1e-2, "moniqua": 1e-3}
 DEFAULT_CONVERGE_FACTOR = 1e-6
 
 

@@ -23,6 +23,9 @@ ALG_OPTIONS = {
     "sparse_push": {"fraction": 0.25, "gamma": 0.5},
     "scsp": {"fraction": 0.25, "gamma": 0.5},
     "power_gossip": {"rank": 1},
+    "d2": {"gamma": 0.5},  # the uniform 8-ring's lambda_min = -1/3 is D^2's limit (its docstring)
+    "qgm": {"lr": 0.1},  # the optimizer's learning rate
+    "moniqua": {"theta": 1.0, "gamma": 0.5},
 }
 PUSH = ("push_sum", "sparse_push", "scsp")
 

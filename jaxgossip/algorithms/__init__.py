@@ -11,19 +11,27 @@ from __future__ import annotations
 
 from jaxgossip.algorithms import allreduce as _allreduce
 from jaxgossip.algorithms import choco as _choco
+from jaxgossip.algorithms import d2 as _d2
 from jaxgossip.algorithms import deepsqueeze as _deepsqueeze
 from jaxgossip.algorithms import gossip as _gossip
+from jaxgossip.algorithms import gradient_tracking as _gradient_tracking
+from jaxgossip.algorithms import moniqua as _moniqua
 from jaxgossip.algorithms import power_gossip as _power_gossip
 from jaxgossip.algorithms import push_sum as _push_sum
+from jaxgossip.algorithms import qgm as _qgm
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
 from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.choco import choco
+from jaxgossip.algorithms.d2 import d2
 from jaxgossip.algorithms.deepsqueeze import deepsqueeze
 from jaxgossip.algorithms.gossip import gossip
+from jaxgossip.algorithms.gradient_tracking import gradient_tracking
 from jaxgossip.algorithms.merge import make_merge, merge
+from jaxgossip.algorithms.moniqua import moniqua
 from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
+from jaxgossip.algorithms.qgm import qgm
 from jaxgossip.algorithms.registry import INFOS, REGISTRY, check_graph, info, make, register, register_builtin, resolve
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
@@ -38,6 +46,10 @@ register_builtin("power_gossip", _power_gossip.INFO)
 register_builtin("push_sum", _push_sum.INFO)
 register_builtin("sparse_push", _sparse_push.INFO)
 register_builtin("scsp", _scsp.INFO)
+register_builtin("gradient_tracking", _gradient_tracking.INFO)
+register_builtin("d2", _d2.INFO)
+register_builtin("qgm", _qgm.INFO)
+register_builtin("moniqua", _moniqua.INFO)
 
 __all__ = [
     "REGISTRY",
@@ -56,6 +68,10 @@ __all__ = [
     "push_sum",
     "sparse_push",
     "scsp",
+    "gradient_tracking",
+    "d2",
+    "qgm",
+    "moniqua",
     "merge",
     "make_merge",
 ]

@@ -151,12 +151,15 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
         return
     if not entry.stackable:
         common.require_host_topology(topology, name)
-    if entry.mixing in ("doubly_stochastic", "symmetric"):
-        common.require_doubly_stochastic(topology, name)
-    if entry.mixing == "symmetric" and topology.host_tables:
-        require_symmetric(topology, name)
-    if entry.mixing == "column_stochastic":
-        common.require_column_stochastic(topology, name)
+    try:
+        if entry.mixing in ("doubly_stochastic", "symmetric"):
+            common.require_doubly_stochastic(topology, name)
+        if entry.mixing == "symmetric" and topology.host_tables:
+            require_symmetric(topology, name)
+        if entry.mixing == "column_stochastic":
+            common.require_column_stochastic(topology, name)
+    except ValueError as err:  # say where the requirement comes from: the algorithm's metadata
+        raise ValueError(f"{err} ({name} is registered with mixing={entry.mixing!r})") from None
     if not entry.time_varying and topology.period != 1:
         raise ValueError(
             f"{name} needs a static topology (period T = 1): it is registered with time_varying=False; "

@@ -1,0 +1,84 @@
+"""The local update both runners share: gradient hook, then the local optimizer.
+
+:func:`jaxgossip.optimization.optimization_scan` and :func:`jaxgossip.train.make_train` compute
+every node's gradient at its debiased local iterate ``z`` and turn it into an update through
+:func:`local_update`, the one place where an algorithm's optional gradient hook
+(:attr:`jaxgossip.types.GossipAlgorithm.gradient`) runs:
+
+.. math::
+
+    (\\tilde g, s) = \\mathrm{gradient}(g, z, s), \\qquad
+    (u, o) = \\mathrm{optimizer.update}(\\tilde g, o, z)
+
+with ``g`` and ``z`` stacked over the N nodes (leaves ``[N, ...]``), ``s`` the algorithm state
+and ``o`` the per-node optimizer state (vmapped). Without a hook ``g~ = g`` and ``s`` is untouched,
+so algorithms without one run exactly as before the hook existed.
+
+The hook runs once per local step (H times per round with ``local_steps = H``), under either
+ordering, before the communication round of ``step``; it sends nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import optax
+
+from jaxgossip.types import ORDERINGS, GossipAlgorithm, Params
+
+__all__ = ["LocalUpdate", "local_update", "check_ordering"]
+
+
+class LocalUpdate(NamedTuple):
+    """What :func:`local_update` returns (leaves ``[N, ...]``)."""
+
+    updates: Params  # the optimizer's update of every node, to be added to its params
+    opt_state: Any  # the new per-node optimizer state
+    comm_state: Any  # the algorithm state, as the gradient hook left it
+
+
+def local_update(
+    alg: GossipAlgorithm,
+    optimizer: optax.GradientTransformation,
+    grads: Params,
+    params: Params,
+    opt_state: Any,
+    comm_state: Any,
+) -> LocalUpdate:
+    """Runs ``alg``'s gradient hook (if any) on ``grads`` taken at ``params``, then the optimizer.
+
+    Args:
+      alg: the communication algorithm; its ``gradient`` field may be None.
+      optimizer: the local optax transformation, applied per node (``vmap``).
+      grads: gradients of every node, leaves ``[N, ...]``.
+      params: the (debiased) params the gradients were taken at, leaves ``[N, ...]``.
+      opt_state: per-node optimizer state.
+      comm_state: the algorithm state.
+
+    Returns:
+      :class:`LocalUpdate` ``(updates, opt_state, comm_state)``.
+    """
+    hook = getattr(alg, "gradient", None)
+    if hook is not None:
+        grads, comm_state = hook(grads, params, comm_state)
+    updates, opt_state = jax.vmap(optimizer.update)(grads, opt_state, params)
+    return LocalUpdate(updates, opt_state, comm_state)
+
+
+def check_ordering(alg: GossipAlgorithm, ordering: str) -> None:
+    """Raises ValueError when the registry metadata of ``alg`` (looked up by ``alg.name``) does not
+    list ``ordering`` in :attr:`~jaxgossip.types.AlgorithmInfo.orderings`; unknown orderings too.
+
+    An algorithm whose name is not registered (a plug-in used without registering) is not checked.
+    """
+    if ordering not in ORDERINGS:
+        raise ValueError(f"ordering={ordering!r} is unknown; known orderings: {ORDERINGS}")
+    from jaxgossip.algorithms import registry  # the registry imports every algorithm file
+
+    entry = registry.INFOS.get(getattr(alg, "name", ""))
+    if entry is not None and ordering not in entry.orderings:
+        raise ValueError(
+            f"{alg.name} is registered with orderings={entry.orderings}: ordering={ordering!r} would run a "
+            f"different method (its docstring says why); use ordering={entry.orderings[0]!r}"
+        )
