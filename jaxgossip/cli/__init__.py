@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     try:
+        # Joins a multi-process run when the environment asks for one (python -m jaxgossip.launch,
+        # or JAXGOSSIP_* set by hand on every host); before any command touches a device.
+        from jaxgossip.distributed import initialize_from_env
+
+        initialize_from_env()
         return module.run(argv[1:])
     except KeyboardInterrupt:
         print(f"jaxgossip {name}: interrupted", file=sys.stderr)
