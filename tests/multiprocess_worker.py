@@ -1,6 +1,7 @@
 """One process of the multi-process test (tests/test_multiprocess.py starts two of them with
 ``jaxgossip.launch``): trains through the ``jaxgossip train`` command with the node axis over all
-processes' devices, then runs a sharded consensus; process 0 saves the consensus result.
+processes' devices (5 rounds, then resumed from the checkpoint to 10), then runs a sharded
+consensus; process 0 saves the consensus result.
 
   python tests/multiprocess_worker.py OUT_DIR
 """
@@ -21,7 +22,6 @@ TRAIN_ARGS = [
     "--model=mlp",
     "--model_options.hidden=[8]",
     "--batch_size=8",
-    "--num_rounds=10",
     "--eval_every=5",
     "--evals_per_chunk=1",
     "--lr=0.05",
@@ -45,11 +45,13 @@ def consensus(x0):
 
 def main(out: str) -> int:
     distributed.initialize_from_env()
-    status = cli_main(
-        ["train", *TRAIN_ARGS, f"--devices={jax.device_count()}", "--no-progress", "--out", f"{out}/train"]
-    )
-    if status:
-        return status
+    train = ["train", *TRAIN_ARGS, f"--devices={jax.device_count()}", "--no-progress", "--out", f"{out}/train"]
+    # Half the rounds, then the same command with all of them: the second run restores the orbax
+    # checkpoint on every process and continues.
+    for rounds in (5, 10):
+        status = cli_main([*train, f"--num_rounds={rounds}"])
+        if status:
+            return status
     mesh = sharding.node_mesh(8)
     result = consensus(sharding.shard_nodes(consensus_x0(), mesh, 8))
     host = distributed.to_host({"error": result.error, "x": result.x})

@@ -1,8 +1,8 @@
 """Several JAX processes, one run: ``python -m jaxgossip.launch`` starts 2 processes x 4 CPU devices
-(gloo collectives, coordinator on localhost), which train through ``jaxgossip train`` and run a
-consensus with the node axis over all 8 devices (tests/multiprocess_worker.py). The results equal
-the single-process run on 8 devices (this pytest process, tests/conftest.py), and the files are
-written once."""
+(gloo collectives, coordinator on localhost), which train through ``jaxgossip train`` (stopping
+half-way and resuming from the orbax checkpoint) and run a consensus, with the node axis over all 8
+devices (tests/multiprocess_worker.py). The results equal the uninterrupted single-process run on
+8 devices (this pytest process, tests/conftest.py), and the files are written once."""
 
 import concurrent.futures
 import io
@@ -47,7 +47,15 @@ def test_two_processes_equal_one_process(tmp_path):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         running = pool.submit(launch.launch, command, 2, cpu_devices=4, timeout=240, stdout=out, env=env)
         ref_status = cli_main(
-            ["train", *worker.TRAIN_ARGS, "--devices=8", "--no-progress", "--out", str(tmp_path / "one")]
+            [
+                "train",
+                *worker.TRAIN_ARGS,
+                "--num_rounds=10",
+                "--devices=8",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "one"),
+            ]
         )
         result = running.result()
     log = out.getvalue()
@@ -55,6 +63,7 @@ def test_two_processes_equal_one_process(tmp_path):
     assert "process 0 of 2, 8 devices: consensus done" in log
     assert "[process 1] process 1 of 2, 8 devices: consensus done" in log
     assert ref_status == 0
+    assert "resumed from" in log and "at round 5" in log  # the second run restored the checkpoint
 
     # Metrics: written once by process 0, equal to the reference.
     mp_rows = json.loads((tmp_path / "mp/train/metrics.json").read_text())["rows"]
@@ -68,7 +77,8 @@ def test_two_processes_equal_one_process(tmp_path):
             else:
                 assert got[key] == want[key], (key, got[key], want[key])
 
-    # Checkpoints: both kept steps complete, the state bitwise equal to the reference's.
+    # Checkpoints: both kept steps complete, the state (after a save and a restore on every process)
+    # bitwise equal to the uninterrupted reference's.
     ckpt = tmp_path / "mp/train/checkpoint"
     assert sorted(os.listdir(ckpt)) == ["10", "5"]
     got, want = _restore_state(str(ckpt), 10), _restore_state(str(tmp_path / "one/checkpoint"), 10)
