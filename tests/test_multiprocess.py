@@ -180,3 +180,11 @@ def test_single_process_helpers():
     distributed.barrier("noop")
     tree = {"a": jax.numpy.arange(8.0)}
     np.testing.assert_array_equal(distributed.to_host(tree)["a"], np.arange(8.0))
+
+
+def test_only_train_runs_over_several_processes(monkeypatch, capsys):
+    # As if the environment had joined a multi-process run: the other commands would each run whole
+    # in every process and write the same files, so they are refused.
+    monkeypatch.setattr(distributed, "initialize_from_env", lambda: True)
+    assert cli_main(["consensus", "--num_steps=3"]) == 2
+    assert "consensus runs in one process; of the commands, only train spreads" in capsys.readouterr().err

@@ -20,7 +20,7 @@ import zlib
 from jaxgossip.cli.demo import demo_runs
 from jaxgossip.config import did_you_mean
 
-__all__ = ["main", "demo_runs", "COMMANDS"]
+__all__ = ["main", "demo_runs", "COMMANDS", "MULTI_PROCESS_COMMANDS"]
 
 # command -> (module, one-line help)
 COMMANDS = {
@@ -30,6 +30,9 @@ COMMANDS = {
     "topology-sweep": ("jaxgossip.cli.topology_sweep", "one algorithm on many graphs x sizes x seeds"),
     "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push and SCSP"),
 }
+
+# commands that run over several processes (the node axis sharded over all of them)
+MULTI_PROCESS_COMMANDS = ("train",)
 
 
 def _overview() -> str:
@@ -67,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         # or JAXGOSSIP_* set by hand on every host); before any command touches a device.
         from jaxgossip.distributed import initialize_from_env
 
-        initialize_from_env()
+        if initialize_from_env() and name not in MULTI_PROCESS_COMMANDS:
+            # These commands would run whole in every process and all write the same files.
+            raise ValueError(
+                f"{name} runs in one process; of the commands, only {', '.join(MULTI_PROCESS_COMMANDS)} spreads "
+                "over several (in Python, run_consensus takes node-sharded params on any mesh)"
+            )
         return module.run(argv[1:])
     except KeyboardInterrupt:
         print(f"jaxgossip {name}: interrupted", file=sys.stderr)
