@@ -179,6 +179,9 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
         manager.save(
             step,
             args=ocp.args.Composite(
+                # Host copies (gathered from every process in a multi-process run): the files
+                # then do not depend on the mesh, so any device count can restore them. orbax
+                # writes NumPy arrays from process 0 only, while all processes take part.
                 state=ocp.args.StandardSave(distributed.to_host(state)),
                 history=ocp.args.StandardSave(arrays),
                 meta=ocp.args.JsonSave(meta),

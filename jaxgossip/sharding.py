@@ -36,6 +36,7 @@ from jaxgossip.types import Params
 
 __all__ = ["node_mesh", "shard_nodes", "NODE_AXIS", "circulant_shifts", "mix_ppermute"]
 
+
 def node_mesh(num_nodes: int, devices: int | Sequence[Any] | None = None) -> Mesh:
     """A 1-D mesh named ``"nodes"`` over ``devices`` (an int takes the first that many).
 

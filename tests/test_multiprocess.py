@@ -81,6 +81,8 @@ def test_two_processes_equal_one_process(tmp_path):
     # bitwise equal to the uninterrupted reference's.
     ckpt = tmp_path / "mp/train/checkpoint"
     assert sorted(os.listdir(ckpt)) == ["10", "5"]
+    written = [os.path.join(root, name) for root, dirs, files in os.walk(ckpt) for name in dirs + files]
+    assert not [p for p in written if "process_1" in p], "process 1 wrote checkpoint files of its own"
     got, want = _restore_state(str(ckpt), 10), _restore_state(str(tmp_path / "one/checkpoint"), 10)
     assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree_util.tree_leaves(want)):
