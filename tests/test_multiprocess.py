@@ -115,17 +115,24 @@ def test_launch_stops_the_others_when_one_fails():
     assert "process 1 exited with status 3" in out.getvalue()
 
 
-def test_launch_timeout_and_environment():
+def test_launch_environment():
     code = (
-        "import os, time\nprint(os.environ['JAXGOSSIP_PROCESS_ID'], os.environ['JAXGOSSIP_NUM_PROCESSES'], "
-        "os.environ['JAX_NUM_CPU_DEVICES'], os.environ['JAX_CPU_COLLECTIVES_IMPLEMENTATION'], flush=True)\n"
-        "time.sleep(60)"
+        "import os\nprint(os.environ['JAXGOSSIP_PROCESS_ID'], os.environ['JAXGOSSIP_NUM_PROCESSES'], "
+        "os.environ['JAX_NUM_CPU_DEVICES'], os.environ['JAX_CPU_COLLECTIVES_IMPLEMENTATION'])"
     )
     out = io.StringIO()
-    result = launch.launch(_python(code), 2, cpu_devices=3, stdout=out, timeout=3)
-    assert (result.returncode, result.timed_out) == (launch.TIMEOUT_STATUS, True)
+    result = launch.launch(_python(code), 2, cpu_devices=3, stdout=out, timeout=60)
+    assert (result.returncode, result.returncodes) == (0, [0, 0])
     lines = out.getvalue().splitlines()
     assert "0 2 3 gloo" in lines and "[process 1] 1 2 3 gloo" in lines
+
+
+def test_launch_timeout_stops_everything():
+    out = io.StringIO()
+    result = launch.launch(_python("import time\ntime.sleep(60)"), 2, stdout=out, timeout=0.5)
+    assert (result.returncode, result.timed_out, result.failed) == (launch.TIMEOUT_STATUS, True, None)
+    assert all(code is not None and code != 0 for code in result.returncodes)  # stopped, not left running
+    assert "timed out after 0.5 s" in out.getvalue()
 
 
 @pytest.mark.parametrize(
