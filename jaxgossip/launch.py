@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         result = launch(command, args.processes, cpu_devices=args.cpu_devices, port=args.port, timeout=args.timeout)
     except ValueError as err:
         parser.error(str(err))
+    except KeyboardInterrupt:  # the processes were stopped on the way out of launch()
+        print("jaxgossip.launch: interrupted; stopped every process", file=sys.stderr)
+        return 130
     return result.returncode
 
 
