@@ -170,6 +170,8 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
     """
     import orbax.checkpoint as ocp
 
+    from jaxgossip import distributed
+
     step = int(np.asarray(state.round))
     meta = {"config": config, "round": step, "wall_time": float(walls[-1]) if walls else 0.0, "walls": list(walls)}
     arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
@@ -177,7 +179,10 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
         manager.save(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardSave(jax.device_get(state)),
+                # Host copies (gathered from every process in a multi-process run): the files
+                # then do not depend on the mesh, so any device count can restore them. orbax
+                # writes NumPy arrays from process 0 only, while all processes take part.
+                state=ocp.args.StandardSave(distributed.to_host(state)),
                 history=ocp.args.StandardSave(arrays),
                 meta=ocp.args.JsonSave(meta),
             ),
@@ -225,7 +230,8 @@ def restore(ckpt_dir: str, like_state, config: dict) -> Restored:
 
 
 def clear(ckpt_dir: str) -> None:
-    """Deletes every checkpoint in ``ckpt_dir`` (a run started over with ``--no-resume``)."""
+    """Deletes every checkpoint in ``ckpt_dir`` (a run started over with ``--no-resume``; in a
+    multi-process run process 0 calls it)."""
     if os.path.isdir(ckpt_dir):
         shutil.rmtree(ckpt_dir)
 

@@ -193,6 +193,13 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
     parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=data_seed)
     shards = data.shard_dataset(dataset, parts)
     mesh = None
+    if jax.process_count() > 1 and config.devices != jax.device_count():
+        # Each process holds only its own nodes; a mesh that leaves a process out would make it
+        # compute nothing while still being asked to write its share of the checkpoint.
+        raise ValueError(
+            f"devices={config.devices}: a run over {jax.process_count()} processes must spread the node axis "
+            f"over all their devices, devices={jax.device_count()}"
+        )
     if config.devices != 1:
         from jaxgossip import sharding
 
@@ -369,7 +376,9 @@ def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[Tr
     merge_fn = jax.jit(algorithms.make_merge(built.topology, rounds))
     params, comm_state, info = merge_fn(state.params, state.comm_state)
     state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
-    point = jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss))
+    from jaxgossip.distributed import to_host
+
+    point = to_host(jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss)))
     row = metrics_to_rows(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point), built.trainer.local_steps)[0]
     return state, row
 
@@ -398,8 +407,15 @@ def run_training(
     jobs). With ``config.tensorboard`` the rows are also written as TensorBoard scalars under
     ``out_dir/tensorboard`` (:func:`jaxgossip.metric_writers.write_tensorboard`).
     """
-    from jaxgossip import checkpoint
+    from jaxgossip import checkpoint, distributed
 
+    # In a multi-process run every process trains (one SPMD program) and takes part in the orbax
+    # checkpoints, but only process 0 logs and writes the other files.
+    primary = distributed.is_primary()
+    if not primary:
+        log, progress, write_dir = (lambda message: None), False, None
+    else:
+        write_dir = out_dir
     built = build(config, dataset)
     trainer = built.trainer
     config_dict = config.to_dict()
@@ -413,10 +429,12 @@ def run_training(
         f"({built.num_params:,} params/node), partition {config.partition}, {config.num_rounds} rounds"
     )
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        if not resume:
-            checkpoint.clear(ckpt_dir)
-        _replace_file(os.path.join(out_dir, "config.json"), lambda f: json.dump(config_dict, f, indent=1))
+        if write_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            if not resume:
+                checkpoint.clear(ckpt_dir)
+            _replace_file(os.path.join(out_dir, "config.json"), lambda f: json.dump(config_dict, f, indent=1))
+        distributed.barrier("jaxgossip_run_training_out_dir")
 
     state = trainer.init(jax.random.key(config.seed))
     if built.mesh is not None:
@@ -460,18 +478,19 @@ def run_training(
             state, chunk_metrics = trainer.run_chunk(state, n)
             jax.block_until_ready(state)
             wall += time.perf_counter() - start
-            parts.append(jax.device_get(chunk_metrics))
+            chunk_metrics = distributed.to_host(chunk_metrics)
+            parts.append(chunk_metrics)
             walls.extend([wall] * n)
             done_evals += n
             chunks_run += 1
-            if out_dir:
+            if write_dir:
                 rows = _with_wall(metrics_to_rows(_concat(parts), trainer.local_steps), walls)
                 write_metrics(out_dir, rows, {**extra, "wall_time": wall})
             check_finite(chunk_metrics)
             if ckpt_dir:
                 checkpoint.save(ckpt_dir, state, _concat(parts), walls, config_dict)
             if bar is not None:
-                last = metrics_to_rows(jax.device_get(chunk_metrics), trainer.local_steps)[-1]
+                last = metrics_to_rows(chunk_metrics, trainer.local_steps)[-1]
                 bar.set_postfix(loss=f"{last['train_loss']:.3f}", acc=f"{last['test_acc']:.3f}")
                 bar.update(n * config.eval_every)
     finally:
@@ -486,7 +505,7 @@ def run_training(
         rows.append(dict(merged, phase="merged"))
         log(f"final merge ({config.final_merge}): acc {merged['test_acc']:.4f}")
     result = TrainingResult(built, metrics, rows, state, wall, done_evals >= total, start_round)
-    if out_dir:
+    if write_dir:
         write_metrics(out_dir, rows, run_summary(result))
         if getattr(config, "tensorboard", False):
             from jaxgossip.metric_writers import write_tensorboard

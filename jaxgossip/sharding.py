@@ -5,8 +5,9 @@ else is replicated. ``jit`` then partitions the vmapped local work so that each 
 own nodes, and the mixing gathers become cross-device collectives inserted by XLA. Results equal the
 single-device run (tested on 8 CPU devices).
 
-Multi-host: call ``jax.distributed.initialize()`` on every host first; ``jax.devices()`` then lists
-the devices of all hosts and the same mesh spans them. No launcher of our own is needed.
+Multi-host: call ``jax.distributed.initialize()`` on every host first (``jaxgossip.distributed``
+does it from the environment, ``python -m jaxgossip.launch`` starts P processes on one machine);
+``jax.devices()`` then lists the devices of all hosts and the same mesh spans them.
 
 Circulant graphs (ring, directed ring, exponential, one-peer exponential, complete) mix by
 ``shard_map`` over the ``"nodes"`` axis, where each neighbour shift is at most two ``lax.ppermute``
@@ -34,6 +35,7 @@ from jaxgossip.topology import Topology
 from jaxgossip.types import Params
 
 __all__ = ["node_mesh", "shard_nodes", "NODE_AXIS", "circulant_shifts", "mix_ppermute"]
+
 
 def node_mesh(num_nodes: int, devices: int | Sequence[Any] | None = None) -> Mesh:
     """A 1-D mesh named ``"nodes"`` over ``devices`` (an int takes the first that many).

@@ -35,6 +35,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -255,8 +256,11 @@ class Trainer(NamedTuple):
     Attributes:
       init: ``state = init(key)``.
       run_chunk: ``state, metrics = run_chunk(state, num_evals)``: ``num_evals * eval_every``
-        rounds with an evaluation after every ``eval_every`` (jitted; ``num_evals`` static).
-      train: ``state, metrics = train(key)``: the whole run, pure and vmappable over keys.
+        rounds with an evaluation after every ``eval_every`` (jitted; ``num_evals`` static). When
+        the shards span several processes it passes them to the jitted function as an argument
+        (it then has no ``lower``); otherwise it is the ``jax.jit`` function itself.
+      train: ``state, metrics = train(key)``: the whole run, pure and vmappable over keys (it
+        closes over the shards, so it runs in one process; several processes use ``run_chunk``).
       evaluate: ``metrics = evaluate(state, train_loss)`` at the current state (one point).
       num_evals: evaluation points of the whole run (``num_rounds // eval_every``).
       local_steps: H, local optimizer steps per round (local steps done = ``round * H``).
@@ -268,6 +272,25 @@ class Trainer(NamedTuple):
     evaluate: Callable
     num_evals: int
     local_steps: int = 1
+
+
+class _DataBound(NamedTuple):
+    """``run_chunk(state, num_evals)`` of a multi-process run: the jitted
+    ``chunk(state, num_evals, data)`` with the node-sharded ``data`` passed as a traced argument
+    on every call (closing over arrays that span other processes' devices is refused by JAX)."""
+
+    chunk: Callable
+    data: Any
+
+    def __call__(self, state, num_evals):
+        return self.chunk(state, num_evals, self.data)
+
+
+def _spans_processes(tree: Any) -> bool:
+    """Whether a leaf of ``tree`` lives partly on another process's devices."""
+    return any(
+        isinstance(leaf, jax.Array) and not leaf.is_fully_addressable for leaf in jax.tree_util.tree_leaves(tree)
+    )
 
 
 def _batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
@@ -419,12 +442,14 @@ def make_train(
             bits=jnp.zeros([num_nodes], jnp.float32),
         )
 
-    def local_step(carry: _LocalCarry, keys) -> tuple[_LocalCarry, tuple[Any, Array]]:
+    # The data shards travel as an argument (``data``) rather than a closure: a multi-process run
+    # cannot close over arrays that span other processes' devices.
+    def local_step(data, carry: _LocalCarry, keys) -> tuple[_LocalCarry, tuple[Any, Array]]:
         """One optimizer step of every node on a fresh batch, gradient at the debiased ``y``
         (through the algorithm's gradient hook, if any)."""
         y, stats, opt_state, comm_state = carry
         key_batch, key_aug = keys
-        x, labels = sampler(shards, key_batch, batch_size)
+        x, labels = sampler(data, key_batch, batch_size)
         if augment is not None:
             x = jax.vmap(augment)(jax.random.split(key_aug, num_nodes), x)
         z = algorithm.debias(y, comm_state)
@@ -433,27 +458,27 @@ def make_train(
         new = _LocalCarry(optax.apply_updates(y, updates), stats, opt_state, comm_state)
         return new, (updates, jnp.mean(loss))
 
-    def local_steps_fn(state: TrainState, key_batch, key_aug):
+    def local_steps_fn(data, state: TrainState, key_batch, key_aug):
         """The H local steps of one round: ``(y^{k,H}, stats, opt_state, comm_state), sum_h u^{k,h},
         mean loss``."""
         carry = _LocalCarry(state.params, state.batch_stats, state.opt_state, state.comm_state)
         if local_steps == 1:  # no scan, so that H = 1 compiles to exactly the one-step trainer
-            carry, (updates, loss) = local_step(carry, (key_batch, key_aug))
+            carry, (updates, loss) = local_step(data, carry, (key_batch, key_aug))
             return carry, updates, loss
         keys = (jax.random.split(key_batch, local_steps), jax.random.split(key_aug, local_steps))
 
         def body(c, k):
             inner, total = c
-            inner, (updates, loss) = local_step(inner, k)
+            inner, (updates, loss) = local_step(data, inner, k)
             return (inner, jax.tree_util.tree_map(jnp.add, total, updates)), loss
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
         (carry, total), losses = jax.lax.scan(body, (carry, zeros), keys)
         return carry, total, jnp.mean(losses)
 
-    def round_fn(state: TrainState, _) -> tuple[TrainState, Array]:
+    def round_fn(data, state: TrainState, _) -> tuple[TrainState, Array]:
         key, key_batch, key_aug, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
-        (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(state, key_batch, key_aug)
+        (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(data, state, key_batch, key_aug)
         if ordering == "atc":
             params, comm_state, info = algorithm.step(y, comm_state, key_comm)
         else:
@@ -490,17 +515,21 @@ def make_train(
             bits=state.bits,
         )
 
-    def interval(state: TrainState, _) -> tuple[TrainState, Metrics]:
-        state, losses = jax.lax.scan(round_fn, state, None, length=eval_every)
+    def interval(data, state: TrainState, _) -> tuple[TrainState, Metrics]:
+        state, losses = jax.lax.scan(functools.partial(round_fn, data), state, None, length=eval_every)
         return state, evaluate(state, losses.mean())
 
-    def run_chunk_impl(state: TrainState, num_evals: int) -> tuple[TrainState, Metrics]:
-        return jax.lax.scan(interval, state, None, length=num_evals)
+    def run_chunk_impl(state: TrainState, num_evals: int, data) -> tuple[TrainState, Metrics]:
+        return jax.lax.scan(functools.partial(interval, data), state, None, length=num_evals)
 
-    run_chunk = jax.jit(run_chunk_impl, static_argnums=1)
+    if _spans_processes(shards):
+        run_chunk = _DataBound(jax.jit(run_chunk_impl, static_argnums=1), shards)
+    else:
+        # One process: the shards stay closed over, as before, so compiled chunks take (state) only.
+        run_chunk = jax.jit(lambda state, num_evals: run_chunk_impl(state, num_evals, shards), static_argnums=1)
 
     def train(key: PRNGKey) -> tuple[TrainState, Metrics]:
-        return run_chunk_impl(init(key), num_rounds // eval_every)
+        return run_chunk_impl(init(key), num_rounds // eval_every, shards)
 
     return Trainer(
         init=init,

@@ -4,7 +4,7 @@ Each benchmark runs in its own subprocess (so compile caches and memory do not l
 and one failure does not stop the rest) with the interpreter running this script, from the
 repository root:
 
-  bench/scaling.py, bench/sweep.py, bench/gpu.py (skips itself politely without a GPU),
+  bench/scaling.py, bench/sweep.py, bench/gpu_suite.py (skips itself politely without a GPU),
   bench/ppermute.py (8 virtual CPU devices),
   bench_mixing.py, bench_communication.py, bench_power_gossip.py, bench_training.py, bench_conv.py,
   bench/baselines/compare.py (optional: jaxgossip vs a PyTorch per-worker loop; skips itself politely
@@ -39,7 +39,7 @@ from _benchlib import header_line, machine_info  # noqa: E402
 BENCHMARKS = {
     "scaling": ("experiments/bench/scaling.py", True, ["--quick"]),
     "sweep": ("experiments/bench/sweep.py", True, ["--quick"]),
-    "gpu": ("experiments/bench/gpu.py", True, ["--quick"]),
+    "gpu": ("experiments/bench/gpu_suite.py", True, ["--quick"]),
     "ppermute": ("experiments/bench/ppermute.py", True, ["--quick"]),
     "mixing": ("experiments/bench_mixing.py", False, ["--quick"]),
     "communication": ("experiments/bench_communication.py", False, ["--quick"]),
@@ -82,9 +82,14 @@ def headline(name: str, result: dict | None, stdout: str) -> str:
             )
             return f"torch 1t/2t time / jaxgossip: {ratios}; checks {'PASS' if result['all_pass'] else 'FAIL'}"
         if name == "gpu":
+            sections = result["sections"]
+            train = sections.get("training", {}).get("result")
+            if train is None:
+                return "; ".join(f"{k}: {v['status']}" for k, v in sections.items())
             return (
-                f"{result['rounds_per_s']:.2f} rounds/s, {result['achieved_TFLOPs'] or float('nan'):.3f} TFLOP/s"
-                f"{' (CPU smoke test)' if result.get('smoke_test_on_cpu') else ''}"
+                f"ResNet-20 x {train['nodes']}: {train['rounds_per_s']:.2f} rounds/s, "
+                f"{train['achieved_TFLOPs'] or float('nan'):.3f} TFLOP/s; "
+                + ", ".join(f"{k}: {v['status']}" for k, v in sections.items() if k != "training")
             )
     lines = [line.strip() for line in stdout.strip().splitlines() if line.strip()]
     return lines[-1][:100] if lines else "(no output)"

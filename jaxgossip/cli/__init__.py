@@ -20,7 +20,7 @@ import zlib
 from jaxgossip.cli.demo import demo_runs
 from jaxgossip.config import did_you_mean
 
-__all__ = ["main", "demo_runs", "COMMANDS"]
+__all__ = ["main", "demo_runs", "COMMANDS", "MULTI_PROCESS_COMMANDS"]
 
 # command -> (module, one-line help)
 COMMANDS = {
@@ -30,6 +30,9 @@ COMMANDS = {
     "topology-sweep": ("jaxgossip.cli.topology_sweep", "one algorithm on many graphs x sizes x seeds"),
     "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push, SCSP, or --algorithms"),
 }
+
+# commands that run over several processes (the node axis sharded over all of them)
+MULTI_PROCESS_COMMANDS = ("train",)
 
 
 def _overview() -> str:
@@ -63,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     try:
+        # Joins a multi-process run when the environment asks for one (python -m jaxgossip.launch,
+        # or JAXGOSSIP_* set by hand on every host); before any command touches a device.
+        from jaxgossip.distributed import initialize_from_env
+
+        if initialize_from_env() and name not in MULTI_PROCESS_COMMANDS:
+            # These commands would run whole in every process and all write the same files.
+            raise ValueError(
+                f"{name} runs in one process; of the commands, only {', '.join(MULTI_PROCESS_COMMANDS)} spreads "
+                "over several (in Python, run_consensus takes node-sharded params on any mesh)"
+            )
         return module.run(argv[1:])
     except KeyboardInterrupt:
         print(f"jaxgossip {name}: interrupted", file=sys.stderr)

@@ -165,8 +165,6 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     ``metrics.csv`` under ``out_dir`` with them and the cost model."""
     import dataclasses
 
-    import jax
-
     built, metrics, rows = result.built, result.metrics, result.rows
     config = built.config
     need_flops = model.node_flops is not None or bool(model.joules_per_flop)
@@ -179,7 +177,9 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     cumulative = np.asarray(metrics.bits, dtype=np.float64)
     merge_bits = None
     if len(rows) > cumulative.shape[0]:
-        merge_bits = np.asarray(jax.device_get(result.state.bits), np.float64) - cumulative[-1]
+        from jaxgossip.distributed import to_host
+
+        merge_bits = np.asarray(to_host(result.state.bits), np.float64) - cumulative[-1]
     fields = training_cost(
         model, config, built.topology, metrics.round, cumulative, flops=flops, memory=memory, merge_bits=merge_bits
     )

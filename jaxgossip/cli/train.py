@@ -77,7 +77,13 @@ def run(argv: list[str]) -> int:
     except FloatingPointError as err:
         print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)
         return 3
-    rows = common.run_cost(cost, result, out_dir=out)
+    from jaxgossip.distributed import is_primary
+
+    # Every process of a multi-process run takes part in run_cost (it may gather sharded bits);
+    # only process 0 writes files and prints.
+    rows = common.run_cost(cost, result, out_dir=out if is_primary() else None)
+    if not is_primary():
+        return 0
     name = config.name or config.algorithm
     plots.plot_training({name: rows}, out, title=result.built.topology.name)
     last = dict(rows[-1], name=name, wall_time=result.wall_time)

@@ -101,7 +101,9 @@ def check_batch_size(shards: NodeShards, batch_size: int, *, replace: bool = Tru
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    counts = np.asarray(shards.counts)
+    from jaxgossip.distributed import to_host
+
+    counts = np.asarray(to_host(shards.counts))  # sharded over the processes of a multi-process run
     if not replace and batch_size > counts.min():
         raise ValueError(
             f"batch size larger than a shard: batch_size={batch_size} > {int(counts.min())} samples on node "

@@ -1,0 +1,112 @@
+"""experiments/bench/gpu_suite.py in its smoke mode: every section runs at tiny sizes on CPU and the
+report (JSON + Markdown) has the promised structure with finite, positive numbers. No speed is
+asserted."""
+
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATH = os.path.join(ROOT, "experiments", "bench", "gpu_suite.py")
+
+
+@pytest.fixture(scope="module")
+def suite():
+    spec = importlib.util.spec_from_file_location("gpu_suite", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _positive(value, what):
+    assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, (what, value)
+
+
+def test_smoke_runs_every_section(suite, tmp_path):
+    suite.main(["--smoke", "--reps", "1", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_suite.json").read_text())
+    md = (tmp_path / "gpu_suite.md").read_text()
+    assert report["mode"] == "smoke" and report["reps"] == 1
+    env = report["environment"]
+    assert env["versions"]["jax"] and env["versions"]["jaxlib"] and env["device_count"] >= 1
+    assert set(report["sections"]) == set(suite.SECTIONS)
+    for name, section in report["sections"].items():
+        assert section["status"] == "ok", (name, section.get("note"), section.get("traceback"))
+        assert f"## {name}: ok" in md
+
+    train = report["sections"]["training"]["result"]
+    for key in (
+        "compile_s",
+        "ms_per_round",
+        "rounds_per_s",
+        "flops_per_round_xla",
+        "flops_per_round_cost_model",
+        "achieved_TFLOPs",
+        "achieved_TFLOPs_cost_model",
+        "peak_MB",
+    ):
+        _positive(train[key], key)
+    # Two FLOP counts of the same forward + backward (all nodes at once vs one node x N) agree.
+    assert train["flops_per_round_cost_model"] == pytest.approx(train["flops_per_round_xla"], rel=0.5)
+
+    mix = report["sections"]["mix_bandwidth"]["result"]
+    assert [r["topology"].split("(")[0] for r in mix["rows"]] == ["ring", "exponential", "one_peer_exponential"]
+    for row in mix["rows"]:
+        for key in ("mix_ms", "mix_GBs", "copy_ms", "copy_GBs", "ratio", "compile_s"):
+            _positive(row[key], key)
+
+    comm = report["sections"]["compressed"]["result"]
+    assert [r["algorithm"] for r in comm["rows"]] == ["mix", "gossip", "choco top-1%", "power_gossip r1"]
+    for row in comm["rows"]:
+        for key in ("ms_per_round", "vs_mix", "compile_s"):
+            _positive(row[key], key)
+
+    cons = report["sections"]["consensus"]["result"]
+    for row in cons["rows"]:
+        for key in ("ms_per_round", "scan_s", "error_first", "compile_s"):
+            _positive(row[key], key)
+        assert math.isfinite(row["error_last"]) and row["error_last"] < row["error_first"]
+    # The one-peer exponential schedule averages exactly after log2 N rounds.
+    assert cons["rows"][1]["relative_error_after_log2N"] < 1e-5
+
+
+def test_budget_guard_skips_and_still_writes_the_report(suite, tmp_path):
+    report = suite.run_suite(str(tmp_path), smoke=True, budget_s=1e-3, log=lambda message: None)
+    assert {s["status"] for s in report["sections"].values()} == {"skipped"}
+    assert "budget" in report["sections"]["training"]["note"]
+    assert json.loads((tmp_path / "gpu_suite.json").read_text())["sections"]["consensus"]["status"] == "skipped"
+
+
+def test_a_failing_section_is_recorded_and_the_rest_run(suite, tmp_path, monkeypatch):
+    def broken(sizes):
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setattr(suite, "section_mix_bandwidth", broken)
+    report = suite.run_suite(
+        str(tmp_path), smoke=True, budget_s=600, sections=("mix_bandwidth", "consensus"), reps=1, log=lambda m: None
+    )
+    assert report["sections"]["mix_bandwidth"]["status"] == "error"
+    assert "out of memory (simulated)" in report["sections"]["mix_bandwidth"]["note"]
+    assert report["sections"]["consensus"]["status"] == "ok"
+    assert "## mix_bandwidth: error" in (tmp_path / "gpu_suite.md").read_text()
+
+
+def test_without_gpu_and_smoke_it_skips(suite, tmp_path, capsys):
+    import jax
+
+    if jax.default_backend() == "gpu":
+        pytest.skip("a GPU is present")
+    report = suite.main(["--out", str(tmp_path / "none"), "--json", str(tmp_path / "r.json")])
+    assert "SKIPPED" in report["skipped"] and "SKIPPED" in capsys.readouterr().out
+    assert not (tmp_path / "none").exists()
+    assert "skipped" in json.loads((tmp_path / "r.json").read_text())
+
+
+@pytest.mark.parametrize("argv", [["--sections", "training,typo"], ["--budget", "0"], ["--reps", "0"]])
+def test_bad_options_are_refused(suite, argv):
+    with pytest.raises(SystemExit) as err:
+        suite.main(["--smoke", *argv])
+    assert err.value.code == 2
