@@ -54,6 +54,9 @@ class GossipAlgorithm(NamedTuple):
 
 
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
+# Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
+# of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
+STOCHASTIC_GRAPHS = ("none", "failures", "any")
 
 
 def one_exchange(options: Mapping[str, Any]) -> int:
@@ -83,6 +86,10 @@ class AlgorithmInfo:
       trainer_options: option defaults the trainer sets (a user's option wins).
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
         range on a symmetric W is checked (``jaxgossip.config.gamma_warning``).
+      stochastic_graphs: which graphs drawn anew every round it runs on (its step reads the round's
+        graph with ``topology.draw(key, t)``): ``"none"`` (the default, e.g. a plug-in written for
+        fixed tables), ``"failures"`` (only ``with_failures`` of a fixed graph: its state is tied to
+        fixed neighbours) or ``"any"`` (also ``random_matching``, ``random_out``). Checked by ``make``.
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -94,12 +101,17 @@ class AlgorithmInfo:
     allreduce_cost: bool = False
     trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     relaxation_gamma: bool = False
+    stochastic_graphs: str = "none"
 
     def __post_init__(self):
         if not callable(self.factory):
             raise TypeError(f"factory={self.factory!r} is not callable: expected factory(topology, **options)")
         if self.mixing not in MIXINGS:
             raise ValueError(f"mixing={self.mixing!r} is unknown; known: {', '.join(MIXINGS)}")
+        if self.stochastic_graphs not in STOCHASTIC_GRAPHS:
+            raise ValueError(
+                f"stochastic_graphs={self.stochastic_graphs!r} is unknown; known: {', '.join(STOCHASTIC_GRAPHS)}"
+            )
         for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
