@@ -40,7 +40,7 @@ def _graphs():
 
 
 # The cheap ones run by default; the other layouts and wrappers with -m slow.
-_FAST = ("matching7", "out8s2", "ring_fail", "onepeer_fail", "matching_fail")
+_FAST = ("matching7", "out8s2", "ring_fail", "onepeer_fail")
 
 
 @pytest.mark.parametrize("name", [n if n in _FAST else pytest.param(n, marks=pytest.mark.slow) for n in _graphs()])
@@ -80,15 +80,16 @@ def test_random_matching_is_uniform_and_failures_drop_at_rate_p():
     w = T.sample_matrices(T.random_matching(4), _keys(2, 600))
     counts = np.bincount(np.argmax(w[:, 0, 1:] > 0, axis=1), minlength=3)
     assert np.all(np.abs(counts / 600 - 1 / 3) < 0.07), counts
-    # an undirected pair fails as a whole with probability p; a node is down with probability q
-    topo = T.with_failures(T.ring(10), link_drop=0.3)
-    w = T.sample_matrices(topo, _keys(3, 300))
+    # an undirected pair fails as a whole with probability p, and with either endpoint down (q)
+    topo = T.with_failures(T.ring(10), link_drop=0.3, node_drop=0.2)
+    keys = _keys(3, 300)
+    w = T.sample_matrices(topo, keys)
     up = w[:, np.arange(10), (np.arange(10) + 1) % 10] > 0
-    assert abs(up.mean() - 0.7) < 0.04
-    assert np.asarray(jax.vmap(lambda k: topo.draw(k, 0).alive)(_keys(4, 50))).all()  # q = 0
-    nodes = T.with_failures(T.ring(10), node_drop=0.2)
-    alive = np.asarray(jax.vmap(lambda k: nodes.draw(k, 0).alive)(_keys(4, 100)))
-    assert abs(alive.mean() - 0.8) < 0.05
+    np.testing.assert_array_equal(up, w[:, (np.arange(10) + 1) % 10, np.arange(10)] > 0)  # both directions
+    assert abs(up.mean() - 0.7 * 0.8**2) < 0.04
+    alive = np.asarray(jax.vmap(lambda k: topo.draw(k, 0).alive)(keys))
+    assert abs(alive.mean() - 0.8) < 0.04
+    assert np.all(w[~alive] == np.eye(10)[None].repeat(300, 0)[~alive])  # a down node keeps its value
 
 
 def _gossip_reference(w, x0, gamma):
@@ -259,13 +260,15 @@ def test_every_algorithm_runs_on_one_stochastic_graph_and_refuses_the_others_wit
         T.random_out(8, 2),
     ]
     x = jax.random.normal(jax.random.key(3), (8, 4, 3))
-    first = {"gossip": 2, "push_sum": 3, "deepsqueeze": 2, "choco": 0, "sparse_push": 1, "scsp": 0}
-    first.update(power_gossip=0, allreduce=2)
+    # gossip and push_sum have NumPy references above; scsp shares sparse_push's round (slow test)
+    first = {"deepsqueeze": 2, "choco": 0, "sparse_push": 1, "power_gossip": 0}
     for name, accepts in ACCEPTS.items():
         for topo, accepted in zip(graphs, accepts):
             if not accepted:
                 with pytest.raises(ValueError, match=f"{name} (cannot run on|needs).*{topo.name[:10]}"):
                     algorithms.make(name, topo, **OPTIONS.get(name, {}))
+        if name not in first:
+            continue
         topo = graphs[first[name]]
         result = jg.run_consensus(algorithms.make(name, topo, **OPTIONS.get(name, {})), x, 10, jax.random.key(4))
         assert np.all(np.isfinite(result.error)) and result.error[-1] < result.error[0], (name, topo.name)
