@@ -428,3 +428,17 @@ def test_cli_help_lists_the_stochastic_graphs(capsys):
     out = capsys.readouterr().out
     for word in ("random_matching", "random_out:S", "+drop:P", "+nodedrop:Q"):
         assert word in out, word
+
+
+@pytest.mark.slow
+def test_a_resumed_run_draws_the_same_graphs(tmp_path):
+    """The graph of round t comes from the step key, which the train state carries: a run stopped at
+    round 10 and continued to 20 equals the run done in one go."""
+    config = tiny_config(topology="random_matching+drop:0.3+nodedrop:0.1", algorithm="gossip", num_rounds=20)
+    quiet = {"progress": False, "log": lambda s: None}
+    straight = run_training(config, str(tmp_path / "a"), **quiet)
+    run_training(config.replace(num_rounds=10), str(tmp_path / "b"), **quiet)
+    resumed = run_training(config, str(tmp_path / "b"), **quiet)
+    assert resumed.start_round == 10
+    for a, b in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
