@@ -131,7 +131,9 @@ def train_field_help() -> dict[str, str]:
         "num_nodes": "N, the number of simulated workers (>= 1)",
         "topology": "graph spec: "
         + ", ".join(values["topology"])
-        + "; with an argument: torus:ROWSxCOLS, erdos_renyi:P, random_directed:P",
+        + "; with an argument: torus:ROWSxCOLS, erdos_renyi:P, random_directed:P, random_out:S "
+        "(s random out-neighbours per round); random_matching and random_out are drawn every round; "
+        "failures drawn every round: SPEC+drop:P (links) and/or SPEC+nodedrop:Q (nodes), e.g. ring+drop:0.3",
         "algorithm": "communication algorithm: "
         + ", ".join(values["algorithm"])
         + ", or a plug-in's import path package.module:factory (options: see below)",
@@ -220,7 +222,7 @@ def check_topology(spec: str, num_nodes: int, seed: int = 0, field: str = "topol
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"{field}={spec!r} must be a graph spec such as ring, torus:4x8 or erdos_renyi:0.3")
     families = list(topology.FAMILIES)
-    name = spec.partition(":")[0]
+    name = spec.partition("+")[0].partition(":")[0]
     if name not in families:
         raise _unknown(field, name, families)
     try:
@@ -459,7 +461,7 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
             return None
     except (ValueError, TypeError):  # an unknown algorithm is reported by check_algorithm
         return None
-    if topo.directed or topo.num_nodes > 2048:
+    if topo.directed or topo.num_nodes > 2048 or topo.stochastic:
         return None
     lam_min = 1.0
     for t in range(topo.period):

@@ -17,6 +17,10 @@ The model (host-side NumPy, not jittable; a post-hoc analysis of a run):
   node's messages in a round have the same size (the same compressed or dense model, or the same
   projection, goes to every neighbour), so a message carries ``bits[r, i] / out_degree[t, i]`` bits.
   A node that sent 0 bits in a round sent no message and pays no latency.
+* Stochastic graphs (``random_matching``, ``random_out``, ``with_failures``) have no fixed edge list:
+  a node is taken to send ``d`` equal messages per round, ``d`` the mean out-degree over sampled
+  rounds (:func:`jaxgossip.topology.mean_out_degree`), over its uplink (scalar or per-node links
+  only), and :func:`per_round_bits` spreads an interval's bits evenly over its rounds.
 * ``mode="serial"``: a node's messages share its uplink one after another,
   ``c_i = sum_e (l_e + B_i / b_e)``; ``mode="parallel"``: they go out concurrently on independent
   links, ``c_i = max_e (l_e + B_i / b_e)``.
@@ -57,7 +61,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgossip.topology import Topology
+from jaxgossip.topology import Topology, mean_out_degree
 
 __all__ = [
     "LinkModel",
@@ -153,8 +157,27 @@ def _per_edge(name: str, arr: np.ndarray, topology: Topology) -> np.ndarray:
     return _per_node(name, arr, topology.num_nodes)[topology.senders]
 
 
+def _stochastic_comm(bits, topology, link, mode, exchanges):
+    """[R, N] seconds for a stochastic graph: ``d`` messages of ``bits / d`` bits per round."""
+    n = topology.num_nodes
+    if np.ndim(link.bandwidth_bps) == 2 or np.ndim(link.latency_s) == 2:
+        raise ValueError(
+            f"per-edge links [T, E] need a fixed edge list; {topology.name} is drawn every round: "
+            "give scalar or per-node [N] bandwidth_bps and latency_s"
+        )
+    bandwidth = _per_node("bandwidth_bps", np.asarray(link.bandwidth_bps, np.float64), n)
+    latency = _per_node("latency_s", np.asarray(link.latency_s, np.float64), n)
+    degree = max(mean_out_degree(topology), 1e-9)
+    message = bits / degree / exchanges
+    one = latency + message / bandwidth
+    comm = degree * one if mode == "serial" else one
+    return exchanges * np.where(bits > 0, comm, 0.0)
+
+
 def _graph_comm(bits, topology, link, mode, exchanges, start_round):
     """[R, N] seconds each node spends sending its messages of each round."""
+    if topology.stochastic:
+        return _stochastic_comm(bits, topology, link, mode, exchanges)
     num_rounds, period = bits.shape[0], topology.period
     bandwidth = _per_edge("bandwidth_bps", link.bandwidth_bps, topology)
     latency = _per_edge("latency_s", link.latency_s, topology)
@@ -306,7 +329,7 @@ def per_round_bits(cumulative_bits: Any, rounds: Any, topology: Topology | None 
     sent = np.diff(cumulative, axis=0, prepend=0.0)
     if np.any(sent[gaps == 0] != 0):
         raise ValueError("cumulative_bits changes between two evaluation points with the same round")
-    if topology is None:
+    if topology is None or topology.stochastic:  # a stochastic graph's degrees are not known here
         return np.repeat(sent / np.maximum(gaps, 1)[:, None], gaps, axis=0)
     if topology.num_nodes != cumulative.shape[1]:
         raise ValueError(

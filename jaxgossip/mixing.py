@@ -417,9 +417,15 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
       A pytree like ``x`` (same shapes and dtypes).
 
     Raises:
-      ValueError: ``topology`` is a whole stack (tables ``[G, T, ...]``; vmap over G first), or a
-        leaf is not ``[N, ...]``.
+      ValueError: ``topology`` is a whole stack (tables ``[G, T, ...]``; vmap over G first), a
+        stochastic graph (draw the round first: ``topology.draw(key, t).graph``), or a leaf is not
+        ``[N, ...]``.
     """
+    if topology.stochastic:
+        raise ValueError(
+            f"mix needs one round's graph; {topology.name} is stochastic: mix the round drawn by "
+            "topology.draw(key, t).graph"
+        )
     if jnp.ndim(topology.senders) != 2:
         raise ValueError(
             "mix needs one graph: vmap over the stack's graph axis first (senders has shape "

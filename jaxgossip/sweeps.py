@@ -271,7 +271,9 @@ def map_topologies(
     outs, seconds = [None] * len(topologies), []
     for members in plan:
         start = time.perf_counter()
-        result = jax.device_get(_run_group(one, [topologies[i] for i in members], per_graph, keys, stacked))
+        # A stochastic graph has no tables to stack; it runs alone, closed over (its own group).
+        group_stacked = stacked and not any(topologies[i].stochastic for i in members)
+        result = jax.device_get(_run_group(one, [topologies[i] for i in members], per_graph, keys, group_stacked))
         seconds.append(time.perf_counter() - start)
         for j, i in enumerate(members):
             outs[i] = jax.tree_util.tree_map(lambda a, j=j: np.asarray(a[j]), result)
@@ -363,7 +365,7 @@ def topology_rows(result: TopologySweep, tol: float = 1e-4) -> list[dict]:
                 "name": topo.name,
                 "N": topo.num_nodes,
                 "spectral_gap": gap,
-                "mean_degree": float(topo.out_degree.mean()),
+                "mean_degree": topology.mean_out_degree(topo),
                 "final_error": float(rel[:, -1].mean()),
                 "final_error_std": float(rel[:, -1].std()),
                 "rounds_to_tol": float(rounds.mean()),

@@ -67,6 +67,9 @@ MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
 # The runners' orderings of local step and communication (jaxgossip.train.ORDERINGS, repeated here
 # because types.py imports no other jaxgossip module).
 ORDERINGS = ("atc", "same_iterate")
+# Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
+# of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
+STOCHASTIC_GRAPHS = ("none", "failures", "any")
 
 
 def one_exchange(options: Mapping[str, Any]) -> int:
@@ -99,6 +102,10 @@ class AlgorithmInfo:
       orderings: the runner orderings under which it is the method it claims to be (default
         both); :func:`jaxgossip.local_step.check_ordering` refuses the others. D^2 corrects the
         model that was communicated, so it needs the local step before communication ("atc").
+      stochastic_graphs: which graphs drawn anew every round it runs on (its step reads the round's
+        graph with ``topology.draw(key, t)``): ``"none"`` (the default, e.g. a plug-in written for
+        fixed tables), ``"failures"`` (only ``with_failures`` of a fixed graph: its state is tied to
+        fixed neighbours) or ``"any"`` (also ``random_matching``, ``random_out``). Checked by ``make``.
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -111,12 +118,17 @@ class AlgorithmInfo:
     trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     relaxation_gamma: bool = False
     orderings: tuple[str, ...] = ORDERINGS
+    stochastic_graphs: str = "none"
 
     def __post_init__(self):
         if not callable(self.factory):
             raise TypeError(f"factory={self.factory!r} is not callable: expected factory(topology, **options)")
         if self.mixing not in MIXINGS:
             raise ValueError(f"mixing={self.mixing!r} is unknown; known: {', '.join(MIXINGS)}")
+        if self.stochastic_graphs not in STOCHASTIC_GRAPHS:
+            raise ValueError(
+                f"stochastic_graphs={self.stochastic_graphs!r} is unknown; known: {', '.join(STOCHASTIC_GRAPHS)}"
+            )
         for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")

@@ -22,6 +22,10 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
     full-model message of ``32 D`` bits per node per round (a ring all-reduce would move about
     twice that).
 
+    The graph is ignored, stochastic graphs and their failures included: the all-reduce is the
+    reliable centralised reference line of a failure study (docs/algorithms.md, section stochastic
+    graphs).
+
     Args:
       topology: a Topology (only its N is used) or the node count N.
 
@@ -54,4 +58,4 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "allreduce")
 
 
-INFO = AlgorithmInfo(allreduce, stackable=True, allreduce_cost=True)
+INFO = AlgorithmInfo(allreduce, stackable=True, allreduce_cost=True, stochastic_graphs="any")

@@ -21,24 +21,30 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, per_round, require_doubly_stochastic
+from jaxgossip.algorithms.common import check_positive, per_round, require_doubly_stochastic, require_fixed_support
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
 __all__ = ["choco", "ChocoState", "INFO"]
 
+
 class ChocoState(NamedTuple):
     """State of :func:`choco`."""
 
     x_hat: Params  # leaves [N, ...], public copies x_hat_i (what the neighbours know of node i)
-    s: Params  # leaves [N, ...], s_i = sum_j W_ij x_hat_j over in-neighbours and self
+    s: Params  # leaves [N, ...], s_i = sum_j W_ij x_hat_j over in-neighbours and self (W: the fixed graph)
     count: Array  # [] int32, communication rounds done so far
 
 
 def _axpy(a: Any, x: Params, y: Params) -> Params:
     """``y + a * x`` leaf-wise, in each leaf's dtype."""
     return jax.tree_util.tree_map(lambda u, v: v + jnp.asarray(a, v.dtype) * u, x, y)
+
+
+def _bcast(v: Array, leaf: Array) -> Array:
+    """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
+    return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
 
 
 def _add(x: Params, y: Params) -> Params:
@@ -95,8 +101,17 @@ def choco(
     Bits: node i's message ``q_i`` (its compressed cost, all leaves) is charged once per
     out-neighbour, self excluded.
 
+    Failures (``with_failures`` of a static graph W, drawn W(t) per round; docs/algorithms.md,
+    section stochastic graphs): the public copies must stay identical at every holder, so the
+    compressed update ``q_j`` is delivered to all of j's neighbours in W (and charged to each), and
+    a failed link only leaves the *averaging* of that round: ``x_i += gamma (sum_j W(t)_ij x_hat_j
+    - x_hat_i)`` with the repaired W(t), computed from the (consistent) copies as
+    ``s_i - ((W - W(t)) x_hat)_i`` (``s = W x_hat`` is kept exactly as without failures). A node that
+    is down sends nothing (``q_j = 0``: its copy stays put at every holder, no bits) and does not
+    average. Without failures (p = q = 0) this is bitwise the rule above.
+
     Args:
-      topology: static (T = 1) doubly stochastic graph.
+      topology: static (T = 1) doubly stochastic graph, or ``with_failures`` of one.
       gamma: consensus step size > 0; float or array (sweepable under vmap).
       compressor: a :class:`~jaxgossip.compress.Compressor`, a compressor name (``"identity"``,
         ``"top_k"``, ``"random_k"``, ``"sign"``, ``"qsgd"``) or a spec mapping
@@ -113,6 +128,7 @@ def choco(
       Koloskova*, Lin*, Stich, Jaggi, ICLR 2020 (arXiv:1907.09356).
     """
     require_doubly_stochastic(topology, "choco")
+    support = require_fixed_support(topology, "choco", "its public copies x_hat_j live at j's fixed neighbours")
     if topology.period != 1:
         raise ValueError(
             f"choco needs a static topology (period T = 1) because s_i = sum_j W_ij x_hat_j assumes a "
@@ -130,10 +146,19 @@ def choco(
     def step_fn(params, state, key):
         t = state.count
         q, msg_bits = compress.compress_tree(comp, _sub(params, state.x_hat), key)
+        if topology.stochastic:
+            drawn = topology.draw(key, t)
+            alive = drawn.alive.astype(jnp.float32)
+            q = jax.tree_util.tree_map(lambda a: a * _bcast(alive, a), q)  # a down node sends nothing
+            msg_bits = msg_bits * alive
         x_hat = _add(state.x_hat, q)
-        s = _add(state.s, mix(topology, q, t))
-        new_params = _axpy(gamma, _sub(s, x_hat), params)
-        bits = per_round(topology.out_degree, t) * msg_bits
+        s = _add(state.s, mix(support, q, t))  # s = W x_hat on the fixed graph W, as without failures
+        mixing = s
+        if topology.stochastic:
+            # W(t) x_hat = W x_hat - (W - W(t)) x_hat: the failed links leave the averaging only.
+            mixing = _sub(s, mix(drawn.lost, x_hat, t))
+        new_params = _axpy(gamma, _sub(mixing, x_hat), params)
+        bits = per_round(support.out_degree, t) * msg_bits
         return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), StepInfo(bits=bits)
 
     def debias_fn(params, state):
@@ -154,4 +179,5 @@ INFO = AlgorithmInfo(
         "k": "top-k keeps K entries, a static shape",
     },
     relaxation_gamma=True,
+    stochastic_graphs="failures",
 )

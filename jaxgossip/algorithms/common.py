@@ -19,6 +19,7 @@ __all__ = [
     "require_doubly_stochastic",
     "require_column_stochastic",
     "require_host_topology",
+    "require_fixed_support",
     "per_round",
     "relax",
 ]
@@ -75,9 +76,15 @@ def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
     if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
     if not topology.is_doubly_stochastic:
+        note = ""
+        if topology.stochastic and topology.is_column_stochastic:
+            note = (
+                " (a stochastic graph that is only column stochastic: random_out, or with_failures of a "
+                "directed graph, which leaves undelivered mass with the sender)"
+            )
         raise ValueError(
             f"{algorithm} needs doubly stochastic mixing weights (rows and columns summing to 1) so "
-            f"that the node mean is preserved; {topology.name} is not. Use metropolis weights, or a "
+            f"that the node mean is preserved; {topology.name} is not{note}. Use metropolis weights, or a "
             f"push-sum algorithm ({_names_where('mixing', 'column_stochastic')}) for column-stochastic graphs"
         )
 
@@ -102,12 +109,28 @@ def require_host_topology(topology: Any, algorithm: str) -> None:
     """
     if not isinstance(topology, Topology):
         raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
+    if topology.stochastic:  # its sampler holds host tables; fixed supports are checked apart
+        return
     if not topology.host_tables:
         raise TypeError(
             f"{algorithm} builds per-edge host tables from the graph and cannot run on a stacked Topology "
             f"(traced graph tables); give it a graph built on the host (sweep_topologies then runs one "
             f"compile per graph). Stackable algorithms: {_names_where('stackable', True)}"
         )
+
+
+def require_fixed_support(topology: Topology, algorithm: str, why: str) -> Topology:
+    """The fixed graph whose edges every round uses: the topology itself, or the graph that
+    ``with_failures`` wraps. Raises ValueError for graphs whose neighbours change every round
+    (``random_matching``, ``random_out``), naming ``why`` the algorithm needs fixed neighbours."""
+    support = topology.support
+    if support is None:
+        raise ValueError(
+            f"{algorithm} cannot run on {topology.name}: {why}, but this graph draws new neighbours "
+            f"every round. It runs on failures of a fixed graph (with_failures / '+drop'); algorithms "
+            f"for any stochastic graph: {_names_where('stochastic_graphs', 'any')}"
+        )
+    return support
 
 
 def per_round(table: Any, t: Any) -> Array:

@@ -67,7 +67,8 @@ def deepsqueeze(
     out-neighbour, self excluded.
 
     Args:
-      topology: doubly stochastic graph, static or time-varying.
+      topology: doubly stochastic graph, static, time-varying or stochastic (no state is tied to
+        neighbours, so a round's failed links simply carry nothing).
       gamma: consensus step size > 0; float or array (sweepable under vmap).
       compressor: a :class:`~jaxgossip.compress.Compressor`, a compressor name or a spec mapping
         ``{"name": ..., **options}``; see :func:`jaxgossip.compress.resolve_compressor`.
@@ -93,11 +94,12 @@ def deepsqueeze(
         v = jax.tree_util.tree_map(jnp.add, params, state.delta)
         c, msg_bits = compress.compress_tree(comp, v, key)
         delta = jax.tree_util.tree_map(jnp.subtract, v, c)
-        mixed = mix(topology, c, t)
+        graph = topology.draw(key, t).graph  # the topology itself unless it is stochastic
+        mixed = mix(graph, c, t)
         new_params = jax.tree_util.tree_map(
             lambda x, wc, ci: x + jnp.asarray(gamma, x.dtype) * (wc - ci), params, mixed, c
         )
-        bits = per_round(topology.out_degree, t) * msg_bits
+        bits = per_round(graph.out_degree, t) * msg_bits
         return new_params, DeepSqueezeState(delta=delta, count=t + 1), StepInfo(bits=bits)
 
     def debias_fn(params, state):
@@ -113,4 +115,5 @@ INFO = AlgorithmInfo(
     stackable=True,
     shape_options={"compressor_options": "compressor options fix the kept entries, a static shape"},
     relaxation_gamma=True,
+    stochastic_graphs="any",
 )

@@ -31,7 +31,8 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
     Each node sends ``D * 32`` bits (fp32 leaves) to each of its out-neighbours per round.
 
     Args:
-      topology: doubly stochastic graph, static or time-varying.
+      topology: doubly stochastic graph, static, time-varying or stochastic (``random_matching``,
+        ``with_failures`` of an undirected graph; round t's graph is drawn from the step key).
       gamma: relaxation (consensus step size) > 0; a float or an array (sweepable under vmap).
 
     Returns:
@@ -48,11 +49,11 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         return CountState(count=jnp.zeros([], jnp.int32))
 
     def step_fn(params, state, key):
-        del key
         t = state.count
-        mixed = mix(topology, params, t)
+        graph = topology.draw(key, t).graph  # the topology itself unless it is stochastic
+        mixed = mix(graph, params, t)
         new_params = relax(params, mixed, gamma)
-        bits = per_round(topology.out_degree, t) * leaf_bits(params)
+        bits = per_round(graph.out_degree, t) * leaf_bits(params)
         return new_params, CountState(count=t + 1), StepInfo(bits=bits)
 
     def debias_fn(params, state):
@@ -62,4 +63,4 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip")
 
 
-INFO = AlgorithmInfo(gossip, mixing="doubly_stochastic", stackable=True, relaxation_gamma=True)
+INFO = AlgorithmInfo(gossip, mixing="doubly_stochastic", stackable=True, relaxation_gamma=True, stochastic_graphs="any")

@@ -68,7 +68,8 @@ def merge(topology: Topology, params: Params, state: Any, num_rounds: Any = "exa
 
     Args:
       topology: the graph the rounds use; column stochastic for push-sum states, doubly stochastic
-        otherwise (rounds only).
+        otherwise (rounds only). A stochastic graph's rounds are drawn from the fixed key
+        ``fold_in(jax.random.key(0), t)``.
       params: numerators, leaves [N, ...].
       state: the algorithm's state (NamedTuple, with ``w`` [N] for push-sum methods).
       num_rounds: R, a static int >= 1, or ``"exact"``.
@@ -114,11 +115,13 @@ def make_merge(topology: Topology, num_rounds: Any = "exact") -> Callable[[Param
             def body(carry, r):
                 x, w_, bits = carry
                 t = start + r
+                # A stochastic graph's merge rounds are drawn from a fixed key (merge takes none).
+                graph = topology.draw(jax.random.fold_in(jax.random.key(0), t), t).graph
                 if has_w:
-                    x, w_ = mix(topology, (x, w_), t)
+                    x, w_ = mix(graph, (x, w_), t)
                 else:
-                    x = mix(topology, x, t)
-                return (x, w_, bits + per_round(topology.out_degree, t) * message), None
+                    x = mix(graph, x, t)
+                return (x, w_, bits + per_round(graph.out_degree, t) * message), None
 
             bits0 = jnp.zeros((topology.num_nodes,), jnp.float32)
             (params, w, bits), _ = jax.lax.scan(body, (params, w, bits0), jnp.arange(num_rounds, dtype=jnp.int32))

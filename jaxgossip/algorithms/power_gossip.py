@@ -37,9 +37,10 @@ from jaxgossip.algorithms.common import (
     check_positive,
     relax,
     require_doubly_stochastic,
+    require_fixed_support,
     require_host_topology,
 )
-from jaxgossip.algorithms.pair_tables import PairRound, pair_round, pair_tables, require_symmetric
+from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables, require_symmetric
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
@@ -58,6 +59,7 @@ __all__ = [
     "matrix_round",
     "gossip_vectors",
     "round_bits",
+    "failed_pairs",
     "INFO",
 ]
 
@@ -401,6 +403,38 @@ def round_bits(
     return jnp.asarray(pairs.degree, jnp.float32) * (num_right * right + num_left * left + dense)
 
 
+# ---- failures -----------------------------------------------------------------------------------------
+
+
+def failed_pairs(pairs: PairRound, keep: Array) -> PairRound:
+    """The round's pairs with the failed ones switched off (``keep`` [P] bool, by pair id).
+
+    A failed pair gets coefficient 0 at both endpoints (no update of x), inactive (its U, V keep
+    their warm start) and leaves both endpoints' degree (no bits).
+    """
+    slot_keep = keep[pairs.inc]  # [N, K]
+    occupied = jnp.arange(pairs.inc.shape[1])[None, :] < jnp.asarray(pairs.degree)[:, None]
+    return pairs._replace(
+        coef=jnp.where(slot_keep, pairs.coef, jnp.zeros((), pairs.coef.dtype)),
+        active=pairs.active & keep,
+        degree=jnp.sum(occupied & slot_keep, axis=1),
+    )
+
+
+def _pair_map(topology: Topology, tables: PairTables) -> np.ndarray | None:
+    """[P] int: the index of each PowerGossip pair in the failure sampler's pair list (None for a
+    fixed graph)."""
+    if not topology.stochastic:
+        return None
+    n = topology.num_nodes
+    codes = tables.a.astype(np.int64) * n + tables.b
+    ours = np.asarray(topology.sampler.pair_codes)
+    index = np.searchsorted(ours, codes)
+    if index.max(initial=0) >= ours.size or not np.array_equal(ours[index], codes):
+        raise ValueError(f"power_gossip: the pairs of {topology.name} do not match its support's pairs")
+    return index.astype(np.int32)
+
+
 # ---- the factory --------------------------------------------------------------------------------------
 
 
@@ -443,9 +477,16 @@ def power_gossip(
     memory-lean kernel and the ``flax_kernel`` view are explained in docs/algorithms.md, section
     power_gossip.
 
+    Failures (``with_failures`` of an undirected graph; docs/algorithms.md, section stochastic
+    graphs): a pair that fails in a round (link down, or an endpoint down) simply skips it: no
+    update of either endpoint, no bits, and its U, V keep their warm start for the next round the
+    pair is up. The 1-D leaves are gossiped with the repaired W(t). The per-pair state needs a fixed
+    pair set, so graphs that draw new neighbours every round (``random_matching``) are refused.
+
     Args:
       topology: a symmetric (undirected), doubly stochastic graph, ``W(t) = W(t)^T``; static or
-        time-varying (each pair keeps its own U, V over the rounds where it is not an edge).
+        time-varying (each pair keeps its own U, V over the rounds where it is not an edge), or
+        ``with_failures`` of one.
       rank: R, the largest rank of the projections (Python int >= 1); a leaf uses
         ``min(m, n, rank)``.
       num_iterations: I, power-iteration half-steps (exchanges) per round (Python int >= 1).
@@ -478,7 +519,10 @@ def power_gossip(
     """
     require_host_topology(topology, "power_gossip")
     require_doubly_stochastic(topology, "power_gossip")
-    require_symmetric(topology, "power_gossip")
+    support = require_fixed_support(topology, "power_gossip", "its U, V state lives on a fixed set of pairs")
+    require_symmetric(support, "power_gossip")
+    if topology.stochastic and not topology.is_symmetric:
+        raise ValueError(f"power_gossip needs a symmetric mixing matrix in every round; {topology.name} is not")
     rank = check_int("rank", rank, 1)
     num_iterations = check_int("num_iterations", num_iterations, 1)
     check_positive("gamma", gamma)
@@ -489,8 +533,9 @@ def power_gossip(
     if matrix_view not in MATRIX_VIEWS:
         raise ValueError(f"matrix_view={matrix_view!r} is unknown; known views: {MATRIX_VIEWS}")
     base_key = _as_key(seed)
-    tables = pair_tables(topology)
-    static_edges = bool(tables.active.all())
+    tables = pair_tables(support)
+    pair_map = _pair_map(topology, tables)
+    static_edges = bool(tables.active.all()) and not topology.stochastic
     schedule = Schedule(num_iterations, bool(warm_start), bool(skip_first_round), matrix_view, static_edges)
 
     def init_fn(params):
@@ -501,7 +546,9 @@ def power_gossip(
         return PowerGossipState(jnp.zeros([], jnp.int32), us, vs, base_key)
 
     def step_fn(params, state, key):
-        del key  # the randomness is per edge (state.key), so both endpoints agree
+        # The compression randomness is per edge (state.key), so both endpoints agree; the key only
+        # draws the round's graph of a stochastic topology.
+        drawn = topology.draw(key, state.count)
         leaves, treedef = jax.tree_util.tree_flatten(params)
         matrices, vectors = leaf_plan(leaves, matrix_view, rank)
         if len(matrices) != len(state.u):
@@ -510,9 +557,11 @@ def power_gossip(
                 "call init on params of the same structure"
             )
         pairs = pair_round(tables, state.count)
+        if pair_map is not None:
+            pairs = failed_pairs(pairs, drawn.pair_keep[pair_map])
         new_leaves, u, v = list(leaves), state.u, state.v
         if vectors:
-            for i, leaf in zip(vectors, gossip_vectors(topology, leaves, vectors, state.count, vector_gamma)):
+            for i, leaf in zip(vectors, gossip_vectors(drawn.graph, leaves, vectors, state.count, vector_gamma)):
                 new_leaves[i] = leaf
         if matrices:
             # The relaxation enters every pair update through its slot coefficient, once per round.
@@ -549,4 +598,5 @@ INFO = AlgorithmInfo(
     # the reference compresses them (docs/algorithms.md, section training recipes and models).
     trainer_options={"matrix_view": "flax_kernel"},
     relaxation_gamma=True,
+    stochastic_graphs="failures",
 )

@@ -76,7 +76,8 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
     stochastic (then ``w_i = 1`` always).
 
     Args:
-      topology: column-stochastic graph, static or time-varying (round t uses W(t mod T)).
+      topology: column-stochastic graph, static or time-varying (round t uses W(t mod T)), or
+        stochastic (``random_out``, ``random_matching``, ``with_failures``: drawn from the step key).
       weight_bits: ``"always"`` (default: charge 32 bits for the weight in every message) or
         ``"auto"`` (charge it only when W is not doubly stochastic).
 
@@ -96,11 +97,11 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
         return PushSumState(w=jnp.ones([topology.num_nodes], jnp.float32), count=jnp.zeros([], jnp.int32))
 
     def step_fn(params, state, key):
-        del key
         t = state.count
-        new_params, w = mix(topology, (params, state.w), t)
+        graph = topology.draw(key, t).graph  # the topology itself unless it is stochastic
+        new_params, w = mix(graph, (params, state.w), t)
         message = leaf_bits(params) + (compress.WEIGHT_BITS if send_weight else 0)
-        bits = per_round(topology.out_degree, t) * message
+        bits = per_round(graph.out_degree, t) * message
         return new_params, PushSumState(w=w, count=t + 1), StepInfo(bits=bits)
 
     def debias_fn(params, state):
@@ -109,4 +110,4 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "push_sum")
 
 
-INFO = AlgorithmInfo(push_sum, mixing="column_stochastic", stackable=True)
+INFO = AlgorithmInfo(push_sum, mixing="column_stochastic", stackable=True, stochastic_graphs="any")

@@ -149,12 +149,29 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
     """Raises when the graph contradicts the algorithm's metadata (the message names both)."""
     if not isinstance(topology, Topology):
         return
+    if topology.stochastic:
+        if entry.stochastic_graphs == "none":
+            raise ValueError(
+                f"{name} cannot run on the stochastic graph {topology.name}: it is registered with "
+                "stochastic_graphs='none' (its step reads fixed graph tables instead of drawing each round's "
+                "graph with topology.draw(key, t)). Algorithms for stochastic graphs: "
+                f"{', '.join(n for n, i in INFOS.items() if i.stochastic_graphs != 'none')}"
+            )
+        if entry.stochastic_graphs == "failures" and topology.support is None:
+            raise ValueError(
+                f"{name} cannot run on {topology.name}: it is registered with stochastic_graphs='failures' "
+                "(its state is tied to fixed neighbours: public copies or per-edge state), and this graph draws "
+                "new neighbours every round. Use failures of a fixed graph (with_failures, spec '+drop'), or one "
+                f"of {', '.join(n for n, i in INFOS.items() if i.stochastic_graphs == 'any')}"
+            )
     if not entry.stackable:
         common.require_host_topology(topology, name)
     try:
         if entry.mixing in ("doubly_stochastic", "symmetric"):
             common.require_doubly_stochastic(topology, name)
-        if entry.mixing == "symmetric" and topology.host_tables:
+        if entry.mixing == "symmetric" and topology.stochastic and not topology.is_symmetric:
+            raise ValueError(f"{name} needs a symmetric mixing matrix in every round; {topology.name} is not symmetric")
+        elif entry.mixing == "symmetric" and topology.host_tables:
             require_symmetric(topology, name)
         if entry.mixing == "column_stochastic":
             common.require_column_stochastic(topology, name)

@@ -131,7 +131,8 @@ def scsp(
     with the actual per-node ``k_i``; the final merge's bits are returned by :func:`~jaxgossip.algorithms.merge.merge`.
 
     Args:
-      topology: column-stochastic graph, static or time-varying.
+      topology: column-stochastic graph, static or time-varying, or ``with_failures`` of one (as
+        :func:`~jaxgossip.algorithms.sparse_push.sparse_push`).
       fraction: base kept fraction per leaf in (0, 1], ``K = max(1, floor(fraction D_leaf))``.
       k: base kept entries per leaf (>= 1), ``K = min(k, D_leaf)``; exactly one of fraction / k.
       gamma: consensus step size > 0; float or array (sweepable).
@@ -182,4 +183,4 @@ def scsp(
     return compressed_push_sum(topology, "scsp", adaptive if compensation else plain, gamma, public_copies)
 
 
-INFO = AlgorithmInfo(scsp, mixing="column_stochastic")
+INFO = AlgorithmInfo(scsp, mixing="column_stochastic", stochastic_graphs="failures")

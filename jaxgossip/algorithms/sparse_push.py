@@ -30,7 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, per_round, require_column_stochastic, require_host_topology
+from jaxgossip.algorithms.common import (
+    check_positive,
+    per_round,
+    require_column_stochastic,
+    require_fixed_support,
+    require_host_topology,
+)
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
@@ -105,10 +111,20 @@ def compressed_push_sum(
 
     ``compress_fn(residual, params, key) -> (q, payload_bits [N])`` compresses every node's
     residual ``x_i - x_hat_i``; a message to one out-neighbour costs ``payload_bits + 32``.
+
+    On ``with_failures`` of a fixed graph (round t: the repaired W(t) of the support's graph p) the
+    copies stay consistent as in Choco (docs/algorithms.md, section stochastic graphs): ``q_j`` (and
+    ``w_j``) reach all of j's out-neighbours in the support and are charged, a down node sends
+    ``q_j = 0`` and nothing is charged, and the averaging uses the repaired W(t) on the copies,
+    ``x_i += gamma (sum_j W(t)_ij x_hat_j^(p) - x_hat_i^(p))``, ``w_i += gamma (sum_j W(t)_ij w_j - w_i)``
+    (both column stochastic, so ``sum x`` and ``sum w`` are kept), computed as the rule without
+    failures minus ``gamma ((W - W(t)) x_hat)_i`` (resp. ``w``); ``s^(p)`` keeps its meaning
+    ``sum_{j != i} W_ij x_hat_j^(p)`` on the fixed graph. Without failures it is bitwise the rule above.
     """
     require_column_stochastic(topology, name)
     check_positive("gamma", gamma)
-    table = graph_copies(topology, public_copies)
+    support = require_fixed_support(topology, name, "its public copies x_hat_j live at j's fixed out-neighbours")
+    table = graph_copies(support, public_copies)
     num_copies = int(table.max()) + 1
 
     def copy_index(t):
@@ -142,9 +158,15 @@ def compressed_push_sum(
         x_hat, s = take(state.x_hat, c), take(state.s, c)
         residual = jax.tree_util.tree_map(jnp.subtract, params, x_hat)
         q, payload_bits = compress_fn(residual, params, key)
+        message_bits = payload_bits + compress.WEIGHT_BITS
+        if topology.stochastic:
+            drawn = topology.draw(key, t)
+            alive = drawn.alive.astype(jnp.float32)
+            q = jax.tree_util.tree_map(lambda q_: q_ * _bcast(alive, q_), q)  # a down node sends nothing
+            message_bits = message_bits * alive
         x_hat = jax.tree_util.tree_map(jnp.add, x_hat, q)
-        a = per_round(topology.self_weights, t)  # [N], W_t[i, i]
-        mixed_q, mixed_w = mix(topology, (q, state.w), t)
+        a = per_round(support.self_weights, t)  # [N], W_t[i, i]
+        mixed_q, mixed_w = mix(support, (q, state.w), t)
         # r_i = sum_{j != i} W_t[i, j] q_j: what reached node i from its current in-neighbours.
         s = jax.tree_util.tree_map(lambda s_, m, q_: s_ + (m - _bcast(a, q_) * q_), s, mixed_q, q)
 
@@ -158,10 +180,20 @@ def compressed_push_sum(
             # buffers after they are overwritten, so it copies both buffers whole every round
             # instead of updating the active slice in place (2x slower, 2.5x the temporary memory).
             x_hat, s = take(all_x_hat, c), take(all_s, c)
-        new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
+        if topology.stochastic:
+            # W(t) = W - (W - W(t)): the failed links leave the averaging of x (on the copies) and w.
+            lost_x, lost_w = mix(drawn.lost, (x_hat, state.w), t)
+
+            def repaired(x, s_, h, lost):
+                return x + jnp.asarray(gamma, x.dtype) * (s_ + _bcast(a, h) * h - lost - h)
+
+            new_params = jax.tree_util.tree_map(repaired, params, s, x_hat, lost_x)
+            mixed_w = mixed_w - lost_w
+        else:
+            new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
         # w_i + gamma (mu_i + W_ii w_i - w_i) with mu_i + W_ii w_i = sum_j W_ij w_j.
         w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-        bits = per_round(topology.out_degree, t) * (payload_bits + compress.WEIGHT_BITS)
+        bits = per_round(support.out_degree, t) * message_bits
         new_state = SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1)
         return new_params, new_state, StepInfo(bits=bits)
 
@@ -227,8 +259,12 @@ def sparse_push(
     ``sum over leaves of K_leaf (32 + index bits) + 32`` (values, indices, the fp32 weight); index
     bits are ``ceil(log2 D_leaf)`` or the fixed ``index_bits`` (64 reproduces the EPFL codes).
 
+    Failures (``with_failures`` of a fixed graph): see :func:`compressed_push_sum`; graphs whose
+    neighbours change every round (``random_out``) are refused, since no node holds its new
+    in-neighbours' public copies.
+
     Args:
-      topology: column-stochastic graph, static or time-varying.
+      topology: column-stochastic graph, static or time-varying, or ``with_failures`` of one.
       fraction: kept fraction of each leaf in (0, 1]: ``K_leaf = max(1, floor(fraction D_leaf))``.
       k: kept entries per leaf (>= 1), ``K_leaf = min(k, D_leaf)``; exactly one of fraction / k.
       gamma: consensus step size > 0 (the author's ``eta``); float or array (sweepable under vmap).
@@ -262,6 +298,7 @@ def sparse_push(
 INFO = AlgorithmInfo(
     sparse_push,
     mixing="column_stochastic",
+    stochastic_graphs="failures",
     shape_options={
         "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
         "k": "top-k keeps K entries, a static shape",

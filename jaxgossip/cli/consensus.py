@@ -70,7 +70,8 @@ class ConsensusConfig:
 FIELD_HELP = {
     "num_nodes": "N, the number of nodes (>= 1)",
     "topology": "graph spec of every run without its own: ring, torus, torus:ROWSxCOLS, hypercube, exponential, "
-    "one_peer_exponential, complete, star, erdos_renyi:P, random_directed:P, directed_ring",
+    "one_peer_exponential, complete, star, erdos_renyi:P, random_directed:P, directed_ring, random_matching, "
+    "random_out:S (drawn every round); failures drawn every round: SPEC+drop:P and/or SPEC+nodedrop:Q",
     "shape": "shape of each node's value x_i, e.g. 1000 or 100,100",
     "num_steps": "communication rounds R (>= 1)",
     "seed": "seed of x0, random graphs and compression randomness (>= 0)",

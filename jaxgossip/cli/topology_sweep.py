@@ -71,7 +71,8 @@ BOTH_MODES = ("algorithm", "algorithm_options")
 
 FIELD_HELP = {
     "topologies": "graph specs (required), e.g. ring,torus,exponential,erdos_renyi:0.3: ring, directed_ring, torus, "
-    "torus:ROWSxCOLS, hypercube, exponential, one_peer_exponential, complete, star, erdos_renyi:P, random_directed:P",
+    "torus:ROWSxCOLS, hypercube, exponential, one_peer_exponential, complete, star, erdos_renyi:P, random_directed:P, "
+    "random_matching, random_out:S; failures drawn every round: SPEC+drop:P, SPEC+nodedrop:Q",
     "sizes": "node counts of the consensus mode, e.g. 8,16,64",
     "num_steps": "rounds of the consensus mode (>= 1)",
     "dim": "values per node in the consensus mode (>= 1)",
@@ -223,7 +224,7 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
 
 
 def _training(parsed, argv, options, specs, seeds, cost) -> int:
-    from jaxgossip import experiment_sweeps, plots
+    from jaxgossip import experiment_sweeps, plots, topology
     from jaxgossip.config import check_algorithm
 
     config = check_train_config(parsed.build(TrainConfig))
@@ -261,7 +262,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
             "spec": graph_specs[g],
             "N": topo.num_nodes,
             "spectral_gap": _gap(topo),
-            "mean_degree": float(topo.out_degree.mean()),
+            "mean_degree": topology.mean_out_degree(topo),
             "test_acc": float(acc.mean()),
             "test_acc_std": float(acc.std()),
             "test_acc_per_seed": acc.tolist(),
@@ -365,10 +366,11 @@ def _topology_specs(text: str) -> list[str]:
         raise ValueError("--topologies is empty; give specs such as ring,torus,erdos_renyi:0.3")
     known = list(topology.FAMILIES)
     for spec in specs:
-        if spec.partition(":")[0] not in known:
+        if spec.partition("+")[0].partition(":")[0] not in known:
             raise ValueError(
                 f"--topologies: unknown topology spec {spec!r}; known families: {', '.join(known)} "
-                "(with an argument: erdos_renyi:P, random_directed:P, torus:ROWSxCOLS)"
+                "(with an argument: erdos_renyi:P, random_directed:P, torus:ROWSxCOLS, random_out:S; failures: "
+                "SPEC+drop:P, SPEC+nodedrop:Q)"
             )
     return specs
 

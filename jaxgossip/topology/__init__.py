@@ -6,7 +6,9 @@
   ``from_matrix``, ``schedule``;
 * :mod:`~jaxgossip.topology.spectral`: ``spectral_gap``, ``optimal_gamma``;
 * :mod:`~jaxgossip.topology.specs`: spec strings (``make``) and the public ``FAMILIES``;
-* :mod:`~jaxgossip.topology.stack`: stacking graphs of one shape for one compile.
+* :mod:`~jaxgossip.topology.stack`: stacking graphs of one shape for one compile;
+* :mod:`~jaxgossip.topology.stochastic`: graphs drawn every round inside the run
+  (``random_matching``, ``random_out``, ``with_failures``).
 """
 
 from jaxgossip.topology.constructors import (
@@ -29,6 +31,15 @@ from jaxgossip.topology.graph import KERNELS, Topology
 from jaxgossip.topology.specs import FAMILIES, make
 from jaxgossip.topology.spectral import optimal_gamma, spectral_gap
 from jaxgossip.topology.stack import buckets, group, signature, stack
+from jaxgossip.topology.stochastic import (
+    GraphRound,
+    expected_gram,
+    mean_out_degree,
+    random_matching,
+    random_out,
+    sample_matrices,
+    with_failures,
+)
 
 __all__ = [
     "Topology",
@@ -45,6 +56,13 @@ __all__ = [
     "from_adjacency",
     "from_matrix",
     "schedule",
+    "random_matching",
+    "random_out",
+    "with_failures",
+    "GraphRound",
+    "sample_matrices",
+    "expected_gram",
+    "mean_out_degree",
     "spectral_gap",
     "optimal_gamma",
     "WEIGHT_SCHEMES",

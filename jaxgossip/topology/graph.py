@@ -15,7 +15,12 @@ layout) are auxiliary data, and T, E and K are read from the leaves' shapes. So 
 * a stack of G graphs (:func:`jaxgossip.topology.stack`): the same leaves with a leading graph
   axis ``[G, T, ...]``;
 * one member of a stack under ``jax.vmap``, or a graph whose tables a traced function produced:
-  traced leaves ``[T, ...]`` (:meth:`Topology.from_tables`).
+  traced leaves ``[T, ...]`` (:meth:`Topology.from_tables`);
+* a stochastic graph (:mod:`jaxgossip.topology.stochastic`: ``random_matching``, ``random_out``,
+  ``with_failures``): no tables at all (the leaves are None) but a *sampler*, auxiliary data, that
+  draws round t's graph from a key inside the compiled run. Algorithms reach the graph of a round
+  through :meth:`Topology.draw`, which returns the topology itself for a fixed graph, so fixed
+  graphs run exactly as before.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from jaxgossip.mixing import KERNELS, choose_kernel, slot_table
 __all__ = ["Topology", "KERNELS"]
 
 _TOL = 1e-6
+# The stream of a round's key that draws a stochastic graph: the step key itself stays with the
+# algorithm (random compressors), so fixed graphs see exactly the keys they saw before.
+_GRAPH_STREAM = 0x67726170
 _LEAVES = ("senders", "receivers", "weights", "neighbors", "slot_weights")
 
 
@@ -59,6 +67,8 @@ class Topology:
       layout: the resolved kernel, ``"slots"``, ``"dense"`` or ``"segment"`` (derived).
       row_stochastic, column_stochastic: whether every W(t) has rows / columns summing to 1
         (derived).
+      sampler: None for a fixed graph; for a stochastic graph the object that draws round t's
+        tables (:mod:`jaxgossip.topology.stochastic`), and the tables are None.
     """
 
     name: str
@@ -73,6 +83,7 @@ class Topology:
     layout: str = dataclasses.field(default="", init=False)
     row_stochastic: bool = dataclasses.field(default=False, init=False)
     column_stochastic: bool = dataclasses.field(default=False, init=False)
+    sampler: Any = dataclasses.field(default=None, init=False)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -123,7 +134,19 @@ class Topology:
             raise ValueError(f"layout={facts['layout']!r} is unknown; layouts: {KERNELS[1:]}")
         if facts["layout"] == "slots" and tables.get("neighbors") is None:
             raise ValueError("layout='slots' needs the tables 'neighbors' and 'slot_weights'")
-        return cls._assemble(tables, {"kernel": facts["layout"], **facts})
+        return cls._assemble(tables, {"kernel": facts["layout"], "sampler": None, **facts})
+
+    @classmethod
+    def from_sampler(cls, sampler: Any, **facts: Any) -> Topology:
+        """A stochastic topology: no tables, a sampler that draws each round's graph.
+
+        Args:
+          sampler: an object with ``draw(key, t) -> GraphRound`` and the attributes ``period``,
+            ``num_edges``, ``symmetric`` and ``support`` (see :mod:`jaxgossip.topology.stochastic`).
+          **facts: as for :meth:`from_tables`; the stochasticity facts are the sampler's promise
+            for every round it draws.
+        """
+        return cls._assemble({}, {"kernel": facts["layout"], "sampler": sampler, **facts})
 
     @classmethod
     def _assemble(cls, tables: dict[str, Any], facts: dict[str, Any]) -> Topology:
@@ -144,25 +167,76 @@ class Topology:
     def tree_unflatten(cls, aux, children):
         return cls._assemble(dict(zip(_LEAVES, children)), dict(aux))
 
+    # ---- stochastic graphs ---------------------------------------------------------------------
+    @property
+    def stochastic(self) -> bool:
+        """Whether the graph is drawn anew every round (:mod:`jaxgossip.topology.stochastic`)."""
+        return self.sampler is not None
+
+    @property
+    def support(self) -> Topology | None:
+        """The fixed graph every round's edges are drawn from: the topology itself for a fixed
+        graph, the wrapped graph for ``with_failures``, None for graphs whose neighbours change
+        every round (``random_matching``, ``random_out``)."""
+        return self.sampler.support if self.stochastic else self
+
+    def draw(self, key: Any, t: Any) -> Any:
+        """The graph of round ``t``: the accessor every algorithm uses once per step.
+
+        A fixed graph returns itself (``GraphRound(self, None, None)``), so its algorithms run
+        exactly as before; a stochastic graph draws round t from
+        ``fold_in(key, stream)`` with its sampler: a one-round :class:`Topology` (traced tables
+        ``[1, E]``), the nodes that communicate (``alive`` [N] bool) and, for failures of an
+        undirected graph, which of the support's undirected pairs are up (``pair_keep`` [P] bool).
+
+        Args:
+          key: the step's PRNG key (the runners derive it from the run key and the round).
+          t: round counter (the algorithm's state count), Python int or traced int.
+
+        Returns:
+          a :class:`jaxgossip.topology.stochastic.GraphRound`.
+        """
+        if not self.stochastic:
+            from jaxgossip.topology.stochastic import GraphRound
+
+            return GraphRound(self, None, None)
+        return self.sampler.draw(jax.random.fold_in(key, _GRAPH_STREAM), t)
+
+    def _fixed(self, what: str) -> None:
+        if self.stochastic:
+            raise ValueError(
+                f"{self.name} is a stochastic graph: it has no fixed {what}. Draw a round with "
+                "topology.draw(key, t).graph, or sample matrices with "
+                "jaxgossip.topology.sample_matrices(topology, keys)"
+            )
+
     # ---- sizes -------------------------------------------------------------------------------
     @property
     def period(self) -> int:
-        """T, the number of distinct rounds before the schedule repeats."""
+        """T, the number of distinct rounds before the schedule repeats (for a stochastic graph,
+        the period of the graph it draws from: a failure-wrapped schedule's T, else 1)."""
+        if self.stochastic:
+            return self.sampler.period
         return int(jnp.shape(self.senders)[-2])
 
     @property
     def num_edges(self) -> int:
         """E, padded edge count per round (self-loops included)."""
+        if self.stochastic:
+            return self.sampler.num_edges
         return int(jnp.shape(self.senders)[-1])
 
     @property
     def num_graphs(self) -> int | None:
         """G for a stack (tables ``[G, T, ...]``), None for a single graph."""
+        if self.stochastic:
+            return None
         return int(jnp.shape(self.senders)[0]) if jnp.ndim(self.senders) == 3 else None
 
     @property
     def time_varying(self) -> bool:
-        return self.period > 1
+        """Whether W changes between rounds (period > 1, or a stochastic graph)."""
+        return self.period > 1 or self.stochastic
 
     @property
     def host_tables(self) -> bool:
@@ -188,6 +262,7 @@ class Topology:
     @property
     def max_slots(self) -> int:
         """K of the slot table: the largest in-degree, self included."""
+        self._fixed("slot table")
         return int(jnp.shape(self.neighbors)[-1])
 
     def __repr__(self) -> str:
@@ -200,6 +275,7 @@ class Topology:
     # ---- dense views (tests, tiny graphs, analysis; host tables only) ------------------------
     def matrix(self, t: int = 0) -> np.ndarray:
         """Dense mixing matrix ``W(t)``, numpy [N, N] float64 (round ``t mod T``)."""
+        self._fixed("mixing matrix")
         t = int(t) % self.period
         w = np.zeros((self.num_nodes, self.num_nodes))
         np.add.at(w, (self.receivers[t], self.senders[t]), self.weights[t])
@@ -225,7 +301,10 @@ class Topology:
     @functools.cached_property
     def is_symmetric(self) -> bool:
         """Whether every W(t) is symmetric, checked on the edge list (O(E log E), no [N, N] matrix):
-        the weights summed per (receiver, sender) must equal those summed per (sender, receiver)."""
+        the weights summed per (receiver, sender) must equal those summed per (sender, receiver).
+        For a stochastic graph, the sampler's promise for every round it draws."""
+        if self.stochastic:
+            return self.sampler.symmetric
         n = self.num_nodes
         senders, receivers, weights = (np.asarray(x) for x in (self.senders, self.receivers, self.weights))
         for s, r, w in zip(senders, receivers, weights):
@@ -244,22 +323,30 @@ class Topology:
     def out_degree(self) -> Any:
         """[T, N] int: out-neighbours (self excluded) each node sends to in round t ([G, T, N] for a
         stack; a traced array for traced tables)."""
+        self._fixed("out-degree table")
         return _count_per_node(self, self.senders)
 
     @functools.cached_property
     def in_degree(self) -> Any:
         """[T, N] int: in-neighbours (self excluded) each node receives from in round t."""
+        self._fixed("in-degree table")
         return _count_per_node(self, self.receivers)
 
     @functools.cached_property
-    def self_weights(self) -> np.ndarray:
-        """[T, N] float64: the diagonal ``W_t[i, i]`` (host tables)."""
+    def self_weights(self) -> Any:
+        """[T, N]: the diagonal ``W_t[i, i]`` (float64 NumPy for host tables; for traced tables a
+        float32 ``segment_sum`` of the self-loops per round)."""
+        self._fixed("self weights")
+        if not self.host_tables:
+            n = self.num_nodes
+            own = jnp.where(self.senders == self.receivers, self.weights, 0).astype(jnp.float32)
+            per_round = jax.vmap(lambda r, w: jax.ops.segment_sum(w, r, num_segments=n))
+            return per_round(jnp.reshape(self.receivers, (-1, self.num_edges)), jnp.reshape(own, (-1, self.num_edges)))
         diag = np.zeros((self.period, self.num_nodes))
         for t in range(self.period):
             keep = self.senders[t] == self.receivers[t]
             np.add.at(diag[t], self.receivers[t][keep], self.weights[t][keep])
         return diag
-
 
 
 jax.tree_util.register_pytree_node(Topology, Topology.tree_flatten, Topology.tree_unflatten)

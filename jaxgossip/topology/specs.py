@@ -1,13 +1,14 @@
-"""Topology spec strings (``"ring"``, ``"torus:4x8"``, ``"erdos_renyi:0.3"``) for configs and the CLI."""
+"""Topology spec strings (``"ring"``, ``"torus:4x8"``, ``"erdos_renyi:0.3"``, ``"random_out:2"``,
+``"ring+drop:0.3"``, ``"torus+drop:0.1+nodedrop:0.05"``) for configs and the CLI."""
 
 from __future__ import annotations
 
 import math
 
-from jaxgossip.topology import constructors
+from jaxgossip.topology import constructors, stochastic
 from jaxgossip.topology.graph import Topology
 
-__all__ = ["FAMILIES", "make"]
+__all__ = ["FAMILIES", "SUFFIXES", "make"]
 
 
 # Graph families reachable by name from configs and the CLI (from_adjacency / from_matrix need
@@ -25,8 +26,33 @@ FAMILIES = {
         constructors.star,
         constructors.erdos_renyi,
         constructors.random_directed,
+        stochastic.random_matching,
+        stochastic.random_out,
     )
 }
+
+# Spec suffixes that wrap a graph in with_failures, ``BASE+drop:P+nodedrop:Q`` -> their argument.
+SUFFIXES = {
+    "drop": "link_drop",
+    "nodedrop": "node_drop",
+}
+
+
+def _failures(spec: str, suffixes: list[str]) -> dict:
+    """``["drop:0.3", "nodedrop:0.1"]`` -> with_failures keyword arguments."""
+    usage = f"topology spec {spec!r}: failures are written BASE+drop:P and/or BASE+nodedrop:Q with P, Q in [0, 1)"
+    out = {}
+    for suffix in suffixes:
+        kind, _, arg = suffix.partition(":")
+        if kind not in SUFFIXES:
+            raise ValueError(f"unknown topology suffix {'+' + kind!r} in {spec!r}; known: +drop:P, +nodedrop:Q")
+        if SUFFIXES[kind] in out or not arg:
+            raise ValueError(usage)
+        try:
+            out[SUFFIXES[kind]] = float(arg)
+        except ValueError:
+            raise ValueError(usage) from None
+    return out
 
 
 def _near_square(n: int) -> tuple[int, int]:
@@ -41,10 +67,17 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
     ``"random_directed:0.2"`` or ``"torus:4x8"`` (used by configs and the CLI).
 
     ``torus`` without sides picks the most square ``rows x cols = num_nodes``; ``erdos_renyi`` and
-    ``random_directed`` take their edge probability after the colon and use ``seed``.
+    ``random_directed`` take their edge probability after the colon and use ``seed``;
+    ``random_out:S`` takes the out-degree s (default 1); ``random_matching`` takes nothing. A
+    suffix ``+drop:P`` (link failures) and/or ``+nodedrop:Q`` (node failures) wraps the graph in
+    :func:`~jaxgossip.topology.with_failures` (e.g. ``"torus:4x4+drop:0.3"``, ``"ring+nodedrop:0.1"``).
     """
     if not isinstance(spec, str):
         raise TypeError(f"topology spec must be a string, got {spec!r}")
+    base, *suffixes = spec.split("+")
+    if suffixes:
+        options = _failures(spec, suffixes)
+        return stochastic.with_failures(make(base, num_nodes, seed), **options)
     name, _, arg = spec.partition(":")
     if name not in FAMILIES:
         raise ValueError(f"unknown topology {name!r}; known topologies: {list(FAMILIES)}")
@@ -63,6 +96,12 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
         except ValueError:
             raise ValueError(f"{name} spec {spec!r} must look like '{name}:P' with P a probability") from None
         return FAMILIES[name](num_nodes, p, seed)
+    if name == "random_out":
+        try:
+            s = int(arg) if arg else 1
+        except ValueError:
+            raise ValueError(f"random_out spec {spec!r} must look like 'random_out:S' with S an int") from None
+        return FAMILIES[name](num_nodes, s)
     if arg:
         raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
     return FAMILIES[name](num_nodes)

@@ -18,12 +18,24 @@ def spectral_gap(topo: Topology) -> float:
     topologies and spectral tools). For a time-varying topology the per-round gap of one period is returned,
     ``1 - |lambda_2(W(T-1) ... W(0))|^(1/T)``, which is 1 when a period averages exactly.
 
+    For a stochastic graph (:mod:`jaxgossip.topology.stochastic`) it is the expected per-round gap
+    ``1 - sqrt(lambda_2(E[W^T W]))``, the rate at which ``E ||x - mean||^2`` contracts per round
+    (Boyd et al., 2006), with ``E[W^T W]`` estimated by Monte Carlo over 512 rounds drawn with the
+    fixed key ``jax.random.key(0)`` (:func:`jaxgossip.topology.stochastic.expected_gram`), so the
+    value is reproducible. For a static symmetric W this formula gives back ``1 - |lambda_2(W)|``.
+
     Raises:
       ValueError: if W is not doubly stochastic (the gap then does not measure convergence to the
         average; push-sum graphs need the debiased analysis instead).
     """
     if not topo.is_doubly_stochastic:
         raise ValueError(f"spectral_gap needs doubly stochastic weights; {topo.name} is not")
+    if topo.stochastic:
+        from jaxgossip.topology.stochastic import expected_gram
+
+        lam = np.sort(np.linalg.eigvalsh(expected_gram(topo)))[::-1]
+        lam2 = max(float(lam[1]), 0.0) if lam.size > 1 else 0.0
+        return float(1.0 - np.sqrt(lam2))
     prod = np.eye(topo.num_nodes)
     for t in range(topo.period):
         prod = topo.matrix(t) @ prod
@@ -45,6 +57,8 @@ def optimal_gamma(topo: Topology) -> float:
       ValueError: for time-varying or non-symmetric W.
     """
     if topo.time_varying:
+        if topo.stochastic:
+            raise ValueError(f"optimal_gamma needs a static topology; {topo.name} is drawn anew every round")
         raise ValueError(f"optimal_gamma needs a static topology; {topo.name} has period {topo.period}")
     w = topo.matrix(0)
     if not np.allclose(w, w.T, atol=_TOL):

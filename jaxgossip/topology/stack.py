@@ -42,9 +42,12 @@ _LAYOUTS = ("slots", "dense", "segment")
 
 
 def signature(topology: Topology) -> tuple:
-    """The grouping key: graphs with equal signatures can share one compiled program."""
+    """The grouping key: graphs with equal signatures can share one compiled program. A stochastic
+    graph has tables only inside the run, so it is never stacked: its key is unique (its sampler)."""
     if not isinstance(topology, Topology):
         raise TypeError(f"expected a jaxgossip Topology, got {type(topology).__name__}")
+    if topology.stochastic:
+        return (topology.num_nodes, "stochastic", topology.sampler)
     return (
         topology.num_nodes,
         topology.resolved_kernel,
@@ -114,6 +117,9 @@ def stack(topologies: Sequence[Topology], kernel: str | None = None) -> Topology
     topologies = list(topologies)
     if not topologies:
         raise ValueError("stack needs at least one topology")
+    for topo in topologies:
+        if isinstance(topo, Topology) and topo.stochastic:
+            raise ValueError(f"cannot stack {topo.name}: a stochastic graph draws its tables inside the run")
     first = signature(topologies[0])
     for topo in topologies[1:]:
         if signature(topo) != first:

@@ -1,0 +1,522 @@
+"""Stochastic graphs: a fresh graph every round, drawn inside the compiled run from the round's key.
+
+* :func:`random_matching`: a uniformly random perfect (N even) or maximal (N odd) matching per
+  round, ``W = (I + P) / 2``; doubly stochastic and symmetric (randomized pairwise gossip).
+* :func:`random_out`: every node pushes to s distinct uniformly random other nodes per round,
+  weight ``1 / (s + 1)`` each, self included; column stochastic, for push-sum methods (the
+  Epidemic Learning setting).
+* :func:`with_failures`: any fixed graph (static or a schedule) whose edges fail with probability
+  p and whose nodes fail with probability q, independently every round; the weights are repaired
+  so that the graph's invariant holds (see :func:`with_failures`).
+
+A stochastic graph is a :class:`~jaxgossip.topology.Topology` without tables whose *sampler*
+(auxiliary data) draws round t's tables: ``topology.draw(key, t)`` returns a :class:`GraphRound`
+whose ``graph`` is a one-round Topology with traced tables ``[1, E]`` of fixed E (padding edges
+have weight 0), so every mixing kernel runs on it unchanged. The key of round t is the step key
+the runner hands to the algorithm (consensus: the t-th of ``split(key, S)``; training: the key
+chain kept in the train state), folded with a fixed stream id: the graph sequence is a pure
+function of the run key, the same key gives the same sequence, and a resumed run draws the same
+graphs. Which algorithms accept which stochastic graph is their metadata
+(:attr:`jaxgossip.types.AlgorithmInfo.stochastic_graphs`); docs/algorithms.md, section stochastic
+graphs, explains the choices (public copies, PowerGossip's per-edge state, bits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgossip.mixing import choose_kernel
+from jaxgossip.topology.graph import Topology
+
+__all__ = [
+    "GraphRound",
+    "random_matching",
+    "random_out",
+    "with_failures",
+    "sample_matrices",
+    "expected_gram",
+    "mean_out_degree",
+]
+
+
+class GraphRound(NamedTuple):
+    """The graph of one round, as :meth:`Topology.draw` returns it.
+
+    Attributes:
+      graph: the round's :class:`Topology`: the topology itself for a fixed graph, else a one-round
+        graph with traced tables ``[1, E]`` (mix it with any round counter).
+      alive: [N] bool, the nodes that communicate this round; None when all do.
+      pair_keep: [P] bool, for failures of an undirected graph: whether each undirected pair of
+        the support (sorted codes ``a * N + b``, ``a < b``, :attr:`pair_codes` of the sampler) is
+        up this round; None otherwise.
+      lost: for failures, the one-round graph of what the failures took away, ``W - W(t)`` (the
+        failed edges' weights, minus the repaired weight on the diagonal; all zero when nothing
+        failed), so that ``W(t) x = W x - lost x``; None otherwise.
+    """
+
+    graph: Topology
+    alive: Any = None
+    pair_keep: Any = None
+    lost: Any = None
+
+
+def _check_n(n: Any, minimum: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an int, got {type(n).__name__} {n!r}")
+    if n < minimum:
+        raise ValueError(f"n={n} is too small: need n >= {minimum}")
+    return int(n)
+
+
+def _one_round(tables: dict, n: int, name: str, layout: str, directed: bool, rows: bool, cols: bool) -> Topology:
+    return Topology.from_tables(
+        {k: v[None] for k, v in tables.items()},
+        name=name,
+        num_nodes=n,
+        directed=directed,
+        layout=layout,
+        row_stochastic=rows,
+        column_stochastic=cols,
+    )
+
+
+# ---- random matching -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _MatchingSampler:
+    """Round t: a random permutation pi, pairs (pi_0, pi_1), (pi_2, pi_3), ...; N odd leaves the
+    last node unmatched. Every perfect matching is equally likely (each arises from the same number
+    of permutations). Slot layout ``[N, 2]``: self, partner."""
+
+    n: int
+    name: str
+    period: int = 1
+    symmetric: bool = True
+    support: Any = None
+    pair_codes: Any = None
+
+    @property
+    def num_edges(self) -> int:
+        return 2 * self.n
+
+    @property
+    def slot_edge(self) -> np.ndarray:
+        """[1, N, 2]: slot 0 of node i is edge i (self), slot 1 is edge N + i (partner)."""
+        nodes = np.arange(self.n, dtype=np.int32)
+        return np.stack([nodes, nodes + self.n], axis=1)[None]
+
+    def draw(self, key, t):
+        del t
+        n = self.n
+        perm = jax.random.permutation(key, n)
+        half = n // 2
+        partner = jnp.arange(n, dtype=jnp.int32)
+        first, second = perm[: 2 * half : 2], perm[1 : 2 * half : 2]
+        partner = partner.at[first].set(second.astype(jnp.int32)).at[second].set(first.astype(jnp.int32))
+        nodes = jnp.arange(n, dtype=jnp.int32)
+        matched = partner != nodes
+        self_w = jnp.where(matched, 0.5, 1.0).astype(jnp.float32)
+        other_w = jnp.where(matched, 0.5, 0.0).astype(jnp.float32)
+        tables = {
+            "senders": jnp.concatenate([nodes, partner]),
+            "receivers": jnp.concatenate([nodes, nodes]),
+            "weights": jnp.concatenate([self_w, other_w]),
+            "neighbors": jnp.stack([nodes, partner], axis=1),
+            "slot_weights": jnp.stack([self_w, other_w], axis=1),
+        }
+        return GraphRound(_one_round(tables, n, self.name, "slots", False, True, True))
+
+
+def random_matching(n: int) -> Topology:
+    """A fresh uniformly random matching every round: ``W(t) = (I + P(t)) / 2``.
+
+    Every node is paired with one other node (N even: a perfect matching; N odd: one node, uniformly
+    chosen, sits out with ``W_ii = 1``) and the two average their models. Every ``W(t)`` is doubly
+    stochastic and symmetric, so gossip, DeepSqueeze and push-sum run on it; each node sends one
+    message per round (randomized pairwise gossip, Boyd et al., 2006).
+
+    .. math::  W(t) = \\tfrac12 (I + P(t)), \\quad P(t) \\text{ a random involution (matching)}
+
+    Args:
+      n: number of nodes N >= 2.
+
+    Returns:
+      A stochastic :class:`Topology` (slot layout, K = 2; E = 2N per round).
+
+    References:
+      Boyd, Ghosh, Prabhakar, Shah, "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006.
+    """
+    n = _check_n(n, 2)
+    name = f"random_matching({n})"
+    return Topology.from_sampler(
+        _MatchingSampler(n, name),
+        name=name,
+        num_nodes=n,
+        directed=False,
+        layout="slots",
+        row_stochastic=True,
+        column_stochastic=True,
+    )
+
+
+# ---- random out-neighbours ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _OutSampler:
+    """Round t: each node j draws s distinct offsets in 1..N-1 (Floyd's algorithm, uniform over
+    s-subsets, O(N s^2) work) and pushes to ``(j + offset) mod N``."""
+
+    n: int
+    s: int
+    name: str
+    layout: str
+    period: int = 1
+    symmetric: bool = False
+    support: Any = None
+    pair_codes: Any = None
+
+    @property
+    def num_edges(self) -> int:
+        return self.n * (self.s + 1)
+
+    def draw(self, key, t):
+        del t
+        n, s = self.n, self.s
+        chosen = []
+        keys = jax.random.split(key, s)
+        # Floyd: for j = m - s, ..., m - 1 (m = N - 1 candidates) draw r in [0, j]; take j if r is
+        # already chosen. Each s-subset of the m candidates is equally likely.
+        for step, j in enumerate(range(n - 1 - s, n - 1)):
+            r = jax.random.randint(keys[step], (n,), 0, j + 1, dtype=jnp.int32)
+            if chosen:
+                dup = jnp.any(jnp.stack(chosen, axis=1) == r[:, None], axis=1)
+                r = jnp.where(dup, j, r)
+            chosen.append(r)
+        nodes = jnp.arange(n, dtype=jnp.int32)
+        targets = (nodes[:, None] + 1 + jnp.stack(chosen, axis=1)) % n  # [N, s]
+        tables = {
+            "senders": jnp.concatenate([nodes, jnp.repeat(nodes, s)]),
+            "receivers": jnp.concatenate([nodes, targets.reshape(-1)]),
+            "weights": jnp.full((n * (s + 1),), 1.0 / (s + 1), jnp.float32),
+        }
+        return GraphRound(_one_round(tables, n, self.name, self.layout, True, False, True))
+
+
+def random_out(n: int, s: int = 1) -> Topology:
+    """Every node pushes to s distinct uniformly random other nodes every round (column stochastic).
+
+    Node j keeps ``1 / (s + 1)`` of its mass and sends ``1 / (s + 1)`` to each of its s fresh
+    out-neighbours, so every ``W(t)`` is column stochastic (not row stochastic: in-degrees vary):
+    a graph for push-sum methods (push_sum, and Epidemic Learning's randomized communication).
+    Each node sends s messages per round.
+
+    .. math::  W(t)_{ij} = \\tfrac{1}{s + 1}\\,\\mathbb 1[i = j \\text{ or } i \\in S_j(t)],
+        \\quad S_j(t) \\subset \\{1..N\\} \\setminus \\{j\\},\\ |S_j(t)| = s \\text{ uniform}
+
+    Args:
+      n: number of nodes N >= 2.
+      s: out-neighbours per node and round, ``1 <= s <= N - 1`` (a node has N - 1 others).
+
+    Returns:
+      A stochastic :class:`Topology` (segment layout, or dense when ``(s + 1) / N`` is large;
+      E = N (s + 1) per round).
+
+    References:
+      de Vos, Farhadkhani, Guerraoui, Kermarrec, Pires, Sharma, "Epidemic Learning: Boosting
+      Decentralized Learning with Randomized Communication", NeurIPS 2023 (arXiv:2310.01972).
+      Kempe, Dobra, Gehrke, FOCS 2003 (push-sum).
+    """
+    n = _check_n(n, 2)
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+        raise TypeError(f"s must be an int, got {type(s).__name__} {s!r}")
+    if not 1 <= s < n:
+        raise ValueError(f"s={s} is out of range: each node pushes to 1 <= s <= N - 1 = {n - 1} other nodes")
+    s = int(s)
+    # The in-degree is random, so there is no bounded slot table: dense for dense graphs, else the
+    # segment kernel (the measured choice of mixing.choose_kernel with K unbounded).
+    layout = "dense" if choose_kernel(n, n * (s + 1), n) == "dense" else "segment"
+    name = f"random_out({n}, s={s})"
+    return Topology.from_sampler(
+        _OutSampler(n, s, name, layout),
+        name=name,
+        num_nodes=n,
+        directed=True,
+        layout=layout,
+        row_stochastic=False,
+        column_stochastic=True,
+    )
+
+
+# ---- failures ------------------------------------------------------------------------------------
+
+
+def _check_drop(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={value!r} must be a probability in [0, 1), a real number")
+    value = float(value)
+    if not 0.0 <= value < 1.0:  # also rejects NaN
+        raise ValueError(f"{name}={value!r} must be a probability in [0, 1) (1 would drop every round)")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _FailureSampler:
+    """Failures of a graph ``base``: a fixed graph (host tables [T, E]) or a stochastic one (its
+    round drawn first, then failed).
+
+    Fixed base: ``unit[t, e]`` is the coin an edge uses (its undirected pair for
+    ``repair="symmetric"``, its own slot e for ``repair="sender"``), one uniform draw of
+    ``num_units`` per round. Stochastic base: a symmetric edge's coin is drawn from its pair code
+    ``min * N + max`` (both directions agree), a directed edge's from its slot. ``slot_edge[t, i, k]``
+    is the edge behind slot k of node i (slot layout only). See :func:`with_failures`.
+    """
+
+    base: Topology
+    link_drop: float
+    node_drop: float
+    repair: str  # "symmetric" (doubly stochastic, undirected) or "sender" (column stochastic)
+    name: str
+    unit: np.ndarray | None  # [T, E] int32 (fixed base)
+    num_units: int
+    pair_codes: np.ndarray | None  # [P] int64 sorted a * N + b (fixed symmetric base)
+    pair_ends: tuple | None  # ([P], [P]) int32 endpoints a < b
+    slot_edge: np.ndarray | None  # [T, N, K] int32
+
+    @property
+    def support(self) -> Topology | None:
+        return self.base.support
+
+    @property
+    def period(self) -> int:
+        return self.base.period
+
+    @property
+    def num_edges(self) -> int:
+        return self.base.num_edges + self.base.num_nodes
+
+    @property
+    def symmetric(self) -> bool:
+        return self.repair == "symmetric"
+
+    def draw(self, key, t):
+        base = self.base
+        n = base.num_nodes
+        key_link, key_node, key_base = jax.random.split(key, 3)
+        alive = jax.random.uniform(key_node, (n,)) >= self.node_drop
+        if base.stochastic:
+            inner = base.sampler.draw(key_base, t)
+            graph, idx = inner.graph, 0
+            if inner.alive is not None:
+                alive = alive & inner.alive
+        else:
+            graph = base
+            idx = 0 if base.period == 1 else jnp.asarray(t, jnp.int32) % base.period
+
+        def row(table, dtype):
+            return jnp.asarray(table, dtype)[idx]
+
+        senders, receivers = row(graph.senders, jnp.int32), row(graph.receivers, jnp.int32)
+        weights = row(graph.weights, jnp.float32)
+        real = (senders != receivers) & (weights != 0)
+        if self.unit is not None:
+            coins = jax.random.uniform(key_link, (self.num_units,)) >= self.link_drop
+            edge_up = coins[row(self.unit, jnp.int32)]
+        elif self.repair == "symmetric":
+            codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
+            draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
+            edge_up = draw_code(codes) >= self.link_drop
+        else:
+            edge_up = jax.random.uniform(key_link, senders.shape) >= self.link_drop
+        keep = jnp.where(real, edge_up & alive[senders] & alive[receivers], True)
+        kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
+        # Symmetric W: the receiver takes back the weight it put on the lost edge (row sums stay 1;
+        # the reverse edge fails with it, so columns too). Column stochastic: the undelivered mass
+        # stays with the sender (column sums stay 1).
+        owner = receivers if self.repair == "symmetric" else senders
+        repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
+        nodes = jnp.arange(n, dtype=jnp.int32)
+        edges = {"senders": jnp.concatenate([senders, nodes]), "receivers": jnp.concatenate([receivers, nodes])}
+        tables = dict(edges, weights=jnp.concatenate([kept, repair]))
+        lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
+        if graph.resolved_kernel == "slots":
+            slot_keep = keep[row(self.slot_edge, jnp.int32)]
+            slot_w = row(graph.slot_weights, jnp.float32)
+            sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
+            tables["neighbors"] = lost["neighbors"] = row(graph.neighbors, jnp.int32)
+            tables["slot_weights"] = sw.at[:, 0].add(repair)  # slot 0 is the node itself
+            lost["slot_weights"] = (slot_w - sw).at[:, 0].add(-repair)
+        facts = (n, self.name, graph.resolved_kernel, base.directed)
+        out = _one_round(tables, *facts, self.repair == "symmetric", base.is_column_stochastic)
+        pair_keep = None
+        if self.pair_ends is not None:
+            a, b = self.pair_ends
+            pair_keep = coins & alive[a] & alive[b]
+        return GraphRound(out, alive, pair_keep, _one_round(lost, *facts, False, False))
+
+
+def _slot_edges(topology: Topology) -> np.ndarray:
+    """[T, N, K] int32: the edge (index into round t's edge list) behind slot k of node i; padding
+    slots point at edge 0 (their weight is 0 whatever the coin)."""
+    nbr, _ = topology.slots
+    n = topology.num_nodes
+    out = np.zeros(nbr.shape, dtype=np.int32)
+    for t in range(topology.period):
+        live = np.flatnonzero(topology.weights[t] != 0)
+        code = topology.receivers[t][live].astype(np.int64) * n + topology.senders[t][live]
+        order = np.argsort(code)
+        want = np.arange(n)[:, None].astype(np.int64) * n + nbr[t]
+        pos = np.clip(np.searchsorted(code[order], want), 0, max(code.size - 1, 0))
+        found = code.size > 0 and code[order][pos] == want
+        out[t] = np.where(found, live[order][pos], 0)
+    return out
+
+
+def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float = 0.0) -> Topology:
+    """A fixed graph whose links and nodes fail at random every round, weights repaired.
+
+    Every round, independently: each edge fails with probability ``link_drop`` (on an undirected
+    graph each undirected pair fails as a whole, both directions), and each node is down with
+    probability ``node_drop`` (all of its edges fail). The weights are repaired so that the
+    invariant the algorithms need holds in every round:
+
+    * symmetric, doubly stochastic graphs (ring, torus, hypercube, complete, erdos_renyi, ...): the
+      weight a node put on a failed edge returns to its own self weight, ``W_ii += W_ij``; as the
+      pair fails in both directions, ``W(t)`` stays symmetric and doubly stochastic;
+    * other column-stochastic graphs (directed_ring, exponential, one_peer_exponential,
+      random_directed, ...): the mass a sender could not deliver stays with it, ``W_jj += W_ij``;
+      ``W(t)`` stays column stochastic (push-sum), but not row stochastic in general, so gossip
+      refuses such a wrapped directed graph.
+
+    .. math::
+
+        W(t)_{ij} = W_{ij}\\, k_{ij}(t)\\ (i \\ne j), \\qquad
+        W(t)_{ii} = W_{ii} + \\sum_{j \\ne i} W_{ij} (1 - k_{ij}(t))
+        \\ \\ \\text{(sender repair: } \\textstyle\\sum_{i \\ne j} W_{ij}(1 - k_{ij}) \\text{ to } W_{jj}),
+
+        k_{ij}(t) = c_{\\{ij\\}}(t)\\, a_i(t)\\, a_j(t), \\quad
+        c \\sim \\mathrm{Bernoulli}(1 - p), \\ a \\sim \\mathrm{Bernoulli}(1 - q)
+
+    With ``link_drop = node_drop = 0`` it is the wrapped graph (bitwise: same kernels, same bits).
+    Messages on failed edges are not sent and not counted (``StepInfo.bits``).
+
+    Args:
+      topology: a graph with host tables (static or a schedule; not a stack), or a stochastic graph
+        (``random_matching``, ``random_out``: its round is drawn first, then failed).
+      link_drop: p in [0, 1), the probability that an edge (undirected pair) fails in a round.
+      node_drop: q in [0, 1), the probability that a node does not communicate in a round.
+
+    Returns:
+      A stochastic :class:`Topology` with the wrapped graph's layout, period and E + N edges per
+      round (N self edges carry the repaired weight).
+    """
+    if not isinstance(topology, Topology):
+        raise TypeError(f"with_failures needs a jaxgossip Topology, got {type(topology).__name__}")
+    if isinstance(topology.sampler, _FailureSampler):
+        raise ValueError(f"{topology.name} already has failures; give with_failures the graph it wraps")
+    if not topology.stochastic and (not topology.host_tables or topology.num_graphs is not None):
+        raise TypeError("with_failures needs a graph built on the host (not a stack or a stack member)")
+    p = _check_drop("link_drop", link_drop)
+    q = _check_drop("node_drop", node_drop)
+    n = topology.num_nodes
+    if topology.is_doubly_stochastic and topology.is_symmetric:
+        repair = "symmetric"
+    elif topology.is_column_stochastic:
+        repair = "sender"
+    else:
+        raise ValueError(
+            f"with_failures needs a symmetric doubly stochastic graph (repaired at the receiver) or a "
+            f"column-stochastic graph (repaired at the sender); {topology.name} is neither"
+        )
+    unit, num_units, pair_codes, pair_ends = None, 0, None, None
+    if topology.stochastic:
+        slot_edge = getattr(topology.sampler, "slot_edge", None)
+    else:
+        senders, receivers, weights = topology.senders, topology.receivers, topology.weights
+        real = (senders != receivers) & (weights != 0)
+        if repair == "symmetric":
+            codes = np.minimum(senders, receivers).astype(np.int64) * n + np.maximum(senders, receivers)
+            pair_codes = np.unique(codes[real])
+            unit = np.where(real, np.searchsorted(pair_codes, codes), 0).astype(np.int32)
+            num_units = max(1, pair_codes.size)
+            pair_ends = ((pair_codes // n).astype(np.int32), (pair_codes % n).astype(np.int32))
+        else:
+            unit = np.broadcast_to(np.arange(topology.num_edges, dtype=np.int32), senders.shape).copy()
+            num_units = topology.num_edges
+        slot_edge = _slot_edges(topology) if topology.resolved_kernel == "slots" else None
+    parts = [f"link_drop={p:g}"] + ([f"node_drop={q:g}"] if q else [])
+    name = f"{topology.name}+failures({', '.join(parts)})"
+    sampler = _FailureSampler(topology, p, q, repair, name, unit, num_units, pair_codes, pair_ends, slot_edge)
+    return Topology.from_sampler(
+        sampler,
+        name=name,
+        num_nodes=n,
+        directed=topology.directed,
+        layout=topology.resolved_kernel,
+        row_stochastic=repair == "symmetric",
+        column_stochastic=topology.is_column_stochastic,
+    )
+
+
+# ---- analysis (host side) -----------------------------------------------------------------------
+
+
+def sample_matrices(topology: Topology, keys: Any, start: int = 0) -> np.ndarray:
+    """The dense ``W(t)`` an algorithm sees in rounds ``start, ..., start + R - 1``, numpy [R, N, N].
+
+    Round ``start + r`` is drawn with the step key ``keys[r]`` exactly as an algorithm's step
+    draws it (:meth:`Topology.draw`); for a fixed graph these are ``topology.matrix(t)``. For tests
+    and analysis (dense, host side).
+
+    Args:
+      topology: any single graph.
+      keys: [R] PRNG keys (e.g. ``jax.random.split(key, R)``, the step keys of ``run_consensus``).
+      start: the round counter of the first key.
+    """
+    keys = jnp.asarray(keys)
+    rounds = np.arange(start, start + keys.shape[0])
+    if not topology.stochastic:
+        return np.stack([topology.matrix(t) for t in rounds])
+    dense = _dense_rounds(topology)
+    return np.asarray(dense(keys, jnp.asarray(rounds, jnp.int32)), dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=64)
+def _dense_rounds(topology: Topology):
+    """Jitted ``(keys [R], rounds [R]) -> W [R, N, N]`` of one stochastic graph (cached per graph,
+    which hashes by identity, so repeated analyses compile once)."""
+    n = topology.num_nodes
+
+    def dense(key, t):
+        g = topology.draw(key, t).graph
+        w = jnp.zeros((n, n), jnp.float32)
+        return w.at[g.receivers[0], g.senders[0]].add(g.weights[0])
+
+    return jax.jit(jax.vmap(dense))
+
+
+def expected_gram(topology: Topology, num_samples: int = 512, seed: int = 0) -> np.ndarray:
+    """Monte Carlo estimate of ``E[W(t)^T W(t)]``, numpy [N, N], over ``num_samples`` rounds drawn
+    with the fixed key ``jax.random.key(seed)`` (rounds 0, 1, ... so a wrapped schedule is covered)."""
+    keys = jax.random.split(jax.random.key(seed), num_samples)
+    w = sample_matrices(topology, keys)
+    return np.einsum("rki,rkj->ij", w, w) / num_samples
+
+
+def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -> float:
+    """Messages a node sends per round, on average over nodes and rounds: ``out_degree.mean()`` for
+    a fixed graph; for a stochastic graph estimated over ``num_samples`` rounds drawn with the fixed
+    key ``jax.random.key(seed)``."""
+    if not topology.stochastic:
+        return float(np.mean(topology.out_degree))
+    w = sample_matrices(topology, jax.random.split(jax.random.key(seed), num_samples))
+    off = (w != 0) & ~np.eye(topology.num_nodes, dtype=bool)[None]
+    return float(off.sum() / (num_samples * topology.num_nodes))
