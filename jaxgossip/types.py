@@ -83,6 +83,10 @@ class AlgorithmInfo:
       trainer_options: option defaults the trainer sets (a user's option wins).
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
         range on a symmetric W is checked (``jaxgossip.config.gamma_warning``).
+      step_size: the name of its consensus step-size option (e.g. ``"gamma"``), a traced value that
+        ``jaxgossip tune-gamma`` sweeps; None if it has none.
+      public_init: it keeps public copies of the models (Choco-style) and takes the option
+        ``public_init="zero" | "model"`` (start them at 0 or at the initial models).
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -94,15 +98,19 @@ class AlgorithmInfo:
     allreduce_cost: bool = False
     trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     relaxation_gamma: bool = False
+    step_size: str | None = None
+    public_init: bool = False
 
     def __post_init__(self):
         if not callable(self.factory):
             raise TypeError(f"factory={self.factory!r} is not callable: expected factory(topology, **options)")
         if self.mixing not in MIXINGS:
             raise ValueError(f"mixing={self.mixing!r} is unknown; known: {', '.join(MIXINGS)}")
-        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma"):
+        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma", "public_init"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
+        if self.step_size is not None and (not isinstance(self.step_size, str) or not self.step_size):
+            raise TypeError(f"step_size={self.step_size!r} must be None or the name of an option, e.g. 'gamma'")
         if not callable(self.exchanges):
             raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
         for field in ("shape_options", "trainer_options"):

@@ -113,4 +113,5 @@ INFO = AlgorithmInfo(
     stackable=True,
     shape_options={"compressor_options": "compressor options fix the kept entries, a static shape"},
     relaxation_gamma=True,
+    step_size="gamma",
 )

@@ -62,4 +62,4 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip")
 
 
-INFO = AlgorithmInfo(gossip, mixing="doubly_stochastic", stackable=True, relaxation_gamma=True)
+INFO = AlgorithmInfo(gossip, mixing="doubly_stochastic", stackable=True, relaxation_gamma=True, step_size="gamma")

@@ -549,4 +549,5 @@ INFO = AlgorithmInfo(
     # the reference compresses them (docs/algorithms.md, section training recipes and models).
     trainer_options={"matrix_view": "flax_kernel"},
     relaxation_gamma=True,
+    step_size="gamma",
 )

@@ -147,8 +147,15 @@ def run(argv: list[str]) -> int:
             continue
         rows = common.run_cost(cost, result, out_dir=run_dir)
         results[config.name] = rows
-        table.append(dict(rows[-1], name=f"{config.name} ({result.built.topology.name})", wall_time=result.wall_time,
-                          status="ok"))
+        table.append(
+            dict(
+                rows[-1],
+                name=f"{config.name} ({result.built.topology.name})",
+                wall_time=result.wall_time,
+                status="ok",
+                watchdog=common.watchdog_cell(result.watchdog),
+            )
+        )
         print(
             f"  {config.name:<18} acc {rows[-1]['test_acc']:.4f}  MB/node {rows[-1]['MB_per_node']:.2f}  "
             f"({result.wall_time:.1f}s)",
