@@ -70,7 +70,8 @@ def command() -> Command:
         "--out (jaxgossip.tuning.tune_gamma is the Python API).",
         classes=[(TuneGammaConfig, "tuning config (config file keys or --field=value)")],
         flags={k: v for k, v in common.PROGRESS_FLAG.items() if k == "print-config"},
-        extra={"output": [("out", typing.Optional[str], None, "output folder (default runs/tune_gamma)")]},
+        # typing.Optional, as the other commands: the parsing layer recognises optional options by it.
+        extra={"output": [("out", typing.Optional[str], None, "output folder (default runs/tune_gamma)")]},  # noqa: UP045
         field_help=FIELD_HELP,
         epilog=common.algorithm_epilog()
         + "\n\nexamples:\n  jaxgossip tune-gamma --algorithm=choco --algorithm_options.compressor=top_k "
@@ -165,16 +166,16 @@ def run(argv: list[str]) -> int:
     rows = tuning_rows(result)
     columns = [(result.option if key == "gamma" else key, header, spec) for key, header, spec in COLUMNS]
     shape_text = f"shape {list(config.shape)}" if config.shape else f"model {config.model}"
-    title = f"{config.algorithm} {dict(config.algorithm_options)} on {topo.name}, {shape_text}, {result.num_steps} rounds"
+    options = dict(config.algorithm_options)
+    title = f"{config.algorithm} {options} on {topo.name}, {shape_text}, {result.num_steps} rounds"
     print(title)
     print(plots.format_table(rows, columns))
     if result.note:
         common.warn("tune-gamma", result.note)
     if result.recommended is not None:
-        print(
-            f"recommended {result.option}: {result.recommended:g} (largest contracting {result.largest_contracting:.4g} "
-            f"/ {result.safety:g})"
-        )
+        largest = result.largest_contracting
+        rule = f"largest contracting {largest:.4g} / {result.safety:g}"
+        print(f"recommended {result.option}: {result.recommended:g} ({rule})")
     os.makedirs(out, exist_ok=True)
     plots.plot_gamma_tuning(result, os.path.join(out, "tune_gamma.png"), title=title)
     common.write_json(
