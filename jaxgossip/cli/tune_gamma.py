@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import typing
 from typing import Any
 
 from jaxgossip.cli import common
@@ -70,8 +69,7 @@ def command() -> Command:
         "--out (jaxgossip.tuning.tune_gamma is the Python API).",
         classes=[(TuneGammaConfig, "tuning config (config file keys or --field=value)")],
         flags={k: v for k, v in common.PROGRESS_FLAG.items() if k == "print-config"},
-        # typing.Optional, as the other commands: the parsing layer recognises optional options by it.
-        extra={"output": [("out", typing.Optional[str], None, "output folder (default runs/tune_gamma)")]},  # noqa: UP045
+        extra={"output": [("out", str | None, None, "output folder (default runs/tune_gamma)")]},
         field_help=FIELD_HELP,
         epilog=common.algorithm_epilog()
         + "\n\nexamples:\n  jaxgossip tune-gamma --algorithm=choco --algorithm_options.compressor=top_k "
