@@ -131,6 +131,11 @@ def test_tune_gamma_refuses_bad_input():
 
 
 def test_tune_gamma_cli_outputs_and_bad_input(tmp_path, capsys):
+    assert main(["tune-gamma", "--help"]) == 0
+    help_text, _ = capsys.readouterr()
+    for field in ("--algorithm", "--shape", "--model", "--input_shape", "--gammas", "--num_steps", "--safety"):
+        assert field in help_text
+    assert main(["--help"]) == 0 and "tune-gamma" in capsys.readouterr()[0]
     out = tmp_path / "tg"
     argv = [
         "tune-gamma", "--algorithm=choco", "--algorithm_options.compressor=top_k",

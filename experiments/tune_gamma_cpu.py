@@ -1,0 +1,103 @@
+"""Re-derive the consensus step sizes of the CPU reproductions with ``jaxgossip.tune_gamma``.
+
+For every compressed variant of ``configs/powergossip_cpu.py`` (Choco sign / top-1 %, DeepSqueeze
+sign on the 8-ring) and ``configs/sparsepush_cpu.py`` (Sparse-Push 1 % / 0.1 %, SCSP on the
+one-peer exponential graph), one vmapped consensus sweep over 31 gammas (1e-3 .. 1, log-spaced)
+on the config's own graph, compressor and CNN parameter shapes (Fashion-MNIST input 28x28x1), from
+the spread-out start of :func:`jaxgossip.tuning.tune_gamma`. Prints and writes a table of the
+largest contracting gamma, the recommendation (/ 2.5) and the gamma the config uses.
+
+    python experiments/tune_gamma_cpu.py [--out experiments/results/tune_gamma_cpu] [--quick]
+
+About 5 minutes on 2 CPU cores (``--quick``: 4 variants, fewer rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import time
+
+import jaxgossip as jg
+from jaxgossip import algorithms, plots, topology
+from jaxgossip.tuning import model_shapes, tuning_rows
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(name):
+    return runpy.run_path(os.path.join(HERE, "configs", name))
+
+
+def variants(quick: bool) -> list[tuple[str, dict, int]]:
+    """(label, training config, consensus rounds) of every compressed variant."""
+    pg, sp = _load("powergossip_cpu.py"), _load("sparsepush_cpu.py")
+    # Rounds: several times 1 / (kept fraction) so that top-k has time to show its growth.
+    out = [
+        ("powergossip_cpu " + v, pg["get_config"](v), r)
+        for v, r in (("choco_topk", 1500), ("choco_sign_tuned", 600), ("deepsqueeze_sign", 600))
+    ]
+    out += [
+        ("sparsepush_cpu " + m, sp["get_config"](m), r)
+        for m, r in (("sparse_push_1pct", 1500), ("sparse_push_0p1pct", 6000), ("scsp", 1500))
+    ]
+    if quick:
+        out = [(label, config, min(rounds, 600)) for label, config, rounds in out if "0p1pct" not in label][:4]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "tune_gamma_cpu"))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    table, details = [], {}
+    for label, config, rounds in variants(args.quick):
+        topo = topology.make(config["topology"], config["num_nodes"], seed=config["seed"])
+        entry = algorithms.resolve(config["algorithm"])
+        options = {**entry.trainer_options, **config["algorithm_options"]}
+        used = options.pop(entry.step_size)
+        shapes = model_shapes(config["model"], (28, 28, 1), 10, **config["model_options"])
+        start = time.perf_counter()
+        result = jg.tune_gamma(config["algorithm"], topo, shapes, options=options, num_steps=rounds)
+        wall = time.perf_counter() - start
+        row = {
+            "variant": label,
+            "algorithm": config["algorithm"],
+            "options": json.dumps({k: v for k, v in options.items()}, sort_keys=True),
+            "graph": topo.name,
+            "rounds": rounds,
+            "largest_contracting": result.largest_contracting,
+            "recommended": result.recommended,
+            "config_gamma": used,
+            "seconds": wall,
+        }
+        table.append(row)
+        details[label] = {**row, "note": result.note, "rows": tuning_rows(result)}
+        name = label.replace(" ", "_")
+        plots.plot_gamma_tuning(result, os.path.join(args.out, f"{name}.png"), title=f"{label} on {topo.name}")
+        print(
+            f"{label:<38} largest contracting {result.largest_contracting} -> recommended {result.recommended} "
+            f"(config: {used}) {result.note} [{wall:.0f}s]",
+            flush=True,
+        )
+    columns = [
+        ("variant", "variant", ""),
+        ("graph", "graph", ""),
+        ("rounds", "rounds", "d"),
+        ("largest_contracting", "largest contracting", ".3g"),
+        ("recommended", "recommended", ".2g"),
+        ("config_gamma", "config gamma", ".4g"),
+    ]
+    print(plots.format_table(table, columns))
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(plots.format_table(table, columns, markdown=True) + "\n")
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(details, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
