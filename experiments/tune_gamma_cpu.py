@@ -9,7 +9,8 @@ largest contracting gamma, the recommendation (/ 2.5) and the gamma the config u
 
     python experiments/tune_gamma_cpu.py [--out experiments/results/tune_gamma_cpu] [--quick]
 
-About 5 minutes on 2 CPU cores (``--quick``: 4 variants, fewer rounds).
+About 15 minutes on 2 quiet CPU cores (30 under load; Sparse-Push 0.1 % with 6000 rounds is half of
+it); ``--variants`` runs some and keeps the others' results, ``--quick``: 4 variants, 600 rounds.
 """
 
 from __future__ import annotations
@@ -52,10 +53,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results", "tune_gamma_cpu"))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variants", nargs="*", help="only these (e.g. scsp choco_topk)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    table, details = [], {}
+    path = os.path.join(args.out, "results.json")
+    details = {}
+    if os.path.exists(path):  # earlier variants are kept; each one is rewritten as soon as it is done
+        with open(path) as f:
+            details = json.load(f)
     for label, config, rounds in variants(args.quick):
+        if args.variants and label.split(" ")[1] not in args.variants:
+            continue
         topo = topology.make(config["topology"], config["num_nodes"], seed=config["seed"])
         entry = algorithms.resolve(config["algorithm"])
         options = {**entry.trainer_options, **config["algorithm_options"]}
@@ -75,8 +83,9 @@ def main() -> None:
             "config_gamma": used,
             "seconds": wall,
         }
-        table.append(row)
         details[label] = {**row, "note": result.note, "rows": tuning_rows(result)}
+        with open(path, "w") as f:
+            json.dump(details, f, indent=1)
         name = label.replace(" ", "_")
         plots.plot_gamma_tuning(result, os.path.join(args.out, f"{name}.png"), title=f"{label} on {topo.name}")
         print(
@@ -92,11 +101,11 @@ def main() -> None:
         ("recommended", "recommended", ".2g"),
         ("config_gamma", "config gamma", ".4g"),
     ]
+    order = [label for label, _, _ in variants(False)]
+    table = [details[label] for label in order if label in details]
     print(plots.format_table(table, columns))
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(plots.format_table(table, columns, markdown=True) + "\n")
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(details, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -165,6 +165,7 @@ def test_tune_gamma_cli_outputs_and_bad_input(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_tune_gamma_takes_model_shapes():
     shapes = jg.tuning.model_shapes("mlp", (8, 8, 1), num_classes=3, hidden=(4,))
     leaves = jax.tree_util.tree_leaves(shapes)
