@@ -65,7 +65,7 @@ def command() -> Command:
         "vmapped consensus sweep over a grid of step sizes, and recommend one (largest contracting / --safety). "
         "Every node starts from a spread-out state (each parameter leaf i.i.d. N(0, 1/D_leaf)); a step size "
         "contracts if after --num_steps rounds the consensus error is finite, below its start and still falling "
-        "over the second half (or at round-off). Writes tune_gamma.json, tune_gamma.md and tune_gamma.png under "
+        "over the second half (or below 1e-6 of its start). Writes tune_gamma.json, tune_gamma.md and tune_gamma.png under "
         "--out (jaxgossip.tuning.tune_gamma is the Python API).",
         classes=[(TuneGammaConfig, "tuning config (config file keys or --field=value)")],
         flags={k: v for k, v in common.PROGRESS_FLAG.items() if k == "print-config"},
