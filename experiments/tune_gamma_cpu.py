@@ -9,8 +9,8 @@ largest contracting gamma, the recommendation (/ 2.5) and the gamma the config u
 
     python experiments/tune_gamma_cpu.py [--out experiments/results/tune_gamma_cpu] [--quick]
 
-About 15 minutes on 2 quiet CPU cores (30 under load; Sparse-Push 0.1 % with 6000 rounds is half of
-it); ``--variants`` runs some and keeps the others' results, ``--quick``: 4 variants, 600 rounds.
+13 minutes on 2 shared CPU cores (load average ~4; 30 under heavy load), a third of it Sparse-Push
+0.1 % with 6000 rounds; ``--variants`` runs some and keeps the others' results, ``--quick``: 4 variants, 600 rounds.
 """
 
 from __future__ import annotations
