@@ -17,7 +17,14 @@ into ``experiments/results/repro_powergossip/`` and ``experiments/results/repro_
 (plots per partition in subfolders). The full-size CIFAR-10 configs need a GPU and are not run here.
 
     python experiments/run_reproductions.py [--study all|powergossip|sparsepush] [--seeds 2]
-        [--variants NAME ...] [--rounds R] [--dataset NAME] [--out experiments/results]
+        [--variants NAME ...] [--partitions SPEC ...] [--set KEY=VALUE ...] [--rounds R]
+        [--dataset NAME] [--out experiments/results]
+
+``--set`` overrides a TrainConfig field of every run, e.g. the clipped Dirichlet(0.1) rerun of
+experiments/README (section "Dirichlet(0.1)"):
+
+    python experiments/run_reproductions.py --study sparsepush --partitions dirichlet:0.1 \
+        --set grad_clip=2 --out experiments/results/dirichlet_clip
 
 Seed s sets ``seed = s`` (model init, batches, compression randomness, and, since ``data_seed``
 is unset, the partition too). An epoch is ``num_rounds * N * B / M`` with M the training samples
@@ -86,15 +93,26 @@ def _summary(config: dict) -> str:
     return " ".join(parts)
 
 
-def run_study(study: str, seeds: int, variants: list[str] | None, rounds: int | None, out: str, dataset) -> list[dict]:
+def run_study(
+    study: str,
+    seeds: int,
+    variants: list[str] | None,
+    rounds: int | None,
+    out: str,
+    dataset,
+    partitions: list[str] | None = None,
+    settings: dict | None = None,
+) -> list[dict]:
     runs = study_runs(study)
     if variants:
         runs = [r for r in runs if r["name"] in variants or r["name"].split(" ")[0] in variants]
+    if partitions:
+        runs = [r for r in runs if r["group"] in partitions]
     results = []
     for run in runs:
-        overrides = {}
+        overrides = dict(settings or {})
         if rounds:  # the schedule scales with the run, as in the configs
-            overrides = {
+            overrides |= {
                 "num_rounds": rounds,
                 # up to 6 evaluation points that divide the run evenly
                 "eval_every": rounds // next(k for k in (6, 5, 4, 3, 2, 1) if rounds % k == 0),
@@ -118,7 +136,7 @@ def run_study(study: str, seeds: int, variants: list[str] | None, rounds: int | 
                 curves = result.rows
             print(
                 f"{study} {run['name']} seed {seed}: acc {finals[-1]['test_acc']:.4f} "
-                f"MB/node {finals[-1]['MB_per_node']:.3f} ({result['wall_time']:.1f} s)",
+                f"MB/node {finals[-1]['MB_per_node']:.3f} ({result.wall_time:.1f} s)",
                 flush=True,
             )
         train_size = dataset.y_train.shape[0]
@@ -209,17 +227,27 @@ def main() -> None:
     parser.add_argument("--study", choices=["all", "powergossip", "sparsepush"], default="all")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--variants", nargs="*", help="only these variant names (e.g. gossip pg_i1_warm scsp)")
+    parser.add_argument("--partitions", nargs="*", help="Sparse-Push study: only these partitions (e.g. dirichlet:0.1)")
+    parser.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a config field of every run (grad_clip=2)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="override num_rounds (smoke runs)")
     parser.add_argument("--dataset", default=None, help="override the configs' dataset (default: theirs)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        settings[key] = value  # typed and checked by load_config, as a command-line override
     studies = ["powergossip", "sparsepush"] if args.study == "all" else [args.study]
     for study in studies:
         dataset = data.load_dataset(args.dataset or study_runs(study)[0]["config"]["dataset"])
         start = time.perf_counter()
-        results = run_study(study, args.seeds, args.variants, args.rounds, args.out, dataset)
+        results = run_study(study, args.seeds, args.variants, args.rounds, args.out, dataset, args.partitions, settings)
         write(study, results, args, dataset, time.perf_counter() - start, args.out)
 
 

@@ -8,6 +8,7 @@ from jaxgossip import algorithms, compress, cost, problems, topology
 from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.mixing import consensus_distance, mix, node_mean
 from jaxgossip.optimization import OptimizationResult, optimization_scan, run_optimization
+from jaxgossip.tuning import GammaTuning, tune_gamma
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
 __version__ = "0.1.0"
@@ -27,6 +28,8 @@ __all__ = [
     "run_optimization",
     "optimization_scan",
     "OptimizationResult",
+    "tune_gamma",
+    "GammaTuning",
     "GossipAlgorithm",
     "AlgorithmInfo",
     "StepInfo",

@@ -225,7 +225,11 @@ def restore(ckpt_dir: str, like_state, config: dict) -> Restored:
                 f"checkpoint {ckpt_dir} (round {saved.round}) could not be restored: {type(err).__name__}: {err}; "
                 f"{_HINT}"
             ) from None
-    metrics = Metrics(**{name: np.asarray(items.history[name]) for name in Metrics._fields})
+    # A metric added after the checkpoint was written (e.g. model_sq_norm) comes back as NaN, so an
+    # older run still resumes; the rounds it trains from here on record it.
+    missing = np.full(np.shape(items.history["round"]), np.nan, np.float32)
+    history = {name: np.asarray(items.history.get(name, missing)) for name in Metrics._fields}
+    metrics = Metrics(**history)
     return Restored(items.state, metrics, saved.wall_time, saved.walls)
 
 

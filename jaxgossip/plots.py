@@ -15,6 +15,7 @@ __all__ = [
     "plot_sweep",
     "plot_topology_sweep",
     "plot_topology_training",
+    "plot_gamma_tuning",
     "format_table",
     "table_legend",
     "LEGEND",
@@ -99,6 +100,50 @@ def plot_consensus(
         ax.grid(alpha=0.3)
     ax2.set_xscale("log")
     ax1.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_gamma_tuning(result, path: str, title: str = "") -> str:
+    """Two panels of a :class:`jaxgossip.tuning.GammaTuning`: relative consensus error vs rounds
+    for every step size (colour = step size; contracting solid, the others dashed), and the final
+    relative error vs step size with the largest contracting and the recommended value marked."""
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    gammas = np.asarray(result.gammas, dtype=float)
+    error = np.asarray(result.error, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rel = error / error[:, :1]
+    colours = plt.get_cmap("viridis")(np.linspace(0, 1, gammas.size))
+    for g, gamma in enumerate(gammas):
+        shown = np.where(np.isfinite(rel[g]) & (rel[g] > 0), rel[g], np.nan)
+        ax1.plot(shown, color=colours[g], lw=1, ls="-" if result.contracts[g] else "--", label=f"{gamma:.3g}")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("rounds")
+    ax1.set_ylabel("consensus error / initial")
+    ax1.legend(fontsize=6, ncol=2, title=result.option, title_fontsize=7)
+    final = np.where(np.isfinite(rel[:, -1]) & (rel[:, -1] > 0), rel[:, -1], np.nan)
+    ax2.plot(gammas, final, "o-", ms=3)
+    bad = ~np.asarray(result.contracts, dtype=bool)
+    ax2.scatter(gammas[bad], final[bad], color="red", zorder=3, s=12, label="does not contract")
+    if result.largest_contracting is not None:
+        label = f"largest contracting {result.largest_contracting:.3g}"
+        ax2.axvline(result.largest_contracting, color="gray", ls="--", label=label)
+    if result.recommended is not None:
+        ax2.axvline(result.recommended, color="green", label=f"recommended {result.recommended:.3g}")
+    ax2.axhline(1.0, color="black", lw=0.5)
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel(result.option)
+    ax2.set_ylabel(f"error after {result.num_steps} rounds / initial")
+    ax2.legend(fontsize=7)
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -289,6 +334,10 @@ LEGEND = {
     "comm s/round": "simulated communication time per round",
     "sim s": "simulated wall-clock: compute + communication",
     "status": "ok, or the round where NaN/inf first appeared",
+    "e_R/e_0": "consensus error after the last round divided by the initial error",
+    "rate/round": "per-round factor of the consensus error over the second half of the rounds (< 1 contracts)",
+    "watchdog": "ok, or the round where the consensus distance first grew 10x above its running minimum "
+    "(growth) or beyond the averaged model's squared norm (norm); see jaxgossip.watchdog",
 }
 
 

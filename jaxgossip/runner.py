@@ -21,6 +21,7 @@ import optax
 from jaxgossip import algorithms, data, models, topology
 from jaxgossip.config import TrainConfig, check_train_config
 from jaxgossip.train import Metrics, Trainer, TrainState, check_finite, make_train
+from jaxgossip.watchdog import WatchdogAlarm, check_consensus
 
 __all__ = [
     "TrainConfig",
@@ -39,6 +40,7 @@ __all__ = [
     "load_config",
     "config_from_dict",
     "check_train_config",
+    "consensus_watchdog",
 ]
 
 
@@ -344,6 +346,8 @@ class TrainingResult(NamedTuple):
       wall_time: s, compute time of the whole run (all sessions of a resumed run).
       finished: whether all ``num_rounds`` rounds are done.
       start_round: the round this call started from (0, or the round of the restored checkpoint).
+      watchdog: the consensus watchdog's alarm (:func:`consensus_watchdog`), or None if it stayed
+        quiet.
     """
 
     built: Built
@@ -353,6 +357,18 @@ class TrainingResult(NamedTuple):
     wall_time: float
     finished: bool
     start_round: int
+    watchdog: WatchdogAlarm | None = None
+
+
+def consensus_watchdog(config: TrainConfig, metrics: Metrics | None) -> WatchdogAlarm | None:
+    """The consensus watchdog (:func:`jaxgossip.watchdog.check_consensus`) over a run's recorded
+    metrics: consensus distance against its running minimum after the learning-rate warm-up, and
+    against the averaged model's squared norm. Host-side, on metrics already fetched."""
+    if metrics is None:
+        return None
+    return check_consensus(
+        metrics.consensus, metrics.round, model_sq_norm=metrics.model_sq_norm, start_round=config.warmup_rounds
+    )
 
 
 def run_summary(result: TrainingResult) -> dict:
@@ -364,6 +380,7 @@ def run_summary(result: TrainingResult) -> dict:
         "num_params": built.num_params,
         "local_steps": built.trainer.local_steps,
         "wall_time": result.wall_time,
+        "watchdog": None if result.watchdog is None else result.watchdog.to_dict(),
     }
 
 
@@ -463,6 +480,7 @@ def run_training(
             leave=False,
         )
     chunks_run = 0
+    alarm = None
     extra = {
         "data_source": built.dataset.source,
         "topology": built.topology.name,
@@ -483,6 +501,11 @@ def run_training(
             walls.extend([wall] * n)
             done_evals += n
             chunks_run += 1
+            if alarm is None:
+                alarm = consensus_watchdog(config, _concat(parts))
+                if alarm is not None:  # once per run, as soon as the chunk that shows it is done
+                    log(f"warning: {alarm.message}")
+                    extra["watchdog"] = alarm.to_dict()
             if write_dir:
                 rows = _with_wall(metrics_to_rows(_concat(parts), trainer.local_steps), walls)
                 write_metrics(out_dir, rows, {**extra, "wall_time": wall})
@@ -504,7 +527,9 @@ def run_training(
         state, merged = _final_merge(built, state, float(rows[-1]["train_loss"]))
         rows.append(dict(merged, phase="merged"))
         log(f"final merge ({config.final_merge}): acc {merged['test_acc']:.4f}")
-    result = TrainingResult(built, metrics, rows, state, wall, done_evals >= total, start_round)
+    if alarm is None:  # a resumed run that was already finished ran no chunk here
+        alarm = consensus_watchdog(config, metrics)
+    result = TrainingResult(built, metrics, rows, state, wall, done_evals >= total, start_round, alarm)
     if write_dir:
         write_metrics(out_dir, rows, run_summary(result))
         if getattr(config, "tensorboard", False):

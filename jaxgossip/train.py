@@ -227,6 +227,8 @@ class Metrics(NamedTuple):
       node_loss_mean: mean over nodes of each node's evaluation loss.
       consensus: ``(1/N) sum_i ||z_i - z_bar||^2`` of the debiased models.
       bits: [N] cumulative bits sent by each node.
+      model_sq_norm: ``||z_bar||^2`` of the averaged model (squared norms summed over leaves), the
+        scale the consensus watchdog (:mod:`jaxgossip.watchdog`) compares ``consensus`` with.
     """
 
     round: Array
@@ -239,6 +241,7 @@ class Metrics(NamedTuple):
     node_loss_mean: Array
     consensus: Array
     bits: Array
+    model_sq_norm: Array
 
 
 class _LocalCarry(NamedTuple):
@@ -513,6 +516,9 @@ def make_train(
             node_loss_mean=node_loss.mean(),
             consensus=consensus_distance(z),
             bits=state.bits,
+            model_sq_norm=sum(
+                jnp.sum(jnp.square(leaf.astype(jnp.float32))) for leaf in jax.tree_util.tree_leaves(z_bar)
+            ),
         )
 
     def interval(data, state: TrainState, _) -> tuple[TrainState, Metrics]:

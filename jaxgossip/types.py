@@ -106,6 +106,10 @@ class AlgorithmInfo:
         graph with ``topology.draw(key, t)``): ``"none"`` (the default, e.g. a plug-in written for
         fixed tables), ``"failures"`` (only ``with_failures`` of a fixed graph: its state is tied to
         fixed neighbours) or ``"any"`` (also ``random_matching``, ``random_out``). Checked by ``make``.
+      step_size: the name of its consensus step-size option (e.g. ``"gamma"``), a traced value that
+        ``jaxgossip tune-gamma`` sweeps; None if it has none.
+      public_init: it keeps public copies of the models (Choco-style) and takes the option
+        ``public_init="zero" | "model"`` (start them at 0 or at the initial models).
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -119,6 +123,8 @@ class AlgorithmInfo:
     relaxation_gamma: bool = False
     orderings: tuple[str, ...] = ORDERINGS
     stochastic_graphs: str = "none"
+    step_size: str | None = None
+    public_init: bool = False
 
     def __post_init__(self):
         if not callable(self.factory):
@@ -129,9 +135,11 @@ class AlgorithmInfo:
             raise ValueError(
                 f"stochastic_graphs={self.stochastic_graphs!r} is unknown; known: {', '.join(STOCHASTIC_GRAPHS)}"
             )
-        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma"):
+        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma", "public_init"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
+        if self.step_size is not None and (not isinstance(self.step_size, str) or not self.step_size):
+            raise TypeError(f"step_size={self.step_size!r} must be None or the name of an option, e.g. 'gamma'")
         if not callable(self.exchanges):
             raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
         if (

@@ -21,7 +21,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, per_round, require_doubly_stochastic, require_fixed_support
+from jaxgossip.algorithms.common import (
+    check_positive,
+    check_public_init,
+    per_round,
+    require_doubly_stochastic,
+    require_fixed_support,
+)
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -60,6 +66,7 @@ def choco(
     gamma: Any = 1.0,
     compressor: compress.CompressorSpec = "identity",
     compressor_options: Mapping[str, Any] | None = None,
+    public_init: str = "zero",
 ) -> GossipAlgorithm:
     """Choco-Gossip: compressed gossip with public copies, the communication step of Choco-SGD.
 
@@ -78,8 +85,14 @@ def choco(
         s_i &\\leftarrow s_i + \\sum_j W_{ij}\\, q_j \\\\
         x_i &\\leftarrow x_i + \\gamma\\, (s_i - \\hat x_i)
 
-    The invariant ``s_i = sum_j W_ij x_hat_j`` holds for a static graph (both start at 0). The node
-    mean is preserved for any column-stochastic W: ``sum_i s_i = sum_i x_hat_i`` after every round.
+    The invariant ``s_i = sum_j W_ij x_hat_j`` holds for a static graph (both start at 0, or with
+    ``public_init="model"`` at ``x_hat = x^0`` and ``s = W x^0``). The node mean is preserved for any
+    column-stochastic W: ``sum_i s_i = sum_i x_hat_i`` after every round.
+
+    Public copies at 0 (the papers' choice, the default) make the first rounds of an identically
+    initialised training run re-send the initial model, top-k coordinate by coordinate, and the
+    nodes' different choices of coordinates pull the models apart meanwhile; ``public_init="model"``
+    starts them at the shared initial model instead (no bits spent: every node already knows it).
 
     Ordering: ``step`` compresses the model it is given. The trainer calls it after the local
     optimizer step for the ICML 2019 / ChocoSGD "adapt then combine" order
@@ -118,6 +131,8 @@ def choco(
         ``{"name": ..., **options}``; see :func:`jaxgossip.compress.resolve_compressor`.
       compressor_options: keyword options of a compressor given by name, e.g.
         ``{"fraction": 0.01, "index_bits": 64}``.
+      public_init: ``"zero"`` (default) or ``"model"``: the public copies start at 0, or at the
+        models ``init`` is given (see :func:`~jaxgossip.algorithms.common.check_public_init`).
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` with state :class:`ChocoState`; ``step`` uses its
@@ -137,11 +152,15 @@ def choco(
         )
     check_positive("gamma", gamma)
     comp = compress.resolve_compressor(compressor, compressor_options, "choco")
+    check_public_init(public_init, "choco")
 
     def init_fn(params):
         check_params(topology, params)
+        count = jnp.zeros([], jnp.int32)
+        if public_init == "model":
+            return ChocoState(x_hat=params, s=mix(support, params, count), count=count)  # W x^0 on the fixed graph
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        return ChocoState(x_hat=zeros, s=zeros, count=jnp.zeros([], jnp.int32))
+        return ChocoState(x_hat=zeros, s=zeros, count=count)
 
     def step_fn(params, state, key):
         t = state.count
@@ -180,4 +199,6 @@ INFO = AlgorithmInfo(
     },
     relaxation_gamma=True,
     stochastic_graphs="failures",
+    step_size="gamma",
+    public_init=True,
 )

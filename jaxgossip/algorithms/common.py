@@ -22,7 +22,13 @@ __all__ = [
     "require_fixed_support",
     "per_round",
     "relax",
+    "PUBLIC_INITS",
+    "check_public_init",
 ]
+
+# Where Choco-style public copies x_hat start (the ``public_init`` option of the algorithms whose
+# metadata says ``public_init=True``): at 0, as in the papers, or at the initial models.
+PUBLIC_INITS = ("zero", "model")
 
 
 class CountState(NamedTuple):
@@ -152,3 +158,19 @@ def per_round(table: Any, t: Any) -> Array:
 def relax(x: Any, target: Any, gamma: Any) -> Any:
     """``x + gamma (target - x)`` leaf-wise, in each leaf's dtype."""
     return jax.tree_util.tree_map(lambda a, b: a + jnp.asarray(gamma, a.dtype) * (b - a), x, target)
+
+
+def check_public_init(public_init: str, algorithm: str) -> str:
+    """Raises ValueError unless ``public_init`` is one of :data:`PUBLIC_INITS`.
+
+    ``"model"`` starts every public copy at its node's initial model, as if the initial models had
+    been exchanged for free: exact for identically initialised runs (every node already knows the
+    shared initial model, so no bits are spent re-sending it); with different initial models it
+    assumes each node knows its in-neighbours' initial models.
+    """
+    if public_init not in PUBLIC_INITS:
+        raise ValueError(
+            f"{algorithm}: public_init={public_init!r} is unknown; known: {', '.join(map(repr, PUBLIC_INITS))} "
+            "(start the public copies at 0 or at the initial models)"
+        )
+    return public_init

@@ -116,4 +116,5 @@ INFO = AlgorithmInfo(
     shape_options={"compressor_options": "compressor options fix the kept entries, a static shape"},
     relaxation_gamma=True,
     stochastic_graphs="any",
+    step_size="gamma",
 )

@@ -63,4 +63,11 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip")
 
 
-INFO = AlgorithmInfo(gossip, mixing="doubly_stochastic", stackable=True, relaxation_gamma=True, stochastic_graphs="any")
+INFO = AlgorithmInfo(
+    gossip,
+    mixing="doubly_stochastic",
+    stackable=True,
+    relaxation_gamma=True,
+    stochastic_graphs="any",
+    step_size="gamma",
+)

@@ -599,4 +599,5 @@ INFO = AlgorithmInfo(
     trainer_options={"matrix_view": "flax_kernel"},
     relaxation_gamma=True,
     stochastic_graphs="failures",
+    step_size="gamma",
 )

@@ -84,6 +84,7 @@ def scsp(
     target_residual: Any = 0.05,
     max_boost: int = 4,
     public_copies: str = "per_graph",
+    public_init: str = "zero",
 ) -> GossipAlgorithm:
     """Skew-Compensated Sparse-Push: Sparse-Push whose top-k budget grows with a node's lag.
 
@@ -142,6 +143,7 @@ def scsp(
         (sweepable).
       max_boost: static int >= 1, cap of the budget as a multiple of K (1 disables the growth).
       public_copies: ``"per_graph"`` or ``"shared"``, as in :func:`sparse_push`.
+      public_init: ``"zero"`` (default) or ``"model"``, as in :func:`sparse_push`.
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` named ``"scsp"`` with state
@@ -180,7 +182,9 @@ def scsp(
             total = bits if total is None else total + bits
         return jax.tree_util.tree_unflatten(treedef, outs), total
 
-    return compressed_push_sum(topology, "scsp", adaptive if compensation else plain, gamma, public_copies)
+    return compressed_push_sum(topology, "scsp", adaptive if compensation else plain, gamma, public_copies, public_init)
 
 
-INFO = AlgorithmInfo(scsp, mixing="column_stochastic", stochastic_graphs="failures")
+INFO = AlgorithmInfo(
+    scsp, mixing="column_stochastic", stochastic_graphs="failures", step_size="gamma", public_init=True
+)

@@ -32,6 +32,7 @@ import numpy as np
 from jaxgossip import compress
 from jaxgossip.algorithms.common import (
     check_positive,
+    check_public_init,
     per_round,
     require_column_stochastic,
     require_fixed_support,
@@ -66,8 +67,9 @@ class SparsePushState(NamedTuple):
     """
 
     w: Array  # [N] float32, push-sum weights w_i (init 1); the numerators are the params
-    x_hat: Params  # leaves [P, N, ...], own public copies x_hat_i^(p) (init 0), one per distinct graph p
-    s: Params  # leaves [P, N, ...], s_i^(p): sum of the weighted messages received over graph p (init 0)
+    x_hat: Params  # leaves [P, N, ...], own public copies x_hat_i^(p) (init 0 or x^0), one per distinct graph p
+    s: Params  # leaves [P, N, ...], s_i^(p): sum of the weighted messages received over graph p (init 0 or
+    # sum_{j != i} W_ij(p) x^0_j)
     count: Array  # [] int32, communication rounds done so far
 
 
@@ -105,7 +107,12 @@ def _bcast(v: Array, leaf: Array) -> Array:
 
 
 def compressed_push_sum(
-    topology: Topology, name: str, compress_fn: CompressFn, gamma: Any, public_copies: str
+    topology: Topology,
+    name: str,
+    compress_fn: CompressFn,
+    gamma: Any,
+    public_copies: str,
+    public_init: str = "zero",
 ) -> GossipAlgorithm:
     """The Sparse-Push round with a pluggable compressor (shared by sparse_push and scsp).
 
@@ -120,12 +127,19 @@ def compressed_push_sum(
     (both column stochastic, so ``sum x`` and ``sum w`` are kept), computed as the rule without
     failures minus ``gamma ((W - W(t)) x_hat)_i`` (resp. ``w``); ``s^(p)`` keeps its meaning
     ``sum_{j != i} W_ij x_hat_j^(p)`` on the fixed graph. Without failures it is bitwise the rule above.
+
+    ``public_init="model"`` starts every set p at ``x_hat^(p) = x^0`` and
+    ``s_i^(p) = sum_{j != i} W_ij(p) x^0_j`` (as if the initial numerators had been sent over graph
+    p), so the invariant of :func:`sparse_push` holds from round 0.
     """
     require_column_stochastic(topology, name)
     check_positive("gamma", gamma)
+    check_public_init(public_init, name)
     support = require_fixed_support(topology, name, "its public copies x_hat_j live at j's fixed out-neighbours")
     table = graph_copies(support, public_copies)
     num_copies = int(table.max()) + 1
+    # The first round that uses each public-copy set: its graph is the set's graph.
+    first_round = [int(np.flatnonzero(table == p)[0]) for p in range(num_copies)]
 
     def copy_index(t):
         if num_copies == 1:
@@ -142,13 +156,23 @@ def compressed_push_sum(
             return jax.tree_util.tree_map(lambda v: v[None], value)
         return jax.tree_util.tree_map(lambda a, v: jax.lax.dynamic_update_index_in_dim(a, v, c, 0), tree, value)
 
+    def received(params, t):
+        """``sum_{j != i} W_ij(t) x_j`` for every node i: what one exchange of ``params`` over W(t) delivers."""
+        a = per_round(support.self_weights, t)
+        return jax.tree_util.tree_map(lambda m, x: m - _bcast(a, x) * x, mix(support, params, t), params)
+
     def init_fn(params):
         check_params(topology, params)
-        zeros = jax.tree_util.tree_map(lambda x: jnp.zeros((num_copies,) + x.shape, x.dtype), params)
+        if public_init == "model":
+            x_hat = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_copies,) + x.shape), params)
+            per_set = [received(params, t) for t in first_round]
+            s = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *per_set)
+        else:
+            x_hat = s = jax.tree_util.tree_map(lambda x: jnp.zeros((num_copies,) + x.shape, x.dtype), params)
         return SparsePushState(
             w=jnp.ones([topology.num_nodes], jnp.float32),
-            x_hat=zeros,
-            s=zeros,
+            x_hat=x_hat,
+            s=s,
             count=jnp.zeros([], jnp.int32),
         )
 
@@ -210,6 +234,7 @@ def sparse_push(
     gamma: Any = 1.0,
     index_bits: Any = "log2",
     public_copies: str = "per_graph",
+    public_init: str = "zero",
 ) -> GossipAlgorithm:
     """Sparse-Push: compressed push-sum with top-k messages, public copies and exact weights.
 
@@ -271,6 +296,9 @@ def sparse_push(
       index_bits: ``"log2"`` or a fixed index width in bits (e.g. 64).
       public_copies: ``"per_graph"`` (default, sound on time-varying graphs) or ``"shared"`` (the
         literal single-``s`` rule; exact only on static graphs, kept for ablations).
+      public_init: ``"zero"`` (default) or ``"model"``: the public copies start at 0, or at the
+        initial numerators (no bits spent re-sending an identical initial model; see
+        :func:`compressed_push_sum`).
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` with state :class:`SparsePushState`; ``debias``
@@ -292,7 +320,7 @@ def sparse_push(
         del params
         return compress.compress_tree(comp, residual, key)
 
-    return compressed_push_sum(topology, "sparse_push", compress_fn, gamma, public_copies)
+    return compressed_push_sum(topology, "sparse_push", compress_fn, gamma, public_copies, public_init)
 
 
 INFO = AlgorithmInfo(
@@ -303,4 +331,6 @@ INFO = AlgorithmInfo(
         "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
         "k": "top-k keeps K entries, a static shape",
     },
+    step_size="gamma",
+    public_init=True,
 )

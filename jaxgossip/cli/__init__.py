@@ -1,5 +1,5 @@
 """The ``jaxgossip`` console script (edge package): ``train``, ``sweep``, ``consensus``,
-``topology-sweep`` and ``demo``, one module each, on one typed configuration system
+``topology-sweep``, ``tune-gamma`` and ``demo``, one module each, on one typed configuration system
 (:mod:`jaxgossip.cli.parsing`, jsonargparse).
 
 Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``) and ``--field=value``
@@ -28,6 +28,7 @@ COMMANDS = {
     "sweep": ("jaxgossip.cli.sweep", "vmap a training run over seeds x --sweep.AXIS=values in one compile"),
     "consensus": ("jaxgossip.cli.consensus", "communication-only consensus comparison of algorithms"),
     "topology-sweep": ("jaxgossip.cli.topology_sweep", "one algorithm on many graphs x sizes x seeds"),
+    "tune-gamma": ("jaxgossip.cli.tune_gamma", "largest consensus step size at which compressed gossip contracts"),
     "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push, SCSP, or --algorithms"),
 }
 

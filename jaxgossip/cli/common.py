@@ -45,6 +45,7 @@ __all__ = [
     "warn_gamma",
     "print_config",
     "require_tensorboard",
+    "watchdog_cell",
     "PROGRESS_FLAG",
     # the cost helpers, re-exported from their home (see the import above)
     "consensus_graph_cost",
@@ -231,6 +232,12 @@ def warn_gamma(command: str, config) -> None:
         config.topology, config.num_nodes, data_seed))
     if message:
         warn(command, message)
+
+
+def watchdog_cell(alarm: Any) -> str:
+    """The table cell of a consensus watchdog alarm (:class:`jaxgossip.watchdog.WatchdogAlarm`):
+    ``ok``, or the round and rule that fired (``round 120 (growth)``)."""
+    return "ok" if alarm is None else f"round {alarm.round} ({alarm.rule})"
 
 
 def print_config(parsed, resolved: dict) -> bool:

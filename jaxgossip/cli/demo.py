@@ -218,7 +218,11 @@ def run(argv: list[str]) -> int:
         results[config.name] = rows
         table.append(
             dict(
-                rows[-1], name=f"{config.name} ({result.built.topology.name})", wall_time=result.wall_time, status="ok"
+                rows[-1],
+                name=f"{config.name} ({result.built.topology.name})",
+                wall_time=result.wall_time,
+                status="ok",
+                watchdog=common.watchdog_cell(result.watchdog),
             )
         )
         print(

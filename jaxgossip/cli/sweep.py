@@ -154,6 +154,7 @@ def run(argv: list[str]) -> int:
     import jax
 
     from jaxgossip import experiment_sweeps, plots, sweeps, topology
+    from jaxgossip.runner import consensus_watchdog
 
     dataset = common.load_data(config)
     start = time.perf_counter()
@@ -176,6 +177,13 @@ def run(argv: list[str]) -> int:
         where = common.diverged_at(watched[:, g], rounds[g, 0])
         row["diverged_at_round"] = where
         row["status"] = "ok" if where is None else f"diverged at round {where}"
+        # The watchdog's earliest alarm over the seeds of this grid point.
+        alarms = [
+            consensus_watchdog(config, jax.tree_util.tree_map(lambda a, g=g, s=s: np.asarray(a)[g, s], metrics))
+            for s in range(bits.shape[1])
+        ]
+        alarms = sorted((a for a in alarms if a is not None), key=lambda a: a.round)
+        row["watchdog"] = common.watchdog_cell(alarms[0] if alarms else None)
         if where is not None:
             for key in [k for k in row if k.startswith(("test_", "train_", "node_acc", "consensus"))]:
                 row[key] = None
@@ -188,7 +196,7 @@ def run(argv: list[str]) -> int:
         ("consensus", "consensus", ".3g"),
         ("MB_per_node", "MB/node", ".2f"),
     ]
-    columns = common.with_cost(columns, cost, training=True) + [("status", "status", "")]
+    columns = common.with_cost(columns, cost, training=True) + [("status", "status", ""), ("watchdog", "watchdog", "")]
     print(plots.format_table(rows, columns))
     summary = f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s"
     print(summary)

@@ -20,6 +20,7 @@ TRAIN_COLUMNS = [
     ("MB_per_node", "MB/node", ".2f"),
     ("reduction", "vs gossip", ".1f"),
     ("wall_time", "time(s)", ".1f"),
+    ("watchdog", "watchdog", ""),
 ]
 
 EXAMPLES = """
@@ -86,7 +87,7 @@ def run(argv: list[str]) -> int:
         return 0
     name = config.name or config.algorithm
     plots.plot_training({name: rows}, out, title=result.built.topology.name)
-    last = dict(rows[-1], name=name, wall_time=result.wall_time)
+    last = dict(rows[-1], name=name, wall_time=result.wall_time, watchdog=common.watchdog_cell(result.watchdog))
     columns = common.with_cost([c for c in TRAIN_COLUMNS if c[0] != "reduction"], cost, training=True)
     print(plots.format_table([last], columns))
     print(f"wrote {out}/metrics.json, metrics.csv, config.json and plots")

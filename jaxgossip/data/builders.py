@@ -170,7 +170,10 @@ class JaxgossipFashionMnist(_IdxBuilder):
         + "."
     )
     _HOMEPAGE = "https://github.com/zalandoresearch/fashion-mnist"
-    _CITATION = "Xiao, Rasul, Vollgraf. Fashion-MNIST: a novel image dataset for benchmarking machine learning algorithms. arXiv:1708.07747, 2017."
+    _CITATION = (
+        "Xiao, Rasul, Vollgraf. Fashion-MNIST: a novel image dataset for benchmarking machine learning "
+        "algorithms. arXiv:1708.07747, 2017."
+    )
 
 
 class _CifarBuilder(_RawImageBuilder, skip_registration=True):

@@ -4,7 +4,8 @@ This is the common CIFAR adaptation of Simonyan & Zisserman's configurations "A"
 "D" (VGG-16): every 3x3 conv (padding 1, with bias, as PyTorch's default) is followed by
 normalization and ReLU, 2x2 max-pools shrink 32x32 inputs to 1x1x512, and the classifier is a
 single linear layer 512 -> num_classes, as in most public CIFAR code bases (which head the
-Sparse-Push experiments used was not verified here). Parameter counts for 10 classes: VGG-11 9,231,114; VGG-16 14,728,266.
+Sparse-Push experiments used was not verified here). Parameter counts for 10 classes: VGG-11
+9,231,114; VGG-16 14,728,266.
 `classifier_hidden=(512, 512)` gives the larger 512-512-512-10 head of some reference codes
 (without dropout).
 

@@ -1,9 +1,10 @@
 """Graph constructors: the paper topologies, graphs from adjacency or mixing matrices, schedules.
 
 Weights follow docs/algorithms.md, section topologies and spectral tools: uniform weights on
-regular graphs, Metropolis-Hastings weights on irregular undirected graphs, and column-stochastic weights (each sender splits its mass
-over itself and its out-neighbours) for push-sum. Every constructor checks its arguments and the
-connectivity of the graph (ValueError / TypeError naming the argument).
+regular graphs, Metropolis-Hastings weights on irregular undirected graphs, and column-stochastic
+weights (each sender splits its mass over itself and its out-neighbours) for push-sum.
+Every constructor checks its arguments and the connectivity of the graph (ValueError / TypeError
+naming the argument).
 
 Host-side construction is NumPy and not jittable; the result is a :class:`Topology` with NumPy
 tables, closed over by jitted functions as constants.
