@@ -53,13 +53,9 @@ def test_a_sweep_over_link_drop_compiles_once_and_equals_the_single_runs(name, b
             error, bits = _alone(name, graph, jax.random.normal(key_x, (8, DIM)), key_a)
             np.testing.assert_allclose(out[0][s], error, rtol=1e-6, atol=1e-7)
             np.testing.assert_array_equal(out[1][s], bits)
-    # fewer links, fewer bits; p = 0 sends what the wrapped graph sends
+    # fewer links, fewer bits (p = 0 equal to the wrapped graph: test_stochastic_graphs.py)
     totals = [out[1].sum() for out in outs]
     assert totals[0] > totals[1] > totals[2] > totals[3]
-    key_x, key_a = jax.random.split(keys[0])
-    error, bits = _alone(name, base, jax.random.normal(key_x, (8, DIM)), key_a)
-    np.testing.assert_array_equal(outs[0][1][0], bits)
-    np.testing.assert_allclose(outs[0][0][0], error, rtol=1e-6, atol=1e-7)
 
 
 def test_traced_probabilities_under_a_users_vmap_and_separately_built_graphs_share_a_group():
@@ -73,8 +69,9 @@ def test_traced_probabilities_under_a_users_vmap_and_separately_built_graphs_sha
 
     errors = jax.jit(jax.vmap(run))(jnp.asarray(PS, jnp.float32)).error
     assert len(traces) == 1
-    for p, error in zip(PS[1:], errors[1:]):  # p = 0 is checked against the ring above
-        np.testing.assert_allclose(error, _alone("gossip", T.with_failures(T.ring(8), p), x0, key)[0], rtol=1e-6)
+    alone = _alone("gossip", T.with_failures(T.ring(8), PS[-1]), x0, key)[0]  # one compile suffices here
+    np.testing.assert_allclose(errors[-1], alone, rtol=1e-6)
+    assert np.all(np.diff(errors[:, -1]) > 0)  # more failures, slower averaging
     # two ring(8) built apart wrap into one sampler: one group; another graph is another group
     graphs = [
         T.with_failures(T.ring(8), 0.1),

@@ -21,6 +21,8 @@ A padded slot or edge has weight 0, so mixing with a member equals mixing with t
 Which graphs share a compile (:func:`group`): same N, same kernel layout, static vs time-varying
 (Choco-SGD refuses time-varying graphs, and one of them would force the period of a whole group),
 and the same stochasticity (doubly vs only column stochastic), which fixes an algorithm's messages.
+Stochastic graphs have no tables to stack; failures of one graph at several probabilities share a
+sampler and stack on their traced probabilities (``Topology.draw_args`` ``[G]``) instead.
 """
 
 from __future__ import annotations
