@@ -316,7 +316,8 @@ def sweep_topologies(
     :func:`jaxgossip.topology.signature` share one program vmapped over graph stacks
     (:func:`jaxgossip.topology.stack`) and seeds when the algorithm is in
     registered with ``stackable=True``; other algorithms (PowerGossip, Sparse-Push, SCSP) and
-    ``stack=False`` run one program per graph, vmapped over seeds.
+    ``stack=False`` run one program per graph, vmapped over seeds. Failures of one graph at several
+    probabilities (``with_failures``) share one program for every algorithm that accepts them.
 
     Args:
       algorithm: registered algorithm name.

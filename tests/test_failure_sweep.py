@@ -94,5 +94,7 @@ def test_bad_probabilities_and_bad_stacks_are_refused_with_a_reason():
         T.stack([T.with_failures(T.ring(8), 0.1), T.with_failures(T.torus(2, 4), 0.1)])
     with pytest.raises(ValueError, match="cannot stack random_matching"):
         T.stack([T.random_matching(8), T.random_matching(8)])
+    with pytest.raises(ValueError, match="stack of 2 stochastic graphs: jax.vmap"):
+        T.stack([T.with_failures(T.ring(8), 0.1), T.with_failures(T.ring(8), 0.3)]).draw(jax.random.key(0), 0)
     with pytest.raises(ValueError, match="cannot stack ring"):
         T.stack([T.with_failures(T.ring(8), 0.1), T.ring(8)])
