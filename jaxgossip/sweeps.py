@@ -191,9 +191,18 @@ def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
 
 def _group_plan(algorithm: str, topologies: list[Topology], stack: bool) -> list[list[int]]:
     stackable = algorithms.resolve(algorithm).stackable  # also refuses an unknown algorithm
-    if stack and stackable:
-        return topology.group(topologies)
-    return [[i] for i in range(len(topologies))]
+    if not stack:
+        return [[i] for i in range(len(topologies))]
+    plan = []
+    for members in topology.group(topologies):
+        # Failures of one graph at several probabilities stack for every algorithm: the graph's
+        # tables stay host constants in the shared sampler, only p and q are traced. Fixed graphs
+        # stack only for algorithms that run on traced tables (metadata ``stackable``).
+        if stackable or all(topologies[i].stochastic for i in members):
+            plan.append(members)
+        else:
+            plan.extend([i] for i in members)
+    return plan
 
 
 def _graph_values(per_graph, members: list[Topology]) -> dict[str, np.ndarray]:
@@ -252,6 +261,8 @@ def map_topologies(
     :mod:`jaxgossip.experiment_sweeps`): graphs are grouped by :func:`jaxgossip.topology.group`
     when ``algorithm`` can run on stacked tables (its metadata's ``stackable``) and ``stack`` is on, else
     each graph is its own group; ``point`` holds the graph's ``per_graph`` values (traced).
+    Failure-wrapped graphs of one graph (``with_failures`` at several ``link_drop`` / ``node_drop``)
+    form one group for every algorithm that accepts them: their probabilities are traced.
 
     Args:
       one: ``(topology, point, key) -> pytree``, traceable; it builds the algorithm from ``topology``.
@@ -271,8 +282,12 @@ def map_topologies(
     outs, seconds = [None] * len(topologies), []
     for members in plan:
         start = time.perf_counter()
-        # A stochastic graph has no tables to stack; it runs alone, closed over (its own group).
-        group_stacked = stacked and not any(topologies[i].stochastic for i in members)
+        # Stochastic graphs of one sampler (failures at several p) run as one stack of their draw
+        # arguments; a lone stochastic graph runs closed over, as its own program.
+        if any(topologies[i].stochastic for i in members):
+            group_stacked = len(members) > 1
+        else:
+            group_stacked = stacked
         result = jax.device_get(_run_group(one, [topologies[i] for i in members], per_graph, keys, group_stacked))
         seconds.append(time.perf_counter() - start)
         for j, i in enumerate(members):
@@ -301,7 +316,8 @@ def sweep_topologies(
     :func:`jaxgossip.topology.signature` share one program vmapped over graph stacks
     (:func:`jaxgossip.topology.stack`) and seeds when the algorithm is in
     registered with ``stackable=True``; other algorithms (PowerGossip, Sparse-Push, SCSP) and
-    ``stack=False`` run one program per graph, vmapped over seeds.
+    ``stack=False`` run one program per graph, vmapped over seeds. Failures of one graph at several
+    probabilities (``with_failures``) share one program for every algorithm that accepts them.
 
     Args:
       algorithm: registered algorithm name.

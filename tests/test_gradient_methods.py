@@ -61,9 +61,12 @@ def ring():
 
 
 def np_gradient_tracking(w, x, rounds, ordering="atc"):
+    """``w``: one [n, n] matrix, or [rounds, n, n], round k's W(k) (a stochastic graph)."""
     n = len(x)
     y, g_prev = np.zeros_like(x), np.zeros_like(x)
-    for _ in range(rounds):
+    w_all = w
+    for k in range(rounds):
+        w = w_all[k] if w_all.ndim == 3 else w_all
         g = np_grad(x)
         for i in range(n):
             y[i] = y[i] + g[i] - g_prev[i]
@@ -123,6 +126,48 @@ def test_gradient_tracking_matches_numpy(ring, ordering):
     got = _run("gradient_tracking", ring, 25, ordering)
     want = np_gradient_tracking(ring.matrix(0), np.asarray(x0(), np.float64), 25, ordering)
     np.testing.assert_allclose(np.asarray(got.x), want, rtol=1e-5, atol=1e-5)
+
+
+def _comm_keys(key, rounds):
+    """The step keys run_optimization hands to ``alg.step`` (module docstring of optimization.py):
+    ``split(key)[1]`` split into rounds, each split again, first half."""
+    round_keys = jax.random.split(jax.random.split(key)[1], rounds)
+    return jax.vmap(lambda k: jax.random.split(k)[0])(round_keys)
+
+
+def test_gradient_tracking_on_random_matchings_matches_numpy_and_is_exact():
+    # W(t) rebuilt densely from the tables each round drew; DIGing on a fresh random matching per
+    # round keeps sum_i y_i = sum_i g_i and still reaches the exact minimiser with a constant step.
+    topo, rounds = tp.random_matching(N), 300
+    got = jg.run_optimization(
+        make("gradient_tracking", topo), x0(), quadratic, optax.sgd(LR), rounds, jax.random.key(0)
+    )
+    w = tp.sample_matrices(topo, _comm_keys(jax.random.key(0), rounds))
+    assert len({m.tobytes() for m in w[:10]}) > 1  # the graph changes between rounds
+    np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-6)  # column sums: the tracker's invariant
+    np.testing.assert_allclose(w.sum(2), 1.0, atol=1e-6)
+    want = np_gradient_tracking(w, np.asarray(x0(), np.float64), rounds)
+    np.testing.assert_allclose(np.asarray(got.x), want, rtol=1e-4, atol=1e-5)
+    assert relative_error(got.x) < 1e-5
+
+
+def test_gradient_methods_on_stochastic_graphs_where_the_maths_allows():
+    failing = tp.with_failures(tp.ring(N), link_drop=0.3)
+    for name in ("qgm", "moniqua", "gradient_tracking"):
+        assert jg.algorithms.resolve(name).stochastic_graphs == "any", name
+    alg = make("moniqua", failing, theta=8.0, gamma=0.5)
+    x = x0()
+    state, step = alg.init(x), jax.jit(alg.step)
+    for k in range(3):  # modulo decoding within theta: gossip on x + rounding error keeps the mean
+        x_new, state, info = step(x, state, jax.random.key(k))
+        np.testing.assert_allclose(np.asarray(x_new).mean(0), np.asarray(x).mean(0), atol=1e-5)
+        x = x_new
+    with pytest.raises(ValueError, match="d2 cannot run on the stochastic graph.*previous"):
+        jg.algorithms.d2(tp.random_matching(N), gamma=0.5)
+    with pytest.raises(ValueError, match="d2 cannot run on the stochastic graph"):
+        make("d2", failing, gamma=0.5)
+    with pytest.raises(ValueError, match="gradient_tracking needs doubly stochastic"):
+        make("gradient_tracking", tp.random_out(N, 2))  # column stochastic only
 
 
 def test_d2_matches_numpy():

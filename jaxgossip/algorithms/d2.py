@@ -91,6 +91,15 @@ def d2(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
       Tang et al., ICML 2018 (arXiv:1803.07068); Yuan et al., IEEE TSP 2019 (arXiv:1702.05122).
     """
     require_doubly_stochastic(topology, "d2")
+    if topology.stochastic:
+        # The correction x_t - psi_t cancels D-SGD's bias only because x_t = W psi_t with the same
+        # W in every round (the fixed point of x = W(2x - x_prev) is consensus for one W); with W(t)
+        # drawn anew the difference carries W(t-1) - W(t) terms that do not cancel.
+        raise ValueError(
+            f"d2 cannot run on the stochastic graph {topology.name}: its correction uses the previous "
+            "round's model, exact only when W is the same every round; use gradient_tracking on graphs "
+            "drawn every round"
+        )
     check_positive("gamma", gamma)
     _check_spectrum(topology, gamma)
 

@@ -64,7 +64,10 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
     step and mixed once per round. ``debias`` is the identity.
 
     Args:
-      topology: doubly stochastic graph, static or time-varying.
+      topology: doubly stochastic graph, static, time-varying or stochastic (``random_matching``,
+        ``with_failures`` of an undirected graph): the tracker's invariant
+        ``sum_i y_i = sum_i g_i`` needs only that every ``W(t)`` preserve the sum (column
+        stochastic), and the exactness argument that ``W(t)`` be doubly stochastic, round by round.
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` with a ``gradient`` hook and state
@@ -89,11 +92,14 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
         return y, state._replace(y=y, g_prev=g_prev)
 
     def step_fn(params, state, key):
-        del key
         t = state.count
+        # A stochastic graph draws W(t) here (a fixed graph returns itself). Tracking needs only
+        # that W(t) preserve sums: sum_i y_i = sum_i g_i survives any column-stochastic W(t), and
+        # the doubly stochastic ones drawn here (random matchings, repaired failures) are.
+        graph = topology.draw(key, t).graph
         # x and y go out in one message: mixing both with the same W(t) costs one exchange.
-        new_params, y = mix(topology, (params, state.y), t)
-        bits = per_round(topology.out_degree, t) * (leaf_bits(params) + leaf_bits(state.y))
+        new_params, y = mix(graph, (params, state.y), t)
+        bits = per_round(graph.out_degree, t) * (leaf_bits(params) + leaf_bits(state.y))
         return new_params, state._replace(y=y, count=t + 1), StepInfo(bits=bits)
 
     def debias_fn(params, state):
@@ -103,4 +109,4 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "gradient_tracking", gradient=gradient_fn)
 
 
-INFO = AlgorithmInfo(gradient_tracking, mixing="doubly_stochastic", stackable=True)
+INFO = AlgorithmInfo(gradient_tracking, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")

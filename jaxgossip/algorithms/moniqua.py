@@ -74,8 +74,13 @@ def moniqua(
     gamma = 5e-3, 2 bits).
 
     Args:
-      topology: doubly stochastic graph, static or time-varying.
-      theta: > 0, the assumed bound on ``|x_j - x_i|`` between neighbours (float or array).
+      topology: doubly stochastic graph, static, time-varying or stochastic (``random_matching``,
+        ``with_failures`` of an undirected graph). The decoding needs ``|x_j - x_i| < theta`` for
+        every pair that exchanges a message: on a fixed graph its neighbours, under failures a
+        subset of them (but failures slow the mixing, so the disagreement grows), on a random
+        matching *every pair of nodes*, since any two may be matched: theta must then bound the
+        global disagreement ``max_ij |x_j - x_i|``.
+      theta: > 0, the assumed bound on ``|x_j - x_i|`` between nodes that exchange messages.
       gamma: consensus step size > 0 (float or array).
       bits: bits per entry, a Python int >= 2 (``delta < 1/2`` needs at least 4 levels).
       shared_randomness: one rounding draw for all nodes (True, the reference) or one per node.
@@ -103,7 +108,10 @@ def moniqua(
 
     def step_fn(params, state, key):
         t = state.count
-        senders, receivers, weights = _edge_tables(topology, t)
+        # The graph's draw uses its own stream of the key (fold_in), so the rounding draws below
+        # are those of a fixed graph.
+        graph = topology.draw(key, t).graph
+        senders, receivers, weights = _edge_tables(graph, t)
         leaves, treedef = jax.tree_util.tree_flatten(params)
         keys = jax.random.split(key, len(leaves))
         out = []
@@ -122,7 +130,7 @@ def moniqua(
             delta = jax.ops.segment_sum(term, receivers, num_segments=num_nodes)
             out.append((x + jnp.asarray(gamma, jnp.float32) * delta).astype(leaf.dtype))
         new_params = jax.tree_util.tree_unflatten(treedef, out)
-        sent_bits = per_round(topology.out_degree, t) * float(bits * num_params_per_node(params))
+        sent_bits = per_round(graph.out_degree, t) * float(bits * num_params_per_node(params))
         return new_params, CountState(count=t + 1), StepInfo(bits=sent_bits)
 
     def debias_fn(params, state):
@@ -132,4 +140,4 @@ def moniqua(
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "moniqua")
 
 
-INFO = AlgorithmInfo(moniqua, mixing="doubly_stochastic", relaxation_gamma=True)
+INFO = AlgorithmInfo(moniqua, mixing="doubly_stochastic", relaxation_gamma=True, stochastic_graphs="any")

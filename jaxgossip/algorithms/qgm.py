@@ -63,7 +63,8 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
     scaled down while the rate decays (the paper's code divides by the current rate).
 
     Args:
-      topology: doubly stochastic graph, static or time-varying.
+      topology: doubly stochastic graph, static, time-varying or stochastic (``random_matching``,
+        ``with_failures`` of an undirected graph).
       lr: eta > 0, the local optimizer's learning rate (float or array, sweepable).
       beta: momentum in [0, 1) (float or array), also the buffer's averaging rate (the authors'
         code defaults that rate to 0.9, their momentum).
@@ -124,10 +125,12 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
         return new_grads, new_state
 
     def step_fn(params, state, key):
-        del key
         t = state.count
-        new_params = mix(topology, params, t)
-        bits = per_round(topology.out_degree, t) * leaf_bits(params)
+        # The buffer is built from the node's own displacement, whatever graph moved it, so a W(t)
+        # drawn anew every round (mean-preserving) serves as well as a fixed one.
+        graph = topology.draw(key, t).graph
+        new_params = mix(graph, params, t)
+        bits = per_round(graph.out_degree, t) * leaf_bits(params)
         return new_params, state._replace(count=t + 1), StepInfo(bits=bits)
 
     def debias_fn(params, state):
@@ -137,4 +140,4 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "qgm", gradient=gradient_fn)
 
 
-INFO = AlgorithmInfo(qgm, mixing="doubly_stochastic", stackable=True)
+INFO = AlgorithmInfo(qgm, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")

@@ -41,7 +41,7 @@ _TOL = 1e-6
 # The stream of a round's key that draws a stochastic graph: the step key itself stays with the
 # algorithm (random compressors), so fixed graphs see exactly the keys they saw before.
 _GRAPH_STREAM = 0x67726170
-_LEAVES = ("senders", "receivers", "weights", "neighbors", "slot_weights")
+_LEAVES = ("senders", "receivers", "weights", "neighbors", "slot_weights", "draw_args")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -69,6 +69,10 @@ class Topology:
         (derived).
       sampler: None for a fixed graph; for a stochastic graph the object that draws round t's
         tables (:mod:`jaxgossip.topology.stochastic`), and the tables are None.
+      draw_args: the sampler's numeric arguments as pytree leaves (``with_failures``: float32
+        ``link_drop`` and ``node_drop``), None for other graphs. Leaves rather than auxiliary data so
+        that a sweep over failure probabilities is one program: :func:`jaxgossip.topology.stack`
+        stacks them to ``[G]`` and ``jax.vmap`` hands each member traced scalars.
     """
 
     name: str
@@ -84,6 +88,7 @@ class Topology:
     row_stochastic: bool = dataclasses.field(default=False, init=False)
     column_stochastic: bool = dataclasses.field(default=False, init=False)
     sampler: Any = dataclasses.field(default=None, init=False)
+    draw_args: Any = dataclasses.field(default=None, init=False)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -137,16 +142,18 @@ class Topology:
         return cls._assemble(tables, {"kernel": facts["layout"], "sampler": None, **facts})
 
     @classmethod
-    def from_sampler(cls, sampler: Any, **facts: Any) -> Topology:
+    def from_sampler(cls, sampler: Any, draw_args: Any = None, **facts: Any) -> Topology:
         """A stochastic topology: no tables, a sampler that draws each round's graph.
 
         Args:
-          sampler: an object with ``draw(key, t) -> GraphRound`` and the attributes ``period``,
-            ``num_edges``, ``symmetric`` and ``support`` (see :mod:`jaxgossip.topology.stochastic`).
+          sampler: an object with ``draw(key, t, draw_args) -> GraphRound`` and the attributes
+            ``period``, ``num_edges``, ``symmetric`` and ``support`` (see
+            :mod:`jaxgossip.topology.stochastic`); auxiliary data, so equal samplers share a compile.
+          draw_args: the sampler's traceable arguments (a pytree of arrays, or None).
           **facts: as for :meth:`from_tables`; the stochasticity facts are the sampler's promise
             for every round it draws.
         """
-        return cls._assemble({}, {"kernel": facts["layout"], "sampler": sampler, **facts})
+        return cls._assemble({"draw_args": draw_args}, {"kernel": facts["layout"], "sampler": sampler, **facts})
 
     @classmethod
     def _assemble(cls, tables: dict[str, Any], facts: dict[str, Any]) -> Topology:
@@ -200,7 +207,12 @@ class Topology:
             from jaxgossip.topology.stochastic import GraphRound
 
             return GraphRound(self, None, None)
-        return self.sampler.draw(jax.random.fold_in(key, _GRAPH_STREAM), t)
+        if self.num_graphs is not None:
+            raise ValueError(
+                f"{self.name} is a stack of {self.num_graphs} stochastic graphs: jax.vmap over its leading axis "
+                "(jaxgossip.sweeps.map_topologies does) and draw from each member"
+            )
+        return self.sampler.draw(jax.random.fold_in(key, _GRAPH_STREAM), t, self.draw_args)
 
     def _fixed(self, what: str) -> None:
         if self.stochastic:
@@ -228,9 +240,10 @@ class Topology:
 
     @property
     def num_graphs(self) -> int | None:
-        """G for a stack (tables ``[G, T, ...]``), None for a single graph."""
+        """G for a stack (tables ``[G, T, ...]``, or stochastic ``draw_args [G]``), None for a single graph."""
         if self.stochastic:
-            return None
+            leaves = jax.tree_util.tree_leaves(self.draw_args)
+            return int(jnp.shape(leaves[0])[0]) if leaves and jnp.ndim(leaves[0]) == 1 else None
         return int(jnp.shape(self.senders)[0]) if jnp.ndim(self.senders) == 3 else None
 
     @property

@@ -21,6 +21,8 @@ A padded slot or edge has weight 0, so mixing with a member equals mixing with t
 Which graphs share a compile (:func:`group`): same N, same kernel layout, static vs time-varying
 (Choco-SGD refuses time-varying graphs, and one of them would force the period of a whole group),
 and the same stochasticity (doubly vs only column stochastic), which fixes an algorithm's messages.
+Stochastic graphs have no tables to stack; failures of one graph at several probabilities share a
+sampler and stack on their traced probabilities (``Topology.draw_args`` ``[G]``) instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -43,10 +46,14 @@ _LAYOUTS = ("slots", "dense", "segment")
 
 def signature(topology: Topology) -> tuple:
     """The grouping key: graphs with equal signatures can share one compiled program. A stochastic
-    graph has tables only inside the run, so it is never stacked: its key is unique (its sampler)."""
+    graph has tables only inside the run; graphs with equal samplers and traceable ``draw_args``
+    (``with_failures`` of one graph at several p, q) stack on those arguments; any other stochastic
+    graph is its own group."""
     if not isinstance(topology, Topology):
         raise TypeError(f"expected a jaxgossip Topology, got {type(topology).__name__}")
     if topology.stochastic:
+        if topology.draw_args is None:
+            return (topology.num_nodes, "stochastic", topology.sampler, id(topology))
         return (topology.num_nodes, "stochastic", topology.sampler)
     return (
         topology.num_nodes,
@@ -80,7 +87,7 @@ def buckets(topologies: Sequence[Topology]) -> list[list[int]]:
     appearance; each bucket is stacked without padding K."""
     parts: dict[int, list[int]] = {}
     for i, topo in enumerate(topologies):
-        k = topo.max_slots if topo.resolved_kernel == "slots" else 0
+        k = topo.max_slots if topo.resolved_kernel == "slots" and not topo.stochastic else 0
         parts.setdefault(k, []).append(i)
     return list(parts.values())
 
@@ -113,13 +120,16 @@ def stack(topologies: Sequence[Topology], kernel: str | None = None) -> Topology
     Raises:
       ValueError: empty list, members with different signatures (the message names both), or an
         unknown kernel.
+
+    Stochastic graphs stack only when they share one sampler and carry ``draw_args`` (failures of
+    one graph at several probabilities): the result has the sampler and ``draw_args`` leaves
+    ``[G]``, and ``jax.vmap`` over it draws every member's rounds with its own probabilities.
     """
     topologies = list(topologies)
     if not topologies:
         raise ValueError("stack needs at least one topology")
-    for topo in topologies:
-        if isinstance(topo, Topology) and topo.stochastic:
-            raise ValueError(f"cannot stack {topo.name}: a stochastic graph draws its tables inside the run")
+    if any(isinstance(topo, Topology) and topo.stochastic for topo in topologies):
+        return _stack_stochastic(topologies)
     first = signature(topologies[0])
     for topo in topologies[1:]:
         if signature(topo) != first:
@@ -156,4 +166,37 @@ def stack(topologies: Sequence[Topology], kernel: str | None = None) -> Topology
         layout=kernel,
         row_stochastic=topologies[0].is_row_stochastic,
         column_stochastic=topologies[0].is_column_stochastic,
+    )
+
+
+def _stack_stochastic(topologies: list[Topology]) -> Topology:
+    """G stochastic graphs of one sampler -> one with ``draw_args`` stacked to ``[G]``."""
+    first = topologies[0]
+    for topo in topologies:
+        if not isinstance(topo, Topology) or not topo.stochastic or topo.draw_args is None:
+            name = topo.name if isinstance(topo, Topology) else type(topo).__name__
+            raise ValueError(
+                f"cannot stack {name}: only stochastic graphs with traceable arguments (with_failures of "
+                "one graph at several probabilities) stack; other stochastic graphs draw their tables "
+                "inside the run and run one per program"
+            )
+        if topo.num_graphs is not None:
+            raise ValueError(f"cannot stack {topo.name}: it is already a stack")
+        if signature(topo) != signature(first):
+            raise ValueError(
+                f"cannot stack {first.name} with {topo.name}: stochastic graphs stack only with the same "
+                "sampler (failures of the same graph); group them with jaxgossip.topology.group"
+            )
+    draw_args = jax.tree_util.tree_map(
+        lambda *a: jnp.stack([jnp.asarray(x, jnp.float32) for x in a]), *(t.draw_args for t in topologies)
+    )
+    return Topology.from_sampler(
+        first.sampler,
+        draw_args=draw_args,
+        name="stack(" + ", ".join(t.name for t in topologies) + ")",
+        num_nodes=first.num_nodes,
+        directed=first.directed,
+        layout=first.resolved_kernel,
+        row_stochastic=first.is_row_stochastic,
+        column_stochastic=first.is_column_stochastic,
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import numbers
 from typing import Any, NamedTuple
 
@@ -90,7 +91,7 @@ def _one_round(tables: dict, n: int, name: str, layout: str, directed: bool, row
 # ---- random matching -----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class _MatchingSampler:
     """Round t: a random permutation pi, pairs (pi_0, pi_1), (pi_2, pi_3), ...; N odd leaves the
     last node unmatched. Every perfect matching is equally likely (each arises from the same number
@@ -113,8 +114,8 @@ class _MatchingSampler:
         nodes = np.arange(self.n, dtype=np.int32)
         return np.stack([nodes, nodes + self.n], axis=1)[None]
 
-    def draw(self, key, t):
-        del t
+    def draw(self, key, t, draw_args=None):
+        del t, draw_args
         n = self.n
         perm = jax.random.permutation(key, n)
         half = n // 2
@@ -170,7 +171,7 @@ def random_matching(n: int) -> Topology:
 # ---- random out-neighbours ----------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class _OutSampler:
     """Round t: each node j draws s distinct offsets in 1..N-1 (Floyd's algorithm, uniform over
     s-subsets, O(N s^2) work) and pushes to ``(j + offset) mod N``."""
@@ -188,8 +189,8 @@ class _OutSampler:
     def num_edges(self) -> int:
         return self.n * (self.s + 1)
 
-    def draw(self, key, t):
-        del t
+    def draw(self, key, t, draw_args=None):
+        del t, draw_args
         n, s = self.n, self.s
         chosen = []
         keys = jax.random.split(key, s)
@@ -259,19 +260,43 @@ def random_out(n: int, s: int = 1) -> Topology:
 # ---- failures ------------------------------------------------------------------------------------
 
 
-def _check_drop(name: str, value: Any) -> float:
+def _check_drop(name: str, value: Any) -> Any:
+    """A failure probability as a float32 scalar. A concrete value must lie in [0, 1); a traced
+    one (``with_failures`` called inside ``jax.vmap`` or ``jit``) cannot be checked here, only its
+    shape: its range is the caller's promise."""
+    if isinstance(value, jax.core.Tracer):
+        if jnp.ndim(value) != 0 or not jnp.issubdtype(value.dtype, jnp.floating):
+            raise TypeError(f"{name} must be a scalar float probability, got a traced {value.dtype}{list(value.shape)}")
+        return value.astype(jnp.float32)
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0 and np.issubdtype(value.dtype, np.floating):
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}={value!r} must be a probability in [0, 1), a real number")
     value = float(value)
     if not 0.0 <= value < 1.0:  # also rejects NaN
         raise ValueError(f"{name}={value!r} must be a probability in [0, 1) (1 would drop every round)")
-    return value
+    return np.float32(value)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+def _base_identity(topology: Topology) -> tuple:
+    """What makes two wrapped graphs the same for compilation: the sampler of a stochastic graph,
+    else the facts and the bytes of the host tables (so two ``ring(16)`` built apart are equal)."""
+    if topology.stochastic:
+        return ("stochastic", topology.sampler)
+    digest = hashlib.sha256()
+    for table in (topology.senders, topology.receivers, topology.weights):
+        digest.update(np.ascontiguousarray(table).tobytes())
+        digest.update(str(table.shape).encode())
+    facts = (topology.name, topology.num_nodes, topology.directed, topology.resolved_kernel)
+    return ("fixed", facts, digest.hexdigest())
+
+
+@dataclasses.dataclass(frozen=True)
 class _FailureSampler:
     """Failures of a graph ``base``: a fixed graph (host tables [T, E]) or a stochastic one (its
-    round drawn first, then failed).
+    round drawn first, then failed). The probabilities are not fields but the topology's
+    ``draw_args`` (pytree leaves), so failures of one graph at several p share one sampler, one
+    signature and one compiled program (equality and hash: ``identity`` only).
 
     Fixed base: ``unit[t, e]`` is the coin an edge uses (its undirected pair for
     ``repair="symmetric"``, its own slot e for ``repair="sender"``), one uniform draw of
@@ -280,16 +305,15 @@ class _FailureSampler:
     is the edge behind slot k of node i (slot layout only). See :func:`with_failures`.
     """
 
-    base: Topology
-    link_drop: float
-    node_drop: float
-    repair: str  # "symmetric" (doubly stochastic, undirected) or "sender" (column stochastic)
-    name: str
-    unit: np.ndarray | None  # [T, E] int32 (fixed base)
-    num_units: int
-    pair_codes: np.ndarray | None  # [P] int64 sorted a * N + b (fixed symmetric base)
-    pair_ends: tuple | None  # ([P], [P]) int32 endpoints a < b
-    slot_edge: np.ndarray | None  # [T, N, K] int32
+    identity: tuple  # (repair, _base_identity(base))
+    base: Topology = dataclasses.field(compare=False)
+    repair: str = dataclasses.field(compare=False)  # "symmetric" (doubly stochastic) or "sender" (column)
+    name: str = dataclasses.field(compare=False)
+    unit: np.ndarray | None = dataclasses.field(compare=False)  # [T, E] int32 (fixed base)
+    num_units: int = dataclasses.field(compare=False)
+    pair_codes: np.ndarray | None = dataclasses.field(compare=False)  # [P] int64 sorted a * N + b
+    pair_ends: tuple | None = dataclasses.field(compare=False)  # ([P], [P]) int32 endpoints a < b
+    slot_edge: np.ndarray | None = dataclasses.field(compare=False)  # [T, N, K] int32
 
     @property
     def support(self) -> Topology | None:
@@ -307,13 +331,14 @@ class _FailureSampler:
     def symmetric(self) -> bool:
         return self.repair == "symmetric"
 
-    def draw(self, key, t):
+    def draw(self, key, t, draw_args):
         base = self.base
         n = base.num_nodes
+        link_drop, node_drop = draw_args["link_drop"], draw_args["node_drop"]
         key_link, key_node, key_base = jax.random.split(key, 3)
-        alive = jax.random.uniform(key_node, (n,)) >= self.node_drop
+        alive = jax.random.uniform(key_node, (n,)) >= node_drop
         if base.stochastic:
-            inner = base.sampler.draw(key_base, t)
+            inner = base.sampler.draw(key_base, t, base.draw_args)
             graph, idx = inner.graph, 0
             if inner.alive is not None:
                 alive = alive & inner.alive
@@ -328,14 +353,14 @@ class _FailureSampler:
         weights = row(graph.weights, jnp.float32)
         real = (senders != receivers) & (weights != 0)
         if self.unit is not None:
-            coins = jax.random.uniform(key_link, (self.num_units,)) >= self.link_drop
+            coins = jax.random.uniform(key_link, (self.num_units,)) >= link_drop
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
             codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
             draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
-            edge_up = draw_code(codes) >= self.link_drop
+            edge_up = draw_code(codes) >= link_drop
         else:
-            edge_up = jax.random.uniform(key_link, senders.shape) >= self.link_drop
+            edge_up = jax.random.uniform(key_link, senders.shape) >= link_drop
         keep = jnp.where(real, edge_up & alive[senders] & alive[receivers], True)
         kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
         # Symmetric W: the receiver takes back the weight it put on the lost edge (row sums stay 1;
@@ -414,6 +439,11 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
       link_drop: p in [0, 1), the probability that an edge (undirected pair) fails in a round.
       node_drop: q in [0, 1), the probability that a node does not communicate in a round.
 
+    Both are pytree leaves of the result (``draw_args``), not compile-time constants: failures of
+    one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program that
+    ``jax.vmap`` runs for every p (``jaxgossip.sweeps.map_topologies`` does this for a list of
+    them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
+
     Returns:
       A stochastic :class:`Topology` with the wrapped graph's layout, period and E + N edges per
       round (N self edges carry the repaired weight).
@@ -452,11 +482,19 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
             unit = np.broadcast_to(np.arange(topology.num_edges, dtype=np.int32), senders.shape).copy()
             num_units = topology.num_edges
         slot_edge = _slot_edges(topology) if topology.resolved_kernel == "slots" else None
-    parts = [f"link_drop={p:g}"] + ([f"node_drop={q:g}"] if q else [])
+
+    def show(value):
+        return "traced" if isinstance(value, jax.core.Tracer) else f"{float(value):g}"
+
+    parts = [f"link_drop={show(p)}"] + ([f"node_drop={show(q)}"] if isinstance(q, jax.core.Tracer) or q else [])
     name = f"{topology.name}+failures({', '.join(parts)})"
-    sampler = _FailureSampler(topology, p, q, repair, name, unit, num_units, pair_codes, pair_ends, slot_edge)
+    identity = (repair, _base_identity(topology))
+    sampler = _FailureSampler(
+        identity, topology, repair, f"{topology.name}+failures", unit, num_units, pair_codes, pair_ends, slot_edge
+    )
     return Topology.from_sampler(
         sampler,
+        draw_args={"link_drop": p, "node_drop": q},
         name=name,
         num_nodes=n,
         directed=topology.directed,
