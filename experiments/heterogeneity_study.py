@@ -8,8 +8,8 @@ constant learning rate (no schedule: a constant step is where D-SGD's heterogene
 the exact methods should not have one), "atc" ordering, identical initial models, R rounds.
 Partitions: ``dirichlet:0.1`` (most nodes hold one or two classes) and ``iid`` as the control.
 
-Two groups of methods, each compared with all-reduce (exact averaging, the reference line) under
-the same local optimizer:
+Three groups of methods, each compared with all-reduce (exact averaging, the reference line)
+under the same local optimizer:
 
 * plain SGD (momentum 0; gradient tracking and D^2 are exact with plain SGD): ``allreduce``,
   ``gossip`` (D-SGD on ``ring(16)``, weights 1/3), ``gossip_half`` (D-SGD on ``(I + W) / 2``:
@@ -18,7 +18,10 @@ the same local optimizer:
   lambda_min(W) = -1/3, D^2's limit, so gamma 1 is refused);
 * momentum 0.9 (Nesterov): ``allreduce_m``, ``gossip_m`` (D-SGDm, the demo's recipe) and ``qgm``
   (quasi-global momentum, beta 0.9, Nesterov; its optimizer is plain SGD at the same lr, since QGM
-  replaces the optimizer's momentum).
+  replaces the optimizer's momentum);
+* plain SGD with 2 local steps per round (where heterogeneity adds client drift):
+  ``allreduce_h2`` (local SGD with exact averaging), ``gossip_h2``, ``gradient_tracking_h2``,
+  ``d2_h2``.
 
 Every method runs a grid of learning rates x seeds in one compile
 (:func:`jaxgossip.experiment_sweeps.sweep_training`, lr axis x seeds), except ``qgm``: its ``lr``
@@ -31,7 +34,7 @@ averaged model, its gap to all-reduce of the same group and lr, its accuracy aft
 the first evaluated round at which it reaches 0.95 (the transient; "never" counts as a diverged
 seed), the mean and worst accuracy of the nodes' own models, the consensus distance
 ``(1/N) sum_i ||x_i - x_bar||^2``, the test loss and the MB sent per node. The main table uses each group's main lr (SGD 0.2, momentum 0.05, the
-demo's); the lr table shows all of them for Dirichlet(0.1).
+demo's, H = 2: 0.2); the lr tables show all of them for Dirichlet(0.1).
 
 Outputs (``experiments/results/heterogeneity/`` by default): ``heterogeneity.md`` (tables),
 ``heterogeneity.json`` (settings, per-seed final numbers and curves, machine),
@@ -39,7 +42,7 @@ Outputs (``experiments/results/heterogeneity/`` by default): ``heterogeneity.md`
 
 Usage::
 
-    python experiments/heterogeneity_study.py            # 400 rounds, about 3-4 min on 2 cores
+    python experiments/heterogeneity_study.py            # 400 rounds, about 4-5 min on 2 cores
     python experiments/heterogeneity_study.py --quick    # smoke run (writes to runs/heterogeneity_quick)
     python experiments/heterogeneity_study.py --quick --methods allreduce,gradient_tracking,qgm \\
         --partitions dirichlet:0.1
@@ -73,19 +76,32 @@ QUICK_OUT = os.path.join("runs", "heterogeneity_quick")
 PARTITIONS = ("dirichlet:0.1", "iid")
 SEEDS = (0, 1, 2)
 ROUNDS, EVAL_EVERY = 400, 20
-SGD_LRS, SGD_MAIN = (0.05, 0.1, 0.2, 0.4, 0.8), 0.2
-MOMENTUM_LRS, MOMENTUM_MAIN = (0.025, 0.05, 0.1), 0.05
-QUICK = {"rounds": 20, "eval_every": 10, "seeds": (0, 1), "sgd_lrs": (0.2,), "momentum_lrs": (0.05,)}
 BETA = 0.9
+
+
+class Group(NamedTuple):
+    title: str
+    lrs: tuple  # the lr grid of every method of the group (one compile per method)
+    main: float  # the lr of the main table and the plots
+    reference: str  # the all-reduce run the group's gap is measured to
+
+
+GROUPS = {
+    "sgd": Group("plain SGD", (0.05, 0.1, 0.2, 0.4, 0.8), 0.2, "allreduce"),
+    "momentum": Group("momentum 0.9 (Nesterov)", (0.025, 0.05, 0.1), 0.05, "allreduce_m"),
+    "local2": Group("plain SGD, 2 local steps per round", (0.05, 0.1, 0.2, 0.4), 0.2, "allreduce_h2"),
+}
+QUICK = {"rounds": 20, "eval_every": 10, "seeds": (0, 1), "lrs": {g: (grp.main,) for g, grp in GROUPS.items()}}
 
 
 class Method(NamedTuple):
     label: str
-    group: str  # "sgd" or "momentum": compared with the all-reduce of its group
+    group: str  # a key of GROUPS: compared with the all-reduce of its group
     algorithm: str
     options: dict
     momentum: float  # of the local optimizer (Nesterov when > 0)
     ties_lr: bool = False  # the algorithm's lr option must equal the optimizer's (one compile per lr)
+    local_steps: int = 1
 
 
 METHODS = {
@@ -97,8 +113,12 @@ METHODS = {
     "allreduce_m": Method("allreduce, momentum 0.9", "momentum", "allreduce", {}, BETA),
     "gossip_m": Method("gossip (D-SGDm), momentum 0.9", "momentum", "gossip", {}, BETA),
     "qgm": Method("qgm (beta 0.9)", "momentum", "qgm", {"beta": BETA, "nesterov": True}, 0.0, ties_lr=True),
+    "allreduce_h2": Method("allreduce (local SGD), H=2", "local2", "allreduce", {}, 0.0, local_steps=2),
+    "gossip_h2": Method("gossip (D-SGD), H=2", "local2", "gossip", {}, 0.0, local_steps=2),
+    "gradient_tracking_h2": Method("gradient_tracking, H=2", "local2", "gradient_tracking", {}, 0.0, local_steps=2),
+    "d2_h2": Method("d2 (gamma 0.5), H=2", "local2", "d2", {"gamma": 0.5}, 0.0, local_steps=2),
 }
-REFERENCE = {"sgd": "allreduce", "momentum": "allreduce_m"}
+COLORS = ("gossip", "gossip_half", "gradient_tracking", "d2", "qgm")
 # Final-metric fields of the sweep's Metrics (leaves [G, S, num_evals]) kept per seed. (train_loss
 # is each node's loss on its own batches: under label skew it rewards local overfitting, so it is
 # kept in the JSON but not tabled.)
@@ -150,10 +170,10 @@ def run(
     rounds: int = ROUNDS,
     eval_every: int = EVAL_EVERY,
     seeds=SEEDS,
-    sgd_lrs=SGD_LRS,
-    momentum_lrs=MOMENTUM_LRS,
+    lrs=None,
     log=print,
 ) -> dict:
+    lrs = {g: tuple(lrs[g]) if lrs and g in lrs else grp.lrs for g, grp in GROUPS.items()}
     dataset = data.load_dataset("digits")
     base = base_config(rounds, eval_every)
     results = {}
@@ -161,7 +181,7 @@ def run(
         results[partition] = {}
         for key in methods:
             method = METHODS[key]
-            lrs = sgd_lrs if method.group == "sgd" else momentum_lrs
+            grid = lrs[method.group]
             config = base.replace(
                 name=key,
                 partition=partition,
@@ -169,9 +189,10 @@ def run(
                 algorithm_options=dict(method.options),
                 momentum=method.momentum,
                 nesterov=method.momentum > 0,
+                local_steps=method.local_steps,
             )
             start = time.time()
-            m = train_method(config, method, lrs, seeds, dataset)
+            m = train_method(config, method, grid, seeds, dataset)
             final = {field: m[field][:, :, -1] for field in FIELDS}  # [G, S]
             final["mb_per_node"] = m["bits"][:, :, -1].mean(axis=-1) / 8e6
             quarter = max(0, m["test_acc"].shape[-1] // 4 - 1)
@@ -183,17 +204,17 @@ def run(
             results[partition][key] = {
                 "label": method.label,
                 "group": method.group,
-                "lrs": [float(lr) for lr in lrs],
+                "lrs": [float(lr) for lr in grid],
                 "rounds": m["round"][0, 0].tolist(),
                 "final": final,
                 "curves": {"test_acc": m["test_acc"], "consensus": m["consensus"]},
                 "seconds": seconds,
             }
-            g = lrs.index(main_lr(lrs, SGD_MAIN if method.group == "sgd" else MOMENTUM_MAIN))
+            g = grid.index(main_lr(grid, GROUPS[method.group].main))
             acc = summarize(final["test_acc"][g])
             log(
-                f"{partition:14s} {method.label:32s} lr {lrs[g]:<6g} acc {acc['mean']}  "
-                f"consensus {np.nanmean(final['consensus'][g]):.3g}  ({seconds:.1f} s, {len(lrs)} lr x {len(seeds)} seeds)"
+                f"{partition:14s} {method.label:32s} lr {grid[g]:<6g} acc {acc['mean']}  "
+                f"consensus {np.nanmean(final['consensus'][g]):.3g}  ({seconds:.1f} s, {len(grid)} lr x {len(seeds)} seeds)"
             )
     return {
         "settings": {
@@ -208,9 +229,8 @@ def run(
             "seeds": list(seeds),
             "data_seed": 0,
             "partitions": list(partitions),
-            "sgd_lrs": list(sgd_lrs),
-            "momentum_lrs": list(momentum_lrs),
-            "main_lr": {"sgd": main_lr(sgd_lrs, SGD_MAIN), "momentum": main_lr(momentum_lrs, MOMENTUM_MAIN)},
+            "lrs": {g: list(v) for g, v in lrs.items()},
+            "main_lr": {g: main_lr(lrs[g], grp.main) for g, grp in GROUPS.items()},
             "methods": {k: METHODS[k]._asdict() for k in methods},
         },
         "results": results,
@@ -224,7 +244,7 @@ def rows(report: dict) -> list[dict]:
     out = []
     for partition, by_method in report["results"].items():
         for key, r in by_method.items():
-            ref = by_method.get(REFERENCE[r["group"]])
+            ref = by_method.get(GROUPS[r["group"]].reference)
             for g, lr in enumerate(r["lrs"]):
                 row = {"partition": partition, "method": key, "label": r["label"], "group": r["group"], "lr": lr}
                 for field, values in r["final"].items():
@@ -263,7 +283,7 @@ def tables(report: dict) -> str:
     lines = []
     for partition in settings["partitions"]:
         lines += [
-            f"**{partition}**, main lr (SGD {main['sgd']:g}, momentum {main['momentum']:g}), "
+            f"**{partition}**, main lr ({', '.join(f'{GROUPS[g].title} {lr:g}' for g, lr in main.items())}), "
             f"{settings['rounds']} rounds, {len(settings['seeds'])} seeds:",
             "",
             f"| method | lr | acc (avg model) | gap to all-reduce | acc at round {quarter} | rounds to {LEVEL:g} "
@@ -282,12 +302,12 @@ def tables(report: dict) -> str:
             )
         lines.append("")
     first = settings["partitions"][0]
-    for group, lrs in (("sgd", settings["sgd_lrs"]), ("momentum", settings["momentum_lrs"])):
+    for group, lrs in settings["lrs"].items():
         group_rows = [r for r in summary if r["partition"] == first and r["group"] == group]
         if not group_rows or len(lrs) < 2:
             continue
         lines += [
-            f"**{first}, {'plain SGD' if group == 'sgd' else 'momentum 0.9'}: every lr** (acc of the averaged model "
+            f"**{first}, {GROUPS[group].title}: every lr** (acc of the averaged model "
             "+- std; consensus distance in brackets):",
             "",
             "| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
@@ -313,8 +333,9 @@ def plot(report: dict, partition: str, path: str) -> None:
 
     by_method = report["results"][partition]
     main = report["settings"]["main_lr"]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), squeeze=False)
-    for row, group in enumerate(("sgd", "momentum")):
+    groups = [g for g in GROUPS if any(r["group"] == g for r in by_method.values())]
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.75 * len(groups)), squeeze=False)
+    for row, group in enumerate(groups):
         low = 1.0
         for key, r in by_method.items():
             if r["group"] != group:
@@ -322,18 +343,21 @@ def plot(report: dict, partition: str, path: str) -> None:
             g = r["lrs"].index(main[group])
             rounds = np.asarray(r["rounds"])
             for col, name in enumerate(("test_acc", "consensus")):
-                if name == "consensus" and key == REFERENCE[group]:
+                if name == "consensus" and key == GROUPS[group].reference:
                     continue  # exactly averaged: 0 up to round-off (1e-16), off any useful scale
                 values = np.asarray(r["curves"][name][g], np.float64)  # [S, M]
                 mean, std = values.mean(axis=0), values.std(axis=0)
                 ax = axes[row, col]
-                style = {"color": "black", "ls": "--"} if key == REFERENCE[group] else {}
+                # one colour per algorithm across the rows (gossip_m and gossip_h2 are "gossip")
+                base_key = key.removesuffix("_h2").removesuffix("_m")
+                color = f"C{list(COLORS).index(base_key)}" if base_key in COLORS else None
+                style = {"color": "black", "ls": "--"} if key == GROUPS[group].reference else {"color": color}
                 (line,) = ax.plot(rounds, mean, marker="o", markersize=2.5, label=r["label"], **style)
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2)
             late = np.asarray(r["curves"]["test_acc"][g])[:, rounds >= rounds[-1] / 4]
             if np.all(np.isfinite(late)):
                 low = min(low, float(late.min()))
-        title = "plain SGD" if group == "sgd" else "momentum 0.9 (Nesterov)"
+        title = GROUPS[group].title
         axes[row, 0].set_ylim(max(0.0, low - 0.02), 1.0)
         axes[row, 0].set_ylabel("test accuracy (averaged model)")
         axes[row, 0].set_title(f"{title}, lr {main[group]:g}", fontsize=10)
@@ -350,7 +374,7 @@ def plot(report: dict, partition: str, path: str) -> None:
         f"mean +- std over {len(s['seeds'])} seeds"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
@@ -400,7 +424,7 @@ def main(argv=None) -> dict:
     with open(os.path.join(out, "heterogeneity.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "heterogeneity.json"), "w") as f:
-        json.dump(_jsonable(report), f, indent=1, allow_nan=False)
+        json.dump(_jsonable(report), f, allow_nan=False)  # one line: the curves make it large
     print(text)
     print(f"total {time.time() - start:.1f} s; wrote {out}")
     return report
