@@ -329,6 +329,42 @@ def test_gradient_methods_train_with_local_steps():
         assert np.asarray(metrics.test_acc)[-1] > 0.5, name
 
 
+@pytest.mark.slow
+def test_gradient_tracking_and_d2_train_like_allreduce_on_the_complete_graph():
+    """On W = 11^T / N the exact methods reduce to all-reduce SGD (the tracker is the mean gradient;
+    D^2's correction cancels), so the trainer's hook and state plumbing must give all-reduce's
+    models; also with (Nesterov) momentum, which is linear in what it is fed, so the node mean of
+    the per-node buffers follows all-reduce's buffer."""
+    from jaxgossip import data, models
+    from jaxgossip.train import make_train
+
+    ds = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), noise=0.5, seed=0)
+    shards = data.shard_dataset(ds, data.partition(ds.y_train, 4, "shards:1", seed=0))
+    model = models.make_model("mlp", num_classes=4, hidden=(8,))
+    complete = tp.complete(4)
+
+    def final_mean(name, optimizer):
+        trainer = make_train(
+            model,
+            make(name, complete),
+            shards,
+            (ds.x_test, ds.y_test),
+            optimizer,
+            num_rounds=20,
+            batch_size=8,
+            eval_every=20,
+            eval_chunk=64,
+        )
+        state, _ = jax.jit(trainer.train)(jax.random.key(0))
+        return [np.asarray(leaf).mean(0) for leaf in jax.tree_util.tree_leaves(state.params)]
+
+    for opt in (optax.sgd(0.2), optax.sgd(0.05, momentum=0.9, nesterov=True)):
+        ref = final_mean("allreduce", opt)
+        for name in ("gradient_tracking", "d2"):
+            for got, want in zip(final_mean(name, opt), ref, strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match=r"d2 needs a symmetric .* registered with mixing='symmetric'"):
         make("d2", tp.directed_ring(N))
