@@ -33,8 +33,9 @@ Reported per partition, method and lr (mean +- sample std over seeds): final tes
 averaged model, its gap to all-reduce of the same group and lr, its accuracy after R/4 rounds and
 the first evaluated round at which it reaches 0.95 (the transient; "never" counts as a diverged
 seed), the mean and worst accuracy of the nodes' own models, the consensus distance
-``(1/N) sum_i ||x_i - x_bar||^2``, the test loss and the MB sent per node. The main table uses each group's main lr (SGD 0.2, momentum 0.05, the
-demo's, H = 2: 0.2); the lr tables show all of them for Dirichlet(0.1).
+``(1/N) sum_i ||x_i - x_bar||^2``, the test loss and the MB sent per node. The main table uses
+each group's main lr (SGD 0.2, momentum 0.05 as in the demo, H = 2: 0.2); the lr tables show all
+of them for Dirichlet(0.1).
 
 Outputs (``experiments/results/heterogeneity/`` by default): ``heterogeneity.md`` (tables),
 ``heterogeneity.json`` (settings, per-seed final numbers and curves, machine),
@@ -42,7 +43,7 @@ Outputs (``experiments/results/heterogeneity/`` by default): ``heterogeneity.md`
 
 Usage::
 
-    python experiments/heterogeneity_study.py            # 400 rounds, about 4-5 min on 2 cores
+    python experiments/heterogeneity_study.py            # 400 rounds, about 3.5 min on 2 cores under load
     python experiments/heterogeneity_study.py --quick    # smoke run (writes to runs/heterogeneity_quick)
     python experiments/heterogeneity_study.py --quick --methods allreduce,gradient_tracking,qgm \\
         --partitions dirichlet:0.1
