@@ -211,6 +211,42 @@ def test_gradient_tracking_and_d2_are_exact_where_dsgd_stalls(ring):
     assert gt < 1e-6 and d2 < 1e-6, (gt, d2)
 
 
+def np_gradient_tracking_local_steps(w, x, rounds, lr, local_steps):
+    """Gradient tracking with H local steps ("atc", float64): each round node i steps H times along
+    c_i + g_i with c_i = y_i - (mean of its previous round's gradients), then sends
+    y_i = c_i + (mean of this round's gradients) with its model."""
+    x = x.copy()
+    y, g_mean = np.zeros_like(x), np.zeros_like(x)
+    for _ in range(rounds):
+        c, total = y - g_mean, np.zeros_like(x)
+        for _ in range(local_steps):
+            g = np_grad(x)
+            total += g
+            x = x - lr * (c + g)
+        g_mean = total / local_steps
+        x, y = w @ x, w @ (c + g_mean)
+    return x
+
+
+@pytest.mark.parametrize("topology", ["ring", "complete"])
+def test_gradient_tracking_local_steps_stable_where_sgd_is(topology):
+    """Regression: with H = 2 local steps the correction once used the last local gradient as its
+    reference, which multiplies the corrections' disagreement by eta h per round (curvature h) and
+    so diverged for eta h in (1, 2), where SGD is stable (training on digits at lr 0.2 blew up).
+    Now the reference is the round's mean gradient: it matches the NumPy rule and reaches the
+    exact minimiser at eta max(A) = 1.5 (2e-8 on the complete graph, 4e-7 on the ring; the old
+    rule reached NaN on both)."""
+    topo = tp.ring(N) if topology == "ring" else tp.complete(N)
+    alg = make("gradient_tracking", topo)
+    w = topo.matrix(0).astype(np.float64)
+    got = jg.run_optimization(alg, x0(), quadratic, optax.sgd(LR), 20, jax.random.key(0), local_steps=2)
+    want = np_gradient_tracking_local_steps(w, np.asarray(x0(), np.float64), 20, LR, 2)
+    np.testing.assert_allclose(np.asarray(got.x), want, rtol=1e-4, atol=1e-4)
+    lr = 1.5 / float(A.max())
+    res = jg.run_optimization(alg, x0(), quadratic, optax.sgd(lr), 1000, jax.random.key(0), local_steps=2)
+    assert relative_error(res.x) < 1e-5, relative_error(res.x)
+
+
 # ---------------------------------------------------------------- Moniqua
 
 
@@ -336,6 +372,42 @@ def test_gradient_methods_train_with_local_steps():
         _, metrics = jax.jit(trainer.train)(jax.random.key(0))
         assert np.all(np.isfinite(np.asarray(metrics.train_loss))), name
         assert np.asarray(metrics.test_acc)[-1] > 0.5, name
+
+
+@pytest.mark.slow
+def test_gradient_tracking_and_d2_train_like_allreduce_on_the_complete_graph():
+    """On W = 11^T / N the exact methods reduce to all-reduce SGD (the tracker is the mean gradient;
+    D^2's correction cancels), so the trainer's hook and state plumbing must give all-reduce's
+    models; also with (Nesterov) momentum, which is linear in what it is fed, so the node mean of
+    the per-node buffers follows all-reduce's buffer."""
+    from jaxgossip import data, models
+    from jaxgossip.train import make_train
+
+    ds = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), noise=0.5, seed=0)
+    shards = data.shard_dataset(ds, data.partition(ds.y_train, 4, "shards:1", seed=0))
+    model = models.make_model("mlp", num_classes=4, hidden=(8,))
+    complete = tp.complete(4)
+
+    def final_mean(name, optimizer):
+        trainer = make_train(
+            model,
+            make(name, complete),
+            shards,
+            (ds.x_test, ds.y_test),
+            optimizer,
+            num_rounds=20,
+            batch_size=8,
+            eval_every=20,
+            eval_chunk=64,
+        )
+        state, _ = jax.jit(trainer.train)(jax.random.key(0))
+        return [np.asarray(leaf).mean(0) for leaf in jax.tree_util.tree_leaves(state.params)]
+
+    for opt in (optax.sgd(0.2), optax.sgd(0.05, momentum=0.9, nesterov=True)):
+        ref = final_mean("allreduce", opt)
+        for name in ("gradient_tracking", "d2"):
+            for got, want in zip(final_mean(name, opt), ref, strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_bad_input():
