@@ -206,6 +206,8 @@ def write(study: str, results: list[dict], args, dataset, wall: float, out: str)
         f"Machine: {machine()}; study wall time {wall / 60:.1f} min.\n"
         f"Command: `python experiments/run_reproductions.py --study {study} --seeds {args.seeds}"
         + (f" --rounds {args.rounds}" if args.rounds else "")
+        + (f" --partitions {' '.join(args.partitions)}" if args.partitions else "")
+        + (f" --set {' '.join(args.set)}" if args.set else "")
         + "`\n\n"
     )
     table = markdown(results)
@@ -245,7 +247,11 @@ def main() -> None:
         settings[key] = value  # typed and checked by load_config, as a command-line override
     studies = ["powergossip", "sparsepush"] if args.study == "all" else [args.study]
     for study in studies:
-        dataset = data.load_dataset(args.dataset or study_runs(study)[0]["config"]["dataset"])
+        # Found where the runs will look (a --set raw_dir / data_dir applies here too).
+        first = {**study_runs(study)[0]["config"], **settings}
+        dataset = data.load_dataset(
+            args.dataset or first["dataset"], first.get("data_dir"), raw_dir=first.get("raw_dir")
+        )
         start = time.perf_counter()
         results = run_study(study, args.seeds, args.variants, args.rounds, args.out, dataset, args.partitions, settings)
         write(study, results, args, dataset, time.perf_counter() - start, args.out)
