@@ -31,6 +31,15 @@ def _pyplot():
     return plt
 
 
+def _save(fig, path: str) -> str:
+    """Lays out ``fig``, writes it to ``path`` (folders created) and closes it."""
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
 def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str = "") -> list[str]:
     """Writes accuracy vs rounds, accuracy vs MB sent per node, and consensus distance vs rounds.
 
@@ -102,11 +111,7 @@ def plot_consensus(
     ax1.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_gamma_tuning(result, path: str, title: str = "") -> str:
@@ -146,11 +151,7 @@ def plot_gamma_tuning(result, path: str, title: str = "") -> str:
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_topology(topo, path: str | None = None, t: int = 0):
@@ -196,18 +197,21 @@ def plot_sweep(rows: Sequence[Mapping], axes: Sequence[str], path: str) -> str:
         )
     for r in diverged:  # marked at the bottom, not plotted as NaN
         ax.scatter([r[first]], [0.0], marker="x", color="red")
-        ax.annotate(f"diverged at round {r['diverged_at_round']}", (r[first], 0.0), fontsize=7, rotation=90,
-                    xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            f"diverged at round {r['diverged_at_round']}",
+            (r[first], 0.0),
+            fontsize=7,
+            rotation=90,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     ax.set_xscale("log")
     ax.set_xlabel(first.split(".")[-1])
     ax.set_ylabel("test accuracy (averaged model)")
     ax.grid(alpha=0.3)
     if rest and len(groups) > 0 and len(diverged) < len(rows):
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _number(value) -> float:
@@ -262,10 +266,7 @@ def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol
         fig.text(0.01, 0.01, "diverged, not shown: " + ", ".join(diverged), fontsize=7, color="red")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_topology_training(rows: Sequence[Mapping], path: str, title: str = "") -> str:
@@ -312,10 +313,7 @@ def plot_topology_training(rows: Sequence[Mapping], path: str, title: str = "") 
         ax.legend(fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 # Meaning of table headers that are not self-explanatory (printed under Markdown tables).
@@ -354,9 +352,7 @@ def _cell(value, spec: str) -> str:
     return str(value)
 
 
-def format_table(
-    rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]], *, markdown: bool = False
-) -> str:
+def format_table(rows: Sequence[Mapping], columns: Sequence[tuple[str, str, str]], *, markdown: bool = False) -> str:
     """The one table formatter: aligned plain text for terminals, or a Markdown table.
 
     Args:
@@ -367,9 +363,8 @@ def format_table(
     header = [h for _, h, _ in columns]
     body = [[_cell(r.get(k), f) for k, _, f in columns] for r in rows]
     numeric = [
-        all(isinstance(r.get(k), (int, float)) or r.get(k) is None for r in rows) and any(
-            isinstance(r.get(k), (int, float)) for r in rows
-        )
+        all(isinstance(r.get(k), (int, float)) or r.get(k) is None for r in rows)
+        and any(isinstance(r.get(k), (int, float)) for r in rows)
         for k, _, _ in columns
     ]
     widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(header)]

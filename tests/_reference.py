@@ -4,6 +4,7 @@ loops (float64), independent of the library's kernels; the tests import from her
 keeping private copies (``tests/`` is on ``sys.path`` through pytest's rootdir conftest)."""
 
 import functools
+import importlib.util
 import json
 import math
 import pathlib
@@ -19,6 +20,23 @@ from jaxgossip import compress
 from jaxgossip import topology as tp
 
 # ---------------------------------------------------------------- input builders
+
+
+def load_script(relpath):
+    """Imports a script of the repository (e.g. ``"experiments/gpu_suite.py"``) as a module; its
+    folder is on ``sys.path`` while it loads, for scripts that import a sibling (``_common.py``)."""
+    import sys
+
+    path = pathlib.Path(__file__).resolve().parent.parent / relpath
+    name = path.stem
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
 
 
 def node_normal(n, shapes, seed=0, *, offset=0.0, dtype=np.float32):

@@ -2,27 +2,15 @@
 one compile group and writes its table, JSON and plots; the full quick run (both studies, every
 method) is a slow test. No accuracy is asserted beyond being a finite fraction."""
 
-import importlib.util
 import json
-import os
-import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENTS = os.path.join(ROOT, "experiments")
+from _reference import load_script
 
 
 @pytest.fixture(scope="module")
 def study():
-    sys.path.insert(0, EXPERIMENTS)  # the script imports experiments/_common.py
-    try:
-        spec = importlib.util.spec_from_file_location("failure_study", os.path.join(EXPERIMENTS, "failure_study.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(EXPERIMENTS)
-    return module
+    return load_script("experiments/failure_study.py")  # it imports experiments/_common.py
 
 
 def _check_a(result, methods):

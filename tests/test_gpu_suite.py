@@ -2,23 +2,16 @@
 report (JSON + Markdown) has the promised structure with finite, positive numbers. No speed is
 asserted."""
 
-import importlib.util
 import json
 import math
-import os
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATH = os.path.join(ROOT, "experiments", "bench", "gpu_suite.py")
+from _reference import load_script
 
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("gpu_suite", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/bench/gpu_suite.py")
 
 
 def _positive(value, what):

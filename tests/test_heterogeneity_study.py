@@ -2,23 +2,16 @@
 have the promised structure with finite numbers. No accuracy is asserted beyond sanity: 20 rounds
 say nothing about the methods."""
 
-import importlib.util
 import json
 import math
-import os
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATH = os.path.join(ROOT, "experiments", "heterogeneity_study.py")
+from _reference import load_script
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("heterogeneity_study", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/heterogeneity_study.py")
 
 
 def _finite(value, what):
