@@ -430,3 +430,14 @@ def readme_plugin() -> str:
     text = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = text.split("### Adding an algorithm", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def assert_identity_compressor_is_gossip(factory, gamma, n, shapes):
+    """``factory(ring(n), gamma=gamma)`` with its default identity compressor computes exactly what
+    gossip with the same gamma computes, and sends the same bits (10 rounds)."""
+    topo = tp.ring(n)
+    x0 = node_normal(n, shapes, 3)
+    x, _, bits = run_rounds(factory(topo, gamma=gamma), x0, split_keys(10))
+    ref, _, ref_bits = run_rounds(jg.algorithms.make("gossip", topo, gamma=gamma), x0, split_keys(10))
+    assert_tree_close(x, ref)
+    np.testing.assert_array_equal(bits, ref_bits)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from _reference import (
     NP_COMPRESSORS,
+    assert_identity_compressor_is_gossip,
     assert_tree_close,
     check_compressed_gossip_validation,
     compressed_gossip_graphs,
@@ -19,7 +20,6 @@ from _reference import (
 )
 
 import jaxgossip as jg
-from jaxgossip import algorithms
 from jaxgossip.algorithms.deepsqueeze import DeepSqueezeState, deepsqueeze
 
 N = 8
@@ -85,12 +85,7 @@ def test_hand_counted_bits_per_message():
 @pytest.mark.parametrize("gamma", [1.0, 0.7])
 def test_identity_compressor_reduces_to_gossip(factory, gamma):
     # delta = 0, giving x + gamma (W x - x).
-    topo = jg.topology.ring(N)
-    x0 = node_normal(N, SHAPES, 3)
-    x, _, bits = run_rounds(factory(topo, gamma=gamma), x0, split_keys(10))
-    ref, _, ref_bits = run_rounds(algorithms.make("gossip", topo, gamma=gamma), x0, split_keys(10))
-    assert_tree_close(x, ref)
-    np.testing.assert_array_equal(bits, ref_bits)
+    assert_identity_compressor_is_gossip(factory, gamma, N, SHAPES)
 
 
 # ---------------------------------------------------------------- invariants and convergence
