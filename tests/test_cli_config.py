@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 from _reference import start_cli
+from tiny import TINY_FLAGS
 
 from jaxgossip import algorithms, compress, data, models
 from jaxgossip.cli import main
@@ -32,18 +33,7 @@ FIELDS = {
 }
 # What a command needs besides the field under test (topology-sweep needs its graphs).
 REQUIRED = {"topology-sweep": ["--topologies=ring"]}
-# tests/tiny.py's config as flags: 4 nodes, synthetic data, MLP(8), 20 rounds evaluated every 5
-TINY = [
-    "--dataset=synthetic",
-    "--num_nodes=4",
-    "--model=mlp",
-    "--model_options.hidden=8",
-    "--batch_size=8",
-    "--num_rounds=20",
-    "--eval_every=5",
-    "--eval_size=128",
-    "--eval_chunk=64",
-]
+TINY = TINY_FLAGS  # tests/tiny.py's config as flags
 
 
 def _main(capsys, *argv):

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 import pytest
 from _reference import readme_plugin, start_cli
-from tiny import tiny_config
+from tiny import TINY_FLAGS, tiny_config
 
 import jaxgossip as jg
 from jaxgossip import algorithms, sweeps
@@ -30,18 +30,7 @@ from jaxgossip.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PATH = "my_file:damped_gossip"
-# tests/test_cli_config.py's TINY: 4 nodes, synthetic data, MLP(8), 20 rounds evaluated every 5.
-TINY = [
-    "--dataset=synthetic",
-    "--num_nodes=4",
-    "--model=mlp",
-    "--model_options.hidden=8",
-    "--batch_size=8",
-    "--num_rounds=20",
-    "--eval_every=5",
-    "--eval_size=128",
-    "--eval_chunk=64",
-]
+TINY = TINY_FLAGS  # tests/tiny.py's config as flags
 COST = ["--link.bandwidth=1e9", "--link.latency=1e-3"]
 
 

@@ -19,3 +19,17 @@ def tiny_config(**changes) -> TrainConfig:
         eval_chunk=64,
     )
     return base.replace(**changes)
+
+
+# The same run as command-line flags (lr and evals_per_chunk left at the CLI defaults).
+TINY_FLAGS = [
+    "--dataset=synthetic",
+    "--num_nodes=4",
+    "--model=mlp",
+    "--model_options.hidden=8",
+    "--batch_size=8",
+    "--num_rounds=20",
+    "--eval_every=5",
+    "--eval_size=128",
+    "--eval_chunk=64",
+]
