@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip import selection
 from jaxgossip.types import Array, Params, PRNGKey
 
 __all__ = [
@@ -158,8 +159,7 @@ def top_k(fraction: float | None = None, k: int | None = None, index_bits: Any =
         if kept == flat.size:
             dense = leaf
         else:
-            _, idx = jax.lax.top_k(jnp.abs(flat), kept)
-            dense = _scatter(flat, idx, flat[idx]).reshape(leaf.shape)
+            dense = selection.top_k_dense(flat, kept).reshape(leaf.shape)
         bits = kept * (value_bits(leaf) + bits_per_index(index_bits, flat.size))
         return dense, jnp.float32(bits)
 
@@ -185,7 +185,7 @@ def random_k(
             dense = leaf
         else:
             # top_k of i.i.d. uniforms is a uniform K-subset, in O(D) instead of a permutation.
-            _, idx = jax.lax.top_k(jax.random.uniform(key, (flat.size,)), kept)
+            _, idx = selection.top_k(jax.random.uniform(key, (flat.size,)), kept)
             values = flat[idx]
             if unbiased:
                 values = values * jnp.asarray(flat.size / kept, flat.dtype)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import compress
+from jaxgossip import compress, selection
 from jaxgossip.algorithms.common import check_int, check_positive, require_column_stochastic, require_host_topology
 from jaxgossip.algorithms.sparse_push import check_public_copies, compressed_push_sum
 from jaxgossip.topology import Topology
@@ -66,7 +66,7 @@ def _adaptive_top_k_leaf(r: Array, x: Array, base: int, k_max: int, target_resid
     r_norm = jnp.linalg.norm(flat.astype(acc), axis=1)
     x_norm = jnp.linalg.norm(x.reshape(n, -1).astype(acc), axis=1)
     k_i = adaptive_budget(r_norm, x_norm, base, k_max, target_residual)
-    _, idx = jax.lax.top_k(jnp.abs(flat), k_max)  # [N, K_max], sorted by decreasing magnitude
+    _, idx = selection.top_k(jnp.abs(flat), k_max)  # [N, K_max], sorted by decreasing magnitude
     keep = jnp.arange(k_max)[None, :] < k_i[:, None]
     values = jnp.where(keep, jnp.take_along_axis(flat, idx, axis=1), jnp.zeros((), flat.dtype))
     q = jnp.zeros_like(flat).at[jnp.arange(n)[:, None], idx].set(values)

@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip import selection
+
 
 class NodeShards(NamedTuple):
     """Per-node training data, padded to a common length.
@@ -137,7 +139,7 @@ def sample_node_batch(
             raise ValueError(f"batch size larger than a shard: batch_size={batch_size} > M_max={max_count}")
         scores = jax.random.uniform(key, (max_count,))
         scores = jnp.where(jnp.arange(max_count) < count, scores, -1.0)
-        _, idx = jax.lax.top_k(scores, batch_size)
+        _, idx = selection.top_k(scores, batch_size)
     return x[idx], y[idx]
 
 
