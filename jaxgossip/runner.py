@@ -208,8 +208,18 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
         mesh = sharding.node_mesh(config.num_nodes, config.devices)
         shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
-    model = models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
+    model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
     return Prepared(dataset, parts, shards, topo, model, mesh)
+
+
+def _model_options(config: TrainConfig) -> dict:
+    """The user's model options; a conv model's `conv_impl="auto"` is resolved here, where the
+    node batching is known (the fastest formulation depends on it; models.resolve_conv_impl)."""
+    options = dict(config.model_options)
+    default = models.make_model(config.model)
+    if hasattr(default, "conv_impl") and options.get("conv_impl", default.conv_impl) == "auto":
+        options["conv_impl"] = models.resolve_conv_impl("auto", node_batch=_node_batch(config))
+    return options
 
 
 def make_algorithm(config: TrainConfig, topo: topology.Topology):

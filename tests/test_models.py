@@ -132,9 +132,14 @@ def test_unknown_model_name_lists_known_ones():
 
 def test_resolve_conv_impl():
     assert models.resolve_conv_impl("auto", "cpu") == "matmul"
+    assert models.resolve_conv_impl("auto", "cpu", node_batch=None) == "matmul"
+    assert models.resolve_conv_impl("auto", "cpu", node_batch=4) == "matmul"
+    assert models.resolve_conv_impl("auto", "cpu", node_batch=1) == "explicit"
     assert models.resolve_conv_impl("auto", "gpu") == "lax"
+    assert models.resolve_conv_impl("auto", "gpu", node_batch=1) == "lax"
     assert models.resolve_conv_impl("auto", "tpu") == "lax"
     assert models.resolve_conv_impl("lax", "cpu") == "lax"
+    assert models.resolve_conv_impl("explicit", "gpu") == "explicit"
     with pytest.raises(ValueError, match="conv_impl"):
         models.resolve_conv_impl("fft")
 
@@ -144,9 +149,12 @@ def test_resolve_conv_impl():
 @pytest.mark.parametrize("padding", ["SAME", "VALID", 1])
 def test_conv_impls_agree_forward_and_gradient(kernel, strides, padding):
     x = jax.random.normal(jax.random.key(0), (2, 7, 9, 3))
-    convs = {impl: models.Conv(4, kernel, strides, padding, use_bias=True, impl=impl) for impl in ("lax", "matmul")}
+    convs = {
+        impl: models.Conv(4, kernel, strides, padding, use_bias=True, impl=impl) for impl in ("lax", "matmul", "explicit")
+    }
     params = convs["lax"].init(jax.random.key(1), x)
-    assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, convs["matmul"].init(jax.random.key(1), x))
+    for impl in ("matmul", "explicit"):
+        assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, convs[impl].init(jax.random.key(1), x))
 
     def loss(params, x, impl):
         y = convs[impl].apply(params, x)
@@ -157,10 +165,38 @@ def test_conv_impls_agree_forward_and_gradient(kernel, strides, padding):
         for impl in convs
     }
     (_, y_lax), g_lax = results["lax"]
-    (_, y_mm), g_mm = results["matmul"]
-    assert y_lax.shape == y_mm.shape
-    np.testing.assert_allclose(y_mm, y_lax, rtol=RTOL, atol=ATOL)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL), g_mm, g_lax)
+    for impl in ("matmul", "explicit"):
+        (_, y), g = results[impl]
+        assert y.shape == y_lax.shape
+        np.testing.assert_allclose(y, y_lax, rtol=RTOL, atol=ATOL)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL), g, g_lax)
+    # "explicit" is the same forward convolution, and its gradients are the same sums
+    (_, y_ex), g_ex = results["explicit"]
+    np.testing.assert_array_equal(y_ex, y_lax)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), g_ex, g_lax)
+
+
+@pytest.mark.parametrize(
+    "shape,kernel,strides,padding",
+    [
+        ((2, 15, 13, 3), 3, 2, "SAME"),
+        ((2, 9, 11, 2), 5, 3, ((2, 1), (0, 3))),
+        ((2, 7, 7, 3), 2, 2, "SAME"),
+        ((2, 16, 16, 3), 1, 2, "VALID"),
+        ((2, 6, 6, 3), 3, 1, 3),  # padding beyond kernel - 1: negative padding in the input gradient
+    ],
+)
+def test_explicit_conv_gradients_inside_a_loop_equal_lax(shape, kernel, strides, padding):
+    x = jax.random.normal(jax.random.key(0), (3,) + shape)
+    convs = {impl: models.Conv(4, kernel, strides, padding, use_bias=False, impl=impl) for impl in ("lax", "explicit")}
+    params = convs["lax"].init(jax.random.key(1), x[0])
+
+    def grads(impl):
+        loss = lambda p, x: jnp.sum(jnp.sin(convs[impl].apply(p, x)))
+        # lax.map: the convolutions sit in a loop body, as in the trainer on CPU
+        return jax.jit(lambda p, xs: jax.lax.map(lambda x: jax.grad(loss, argnums=(0, 1))(p, x), xs))(params, x)
+
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), grads("explicit"), grads("lax"))
 
 
 def test_conv_matches_flax_conv_and_checkpoint_layout():
@@ -191,16 +227,17 @@ def test_resnet_lax_and_matmul_share_checkpoints():
     x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))
     lax_model = models.ResNet(depth=8, conv_impl="lax")
     variables = _numpy_variables(lax_model, x)
-    mm_model = models.ResNet(depth=8, conv_impl="matmul")
-    assert jax.tree.map(jnp.shape, jax.eval_shape(mm_model.init, jax.random.key(1), x)) == jax.tree.map(
-        jnp.shape, variables
-    )
 
     def forward(model):
         return jax.jit(lambda v: model.apply(v, x, train=True, mutable=["batch_stats"])[0])(variables)
 
-    out_lax, out_mm = forward(lax_model), forward(mm_model)
-    np.testing.assert_allclose(out_mm, out_lax, rtol=1e-4, atol=1e-4)
+    out_lax = forward(lax_model)
+    for impl in ("matmul", "explicit"):
+        model = models.ResNet(depth=8, conv_impl=impl)
+        assert jax.tree.map(jnp.shape, jax.eval_shape(model.init, jax.random.key(1), x)) == jax.tree.map(
+            jnp.shape, variables
+        )
+        np.testing.assert_allclose(forward(model), out_lax, rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------- normalization

@@ -11,7 +11,7 @@ import pytest
 from tiny import tiny_config
 
 import jaxgossip as jg
-from jaxgossip import data, models
+from jaxgossip import data, models, runner
 from jaxgossip.checkpoint import CheckpointError
 from jaxgossip.runner import TrainConfig, run_training
 from jaxgossip.train import make_train
@@ -550,3 +550,20 @@ def test_cost_report_counts_local_steps_as_compute():
     }
     assert rows[3][-1]["compute_s_per_round"] == pytest.approx(3 * rows[1][-1]["compute_s_per_round"])
     assert rows[3][-1]["comm_s"] == rows[1][-1]["comm_s"]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU choices")
+@pytest.mark.parametrize(
+    "node_batch,options,expected",
+    [
+        ("auto", {}, "explicit"),  # conv net on CPU: one node at a time, loop-friendly gradients
+        (0, {}, "matmul"),  # one vmap over all nodes: im2col
+        (2, {}, "matmul"),
+        ("auto", {"conv_impl": "lax"}, "lax"),  # the user's choice is kept
+        ("auto", {"conv_impl": "auto"}, "explicit"),
+    ],
+)
+def test_runner_resolves_conv_impl_with_the_node_batching(node_batch, options, expected):
+    config = tiny_config(model="cnn", model_options={"features": [4], **options}, node_batch=node_batch)
+    assert runner.prepare(config).model.conv_impl == expected
+    assert config.model_options.get("conv_impl", "auto") == options.get("conv_impl", "auto")  # config untouched

@@ -2,7 +2,7 @@
 
 Every model is a flax linen module with pure `init`/`apply`, so N workers stack as
 `jax.vmap(model.init, in_axes=(0, None))(keys, x)` (see `init_stacked`). Convolutional models take
-`conv_impl="auto" | "lax" | "matmul"` (see `conv.resolve_conv_impl`) and `norm="batch" | "group" |
+`conv_impl="auto" | "lax" | "matmul" | "explicit"` (see `conv.resolve_conv_impl`) and `norm="batch" | "group" |
 "none"`; BatchNorm running statistics live in the node-local `batch_stats` collection and are never
 communicated (see `norm`).
 """

@@ -29,7 +29,7 @@ class CNN(nn.Module):
       hidden: widths of dense layers between the flattened features and the head.
       norm: "none" (default), "batch" or "group"; see `jaxgossip.models.norm`.
       norm_groups: groups for GroupNorm.
-      conv_impl: "auto", "lax" or "matmul"; see `jaxgossip.models.conv.resolve_conv_impl`.
+      conv_impl: "auto", "lax", "matmul" or "explicit"; see `jaxgossip.models.conv.resolve_conv_impl`.
 
     Input: x [B, H, W, C]. Output: logits [B, num_classes].
     """

@@ -14,13 +14,19 @@ summed, no im2col buffer) was 2.2-2.4x slower than im2col and is not offered. Un
 slightly faster (21 vs 25 ms per single-model step). Also measured: inside `lax.map` over nodes
 the "lax" convolution was >10x slower than a Python loop, the "matmul" one was not.
 
-`Conv(impl="lax")` and `Conv(impl="matmul")` have the same parameters (`kernel` [kh, kw, C_in,
+A third formulation, `impl="explicit"`, is the lax convolution with a custom VJP whose two
+gradients are canonical forward convolutions; XLA:CPU runs JAX's own gradient convolutions 4-45x
+slower inside loop bodies (`lax.map` over nodes, the trainer's `lax.scan` over rounds), this one at
+straight-line speed; its gradients equal the lax ones bit for bit in the tested cases.
+
+`Conv(impl="lax")`, `Conv(impl="explicit")` and `Conv(impl="matmul")` have the same parameters (`kernel` [kh, kw, C_in,
 C_out], `bias` [C_out]) as `flax.linen.Conv`, so checkpoints are interchangeable, and they agree to
 float32 rounding in value and gradient.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,34 +37,46 @@ from jax import lax
 
 __all__ = ["CONV_IMPLS", "Conv", "conv_output_pads", "resolve_conv_impl"]
 
-CONV_IMPLS = ("auto", "lax", "matmul")
+CONV_IMPLS = ("auto", "lax", "matmul", "explicit")
 
 PaddingLike = str | int | Sequence[int] | Sequence[tuple[int, int]]
 
 
-def resolve_conv_impl(impl: str, backend: str | None = None) -> str:
-    """Maps a `conv_impl` option to the concrete formulation ("lax" or "matmul").
+def resolve_conv_impl(impl: str, backend: str | None = None, node_batch: int | None = None) -> str:
+    """Maps a `conv_impl` option to the concrete formulation ("lax", "matmul" or "explicit").
 
-    "auto" picks by backend (`jax.default_backend()` unless `backend` is given): "matmul" on "cpu",
-    where the vmapped lax convolution measured 3x slower (2117 vs 704 ms per vmapped step of 16 CNNs;
-    see the module docstring and `experiments/bench_conv.py`), and "lax" on "gpu"/"tpu", whose
-    convolution kernels (cuDNN, the TPU MXU) handle batched convolutions natively and avoid the
-    kh*kw-fold im2col memory. The GPU/TPU choice is not measured here (no accelerator was
-    available); rerun the benchmark there to confirm it.
+    "auto" picks by backend (`jax.default_backend()` unless `backend` is given) and by how the
+    node axis is batched (`node_batch`, as in `jaxgossip.train.make_train`):
+
+    * GPU/TPU: "lax", whose convolution kernels (cuDNN, the TPU MXU) handle batched convolutions
+      natively and avoid the kh*kw-fold im2col memory (not measured here: no accelerator was
+      available; rerun `experiments/bench_conv.py` there to confirm).
+    * CPU, one model per loop iteration (`node_batch=1`, the trainer's CPU default for conv nets):
+      "explicit", the lax convolution with both gradients written as canonical forward
+      convolutions, which XLA:CPU runs at straight-line speed inside `lax.map`/`lax.scan` bodies
+      (ResNet-20 x 8 nodes, batch 128: 1.2x faster than "matmul" per local step; experiments/README
+      "Convolution training on CPU").
+    * CPU, several models per call (`node_batch` None or > 1, a `vmap` over nodes): "matmul",
+      because the vmapped lax convolution measured 3x slower (2117 vs 704 ms per vmapped step of
+      16 CNNs; see the module docstring and `experiments/bench_conv.py`).
 
     Args:
-      impl: "auto", "lax" or "matmul".
+      impl: "auto", "lax", "matmul" or "explicit".
       backend: optional backend name; defaults to `jax.default_backend()`.
+      node_batch: nodes per vmapped group in the trainer (1: one model at a time); None: a vmap
+        over all nodes, or unknown.
 
     Returns:
-      "lax" or "matmul".
+      "lax", "matmul" or "explicit".
     """
     if impl not in CONV_IMPLS:
         raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {impl!r}")
     if impl != "auto":
         return impl
     backend = jax.default_backend() if backend is None else backend
-    return "matmul" if backend == "cpu" else "lax"
+    if backend != "cpu":
+        return "lax"
+    return "explicit" if node_batch == 1 else "matmul"
 
 
 def _pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
@@ -129,14 +147,82 @@ def _conv_matmul(x, kernel, strides, pads, precision):
     return jnp.dot(patches, kernel.reshape(kh * kw * c, f), precision=precision)
 
 
+def _conv_nhwc(x, kernel, strides, pads, precision, lhs_dilation=(1, 1), rhs_dilation=(1, 1)):
+    return lax.conv_general_dilated(
+        x,
+        kernel,
+        window_strides=strides,
+        padding=pads,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        precision=precision,
+    )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _conv_explicit(x, kernel, strides, pads, precision):
+    """``lax`` convolution (x [B, H, W, C], kernel [kh, kw, C, F] -> [B, Ho, Wo, F]) whose two
+    gradients are themselves plain NHWC/HWIO forward convolutions (see ``_conv_explicit_bwd``)."""
+    return _conv_nhwc(x, kernel, strides, pads, precision)
+
+
+def _conv_explicit_fwd(x, kernel, strides, pads, precision):
+    return _conv_nhwc(x, kernel, strides, pads, precision), (x, kernel)
+
+
+def _conv_explicit_bwd(strides, pads, precision, residuals, dy):
+    """Both gradients as forward convolutions with the canonical NHWC/HWIO dimension numbers.
+
+    XLA:CPU runs the convolutions that JAX's own transpose rules emit (batch and feature dims
+    swapped for the kernel gradient, a dilated transposed kernel for the input gradient) 4-45x
+    slower inside a loop body (``lax.scan``/``lax.map``/``fori_loop``) than in straight-line code
+    (jax-ml/jax#12868; ``experiments/bench_training.py --conv-in-loop``). Written with explicit
+    transposes around canonical convolutions they run at straight-line speed in loops too.
+
+      dK[a, b, c, f] = sum_{n, i, j} x_pad[n, s i + a, s j + b, c] dy[n, i, j, f]
+                     = conv(lhs = x^T [C, H, W, B], rhs = dy^T [Ho, Wo, B, F], rhs_dilation = s)
+      dx = conv(dy dilated by s, kernel flipped in space with C and F swapped, padding k - 1 - p)
+    """
+    x, kernel = residuals
+    kh, kw, _, _ = kernel.shape
+    (sh, sw), ((lo_h, _), (lo_w, _)) = strides, pads
+    dk = _conv_nhwc(
+        jnp.transpose(x, (3, 1, 2, 0)),
+        jnp.transpose(dy, (1, 2, 0, 3)),
+        (1, 1),
+        pads,
+        precision,
+        rhs_dilation=strides,
+    )
+    # The correlation spans every offset the padded input allows; the kernel's are the first kh x kw.
+    dk = jnp.transpose(dk[:, :kh, :kw, :], (1, 2, 0, 3)).astype(kernel.dtype)
+    _, h, w, _ = x.shape
+    _, out_h, out_w, _ = dy.shape
+    low_h, low_w = kh - 1 - lo_h, kw - 1 - lo_w
+    dx_pads = (
+        (low_h, h - ((out_h - 1) * sh + 1) - low_h + kh - 1),
+        (low_w, w - ((out_w - 1) * sw + 1) - low_w + kw - 1),
+    )
+    flipped = jnp.transpose(kernel[::-1, ::-1], (0, 1, 3, 2))
+    dx = _conv_nhwc(dy, flipped, (1, 1), dx_pads, precision, lhs_dilation=strides).astype(x.dtype)
+    return dx, dk
+
+
+_conv_explicit.defvjp(_conv_explicit_fwd, _conv_explicit_bwd)
+
+
 class Conv(nn.Module):
-    """2-D convolution over NHWC inputs with a selectable formulation ("lax" or "matmul").
+    """2-D convolution over NHWC inputs with a selectable formulation ("lax", "matmul", "explicit").
 
     Drop-in for the 2-D case of `flax.linen.Conv`: same parameter names and shapes (`kernel`
     [kh, kw, C_in, F], `bias` [F]), same default initializers (LeCun normal kernel, zero bias), and
     `lax.conv_general_dilated` padding semantics. `impl="matmul"` computes the same function as one
     matmul over im2col patches, which vectorizes well under `jax.vmap` over the node axis on CPU;
-    `impl="auto"` resolves with `resolve_conv_impl` (matmul on CPU, lax on GPU/TPU).
+    `impl="explicit"` is the lax convolution with loop-friendly gradients (see the module docstring);
+    `impl="auto"` resolves with `resolve_conv_impl(impl)`: lax on GPU/TPU, matmul on CPU (the
+    trainer's runner resolves it with its `node_batch`, which gives "explicit" for one node at a
+    time on CPU).
 
     Attributes:
       features: number of output channels F.
@@ -145,7 +231,7 @@ class Conv(nn.Module):
       padding: "SAME", "VALID", an int p (PyTorch-style (p, p) on both spatial dims) or a sequence
         of per-dimension ints or (low, high) pairs.
       use_bias: whether to add a bias [F].
-      impl: "auto", "lax" or "matmul".
+      impl: "auto", "lax", "matmul" or "explicit".
       precision: passed to the convolution / matmul.
       kernel_init, bias_init: initializers.
 
@@ -173,7 +259,9 @@ class Conv(nn.Module):
         batch_shape = x.shape[:-3]
         x = x.reshape((-1,) + x.shape[-3:])
         pads = conv_output_pads(x.shape[1:3], (kh, kw), strides, self.padding)
-        if impl == "lax":
+        if impl == "explicit":
+            y = _conv_explicit(x, kernel, strides, tuple(map(tuple, pads)), self.precision)
+        elif impl == "lax":
             y = lax.conv_general_dilated(
                 x,
                 kernel,

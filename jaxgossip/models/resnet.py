@@ -79,7 +79,7 @@ class ResNet(nn.Module):
       norm: "batch" (default; running stats are node-local, see `jaxgossip.models.norm`),
         "group" or "none".
       norm_groups: groups for GroupNorm.
-      conv_impl: "auto", "lax" or "matmul"; see `jaxgossip.models.conv.resolve_conv_impl`.
+      conv_impl: "auto", "lax", "matmul" or "explicit"; see `jaxgossip.models.conv.resolve_conv_impl`.
 
     Input: x [B, H, W, 3] (32x32 for CIFAR; any size works, pooling is global).
     Output: logits [B, num_classes].

@@ -46,7 +46,7 @@ class VGG(nn.Module):
       norm: "batch" (default; node-local running stats, see `jaxgossip.models.norm`), "group" or
         "none".
       norm_groups: groups for GroupNorm.
-      conv_impl: "auto", "lax" or "matmul".
+      conv_impl: "auto", "lax", "matmul" or "explicit".
 
     Input: x [B, 32, 32, 3] (other sizes change the flattened feature size).
     Output: logits [B, num_classes].

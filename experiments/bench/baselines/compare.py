@@ -81,6 +81,8 @@ def parse(argv):
     p.add_argument("--num-gammas", type=int, default=NUM_GAMMAS)
     p.add_argument("--resnet-batch", type=int, default=128)
     p.add_argument("--skip-resnet", action="store_true")
+    p.add_argument("--conv-impl", default="auto", choices=["auto", "lax", "matmul", "explicit"],
+                   help="jaxgossip ResNet-20 convolution; auto: the trainer's choice (explicit on CPU, one node at a time)")
     p.add_argument("--settle", type=float, default=0.2,
                    help="seconds of sleep before each timed call, so that the other runtime's worker threads "
                         "(OpenMP / XLA pools spin a while after a call) are idle")
@@ -374,7 +376,12 @@ def main(argv=None) -> int:
         images = rng.standard_normal((N_NODES, bsz, 32, 32, 3)).astype(np.float32)
         labels = rng.integers(0, 10, (N_NODES, bsz)).astype(np.int32)
         # jaxgossip
-        model = models.make_model("resnet20", num_classes=10)
+        # The trainer's choice (runner: node_batch "auto" -> 1 on CPU for conv nets, and conv_impl
+        # resolved with it), unless --conv-impl says otherwise.
+        node_batch = 1 if jax.default_backend() == "cpu" else None
+        conv_impl = models.resolve_conv_impl(args.conv_impl, node_batch=node_batch)
+        log(f"resnet20: conv_impl={conv_impl}, node_batch={node_batch}")
+        model = models.make_model("resnet20", num_classes=10, conv_impl=conv_impl)
         fns = linen_model_fns(model)
         params, bstats = jax.vmap(lambda k: fns.init(k, jnp.zeros((1, 32, 32, 3))))(
             jax.random.split(jax.random.key(0), N_NODES))
@@ -400,7 +407,7 @@ def main(argv=None) -> int:
         def train_round(p, bs, o, c, x, y):
             # As the trainer does for conv models on CPU (node_batch="auto" -> 1): one node at a time
             # with lax.map; one vmap over all nodes measured 2-3x slower there (bench_training.py).
-            if jax.default_backend() == "cpu":
+            if node_batch == 1:
                 p, bs, o, loss = jax.lax.map(lambda a: local(*a), (p, bs, o, x, y))
             else:
                 p, bs, o, loss = jax.vmap(local)(p, bs, o, x, y)
