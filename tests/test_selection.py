@@ -15,11 +15,15 @@ from jax import export
 from jaxgossip import native, selection, sharding
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
-# (shape, k): the heap path (16 k <= D), the nth_element path (16 k > D), k = 1, k = D, several
-# leading axes, one row, a ResNet-20-sized row at K = 1 %.
+# (shape, k): the sampled-threshold path (D >= 4096, 16 k <= D), the heap path (D < 4096,
+# 16 k <= D), the nth_element path (16 k > D), k = 1, k = D, several leading axes, one row, a
+# ResNet-20-sized row at K = 1 %, a conv-kernel-sized leaf at 1 %.
 CASES = [
     ((8, 10000), 50),
     ((8, 10000), 1),
+    ((8, 36864), 368),
+    ((5, 4096), 256),
+    ((4, 3000), 30),
     ((3, 5, 77), 7),
     ((1000,), 1000),
     ((16, 300), 200),
@@ -222,3 +226,23 @@ def test_without_native_kernels_the_xla_path_gives_the_same_results(tmp_path, en
     assert reason in proc.stdout and f"WARNINGS {warnings}" in proc.stdout
     assert "NATIVE native top-k requested but unavailable" in proc.stdout
     assert not any(p.suffix == ".so" for p in (tmp_path / "cache").glob("*"))
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["top_k", "top_k_dense"])
+def test_sampled_threshold_that_keeps_too_few_falls_back_exactly(rng, dense):
+    # Rows of D = 65536 take the sampled threshold: 1024 entries in 64 runs of 16 at a stride of
+    # 1024. Here every sampled entry is large (2) and K = 2000 exceeds the 1024 of them, so the
+    # threshold keeps fewer than K entries and the row must fall back to the full selection.
+    d, k = 65536, 2000
+    x = rng.uniform(-1, 1, size=(3, d)).astype(np.float32)
+    runs = (np.arange(64)[:, None] * 1024 + np.arange(16)[None, :]).reshape(-1)
+    x[:, runs] = 2.0
+    x = jnp.asarray(x)
+    if dense:
+        out = jax.jit(lambda x: selection.top_k_dense(x, k))(x)
+        np.testing.assert_array_equal(_bits(out), _bits(selection.top_k_dense(x, k, impl="xla")))
+    else:
+        values, indices = jax.jit(lambda x: selection.top_k(x, k))(x)
+        lax_values, lax_indices = jax.lax.top_k(x, k)
+        np.testing.assert_array_equal(np.asarray(indices), np.asarray(lax_indices))
+        np.testing.assert_array_equal(_bits(values), _bits(lax_values))
