@@ -15,15 +15,19 @@ from jax import export
 from jaxgossip import native, selection, sharding
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
-# (shape, k): the sampled-threshold path (D >= 4096, 16 k <= D), the heap path (D < 4096,
+# (shape, k): the sampled-threshold path (D >= 1024, 16 k <= D), the heap path (D < 1024,
 # 16 k <= D), the nth_element path (16 k > D), k = 1, k = D, several leading axes, one row, a
-# ResNet-20-sized row at K = 1 %, a conv-kernel-sized leaf at 1 %.
+# ResNet-20-sized row at K = 1 %, a conv-kernel-sized leaf at 1 %; calls of fewer than 16,384
+# entries run on one thread, larger ones on XLA's pool.
 CASES = [
     ((8, 10000), 50),
     ((8, 10000), 1),
     ((8, 36864), 368),
     ((5, 4096), 256),
     ((4, 3000), 30),
+    ((6, 1000), 20),
+    ((40, 640), 6),
+    ((2, 1024), 64),
     ((3, 5, 77), 7),
     ((1000,), 1000),
     ((16, 300), 200),
