@@ -98,7 +98,7 @@ int64_t PassBase(const Bits* x, int64_t n, int32_t t, uint64_t* out) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 template <bool kMagnitude, typename Bits>
-__attribute__((target("avx2,bmi"))) int64_t PassAvx2(const Bits* x, int64_t n, int32_t t, uint64_t* out) {
+__attribute__((target("avx2"))) int64_t PassAvx2(const Bits* x, int64_t n, int32_t t, uint64_t* out) {
   JAXGOSSIP_PASS_BODY
 }
 #endif
@@ -106,7 +106,7 @@ __attribute__((target("avx2,bmi"))) int64_t PassAvx2(const Bits* x, int64_t n, i
 template <bool kMagnitude, typename Bits>
 int64_t Pass(const Bits* x, int64_t n, int32_t t, uint64_t* out) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) return PassAvx2<kMagnitude>(x, n, t, out);
 #endif
   return PassBase<kMagnitude>(x, n, t, out);
