@@ -150,7 +150,8 @@ def test_resolve_conv_impl():
 def test_conv_impls_agree_forward_and_gradient(kernel, strides, padding):
     x = jax.random.normal(jax.random.key(0), (2, 7, 9, 3))
     convs = {
-        impl: models.Conv(4, kernel, strides, padding, use_bias=True, impl=impl) for impl in ("lax", "matmul", "explicit")
+        impl: models.Conv(4, kernel, strides, padding, use_bias=True, impl=impl)
+        for impl in ("lax", "matmul", "explicit")
     }
     params = convs["lax"].init(jax.random.key(1), x)
     for impl in ("matmul", "explicit"):

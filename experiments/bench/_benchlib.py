@@ -87,3 +87,21 @@ def write_result(path: str | None, result: dict) -> dict:
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def linen_sgd_step(fns, opt):
+    """One model's local step for the benchmarks: softmax cross-entropy of a linen model with
+    batch statistics (``fns`` from ``jaxgossip.train.linen_model_fns``), its gradient and an optax
+    update. ``step(params, batch_stats, opt_state, x, y) -> (params, batch_stats, opt_state, loss)``."""
+    import optax
+
+    def step(p, bs, o, x, y):
+        def loss_fn(p):
+            logits, new_bs = fns.apply(p, bs, x, True)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_bs
+
+        (loss, new_bs), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
+        upd, o = opt.update(g, o, p)
+        return optax.apply_updates(p, upd), new_bs, o, loss
+
+    return step

@@ -46,7 +46,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "baselines"))
 sys.path.insert(0, os.path.dirname(HERE))
 import bench_training  # noqa: E402
-from _benchlib import compiled_flops, header_line, machine_info, write_result  # noqa: E402
+from _benchlib import compiled_flops, header_line, linen_sgd_step, machine_info, write_result  # noqa: E402
 
 import jaxgossip as jg  # noqa: E402
 from jaxgossip import data, models  # noqa: E402
@@ -60,28 +60,19 @@ except ImportError:  # torch is an optional benchmark-only dependency
     torch = None
 
 
-def _step_fn(fns, opt):
-    def step(p, bs, o, x, y):
-        def loss_fn(p):
-            logits, new_bs = fns.apply(p, bs, x, True)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_bs
-
-        (loss, new_bs), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
-        upd, o = opt.update(g, o, p)
-        return optax.apply_updates(p, upd), new_bs, o, loss
-
-    return step
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--impls", default="matmul,explicit", help="round formulations (lax is very slow in loops)")
-    parser.add_argument("--settle", type=float, default=1.0,
-                        help="idle seconds before each call: torch's OpenMP threads spin ~0.2 s after a call, "
-                             "which slowed the next XLA call by up to 1.5x with 0.2 s")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=1.0,
+        help="idle seconds before each call: torch's OpenMP threads spin ~0.2 s after a call, "
+        "which slowed the next XLA call by up to 1.5x with 0.2 s",
+    )
     parser.add_argument("--skip-trainer", action="store_true", help="do not time the trainer's own round")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -105,7 +96,7 @@ def main(argv=None) -> dict:
             jax.random.split(jax.random.key(0), n)
         )
         opt_state = jax.vmap(opt.init)(params)
-        step = _step_fn(fns, opt)
+        step = linen_sgd_step(fns, opt)
         if impl in ("lax", "explicit"):  # the floor: one model, straight-line code
             one = jax.tree.map(lambda a: a[0], (params, bstats, opt_state))
             start = time.perf_counter()
@@ -130,9 +121,19 @@ def main(argv=None) -> dict:
     if not args.skip_trainer:
         # The trainer as the runner configures it (conv_impl "auto", node_batch "auto"), on a
         # synthetic CIFAR-shaped task; bench_training.vectorized compiles its chunk and evaluation.
-        config = TrainConfig(dataset="synthetic", num_nodes=n, topology="ring", algorithm="gossip",
-                             model="resnet20", batch_size=b, num_rounds=1, eval_every=1, eval_size=16,
-                             eval_chunk=16, seed=0)
+        config = TrainConfig(
+            dataset="synthetic",
+            num_nodes=n,
+            topology="ring",
+            algorithm="gossip",
+            model="resnet20",
+            batch_size=b,
+            num_rounds=1,
+            eval_every=1,
+            eval_size=16,
+            eval_chunk=16,
+            seed=0,
+        )
         dataset = data.make_synthetic(num_train=n * b, num_test=16, shape=(32, 32, 3))
         vec = bench_training.vectorized(config, dataset)
         compile_s["trainer"] = vec["compile_s"]
@@ -211,10 +212,19 @@ def main(argv=None) -> dict:
         gflops = flops * n / sec / 1e9 if flops else float("nan")
         rows[name] = {"s": sec, "gflops": gflops, "over_floor": sec / floor, "all_s": times[name], "mult": mult}
         print(f"| {name} | {sec:.2f} | {gflops:.0f} | {sec / floor:.2f} |")
-    print(f"(one model's step: {flops / 1e9 if flops else float('nan'):.1f} GFLOP, XLA cost analysis; compile s {compile_s})")
+    print(
+        f"(one model's step: {flops / 1e9 if flops else float('nan'):.1f} GFLOP, XLA cost analysis; compile s {compile_s})"
+    )
     print("matmul GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
-    result = {"machine": info, "nodes": n, "batch": b, "flops_per_model_step": flops, "rows": rows,
-              "compile_s": compile_s, "matmul_gflops": peaks}
+    result = {
+        "machine": info,
+        "nodes": n,
+        "batch": b,
+        "flops_per_model_step": flops,
+        "rows": rows,
+        "compile_s": compile_s,
+        "matmul_gflops": peaks,
+    }
     return write_result(args.json, result)
 
 

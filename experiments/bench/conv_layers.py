@@ -100,7 +100,9 @@ def main(argv=None) -> dict:
         # The two explicit gradients apart: jit's dead-code elimination keeps only what is returned.
         dx_ex = jax.jit(lambda x, dy: explicit_vjp(x, dy)[1]).lower(x, dy).compile()
         dk_ex = jax.jit(lambda x, dy: explicit_vjp(x, dy)[0]).lower(x, dy).compile()
-        dk_jax = jax.jit(lambda x, kernel, dy: jax.vjp(lambda k: fwd(x, k), kernel)[1](dy)[0]).lower(x, kernel, dy).compile()
+        dk_jax = (
+            jax.jit(lambda x, kernel, dy: jax.vjp(lambda k: fwd(x, k), kernel)[1](dy)[0]).lower(x, kernel, dy).compile()
+        )
         mm = models.Conv(f, 3, s, 1, use_bias=False, impl="matmul")
         dk_mm = jax.jit(lambda x, dy: jax.vjp(lambda p: mm.apply(p, x), params)[1](dy)[0]).lower(x, dy).compile()
         fwd_c = jax.jit(fwd).lower(x, kernel).compile()
@@ -140,7 +142,9 @@ def main(argv=None) -> dict:
             row[name] = {"ms": sec * 1e3, "gflops": work / sec / 1e9}
             totals[name] = totals.get(name, 0.0) + count * sec
         rows.append(row)
-        print(row["layer"], " ".join(f"{n}={v['gflops']:.0f}" for n, v in row.items() if isinstance(v, dict)), flush=True)
+        print(
+            row["layer"], " ".join(f"{n}={v['gflops']:.0f}" for n, v in row.items() if isinstance(v, dict)), flush=True
+        )
 
     names = [n for n in rows[0] if isinstance(rows[0][n], dict)]
     print()

@@ -60,7 +60,7 @@ sys.path.insert(0, BENCH)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _benchlib import header_line, machine_info, write_result  # noqa: E402
+from _benchlib import header_line, linen_sgd_step, machine_info, write_result  # noqa: E402
 
 N_NODES = 8
 DIM = 100
@@ -395,14 +395,7 @@ def main(argv=None) -> int:
         checks["resnet20_params"] = {"value": n_torch, "tol": 0, "pass": ok, "what": f"jax {n_jax}, torch {n_torch}"}
         log(f"check resnet20_params: {'PASS' if ok else 'FAIL'}  jaxgossip {n_jax:,} / torch {n_torch:,} parameters")
 
-        def local(p, bs, o, x, y):
-            def loss_fn(p):
-                logits, new_bs = fns.apply(p, bs, x, True)
-                return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_bs
-
-            (loss, new_bs), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
-            upd, o = opt.update(g, o, p)
-            return optax.apply_updates(p, upd), new_bs, o, loss
+        local = linen_sgd_step(fns, opt)
 
         def train_round(p, bs, o, c, x, y):
             # As the trainer does for conv models on CPU (node_batch="auto" -> 1): one node at a time
