@@ -40,6 +40,7 @@ from jaxgossip.types import Array, Params, PRNGKey
 
 __all__ = [
     "Compressor",
+    "TopKSpec",
     "identity",
     "top_k",
     "random_k",
@@ -62,6 +63,26 @@ WEIGHT_BITS = 32  # the push-sum weight travels uncompressed, one fp32 value per
 ApplyFn = Callable[[Array, PRNGKey], tuple[Array, Array]]
 
 
+class TopKSpec(NamedTuple):
+    """What an exact top-k compressor keeps and charges, known from the leaf size alone (static).
+
+    Lets an algorithm run its top-k round in a fused kernel (:mod:`jaxgossip.fused`)
+    instead of calling :attr:`Compressor.apply`, with the same kept entries and bits.
+    """
+
+    fraction: float | None
+    k: int | None
+    index_bits: Any
+
+    def kept(self, size: int) -> int:
+        """K for a leaf of ``size`` entries (:func:`num_kept`)."""
+        return num_kept(size, self.fraction, self.k)
+
+    def bits(self, size: int, dtype: Any) -> int:
+        """Bits of one node's message for a leaf of ``size`` entries of ``dtype``: K values and K indices."""
+        return self.kept(size) * (value_bits(dtype) + bits_per_index(self.index_bits, size))
+
+
 class Compressor(NamedTuple):
     """A compressor for one node's leaf.
 
@@ -70,11 +91,13 @@ class Compressor(NamedTuple):
         and dtype, ``bits`` is a float32 scalar (the message's exact cost).
       name: display name, e.g. ``"top_k(fraction=0.01)"``.
       lossless: True when ``dense == leaf`` always (identity).
+      top_k: for the exact top-k compressor, its :class:`TopKSpec`; None for every other one.
     """
 
     apply: ApplyFn
     name: str
     lossless: bool = False
+    top_k: TopKSpec | None = None
 
 
 def value_bits(x: Any) -> int:
@@ -150,21 +173,20 @@ def top_k(fraction: float | None = None, k: int | None = None, index_bits: Any =
       index_bits: ``"log2"`` (``ceil(log2 D_leaf)`` bits per index) or a fixed width such as 64.
     """
     fraction, k = _check_fraction_k("top_k", fraction, k)
-    index_bits = _check_index_bits(index_bits)
+    spec = TopKSpec(fraction, k, _check_index_bits(index_bits))
 
     def apply(leaf, key):
         del key
         flat = leaf.reshape(-1)
-        kept = num_kept(flat.size, fraction, k)
+        kept = spec.kept(flat.size)
         if kept == flat.size:
             dense = leaf
         else:
             dense = selection.top_k_dense(flat, kept).reshape(leaf.shape)
-        bits = kept * (value_bits(leaf) + bits_per_index(index_bits, flat.size))
-        return dense, jnp.float32(bits)
+        return dense, jnp.float32(spec.bits(flat.size, leaf.dtype))
 
     label = f"top_k(fraction={fraction})" if fraction is not None else f"top_k(k={k})"
-    return Compressor(apply, label)
+    return Compressor(apply, label, top_k=spec)
 
 
 def random_k(

@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxgossip import native
 
-__all__ = ["top_k", "top_k_dense", "IMPLS"]
+__all__ = ["top_k", "top_k_dense", "IMPLS", "on_multi_device_mesh"]
 
 Array = Any
 
@@ -50,7 +50,8 @@ def _check(x: Array, k: Any, impl: str) -> int:
     return int(k)
 
 
-def _on_multi_device_mesh(x: Array) -> bool:
+def on_multi_device_mesh(x: Array) -> bool:
+    """Whether ``x`` (traced or not) is placed on a mesh of more than one device."""
     mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
     return mesh is not None and not getattr(mesh, "empty", False) and int(np.prod(list(mesh.shape.values()))) > 1
 
@@ -67,7 +68,7 @@ def _use_native(x: Array, impl: str) -> bool:
         if not status.available:
             raise RuntimeError(f"native top-k requested but unavailable: {status.reason}")
         return True
-    return supported and not _on_multi_device_mesh(x) and native.load().available
+    return supported and not on_multi_device_mesh(x) and native.load().available
 
 
 def _xla_top_k(x: Array, k: int) -> tuple[Array, Array]:

@@ -3,7 +3,7 @@ training, metrics.json and the run table), ``tune_gamma`` / ``jaxgossip tune-gam
 ``public_init="model"`` option of the methods with public copies.
 
 The mode-A case of experiments/README (section "Dirichlet(0.1)"): Choco top-1 % on the 8-ring
-diverges at gamma 0.3 and contracts at 0.03; here with communication only, D = 1000, 600 rounds."""
+diverges at gamma 0.3 and contracts at 0.03; here with communication only, D = 1000, 1000 rounds."""
 
 import json
 
@@ -21,7 +21,10 @@ from jaxgossip.types import AlgorithmInfo
 from jaxgossip.watchdog import check_consensus
 
 TOP1 = {"compressor": "top_k", "compressor_options": {"fraction": 0.01}}
-D, ROUNDS = 1000, 600
+# 1000 rounds (tune_gamma's own advice for top-1 %): at gamma 0.1 the error falls for ~450 rounds and
+# then grows; at 600 rounds the end of that run sits within 5 % of its round-300 value, so float32
+# round-off alone (XLA vs the fused CPU round) decided whether it "contracts".
+D, ROUNDS = 1000, 1000
 
 
 def _mode_a(gamma):

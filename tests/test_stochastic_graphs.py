@@ -170,7 +170,10 @@ ZERO_DROP_CASES = [
     ],
     ids=[f"{c[0]}-{c[1].name}" for c in ZERO_DROP_CASES],
 )
-def test_failures_with_zero_probabilities_equal_the_wrapped_graph_bitwise(name, base, opts):
+def test_failures_with_zero_probabilities_equal_the_wrapped_graph_bitwise(name, base, opts, monkeypatch):
+    # Both runs on the XLA formulation: with failures the top-k algorithms never take the fused CPU
+    # round (jaxgossip.fused), which equals the XLA one to float32 round-off only (tests/test_fused.py).
+    monkeypatch.setenv("JAXGOSSIP_FUSED", "0")
     shape = (base.num_nodes, 4, 3) if name == "power_gossip" else (base.num_nodes, 6)
     x = jax.random.normal(jax.random.key(0), shape)
     a = _run(name, base, x, opts)

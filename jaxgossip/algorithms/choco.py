@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip import compress
+from jaxgossip import compress, fused
 from jaxgossip.algorithms.common import (
     check_positive,
     check_public_init,
@@ -163,6 +163,41 @@ def choco(
         return ChocoState(x_hat=zeros, s=zeros, count=count)
 
     def step_fn(params, state, key):
+        if comp.top_k is not None and not topology.stochastic and fused.fusable(params, state.x_hat, state.s):
+            return fused_step(params, state, key)
+        return xla_step(params, state, key)
+
+    def fused_step(params, state, key):
+        """Exact top-k on a fixed graph: the same round in one CPU kernel (jaxgossip.fused)."""
+        t = state.count
+        leaves = jax.tree_util.tree_leaves(params)
+        sizes = [leaf[0].size for leaf in leaves]
+        msg_bits = jnp.full(
+            [topology.num_nodes], sum(comp.top_k.bits(d, leaf.dtype) for d, leaf in zip(sizes, leaves)), jnp.float32
+        )
+
+        def native():
+            out = fused.top_k_round(
+                params,
+                state.x_hat,
+                state.s,
+                0,
+                fused.round_edges(support, t),
+                gamma,
+                [comp.top_k.kept(d) for d in sizes],
+                self_in_s=True,
+            )
+            return out.params, out.x_hat, out.s
+
+        def xla():
+            new_params, new_state, _ = xla_step(params, state, key)
+            return new_params, new_state.x_hat, new_state.s
+
+        new_params, x_hat, s = fused.on_cpu_or(native, xla)
+        bits = per_round(support.out_degree, t) * msg_bits
+        return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), StepInfo(bits=bits)
+
+    def xla_step(params, state, key):
         t = state.count
         q, msg_bits = compress.compress_tree(comp, _sub(params, state.x_hat), key)
         if topology.stochastic:

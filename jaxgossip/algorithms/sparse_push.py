@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import compress
+from jaxgossip import compress, fused
 from jaxgossip.algorithms.common import (
     check_positive,
     check_public_init,
@@ -50,6 +50,7 @@ __all__ = [
     "check_public_copies",
     "graph_copies",
     "compressed_push_sum",
+    "TopKBudget",
     "INFO",
 ]
 
@@ -57,6 +58,14 @@ PUBLIC_COPIES = ("per_graph", "shared")
 
 # (residual tree, params tree, key) -> (q tree, payload bits [N] of one node's message, weight excluded)
 CompressFn = Callable[[Params, Params, PRNGKey], tuple[Params, Array]]
+
+
+class TopKBudget(NamedTuple):
+    """The budget of a ``compress_fn`` that is an exact top-k, for the fused round (:mod:`jaxgossip.fused`)."""
+
+    spec: compress.TopKSpec  # K per leaf and the index bits
+    max_boost: int = 0  # SCSP: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)); 0: k_i = K
+    target_residual: Any = 1.0  # tau of that growth
 
 
 class SparsePushState(NamedTuple):
@@ -113,11 +122,15 @@ def compressed_push_sum(
     gamma: Any,
     public_copies: str,
     public_init: str = "zero",
+    top_k_budget: TopKBudget | None = None,
 ) -> GossipAlgorithm:
     """The Sparse-Push round with a pluggable compressor (shared by sparse_push and scsp).
 
     ``compress_fn(residual, params, key) -> (q, payload_bits [N])`` compresses every node's
     residual ``x_i - x_hat_i``; a message to one out-neighbour costs ``payload_bits + 32``.
+    When ``compress_fn`` is an exact top-k whose budget ``top_k_budget`` describes, the round runs
+    in the fused CPU kernel of :mod:`jaxgossip.fused` on fixed graphs (same kept entries and bits,
+    float32 round-off apart); the XLA formulation below serves every other case and platform.
 
     On ``with_failures`` of a fixed graph (round t: the repaired W(t) of the support's graph p) the
     copies stay consistent as in Choco (docs/algorithms.md, section stochastic graphs): ``q_j`` (and
@@ -178,6 +191,53 @@ def compressed_push_sum(
 
     def step_fn(params, state, key):
         t = state.count
+        fusable = top_k_budget is not None and not topology.stochastic
+        if fusable and fused.fusable(params, state.x_hat, state.s):
+            new_params, new_state, message_bits = fused_round(params, state, key)
+        else:
+            new_params, new_state, message_bits = xla_round(params, state, key)
+        return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * message_bits)
+
+    def fused_round(params, state, key):
+        t = state.count
+        c = copy_index(t)
+        leaves = jax.tree_util.tree_leaves(params)
+        sizes = [leaf[0].size for leaf in leaves]
+        per_entry = [
+            compress.value_bits(leaf) + compress.bits_per_index(top_k_budget.spec.index_bits, d)
+            for d, leaf in zip(sizes, leaves)
+        ]
+
+        def native():
+            out = fused.top_k_round(
+                params,
+                state.x_hat,
+                state.s,
+                c,
+                fused.round_edges(support, t),
+                gamma,
+                [top_k_budget.spec.kept(d) for d in sizes],
+                self_in_s=False,
+                max_boost=top_k_budget.max_boost,
+                target_residual=top_k_budget.target_residual,
+            )
+            payload = None
+            for counts, bits in zip(out.kept, per_entry):  # leaf by leaf, as compress_fn sums them
+                term = counts.astype(jnp.float32) * bits
+                payload = term if payload is None else payload + term
+            return out.params, out.x_hat, out.s, payload + compress.WEIGHT_BITS
+
+        def xla():
+            new_params, new_state, message_bits = xla_round(params, state, key)
+            return new_params, new_state.x_hat, new_state.s, message_bits
+
+        new_params, all_x_hat, all_s, message_bits = fused.on_cpu_or(native, xla)
+        mixed_w = mix(support, state.w, t)
+        w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
+        return new_params, SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1), message_bits
+
+    def xla_round(params, state, key):
+        t = state.count
         c = copy_index(t)
         x_hat, s = take(state.x_hat, c), take(state.s, c)
         residual = jax.tree_util.tree_map(jnp.subtract, params, x_hat)
@@ -217,9 +277,8 @@ def compressed_push_sum(
             new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
         # w_i + gamma (mu_i + W_ii w_i - w_i) with mu_i + W_ii w_i = sum_j W_ij w_j.
         w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-        bits = per_round(support.out_degree, t) * message_bits
         new_state = SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1)
-        return new_params, new_state, StepInfo(bits=bits)
+        return new_params, new_state, message_bits
 
     def debias_fn(params, state):
         return divide_by_weight(params, state.w)
@@ -320,7 +379,9 @@ def sparse_push(
         del params
         return compress.compress_tree(comp, residual, key)
 
-    return compressed_push_sum(topology, "sparse_push", compress_fn, gamma, public_copies, public_init)
+    return compressed_push_sum(
+        topology, "sparse_push", compress_fn, gamma, public_copies, public_init, TopKBudget(comp.top_k)
+    )
 
 
 INFO = AlgorithmInfo(

@@ -1,0 +1,321 @@
+// One round of top-k compressed gossip with public copies (Choco-Gossip, Sparse-Push, SCSP) for
+// XLA:CPU, fused into one call over all leaves and registered through the XLA FFI.
+//
+// For every leaf, node i, the public-copy set c of the round and the edges (j -> i, W_ij):
+//
+//   q_i    = TopK_{k_i}(x_i - h_i^c)                     (exact: the set lax.top_k(|r|) picks)
+//   h_i^c += q_i                                         (at the k_i kept entries only)
+//   s_i^c += sum_j W_ij q_j                              (self edge included iff self_in_s)
+//   x_i   += gamma (s_i^c + [!self_in_s] W_ii h_i^c - h_i^c)
+//
+// XLA runs this as a top-k, a scatter and five dense elementwise passes that it does not fuse into
+// one loop (15 reads and writes of [N, D] per round on CPU). Here: phase A, per (leaf, node), selects
+// on x - h computed on the fly (nothing materialised), updates h at the kept entries and makes
+// the dense update with the old s while the row is still in cache; phase B, per (leaf, receiver),
+// adds each in-neighbour's K weighted entries to s and gamma times them to x. Dense traffic: read
+// x, h (selection; again from cache), read s, write x. Phase B must wait for all of phase A (it
+// reads every sender's message), so the two run one after the other on XLA's intra-op threads.
+//
+// Rounding: x gets gamma (s - h) and then gamma W_ij q_j per message, where XLA forms
+// gamma ((s + sum_j W_ij q_j) - h); s gets the messages one by one, where XLA adds their sum. Both
+// differ from XLA's result by float32 round-off only; the kept set and h are bitwise XLA's.
+//
+// SCSP's budget (max_boost >= 1): k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) with
+// rho_i = ||x_i - h_i|| / max(||x_i||, FLT_MIN) of the row, computed in phase A from the row it
+// selects on (float32 sums: the norms, hence k_i at an exact ceil boundary, may differ from XLA's
+// reduction order by round-off; a NaN budget takes K).
+//
+// Handler jaxgossip_fused_top_k_f32 (B... batch dims from vmap, possibly none; L leaves):
+//   args: copy s32 [B...], senders s32 [B..., E], receivers s32 [B..., E], weights f32 [B..., E],
+//         gamma f32 [B...], tau f32 [B...], kept s32 [B..., L, N] (K, or SCSP's base K), then
+//         x_l f32 [B..., N, ...] (L of them), h_l f32 [B..., P, N, ...] (L), s_l (L, as h_l);
+//   rets: x_l, h_l, s_l (3 L), aliased to the last 3 L args (updated in place), then the counts
+//         s32 [B..., L, N] actually sent;
+//   attrs: self_in_s (bool), max_boost (int64; 0: k_i = kept, no budget growth).
+// Edges of weight 0 (padding) carry nothing. A kept count outside [1, D_l], a copy index outside
+// [0, P) or an edge endpoint outside [0, N) is an error.
+#include <limits>
+#include <string>
+
+#include "select.h"
+
+namespace {
+
+using namespace jaxgossip;
+
+// sum_t (x_t - h_t)^2 and sum_t x_t^2 in float32, in 32 lanes (the order differs from XLA's
+// reduction: round-off only).
+void SumSquaresBase(const float* x, const float* h, int64_t n, float* rr, float* xx) {
+  float r_acc[8] = {0}, x_acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float d = x[i + j] - h[i + j];
+      r_acc[j] += d * d;
+      x_acc[j] += x[i + j] * x[i + j];
+    }
+  }
+  for (; i < n; ++i) {
+    const float d = x[i] - h[i];
+    r_acc[0] += d * d;
+    x_acc[0] += x[i] * x[i];
+  }
+  float r = 0, q = 0;
+  for (int j = 0; j < 8; ++j) r += r_acc[j], q += x_acc[j];
+  *rr = r;
+  *xx = q;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void SumSquaresAvx2(const float* x, const float* h, int64_t n, float* rr, float* xx) {
+  __m256 r0 = _mm256_setzero_ps(), r1 = _mm256_setzero_ps(), x0 = _mm256_setzero_ps(), x1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+    const __m256 da = _mm256_sub_ps(a, _mm256_loadu_ps(h + i)), db = _mm256_sub_ps(b, _mm256_loadu_ps(h + i + 8));
+    r0 = _mm256_add_ps(r0, _mm256_mul_ps(da, da));
+    r1 = _mm256_add_ps(r1, _mm256_mul_ps(db, db));
+    x0 = _mm256_add_ps(x0, _mm256_mul_ps(a, a));
+    x1 = _mm256_add_ps(x1, _mm256_mul_ps(b, b));
+  }
+  float rl[8], xl[8];
+  _mm256_storeu_ps(rl, _mm256_add_ps(r0, r1));
+  _mm256_storeu_ps(xl, _mm256_add_ps(x0, x1));
+  float r = 0, q = 0;
+  for (int j = 0; j < 8; ++j) r += rl[j], q += xl[j];
+  for (; i < n; ++i) {
+    const float d = x[i] - h[i];
+    r += d * d;
+    q += x[i] * x[i];
+  }
+  *rr = r;
+  *xx = q;
+}
+#endif
+
+void SumSquares(const float* x, const float* h, int64_t n, float* rr, float* xx) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return SumSquaresAvx2(x, h, n, rr, xx);
+#endif
+  SumSquaresBase(x, h, n, rr, xx);
+}
+
+// SCSP's k_i (see the header) from the row's squared norms.
+int64_t Budget(float rr, float xx, int64_t base, int64_t k_max, float tau) {
+  const float rho = std::sqrt(rr) / std::max(std::sqrt(xx), std::numeric_limits<float>::min());
+  const float want = std::ceil(float(base) * rho / tau);
+  if (!(want >= float(base))) return base;  // also NaN
+  if (want >= float(k_max)) return k_max;
+  return int64_t(want);
+}
+
+struct Leaf {
+  float* x;    // [B, N, D]
+  float* h;    // [B, P, N, D]
+  float* s;    // [B, P, N, D]
+  int64_t d;   // entries per node
+  int64_t kmax;
+  int64_t offset;  // start of this leaf's messages in the scratch, per batch
+};
+
+ffi::Error Fail(const std::string& what) { return ffi::Error::InvalidArgument("fused_top_k: " + what); }
+
+template <bool kSelfInS>
+ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::RemainingRets& rets, int64_t max_boost) {
+  const int64_t num_args = int64_t(args.size());
+  constexpr int64_t kFirst = 7;  // the first leaf operand
+  if (num_args < kFirst + 3 || (num_args - kFirst) % 3 != 0) return Fail("expected 7 + 3 L operands");
+  const int64_t num_leaves = (num_args - kFirst) / 3;
+  if (int64_t(rets.size()) != 3 * num_leaves + 1) return Fail("expected 3 L + 1 results");
+  if (max_boost < 0) return Fail("max_boost must be >= 0");
+  auto arg = [&](int64_t i) { return args.get<ffi::AnyBuffer>(i).value(); };
+  ffi::AnyBuffer copy = arg(0), senders = arg(1), receivers = arg(2), weights = arg(3), gamma = arg(4),
+                 tau = arg(5), kept = arg(6);
+  if (copy.element_type() != ffi::S32 || senders.element_type() != ffi::S32 ||
+      receivers.element_type() != ffi::S32 || weights.element_type() != ffi::F32 ||
+      gamma.element_type() != ffi::F32 || tau.element_type() != ffi::F32 || kept.element_type() != ffi::S32) {
+    return Fail("operand dtypes must be s32 copy, s32 senders/receivers, f32 weights/gamma/tau, s32 kept");
+  }
+  const int64_t batch = int64_t(gamma.element_count());
+  if (int64_t(copy.element_count()) != batch || int64_t(tau.element_count()) != batch) {
+    return Fail("copy, gamma and tau need the same batch shape");
+  }
+  const auto kdims = kept.dimensions();
+  if (kdims.size() < 2 || kdims[kdims.size() - 2] != num_leaves) return Fail("kept must be [B..., L, N]");
+  const int64_t n = kdims.back();
+  if (n < 1 || int64_t(kept.element_count()) != batch * num_leaves * n) return Fail("kept must be [B..., L, N]");
+  const int64_t e = senders.dimensions().size() == 0 ? 0 : senders.dimensions().back();
+  if (int64_t(senders.element_count()) != batch * e || int64_t(receivers.element_count()) != batch * e ||
+      int64_t(weights.element_count()) != batch * e) {
+    return Fail("senders, receivers and weights must be [B..., E]");
+  }
+  const int32_t* copy_d = copy.typed_data<int32_t>();
+  const int32_t* snd = senders.typed_data<int32_t>();
+  const int32_t* rcv = receivers.typed_data<int32_t>();
+  const float* wgt = weights.typed_data<float>();
+  const float* gam = gamma.typed_data<float>();
+  const float* tau_d = tau.typed_data<float>();
+  const int32_t* kd = kept.typed_data<int32_t>();
+  auto counts_out = rets.get<ffi::AnyBuffer>(3 * num_leaves).value();
+  if (counts_out->element_type() != ffi::S32 || int64_t(counts_out->element_count()) != batch * num_leaves * n) {
+    return Fail("the counts result must be s32 [B..., L, N]");
+  }
+  int32_t* sent = reinterpret_cast<int32_t*>(counts_out->untyped_data());
+
+  // Leaves: results alias the operands; if XLA ever hands separate buffers, start from a copy.
+  std::vector<Leaf> leaves(num_leaves);
+  int64_t num_copies = -1, per_batch = 0, entries = 0;
+  for (int64_t l = 0; l < num_leaves; ++l) {
+    float* ptrs[3];
+    int64_t counts[3];
+    for (int64_t part = 0; part < 3; ++part) {
+      ffi::AnyBuffer in = arg(kFirst + part * num_leaves + l);
+      auto out = rets.get<ffi::AnyBuffer>(part * num_leaves + l).value();
+      if (in.element_type() != ffi::F32 || out->element_type() != ffi::F32) return Fail("leaves must be float32");
+      if (out->untyped_data() != in.untyped_data()) std::memcpy(out->untyped_data(), in.untyped_data(), in.size_bytes());
+      ptrs[part] = reinterpret_cast<float*>(out->untyped_data());
+      counts[part] = int64_t(in.element_count());
+    }
+    if (counts[0] % (batch * n) != 0 || counts[0] == 0) return Fail("leaf " + std::to_string(l) + " is not [B..., N, ...]");
+    const int64_t d = counts[0] / (batch * n);
+    if (counts[1] != counts[2] || counts[1] % counts[0] != 0) return Fail("h and s must be [B..., P, N, ...]");
+    const int64_t p = counts[1] / counts[0];
+    if (num_copies >= 0 && p != num_copies) return Fail("every leaf needs the same number P of copy sets");
+    num_copies = p;
+    int64_t kmax = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t k = kd[(b * num_leaves + l) * n + i];
+        if (k < 1 || k > d) return Fail("kept count " + std::to_string(k) + " out of range [1, " + std::to_string(d) + "]");
+        kmax = std::max(kmax, max_boost > 0 ? std::min(d, max_boost * k) : k);
+      }
+    }
+    leaves[l] = Leaf{ptrs[0], ptrs[1], ptrs[2], d, kmax, per_batch};
+    per_batch += n * kmax;
+    entries += batch * n * d;
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    if (copy_d[b] < 0 || copy_d[b] >= num_copies) return Fail("copy index out of range [0, P)");
+  }
+  for (int64_t i = 0; i < batch * e; ++i) {
+    if (snd[i] < 0 || snd[i] >= n || rcv[i] < 0 || rcv[i] >= n) return Fail("edge endpoint out of range [0, N)");
+  }
+
+  // Per batch: the in-edges of every receiver (CSR, self edge excluded unless self_in_s) and the
+  // self weights W_ii.
+  std::vector<int64_t> start(batch * (n + 1), 0);
+  std::vector<int32_t> from;
+  std::vector<float> weight_of, self_w(batch * n, 0.0f);
+  from.reserve(batch * e);
+  weight_of.reserve(batch * e);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t* st = start.data() + b * (n + 1);
+    const int64_t base = int64_t(from.size());
+    std::vector<int64_t> count(n, 0);
+    for (int64_t j = 0; j < e; ++j) {
+      const int64_t q = b * e + j;
+      if (wgt[q] == 0.0f) continue;
+      if (snd[q] == rcv[q]) self_w[b * n + rcv[q]] += wgt[q];
+      if (snd[q] != rcv[q] || kSelfInS) ++count[rcv[q]];
+    }
+    st[0] = base;
+    for (int64_t i = 0; i < n; ++i) st[i + 1] = st[i] + count[i];
+    from.resize(st[n]);
+    weight_of.resize(st[n]);
+    std::vector<int64_t> fill(st, st + n);
+    for (int64_t j = 0; j < e; ++j) {
+      const int64_t q = b * e + j;
+      if (wgt[q] == 0.0f || (snd[q] == rcv[q] && !kSelfInS)) continue;
+      from[fill[rcv[q]]] = snd[q];
+      weight_of[fill[rcv[q]]++] = wgt[q];
+    }
+  }
+
+  std::vector<int32_t> q_index(batch * per_batch);
+  std::vector<float> q_value(batch * per_batch);
+  const int64_t items = batch * num_leaves * n;
+  const int64_t mean_entries = std::max<int64_t>(1, entries / items);
+  auto item = [&](int64_t r, int64_t* b, int64_t* l, int64_t* i) {
+    *i = r % n;
+    *l = (r / n) % num_leaves;
+    *b = r / (n * num_leaves);
+  };
+
+  // Phase A: select, update the own copy, dense update of x with the old s.
+  ForEachRow(pool, items, mean_entries, [&](int64_t r) {
+    thread_local std::vector<uint64_t> words;
+    thread_local std::vector<int32_t> sample;
+    int64_t b, l, i;
+    item(r, &b, &l, &i);
+    const Leaf& leaf = leaves[l];
+    const int64_t d = leaf.d, c = copy_d[b];
+    float* x = leaf.x + (b * n + i) * d;
+    float* h = leaf.h + ((b * num_copies + c) * n + i) * d;
+    const float* s = leaf.s + ((b * num_copies + c) * n + i) * d;
+    int64_t k = kd[(b * num_leaves + l) * n + i];
+    if (max_boost > 0) {
+      float rr, xx;
+      SumSquares(x, h, d, &rr, &xx);
+      k = Budget(rr, xx, k, std::min(d, max_boost * k), tau_d[b]);
+    }
+    sent[(b * num_leaves + l) * n + i] = int32_t(k);
+    SelectRow</*kMagnitude=*/true>(Residual{x, h}, d, k, /*sorted=*/false, words, sample);
+    int32_t* qi = q_index.data() + b * per_batch + leaf.offset + i * leaf.kmax;
+    float* qv = q_value.data() + b * per_batch + leaf.offset + i * leaf.kmax;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t idx = IndexOf(words[j]);
+      const float v = x[idx] - h[idx];
+      qi[j] = int32_t(idx);
+      qv[j] = v;
+      h[idx] = h[idx] + v;
+    }
+    const float g = gam[b];
+    if (kSelfInS) {
+      for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * (s[t] - h[t]);
+    } else {
+      const float a = self_w[b * n + i];
+      for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * ((s[t] + a * h[t]) - h[t]);
+    }
+  });
+
+  // Phase B: every receiver adds its in-neighbours' messages to s, and gamma times them to x.
+  ForEachRow(pool, items, mean_entries, [&](int64_t r) {
+    int64_t b, l, i;
+    item(r, &b, &l, &i);
+    const Leaf& leaf = leaves[l];
+    const int64_t d = leaf.d, c = copy_d[b];
+    float* x = leaf.x + (b * n + i) * d;
+    float* s = leaf.s + ((b * num_copies + c) * n + i) * d;
+    const float g = gam[b];
+    const int64_t* st = start.data() + b * (n + 1);
+    for (int64_t m = st[i]; m < st[i + 1]; ++m) {
+      const int64_t j = from[m];
+      const float w = weight_of[m];
+      const int64_t k = sent[(b * num_leaves + l) * n + j];
+      const int32_t* qi = q_index.data() + b * per_batch + leaf.offset + j * leaf.kmax;
+      const float* qv = q_value.data() + b * per_batch + leaf.offset + j * leaf.kmax;
+      for (int64_t t = 0; t < k; ++t) {
+        const float wv = w * qv[t];
+        s[qi[t]] += wv;
+        x[qi[t]] += g * wv;
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error FusedTopK(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, bool self_in_s,
+                     int64_t max_boost) {
+  return self_in_s ? Round<true>(pool, args, rets, max_boost) : Round<false>(pool, args, rets, max_boost);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxgossip_fused_top_k_f32, FusedTopK,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<bool>("self_in_s")
+                                  .Attr<int64_t>("max_boost"));

@@ -1,0 +1,191 @@
+"""The top-k round with public copies (Choco-Gossip, Sparse-Push, SCSP), fused into one CPU kernel.
+
+One round, for every leaf, node i, public-copy set ``c`` and round graph W (edges ``j -> i``):
+
+.. math::
+
+    q_i &= \\mathrm{TopK}_{k_i}(x_i - \\hat x_i^{(c)}) \\\\
+    \\hat x_i^{(c)} &\\leftarrow \\hat x_i^{(c)} + q_i \\\\
+    s_i^{(c)} &\\leftarrow s_i^{(c)} + \\textstyle\\sum_{j} W_{ij}\\, q_j
+        \\quad (j = i \\text{ included iff } \\texttt{self\\_in\\_s}) \\\\
+    x_i &\\leftarrow x_i + \\gamma\\, \\big(s_i^{(c)} + [\\lnot\\texttt{self\\_in\\_s}]\\, W_{ii}\\,
+        \\hat x_i^{(c)} - \\hat x_i^{(c)}\\big)
+
+Choco-Gossip is ``self_in_s=True`` with one copy set; Sparse-Push and SCSP are
+``self_in_s=False`` with one set per distinct graph of the schedule (SCSP with a per-node ``k_i``).
+Shapes: params leaves ``[N, ...]``, copies ``x_hat`` and sums ``s`` ``[P, N, ...]``, kept counts
+``[N]`` int32 per leaf (each in ``[1, D_leaf]``), the round's edges ``[E]``.
+
+Why: XLA:CPU runs the round as a top-k per leaf, a scatter and five elementwise passes over
+``[N, D]`` that it does not fuse into one loop (15 reads and writes of the model per round); at
+ResNet-20 scale that made a Choco top-1 % round 3.6-5.6x a gossip round. The C++ kernel
+(``jaxgossip/csrc/fused_top_k.cc``) does all leaves in one call: it selects on ``x - x_hat``
+computed on the fly, updates the copies at the kept entries in place (the buffers are aliased)
+and makes the dense update while the row is in cache; measured in experiments/bench_communication.py.
+
+Exactness: the kept sets and the copies ``x_hat`` are bitwise those of ``lax.top_k``; ``s`` and
+the params differ from the XLA formulation by float32 round-off (the messages are added one by
+one rather than summed first). The kernel is used on the CPU only (``lax.platform_dependent``
+picks the algorithm's XLA path elsewhere), for float32 leaves, on fixed (not stochastic) graphs and
+off multi-device meshes; ``JAXGOSSIP_FUSED=0`` (or ``JAXGOSSIP_NATIVE=0``) turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgossip import native, selection
+from jaxgossip.types import Array, Params
+
+__all__ = ["CopyRound", "RoundEdges", "round_edges", "enabled", "fusable", "top_k_round", "on_cpu_or"]
+
+_TARGET = "jaxgossip_fused_top_k_f32"
+
+
+class RoundEdges(NamedTuple):
+    """The edges of one round's graph, ``W[receivers[e], senders[e]] = weights[e]`` (self edges included)."""
+
+    senders: Array  # [E] int32
+    receivers: Array  # [E] int32
+    weights: Array  # [E] float32 (weight-0 padding edges carry nothing)
+
+
+class CopyRound(NamedTuple):
+    """What one round returns."""
+
+    params: Params  # leaves [N, ...], x after the round
+    x_hat: Params  # leaves [P, N, ...] (or [N, ...]), the copies with set c updated
+    s: Params  # leaves like x_hat, the received sums with set c updated
+    kept: Array  # [L, N] int32, the entries each node sent per leaf (k_i; K without a budget growth)
+
+
+def round_edges(topology: Any, t: Any) -> RoundEdges:
+    """The edges of round ``t`` (static or traced) of a fixed graph (host or traced tables ``[T, E]``)."""
+    period = topology.period
+    idx = 0 if period == 1 else jnp.asarray(t, jnp.int32) % period
+    return RoundEdges(
+        jnp.asarray(topology.senders, jnp.int32)[idx],
+        jnp.asarray(topology.receivers, jnp.int32)[idx],
+        jnp.asarray(topology.weights, jnp.float32)[idx],
+    )
+
+
+def enabled() -> bool:
+    """False when ``JAXGOSSIP_FUSED`` is ``0`` / ``false`` / ``off`` / ``no`` (the algorithms then
+    run their XLA formulation on the CPU too, e.g. to compare the two)."""
+    return os.environ.get("JAXGOSSIP_FUSED", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def fusable(*trees: Params) -> bool:
+    """Trace-time check: the fused kernel can serve these pytrees (all leaves float32, none on a
+    multi-device mesh, native kernels available and not turned off)."""
+    if not enabled() or not native.enabled():
+        return False
+    leaves = [leaf for tree in trees for leaf in jax.tree_util.tree_leaves(tree)]
+    if not leaves or any(jnp.result_type(leaf) != jnp.float32 for leaf in leaves):
+        return False
+    if any(selection.on_multi_device_mesh(leaf) for leaf in leaves):
+        return False
+    return native.load().available
+
+
+def _check(params: Params, x_hat: Params, s: Params, kept: Sequence[Any]) -> tuple[int, int]:
+    leaves = jax.tree_util.tree_leaves(params)
+    hat_leaves, s_leaves = jax.tree_util.tree_leaves(x_hat), jax.tree_util.tree_leaves(s)
+    if not (len(leaves) == len(hat_leaves) == len(s_leaves) == len(kept)) or not leaves:
+        raise ValueError(
+            f"top_k_round needs one x_hat, s and kept count per params leaf; got {len(leaves)} params, "
+            f"{len(hat_leaves)} x_hat, {len(s_leaves)} s leaves and {len(kept)} kept counts"
+        )
+    n = leaves[0].shape[0]
+    lifted = hat_leaves[0].ndim == leaves[0].ndim + 1
+    p = hat_leaves[0].shape[0] if lifted else 1
+    for x, h, r in zip(leaves, hat_leaves, s_leaves):
+        want = (p,) + x.shape if lifted else x.shape
+        if x.shape[:1] != (n,) or h.shape != want or r.shape != want:
+            raise ValueError(
+                "top_k_round needs params [N, ...] and x_hat, s [P, N, ...] (or [N, ...] for P = 1); got "
+                f"{x.shape}, {h.shape}, {r.shape}"
+            )
+    return n, p
+
+
+def top_k_round(
+    params: Params,
+    x_hat: Params,
+    s: Params,
+    copy: Any,
+    edges: RoundEdges,
+    gamma: Any,
+    kept: Sequence[Any],
+    *,
+    self_in_s: bool,
+    max_boost: int = 0,
+    target_residual: Any = 1.0,
+) -> CopyRound:
+    """One fused round (module docstring) with the native CPU kernel; call it on the CPU only
+    (see :func:`on_cpu_or`).
+
+    Args:
+      params: leaves ``[N, ...]`` float32.
+      x_hat, s: leaves ``[P, N, ...]`` float32, or ``[N, ...]`` for one set (P = 1); donate them,
+        they are updated in place.
+      copy: int32 scalar in ``[0, P)``, the set this round uses.
+      edges: the round's graph.
+      gamma: consensus step size (scalar, traced or not).
+      kept: one ``[N]`` int32 (or a static int) per leaf, in ``[1, D_leaf]``; an out-of-range value
+        fails at run time with the kernel's error.
+      self_in_s: whether ``s`` sums the node's own message too (Choco) or only its in-neighbours'
+        (Sparse-Push).
+      max_boost: 0 (``k_i`` = ``kept``) or SCSP's cap ``>= 1``: then ``kept`` is the base budget K
+        and every node sends ``k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K))`` entries
+        with ``rho_i = ||x_i - x_hat_i|| / ||x_i||`` of the leaf, computed in the kernel (float32
+        sums; see :func:`jaxgossip.algorithms.scsp.adaptive_budget`).
+      target_residual: tau > 0 of that budget (scalar, traced or not); unused when max_boost = 0.
+    """
+    n, _ = _check(params, x_hat, s, kept)
+    status = native.load()
+    if not status.available:
+        raise RuntimeError(f"the fused top-k round needs the native CPU kernels, unavailable: {status.reason}")
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    hat_leaves, s_leaves = treedef.flatten_up_to(x_hat), treedef.flatten_up_to(s)
+    counts = jnp.stack([jnp.broadcast_to(jnp.asarray(k, jnp.int32), (n,)) for k in kept])  # [L, N]
+    if isinstance(max_boost, bool) or not isinstance(max_boost, int) or max_boost < 0:
+        raise ValueError(f"top_k_round max_boost must be an int >= 0, got {max_boost!r}")
+    operands = (
+        jnp.asarray(copy, jnp.int32),
+        jnp.asarray(edges.senders, jnp.int32),
+        jnp.asarray(edges.receivers, jnp.int32),
+        jnp.asarray(edges.weights, jnp.float32),
+        jnp.asarray(gamma, jnp.float32),
+        jnp.asarray(target_residual, jnp.float32),
+        counts,
+        *leaves,
+        *hat_leaves,
+        *s_leaves,
+    )
+    first = 7
+    num = len(leaves)
+    out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands[first:]]
+    out_types.append(jax.ShapeDtypeStruct(counts.shape, jnp.int32))
+    call = jax.ffi.ffi_call(
+        _TARGET,
+        out_types,
+        vmap_method="broadcast_all",
+        input_output_aliases={first + i: i for i in range(3 * num)},
+    )
+    out = call(*operands, self_in_s=bool(self_in_s), max_boost=np.int64(max_boost))
+    unflat = lambda part: jax.tree_util.tree_unflatten(treedef, list(out[part * num : (part + 1) * num]))  # noqa: E731
+    return CopyRound(unflat(0), unflat(1), unflat(2), out[3 * num])
+
+
+def on_cpu_or(fused: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
+    """``fused()`` in a program compiled for the CPU, ``fallback()`` on every other platform (both
+    are traced; their results must have the same structure)."""
+    return jax.lax.platform_dependent(cpu=fused, default=fallback)
