@@ -13,8 +13,8 @@
 // on x - h computed on the fly (nothing materialised), updates h at the kept entries and makes
 // the dense update with the old s while the row is still in cache; phase B, per (leaf, receiver),
 // adds each in-neighbour's K weighted entries to s and gamma times them to x. Dense traffic: read
-// x, h (selection; again from cache), read s, write x. Phase B must wait for all of phase A (it
-// reads every sender's message), so the two run one after the other on XLA's intra-op threads.
+// x, h (selection; again from cache), read s, write x. Phase B of a leaf needs that leaf's phase A
+// on every node; it is scheduled one leaf behind phase A, so it finds the leaf still in cache.
 //
 // Rounding: x gets gamma (s - h) and then gamma W_ij q_j per message, where XLA forms
 // gamma ((s + sum_j W_ij q_j) - h); s gets the messages one by one, where XLA adds their sum. Both
@@ -234,20 +234,19 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
 
   std::vector<int32_t> q_index(batch * per_batch);
   std::vector<float> q_value(batch * per_batch);
-  const int64_t items = batch * num_leaves * n;
-  const int64_t mean_entries = std::max<int64_t>(1, entries / items);
-  auto item = [&](int64_t r, int64_t* b, int64_t* l, int64_t* i) {
-    *i = r % n;
-    *l = (r / n) % num_leaves;
-    *b = r / (n * num_leaves);
-  };
-
-  // Phase A: select, update the own copy, dense update of x with the old s.
-  ForEachRow(pool, items, mean_entries, [&](int64_t r) {
+  // Work: for every unit u = (batch member b, leaf l), N items of phase A (per node: select,
+  // update the own copy, dense update of x with the old s), then N items of phase B (per receiver:
+  // add the in-neighbours' messages to s, gamma times them to x). Phase B of a unit needs all of
+  // its phase A. Blocks of N items are handed out in the order A0 A1 B0 A2 B1 ... A(U-1) B(U-2)
+  // B(U-1): phase B of a leaf runs while the leaf is still in cache, and by the time a thread takes
+  // it the other thread has (nearly always) finished that leaf's phase A; it waits otherwise.
+  const int64_t units = batch * num_leaves;
+  const int64_t mean_entries = std::max<int64_t>(1, entries / (units * n));
+  std::unique_ptr<std::atomic<int64_t>[]> selected(new std::atomic<int64_t>[units]);
+  for (int64_t u = 0; u < units; ++u) selected[u].store(0, std::memory_order_relaxed);
+  auto phase_a = [&](int64_t b, int64_t l, int64_t i) {
     thread_local std::vector<uint64_t> words;
     thread_local std::vector<int32_t> sample;
-    int64_t b, l, i;
-    item(r, &b, &l, &i);
     const Leaf& leaf = leaves[l];
     const int64_t d = leaf.d, c = copy_d[b];
     float* x = leaf.x + (b * n + i) * d;
@@ -277,12 +276,8 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       const float a = self_w[b * n + i];
       for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * ((s[t] + a * h[t]) - h[t]);
     }
-  });
-
-  // Phase B: every receiver adds its in-neighbours' messages to s, and gamma times them to x.
-  ForEachRow(pool, items, mean_entries, [&](int64_t r) {
-    int64_t b, l, i;
-    item(r, &b, &l, &i);
+  };
+  auto phase_b = [&](int64_t b, int64_t l, int64_t i) {
     const Leaf& leaf = leaves[l];
     const int64_t d = leaf.d, c = copy_d[b];
     float* x = leaf.x + (b * n + i) * d;
@@ -300,6 +295,20 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
         s[qi[t]] += wv;
         x[qi[t]] += g * wv;
       }
+    }
+  };
+  ForEachRow(pool, 2 * units * n, mean_entries, [&](int64_t r) {
+    const int64_t block = r / n, i = r % n;
+    const bool last = block == 2 * units - 1;
+    const bool is_a = !last && (block == 0 || block % 2 == 1);
+    const int64_t u = last ? units - 1 : (is_a ? (block + 1) / 2 : block / 2 - 1);
+    const int64_t b = u / num_leaves, l = u % num_leaves;
+    if (is_a) {
+      phase_a(b, l, i);
+      selected[u].fetch_add(1, std::memory_order_release);
+    } else {
+      while (selected[u].load(std::memory_order_acquire) < n) std::this_thread::yield();
+      phase_b(b, l, i);
     }
   });
   return ffi::Error::Success();

@@ -77,12 +77,19 @@ inline uint32_t FloatBits(float v) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // Pass (below) over |x - h| with AVX2: 8 entries per compare, one movemask per 8.
+// Lines are requested 4 KB ahead: on rows out of cache the hardware prefetcher alone left the pass
+// waiting on memory (fused Choco round, ResNet-20 x 8: 3.6 -> 2.8 ms).
+constexpr int64_t kAhead = 1024;
 __attribute__((target("avx2"))) inline int64_t ResidualPassAvx2(const float* x, const float* h, int64_t n, int32_t t,
                                                                  uint64_t* out) {
   int64_t count = 0, i = 0;
   const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
   const __m256i below = _mm256_set1_epi32(t - 1);  // magnitude keys are >= 0, so t >= 0
   for (; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 64; j += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + i + kAhead + j), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(h + i + kAhead + j), _MM_HINT_T0);
+    }
     uint64_t mask = 0;
     for (int j = 0; j < 8; ++j) {
       __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(h + i + 8 * j));
@@ -287,7 +294,9 @@ void ForEachRow(ffi::ThreadPool& pool, int64_t rows, int64_t n, F row) {
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
-  int64_t helpers = std::min<int64_t>(pool.num_threads(), rows - 1);
+  // The caller works too: num_threads - 1 helpers keep one thread per core (XLA sizes its pool to
+  // the cores; one helper more ran 3 threads on 2 cores and cost ~10 % here).
+  int64_t helpers = std::min<int64_t>(pool.num_threads() - 1, rows - 1);
   for (int64_t t = 0; t < helpers; ++t) pool.Schedule(decltype(work)(work));
   work();
   while (shared->done.load(std::memory_order_acquire) < rows) std::this_thread::yield();
