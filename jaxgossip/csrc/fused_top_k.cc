@@ -71,6 +71,8 @@ __attribute__((target("avx2"))) void SumSquaresAvx2(const float* x, const float*
   __m256 r0 = _mm256_setzero_ps(), r1 = _mm256_setzero_ps(), x0 = _mm256_setzero_ps(), x1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + kAhead), _MM_HINT_T0);  // as the pass (select.h)
+    _mm_prefetch(reinterpret_cast<const char*>(h + i + kAhead), _MM_HINT_T0);
     const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
     const __m256 da = _mm256_sub_ps(a, _mm256_loadu_ps(h + i)), db = _mm256_sub_ps(b, _mm256_loadu_ps(h + i + 8));
     r0 = _mm256_add_ps(r0, _mm256_mul_ps(da, da));
