@@ -343,6 +343,10 @@ def sparse_push(
     ``sum over leaves of K_leaf (32 + index bits) + 32`` (values, indices, the fp32 weight); index
     bits are ``ceil(log2 D_leaf)`` or the fixed ``index_bits`` (64 reproduces the EPFL codes).
 
+    Speed: on fixed graphs with float32 leaves a CPU program runs the round as one native call over
+    all leaves (:mod:`jaxgossip.fused`; same kept entries, copies and bits, ``x`` and ``s`` to
+    float32 round-off; ``JAXGOSSIP_FUSED=0`` keeps the XLA formulation).
+
     Failures (``with_failures`` of a fixed graph): see :func:`compressed_push_sum`; graphs whose
     neighbours change every round (``random_out``) are refused, since no node holds its new
     in-neighbours' public copies.
