@@ -40,10 +40,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import native, selection
+from jaxgossip import compress, native, selection
 from jaxgossip.types import Array, Params
 
-__all__ = ["CopyRound", "RoundEdges", "round_edges", "enabled", "fusable", "top_k_round", "on_cpu_or"]
+__all__ = ["CopyRound", "RoundEdges", "round_edges", "enabled", "fusable", "top_k_round", "spec_round", "on_cpu_or"]
 
 _TARGET = "jaxgossip_fused_top_k_f32"
 
@@ -183,6 +183,47 @@ def top_k_round(
     out = call(*operands, self_in_s=bool(self_in_s), max_boost=np.int64(max_boost))
     unflat = lambda part: jax.tree_util.tree_unflatten(treedef, list(out[part * num : (part + 1) * num]))  # noqa: E731
     return CopyRound(unflat(0), unflat(1), unflat(2), out[3 * num])
+
+
+def spec_round(
+    params: Params,
+    x_hat: Params,
+    s: Params,
+    copy: Any,
+    topology: Any,
+    t: Any,
+    gamma: Any,
+    spec: compress.TopKSpec,
+    *,
+    self_in_s: bool,
+    max_boost: int = 0,
+    target_residual: Any = 1.0,
+) -> tuple[CopyRound, Array]:
+    """:func:`top_k_round` on round ``t`` of the fixed graph ``topology`` with the budget of an exact
+    top-k compressor (K per leaf from ``spec``; ``max_boost``, ``target_residual`` as there).
+
+    Returns the round and the payload bits ``[N]`` float32 of one node's message: the sum over
+    leaves of ``k_i (value bits + index bits)``, leaf by leaf (as :func:`jaxgossip.compress.compress_tree`).
+    """
+    leaves = jax.tree_util.tree_leaves(params)
+    sizes = [leaf[0].size for leaf in leaves]
+    out = top_k_round(
+        params,
+        x_hat,
+        s,
+        copy,
+        round_edges(topology, t),
+        gamma,
+        [spec.kept(d) for d in sizes],
+        self_in_s=self_in_s,
+        max_boost=max_boost,
+        target_residual=target_residual,
+    )
+    payload = None
+    for counts, d, leaf in zip(out.kept, sizes, leaves):
+        term = counts.astype(jnp.float32) * (compress.value_bits(leaf) + compress.bits_per_index(spec.index_bits, d))
+        payload = term if payload is None else payload + term
+    return out, payload
 
 
 def on_cpu_or(fused: Callable[[], Any], fallback: Callable[[], Any]) -> Any:

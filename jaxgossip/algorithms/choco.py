@@ -182,16 +182,7 @@ def choco(
         )
 
         def native():
-            out = fused.top_k_round(
-                params,
-                state.x_hat,
-                state.s,
-                0,
-                fused.round_edges(support, t),
-                gamma,
-                [comp.top_k.kept(d) for d in sizes],
-                self_in_s=True,
-            )
+            out, _ = fused.spec_round(params, state.x_hat, state.s, 0, support, t, gamma, comp.top_k, self_in_s=True)
             return out.params, out.x_hat, out.s
 
         def xla():

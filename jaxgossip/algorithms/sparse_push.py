@@ -201,30 +201,21 @@ def compressed_push_sum(
     def fused_round(params, state, key):
         t = state.count
         c = copy_index(t)
-        leaves = jax.tree_util.tree_leaves(params)
-        sizes = [leaf[0].size for leaf in leaves]
-        per_entry = [
-            compress.value_bits(leaf) + compress.bits_per_index(top_k_budget.spec.index_bits, d)
-            for d, leaf in zip(sizes, leaves)
-        ]
 
         def native():
-            out = fused.top_k_round(
+            out, payload = fused.spec_round(
                 params,
                 state.x_hat,
                 state.s,
                 c,
-                fused.round_edges(support, t),
+                support,
+                t,
                 gamma,
-                [top_k_budget.spec.kept(d) for d in sizes],
+                top_k_budget.spec,
                 self_in_s=False,
                 max_boost=top_k_budget.max_boost,
                 target_residual=top_k_budget.target_residual,
             )
-            payload = None
-            for counts, bits in zip(out.kept, per_entry):  # leaf by leaf, as compress_fn sums them
-                term = counts.astype(jnp.float32) * bits
-                payload = term if payload is None else payload + term
             return out.params, out.x_hat, out.s, payload + compress.WEIGHT_BITS
 
         def xla():
