@@ -82,10 +82,11 @@ def enabled() -> bool:
     return os.environ.get("JAXGOSSIP_FUSED", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def fusable(*trees: Params) -> bool:
-    """Trace-time check: the fused kernel can serve these pytrees (all leaves float32, none on a
-    multi-device mesh, native kernels available and not turned off)."""
-    if not enabled() or not native.enabled():
+def fusable(topology: Any, *trees: Params) -> bool:
+    """Trace-time check: the fused kernel can serve a round on ``topology`` with these pytrees (a
+    fixed graph, not a stochastic one; all leaves float32, none on a multi-device mesh; native
+    kernels available and not turned off)."""
+    if topology.stochastic or not enabled() or not native.enabled():
         return False
     leaves = [leaf for tree in trees for leaf in jax.tree_util.tree_leaves(tree)]
     if not leaves or any(jnp.result_type(leaf) != jnp.float32 for leaf in leaves):

@@ -158,12 +158,14 @@ def test_bad_input_is_refused_with_the_reason():
         jax.block_until_ready(fused.top_k_round([x], [x + 0], [x + 0], 1, edges, 0.5, [1], self_in_s=True))
 
 
-def test_fusable_only_for_float32_trees_with_the_switch_on(monkeypatch):
+def test_fusable_only_for_float32_trees_on_fixed_graphs_with_the_switch_on(monkeypatch):
     x = jnp.ones((4, 3))
-    assert fused.fusable({"a": x}, [x])
-    assert not fused.fusable({"a": x.astype(jnp.bfloat16)})
+    ring = T.ring(4)
+    assert fused.fusable(ring, {"a": x}, [x])
+    assert not fused.fusable(ring, {"a": x.astype(jnp.bfloat16)})
+    assert not fused.fusable(T.with_failures(ring, link_drop=0.1), {"a": x})
     monkeypatch.setenv("JAXGOSSIP_FUSED", "0")
-    assert not fused.fusable({"a": x})
+    assert not fused.fusable(ring, {"a": x})
 
 
 # ---- the algorithms on the fused round against their XLA formulation --------------------------------

@@ -168,32 +168,31 @@ def choco(
         return ChocoState(x_hat=zeros, s=zeros, count=count)
 
     def step_fn(params, state, key):
-        if comp.top_k is not None and not topology.stochastic and fused.fusable(params, state.x_hat, state.s):
-            return fused_step(params, state, key)
-        return xla_step(params, state, key)
+        t = state.count
+        if comp.top_k is not None and fused.fusable(topology, params, state.x_hat, state.s):
+            new_params, new_state, msg_bits = fused_round(params, state, key)
+        else:
+            new_params, new_state, msg_bits = xla_round(params, state, key)
+        return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * msg_bits)
 
-    def fused_step(params, state, key):
+    def fused_round(params, state, key):
         """Exact top-k on a fixed graph: the same round in one CPU kernel (jaxgossip.fused)."""
         t = state.count
-        leaves = jax.tree_util.tree_leaves(params)
-        sizes = [leaf[0].size for leaf in leaves]
-        msg_bits = jnp.full(
-            [topology.num_nodes], sum(comp.top_k.bits(d, leaf.dtype) for d, leaf in zip(sizes, leaves)), jnp.float32
-        )
 
         def native():
-            out, _ = fused.spec_round(params, state.x_hat, state.s, 0, support, t, gamma, comp.top_k, self_in_s=True)
-            return out.params, out.x_hat, out.s
+            out, msg_bits = fused.spec_round(
+                params, state.x_hat, state.s, 0, support, t, gamma, comp.top_k, self_in_s=True
+            )
+            return out.params, out.x_hat, out.s, msg_bits
 
         def xla():
-            new_params, new_state, _ = xla_step(params, state, key)
-            return new_params, new_state.x_hat, new_state.s
+            new_params, new_state, msg_bits = xla_round(params, state, key)
+            return new_params, new_state.x_hat, new_state.s, msg_bits
 
-        new_params, x_hat, s = fused.on_cpu_or(native, xla)
-        bits = per_round(support.out_degree, t) * msg_bits
-        return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), StepInfo(bits=bits)
+        new_params, x_hat, s, msg_bits = fused.on_cpu_or(native, xla)
+        return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), msg_bits
 
-    def xla_step(params, state, key):
+    def xla_round(params, state, key):
         t = state.count
         q, msg_bits = compress.compress_tree(comp, _sub(params, state.x_hat), key)
         if topology.stochastic:
@@ -208,8 +207,7 @@ def choco(
             # W(t) x_hat = W x_hat - (W - W(t)) x_hat: the failed links leave the averaging only.
             mixing = _sub(s, mix(drawn.lost, x_hat, t))
         new_params = _axpy(gamma, _sub(mixing, x_hat), params)
-        bits = per_round(support.out_degree, t) * msg_bits
-        return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), StepInfo(bits=bits)
+        return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), msg_bits
 
     def debias_fn(params, state):
         del state

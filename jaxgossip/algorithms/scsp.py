@@ -57,21 +57,15 @@ def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: i
     return jnp.clip(want, base, k_max).astype(jnp.int32)
 
 
-def _leaf_budget(r: Array, x: Array, base: int, k_max: int, target_residual: Any) -> Array:
-    """[N] int32 budgets k_i of one leaf from its residual r and model x (both [N, ...])."""
-    n = r.shape[0]
-    acc = jnp.promote_types(r.dtype, jnp.float32)
-    r_norm = jnp.linalg.norm(r.reshape(n, -1).astype(acc), axis=1)
-    x_norm = jnp.linalg.norm(x.reshape(n, -1).astype(acc), axis=1)
-    return adaptive_budget(r_norm, x_norm, base, k_max, target_residual)
-
-
 def _adaptive_top_k_leaf(r: Array, x: Array, base: int, k_max: int, target_residual: Any, index_bits: Any):
     """Top-k_i of every node's residual leaf with a traced per-node k_i (static shapes: top-K_max, masked)."""
     n = r.shape[0]
     flat = r.reshape(n, -1)
     size = flat.shape[1]
-    k_i = _leaf_budget(r, x, base, k_max, target_residual)
+    acc = jnp.promote_types(flat.dtype, jnp.float32)
+    r_norm = jnp.linalg.norm(flat.astype(acc), axis=1)
+    x_norm = jnp.linalg.norm(x.reshape(n, -1).astype(acc), axis=1)
+    k_i = adaptive_budget(r_norm, x_norm, base, k_max, target_residual)
     _, idx = selection.top_k(jnp.abs(flat), k_max)  # [N, K_max], sorted by decreasing magnitude
     keep = jnp.arange(k_max)[None, :] < k_i[:, None]
     values = jnp.where(keep, jnp.take_along_axis(flat, idx, axis=1), jnp.zeros((), flat.dtype))

@@ -191,8 +191,7 @@ def compressed_push_sum(
 
     def step_fn(params, state, key):
         t = state.count
-        fusable = top_k_budget is not None and not topology.stochastic
-        if fusable and fused.fusable(params, state.x_hat, state.s):
+        if top_k_budget is not None and fused.fusable(topology, params, state.x_hat, state.s):
             new_params, new_state, message_bits = fused_round(params, state, key)
         else:
             new_params, new_state, message_bits = xla_round(params, state, key)
