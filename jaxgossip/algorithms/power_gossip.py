@@ -8,10 +8,12 @@ docs/algorithms.md, section power_gossip.
 
 One round is a composition of pure functions, read top to bottom:
 
-* :func:`leaf_plan`: the static per-leaf plan (which leaves are matrices, and their ``(m, n, R)``);
+* :func:`~jaxgossip.algorithms.matrix_views.leaf_plan`: the static per-leaf plan (which leaves are
+  matrices, and their ``(m, n, R)``; :mod:`jaxgossip.algorithms.matrix_views`);
 * :func:`orth`, :func:`half_step`: one power-iteration half-step of one matrix leaf, all pairs;
 * :func:`exchange`: one half-step of every matrix leaf, with the bases it leaves behind;
-* :func:`working_view`, :func:`working_bases`, :func:`view_bases`: the ``flax_kernel`` view;
+* ``working_view``, ``working_bases``, ``view_bases`` (:mod:`~jaxgossip.algorithms.matrix_views`):
+  the ``flax_kernel`` view;
 * :func:`matrix_round`: the I iterations of one round; :func:`gossip_vectors`: the 1-D leaves;
 * :func:`round_bits`: what every node sent.
 
@@ -40,6 +42,17 @@ from jaxgossip.algorithms.common import (
     require_fixed_support,
     require_host_topology,
 )
+from jaxgossip.algorithms.matrix_views import (
+    MATRIX_VIEWS,
+    LeafPlan,
+    MatrixLeaf,
+    leaf_plan,
+    permute_rows,
+    view_bases,
+    working_bases,
+    working_side,
+    working_view,
+)
 from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables, require_symmetric
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
@@ -63,10 +76,8 @@ __all__ = [
     "INFO",
 ]
 
-MATRIX_VIEWS = ("leading", "flax_kernel")
 _EPS = 1e-8  # column normalisation c / (||c|| + eps), as in the reference code
 _HIGHEST = jax.lax.Precision.HIGHEST  # no TF32 / bf16 passes: gossip must preserve the mean
-_OTHER_SIDE = {"right": "left", "left": "right"}
 
 
 class PowerGossipState(NamedTuple):
@@ -85,23 +96,6 @@ class PowerGossipState(NamedTuple):
     key: Array  # [] PRNG key, the base of the shared per-edge randomness
 
 
-class MatrixLeaf(NamedTuple):
-    """Static facts about one matrix leaf (node leaf ndim >= 2)."""
-
-    index: int  # position in jax.tree_util.tree_leaves(params)
-    shape: tuple  # the node leaf's shape (without the N axis)
-    m: int  # rows of the matrix view
-    n: int  # columns of the matrix view
-    rank: int  # R = min(m, n, rank)
-
-
-class LeafPlan(NamedTuple):
-    """Which leaves of a pytree are gossiped as matrices and which exactly (static)."""
-
-    matrices: tuple  # a MatrixLeaf per leaf whose node part has ndim >= 2, in tree_leaves order
-    vectors: tuple  # positions of the other leaves (node ndim <= 1), gossiped exactly
-
-
 class Schedule(NamedTuple):
     """The static settings of one :func:`power_gossip` instance that shape its round."""
 
@@ -110,29 +104,6 @@ class Schedule(NamedTuple):
     skip_first_round: bool  # round 0 exchanges nothing for matrix leaves
     matrix_view: str  # one of MATRIX_VIEWS
     static_edges: bool  # every pair is an edge in every round (no masking needed)
-
-
-# ---- the static per-leaf plan ----------------------------------------------------------------------
-
-
-def _matrix_shape(shape: tuple[int, ...], view: str) -> tuple[int, int]:
-    """(m, n) of one node's leaf of shape ``shape`` (ndim >= 2) under ``view``."""
-    size = int(np.prod(shape, dtype=np.int64))
-    m = shape[0] if view == "leading" else shape[-1]
-    return int(m), size // int(m)
-
-
-def leaf_plan(leaves: list, matrix_view: str, rank: int) -> LeafPlan:
-    """Splits stacked leaves ``[N, ...]`` into matrix leaves (with their view) and vector leaves."""
-    matrices, vectors = [], []
-    for i, leaf in enumerate(leaves):
-        shape = tuple(jnp.shape(leaf)[1:])
-        if len(shape) >= 2:
-            m, n = _matrix_shape(shape, matrix_view)
-            matrices.append(MatrixLeaf(i, shape, m, n, min(m, n, rank)))
-        else:
-            vectors.append(i)
-    return LeafPlan(tuple(matrices), tuple(vectors))
 
 
 # ---- the power-iteration half-steps ----------------------------------------------------------------
@@ -227,56 +198,6 @@ def exchange(carry: MatrixCarry, side: str, pairs: PairRound, fresh: tuple | Non
 #
 # The half-steps run on a free reshape of each leaf, never on a transposed copy. "leading" is the
 # matrix M = reshape(x, (m, n)) itself. For "flax_kernel" the working matrix is M' = Pi M^T, the
-# free reshape (kh * kw * C_in, F) of a flax kernel, so a step on M is the other-side step on M'
-# with the working bases (Pi V, U) in the roles of (U, V). See docs/algorithms.md, section
-# power_gossip ("Matrix views") for the derivation.
-
-
-def working_view(leaf: Array, view: str) -> Array:
-    """[N, *s] -> the matrix the half-steps run on, by a free reshape: [N, m, n] ("leading") or
-    [N, n, m] = M' ("flax_kernel", rows in the leaf's (kh, kw, C_in) order), float32."""
-    x = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
-    if view == "flax_kernel":
-        return x.reshape(leaf.shape[0], -1, leaf.shape[-1])
-    return x.reshape(leaf.shape[0], leaf.shape[1], -1)
-
-
-def working_side(side: str, view: str) -> str:
-    """The half-step on the working matrix that is a ``side`` step on the view's matrix M."""
-    return _OTHER_SIDE[side] if view == "flax_kernel" else side
-
-
-def _permute_rows(basis: Array, shape: tuple[int, ...], to_flax: bool) -> Array:
-    """Rows of a right basis ``[P, n, R]`` of the flax view between the PyTorch column order
-    (C_in, kh, kw) of M and the (kh, kw, C_in) row order of M' (``to_flax``) or back. ``shape`` is
-    the node leaf shape (kh, kw, C_in, F); identity for 2-D leaves."""
-    if len(shape) <= 2:
-        return basis
-    torch_dims = (shape[-2],) + tuple(shape[:-2])  # (C_in, kh, kw)
-    k = len(torch_dims)
-    if to_flax:
-        x = basis.reshape((basis.shape[0],) + torch_dims + (basis.shape[-1],))
-        perm = (0,) + tuple(range(2, k + 1)) + (1, k + 1)  # (P, C_in, kh, kw, R) -> (P, kh, kw, C_in, R)
-    else:
-        x = basis.reshape((basis.shape[0],) + tuple(shape[:-2]) + (shape[-2], basis.shape[-1]))
-        perm = (0, k) + tuple(range(1, k)) + (k + 1,)  # (P, kh, kw, C_in, R) -> (P, C_in, kh, kw, R)
-    return jnp.transpose(x, perm).reshape(basis.shape)
-
-
-def working_bases(u: tuple, v: tuple, matrices: tuple[MatrixLeaf, ...], view: str) -> tuple[tuple, tuple]:
-    """The stored bases (U, V) of the view's matrices as working bases: (U, V) or (Pi V, U)."""
-    if view != "flax_kernel":
-        return tuple(u), tuple(v)
-    return tuple(_permute_rows(b, leaf.shape, True) for b, leaf in zip(v, matrices)), tuple(u)
-
-
-def view_bases(u: tuple, v: tuple, matrices: tuple[MatrixLeaf, ...], view: str) -> tuple[tuple, tuple]:
-    """Inverse of :func:`working_bases`: working bases back to the stored (U, V)."""
-    if view != "flax_kernel":
-        return tuple(u), tuple(v)
-    return tuple(v), tuple(_permute_rows(b, leaf.shape, False) for b, leaf in zip(u, matrices))
-
-
 # ---- shared per-pair randomness ----------------------------------------------------------------------
 
 
@@ -309,7 +230,7 @@ def _fresh_bases(key: Array, codes: Array, t: Array, side: str, matrices: tuple,
     chunks = jnp.split(_pair_normals(key, codes, t + 1, int(sum(sizes))), np.cumsum(sizes)[:-1], axis=1)
     fresh = [c.reshape(-1, d, leaf.rank) for c, d, leaf in zip(chunks, rows, matrices)]
     if view == "flax_kernel" and side == "right":  # a fresh V enters the working view as Pi V
-        fresh = [_permute_rows(f, leaf.shape, True) for f, leaf in zip(fresh, matrices)]
+        fresh = [permute_rows(f, leaf.shape, True) for f, leaf in zip(fresh, matrices)]
     return tuple(fresh)
 
 
