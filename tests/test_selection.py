@@ -16,7 +16,7 @@ from jaxgossip import native, selection, sharding
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 # (shape, k): the sampled-threshold path (D >= 1024, 16 k <= D), the heap path (D < 1024,
-# 16 k <= D), the nth_element path (16 k > D), k = 1, k = D, several leading axes, one row, a
+# 16 k <= D), the all-words path (16 k > D), k = 1, k = D, several leading axes, one row, a
 # ResNet-20-sized row at K = 1 %, a conv-kernel-sized leaf at 1 %; calls of fewer than 16,384
 # entries run on one thread, larger ones on XLA's pool.
 CASES = [
@@ -230,6 +230,34 @@ def test_without_native_kernels_the_xla_path_gives_the_same_results(tmp_path, en
     assert reason in proc.stdout and f"WARNINGS {warnings}" in proc.stdout
     assert "NATIVE native top-k requested but unavailable" in proc.stdout
     assert not any(p.suffix == ".so" for p in (tmp_path / "cache").glob("*"))
+
+
+def _extreme_rows(rng, d: int) -> np.ndarray:
+    """Rows that stress the histogram of KthLargest: one value repeated, a ramp of ties at the
+    boundary, magnitudes over every exponent, signed zeros and NaNs among normals, denormals."""
+    rows = np.empty((6, d), np.float32)
+    rows[0] = 0.5
+    rows[1] = np.repeat(np.arange(d // 8 + 1, dtype=np.float32), 8)[:d]
+    rows[2] = rng.choice([-1, 1], d) * np.exp2(rng.uniform(-140, 127, d)).astype(np.float32)
+    rows[3] = rng.normal(size=d)
+    rows[3, rng.choice(d, d // 4, replace=False)] = 0.0
+    rows[3, rng.choice(d, d // 4, replace=False)] = -0.0
+    rows[3, rng.choice(d, 7, replace=False)] = np.nan
+    rows[4] = rng.uniform(-1, 1, d) * np.float32(1e-40)
+    rows[5] = rng.normal(size=d) * 1e-3
+    rows[5, :: d // 4] = 1e30
+    return rows
+
+
+@pytest.mark.parametrize("d,k", [(200, 50), (5000, 40), (5000, 400), (40000, 1600)])
+def test_histogram_selection_on_extreme_rows_is_exact(rng, d, k):
+    x = jnp.asarray(_extreme_rows(rng, d))
+    values, indices = jax.jit(lambda x: selection.top_k(x, k))(x)
+    lax_values, lax_indices = jax.lax.top_k(x, k)
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(lax_indices))
+    np.testing.assert_array_equal(_bits(values), _bits(lax_values))
+    dense = jax.jit(lambda x: selection.top_k_dense(x, k))(x)
+    np.testing.assert_array_equal(_bits(dense), _bits(selection.top_k_dense(x, k, impl="xla")))
 
 
 @pytest.mark.parametrize("dense", [False, True], ids=["top_k", "top_k_dense"])
