@@ -274,3 +274,29 @@ def test_scsp_budget_in_the_kernel_matches_numpy():
         np.testing.assert_array_equal(np.asarray(out.x_hat[leaf]), want_h)
         np.testing.assert_allclose(np.asarray(out.s[leaf]), want_s, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(np.asarray(out.params[leaf]), want_x, rtol=1e-6, atol=1e-6)
+
+
+def test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactly():
+    """A leaf of 65,536 entries takes the one-read path (threshold for K_max, norms in the same
+    pass). Its 1,024 sampled entries (64 runs of 16 at a stride of 1,024) are made the largest, so
+    the threshold keeps only them, fewer than the k_i = K_max = 2,000 the budget asks for: the row
+    must fall back to the full selection and still send exactly the k_i best."""
+    n, d, base, boost = 2, 65536, 500, 4
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, size=(n, d)).astype(np.float32)
+    runs = (np.arange(64)[:, None] * 1024 + np.arange(16)[None, :]).reshape(-1)
+    x[:, runs] = 2.0
+    h = np.zeros((1, n, d), np.float32)  # rho = 1 > tau: every node at the cap
+    s = np.zeros_like(h)
+    topology = T.directed_ring(n)
+    out = jax.jit(
+        lambda a, b, c: fused.top_k_round(
+            a, b, c, 0, fused.round_edges(topology, 0), 0.5, [base], self_in_s=False, max_boost=boost,
+            target_residual=0.05,
+        )
+    )([x], [jnp.asarray(h)], [jnp.asarray(s)])
+    np.testing.assert_array_equal(np.asarray(out.kept[0]), [boost * base] * n)
+    want_x, want_h, want_s = _reference(x, h, s, 0, _edges(topology, 0), 0.5, [boost * base] * n, False)
+    np.testing.assert_array_equal(np.asarray(out.x_hat[0]), want_h)
+    np.testing.assert_allclose(np.asarray(out.s[0]), want_s, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.params[0]), want_x, rtol=1e-6, atol=1e-6)

@@ -23,7 +23,9 @@
 // SCSP's budget (max_boost >= 1): k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) with
 // rho_i = ||x_i - h_i|| / max(||x_i||, FLT_MIN) of the row, computed in phase A from the row it
 // selects on (float32 sums: the norms, hence k_i at an exact ceil boundary, may differ from XLA's
-// reduction order by round-off; a NaN budget takes K).
+// reduction order by round-off; a NaN budget takes K). On rows of the sampled path the norms come
+// from the selection's own pass, whose threshold is set for min(D, max_boost K) (a superset of the
+// k_i best); the k_i best are then kept from those candidates.
 //
 // Handler jaxgossip_fused_top_k_f32 (B... batch dims from vmap, possibly none; L leaves):
 //   args: copy s32 [B...], senders s32 [B..., E], receivers s32 [B..., E], weights f32 [B..., E],
@@ -110,6 +112,44 @@ int64_t Budget(float rr, float xx, int64_t base, int64_t k_max, float tau) {
   if (!(want >= float(base))) return base;  // also NaN
   if (want >= float(k_max)) return k_max;
   return int64_t(want);
+}
+
+// x += g (s - h) (kSelfInS), else x += g ((s + a h) - h), in that order of operations.
+template <bool kSelfInS>
+void DenseUpdateBase(float* x, const float* s, const float* h, int64_t d, float g, float a) {
+  if (kSelfInS) {
+    for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * (s[t] - h[t]);
+  } else {
+    for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * ((s[t] + a * h[t]) - h[t]);
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// x and h are in cache from the selection; s is not: its lines are asked for kAhead entries ahead.
+template <bool kSelfInS>
+__attribute__((target("avx2"))) void DenseUpdateAvx2(float* x, const float* s, const float* h, int64_t d, float g,
+                                                     float a) {
+  const __m256 gv = _mm256_set1_ps(g), av = _mm256_set1_ps(a);
+  int64_t t = 0;
+  for (; t + 16 <= d; t += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(s + t + kAhead), _MM_HINT_T0);
+    for (int j = 0; j < 16; j += 8) {
+      const __m256 sv = _mm256_loadu_ps(s + t + j), hv = _mm256_loadu_ps(h + t + j);
+      const __m256 in = kSelfInS ? sv : _mm256_add_ps(sv, _mm256_mul_ps(av, hv));
+      const __m256 step = _mm256_mul_ps(gv, _mm256_sub_ps(in, hv));
+      _mm256_storeu_ps(x + t + j, _mm256_add_ps(_mm256_loadu_ps(x + t + j), step));
+    }
+  }
+  DenseUpdateBase<kSelfInS>(x + t, s + t, h + t, d - t, g, a);
+}
+#endif
+
+template <bool kSelfInS>
+void DenseUpdate(float* x, const float* s, const float* h, int64_t d, float g, float a) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (HasAvx2()) return DenseUpdateAvx2<kSelfInS>(x, s, h, d, g, a);
+#endif
+  DenseUpdateBase<kSelfInS>(x, s, h, d, g, a);
 }
 
 struct Leaf {
@@ -255,13 +295,31 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
     float* h = leaf.h + ((b * num_copies + c) * n + i) * d;
     const float* s = leaf.s + ((b * num_copies + c) * n + i) * d;
     int64_t k = kd[(b * num_leaves + l) * n + i];
+    const Residual r{x, h};
     if (max_boost > 0) {
+      const int64_t k_max = std::min(d, max_boost * k);
       float rr, xx;
-      SumSquares(x, h, d, &rr, &xx);
-      k = Budget(rr, xx, k, std::min(d, max_boost * k), tau_d[b]);
+      if (HasAvx2() && d >= kSampleMinN && k_max * 16 <= d) {
+        // One read of the row for the norms and the candidates: a threshold for k_max >= k_i
+        // keeps a superset of the k_i best (SCSP 1 % at its cap, ResNet-20 x 8: 4.1 -> 3.5 ms).
+        const int32_t t = SampledThreshold</*kMagnitude=*/true>(r, d, k_max, sample);
+        if (int64_t(words.size()) < d) words.resize(d);
+        const int64_t count = ResidualPassAvx2</*kNorms=*/true>(x, h, d, t, words.data(), &rr, &xx);
+        k = Budget(rr, xx, k, k_max, tau_d[b]);
+        if (count >= k) {
+          KeepBest(words.data(), count, k);
+        } else {
+          SelectAll</*kMagnitude=*/true>(r, d, k, words);
+        }
+      } else {
+        SumSquares(x, h, d, &rr, &xx);
+        k = Budget(rr, xx, k, k_max, tau_d[b]);
+        SelectRow</*kMagnitude=*/true>(r, d, k, /*sorted=*/false, words, sample);
+      }
+    } else {
+      SelectRow</*kMagnitude=*/true>(r, d, k, /*sorted=*/false, words, sample);
     }
     sent[(b * num_leaves + l) * n + i] = int32_t(k);
-    SelectRow</*kMagnitude=*/true>(Residual{x, h}, d, k, /*sorted=*/false, words, sample);
     int32_t* qi = q_index.data() + b * per_batch + leaf.offset + i * leaf.kmax;
     float* qv = q_value.data() + b * per_batch + leaf.offset + i * leaf.kmax;
     for (int64_t j = 0; j < k; ++j) {
@@ -271,13 +329,7 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       qv[j] = v;
       h[idx] = h[idx] + v;
     }
-    const float g = gam[b];
-    if (kSelfInS) {
-      for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * (s[t] - h[t]);
-    } else {
-      const float a = self_w[b * n + i];
-      for (int64_t t = 0; t < d; ++t) x[t] = x[t] + g * ((s[t] + a * h[t]) - h[t]);
-    }
+    DenseUpdate<kSelfInS>(x, s, h, d, gam[b], self_w[b * n + i]);
   };
   auto phase_b = [&](int64_t b, int64_t l, int64_t i) {
     const Leaf& leaf = leaves[l];

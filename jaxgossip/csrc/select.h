@@ -77,16 +77,58 @@ inline uint32_t FloatBits(float v) {
   return b;
 }
 
+inline bool HasAvx2() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // Pass (below) over |x - h| with AVX2: 8 entries per compare, one movemask per 8.
 // Lines are requested 4 KB ahead: on rows out of cache the hardware prefetcher alone left the pass
 // waiting on memory (fused Choco round, ResNet-20 x 8: 3.6 -> 2.8 ms).
+// With kNorms it also sums (x - h)^2 into *rr and x^2 into *xx, in the order of SumSquaresAvx2
+// (fused_top_k.cc): two 8-lane accumulators taking alternate blocks of 8, the lanes added in
+// order, then the tail (< 16 entries) one by one. A row that needs its norms then costs one read.
 constexpr int64_t kAhead = 1024;
+
+// The pass bits of the 8 entries at x, h (|x - h| >= t as |x - h| > below); with kNorms their
+// squares added to the accumulators.
+template <bool kNorms>
+__attribute__((target("avx2"))) inline uint32_t ResidualBlockAvx2(const float* x, const float* h, __m256i below,
+                                                                 __m256& r_acc, __m256& x_acc) {
+  const __m256 a = _mm256_loadu_ps(x);
+  const __m256 d = _mm256_sub_ps(a, _mm256_loadu_ps(h));
+  if (kNorms) {
+    r_acc = _mm256_add_ps(r_acc, _mm256_mul_ps(d, d));
+    x_acc = _mm256_add_ps(x_acc, _mm256_mul_ps(a, a));
+  }
+  const __m256i key = _mm256_and_si256(_mm256_castps_si256(d), _mm256_set1_epi32(0x7fffffff));
+  return uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, below))));
+}
+
+// Word of every set bit of `mask` (entry at + bit) into out[count...]; returns the new count.
+inline int64_t EmitResidual(const float* x, const float* h, int64_t at, uint64_t mask, uint64_t* out,
+                            int64_t count) {
+  while (mask) {
+    int j = __builtin_ctzll(mask);
+    mask &= mask - 1;
+    out[count++] = Word(int32_t(FloatBits(x[at + j] - h[at + j]) & 0x7fffffffu), at + j);
+  }
+  return count;
+}
+
+template <bool kNorms = false>
 __attribute__((target("avx2"))) inline int64_t ResidualPassAvx2(const float* x, const float* h, int64_t n, int32_t t,
-                                                                 uint64_t* out) {
+                                                                 uint64_t* out, float* rr = nullptr,
+                                                                 float* xx = nullptr) {
   int64_t count = 0, i = 0;
-  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
   const __m256i below = _mm256_set1_epi32(t - 1);  // magnitude keys are >= 0, so t >= 0
+  __m256 r_acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 x_acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (; i + 64 <= n; i += 64) {
     for (int j = 0; j < 64; j += 16) {
       _mm_prefetch(reinterpret_cast<const char*>(x + i + kAhead + j), _MM_HINT_T0);
@@ -94,21 +136,30 @@ __attribute__((target("avx2"))) inline int64_t ResidualPassAvx2(const float* x, 
     }
     uint64_t mask = 0;
     for (int j = 0; j < 8; ++j) {
-      __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(h + i + 8 * j));
-      __m256i key = _mm256_and_si256(_mm256_castps_si256(d), magnitude);
-      __m256i pass = _mm256_cmpgt_epi32(key, below);
-      mask |= uint64_t(uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(pass)))) << (8 * j);
+      const int64_t at = i + 8 * j;
+      mask |= uint64_t(ResidualBlockAvx2<kNorms>(x + at, h + at, below, r_acc[j & 1], x_acc[j & 1])) << (8 * j);
     }
-    while (mask) {
-      int j = __builtin_ctzll(mask);
-      mask &= mask - 1;
-      out[count++] = Word(int32_t(FloatBits(x[i + j] - h[i + j]) & 0x7fffffffu), i + j);
-    }
+    count = EmitResidual(x, h, i, mask, out, count);
+  }
+  for (; i + 16 <= n; i += 16) {
+    uint64_t mask = ResidualBlockAvx2<kNorms>(x + i, h + i, below, r_acc[0], x_acc[0]);
+    mask |= uint64_t(ResidualBlockAvx2<kNorms>(x + i + 8, h + i + 8, below, r_acc[1], x_acc[1])) << 8;
+    count = EmitResidual(x, h, i, mask, out, count);
+  }
+  float r = 0, q = 0;
+  if (kNorms) {
+    float rl[8], xl[8];
+    _mm256_storeu_ps(rl, _mm256_add_ps(r_acc[0], r_acc[1]));
+    _mm256_storeu_ps(xl, _mm256_add_ps(x_acc[0], x_acc[1]));
+    for (int j = 0; j < 8; ++j) r += rl[j], q += xl[j];
   }
   for (; i < n; ++i) {
-    int32_t key = int32_t(FloatBits(x[i] - h[i]) & 0x7fffffffu);
+    const float d = x[i] - h[i];
+    if (kNorms) r += d * d, q += x[i] * x[i];
+    int32_t key = int32_t(FloatBits(d) & 0x7fffffffu);
     if (key >= t) out[count++] = Word(key, i);
   }
+  if (kNorms) *rr = r, *xx = q;
   return count;
 }
 #endif
@@ -124,8 +175,7 @@ struct Residual {
   template <bool kMagnitude>
   int64_t FastPass(int64_t n, int32_t t, uint64_t* out) const {
 #if defined(__x86_64__) && defined(__GNUC__)
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    if (kMagnitude && avx2) return ResidualPassAvx2(x, h, n, t, out);
+    if (kMagnitude && HasAvx2()) return ResidualPassAvx2(x, h, n, t, out);
 #endif
     return -1;
   }
@@ -256,12 +306,10 @@ int64_t Pass(const Src& x, int64_t n, int32_t t, uint64_t* out) {
   return PassBase<kMagnitude>(x, n, t, out);
 }
 
-// The k best words of a row, by index, into words[0, k), through a sampled threshold t: every
-// entry whose key is >= t is a candidate. If at least k entries pass, the k-th largest key is >= t,
-// so the k best are all among the candidates; otherwise the row takes SelectAll.
+// A threshold t for the k best of a row, from a sample: about 1.25 k + O(sqrt k) entries have a key
+// >= t, rarely fewer than k.
 template <bool kMagnitude, typename Src>
-void SelectSampled(const Src& x, int64_t n, int64_t k, std::vector<uint64_t>& words,
-                   std::vector<int32_t>& sample) {
+int32_t SampledThreshold(const Src& x, int64_t n, int64_t k, std::vector<int32_t>& sample) {
   // Runs of kRun contiguous entries spread evenly over the row: one cache line per run (a sample
   // of single entries at a stride touches a line per entry, which cost 2x on rows out of cache).
   const int64_t size = std::min<int64_t>(kMaxSample, n / 4) / kRun * kRun;
@@ -276,7 +324,16 @@ void SelectSampled(const Src& x, int64_t n, int64_t k, std::vector<uint64_t>& wo
   // that the pass keeps about k + 4 sqrt(m) n / size entries and rarely fewer than k.
   const double m = double(k) * double(size) / double(n);
   const int64_t rank = std::min<int64_t>(size, int64_t(1.25 * m + 4.0 * std::sqrt(m) + 4.0));
-  const int32_t t = KthLargest(sample.data(), size, rank);
+  return KthLargest(sample.data(), size, rank);
+}
+
+// The k best words of a row, by index, into words[0, k), through a sampled threshold t: every
+// entry whose key is >= t is a candidate. If at least k entries pass, the k-th largest key is >= t,
+// so the k best are all among the candidates; otherwise the row takes SelectAll.
+template <bool kMagnitude, typename Src>
+void SelectSampled(const Src& x, int64_t n, int64_t k, std::vector<uint64_t>& words,
+                   std::vector<int32_t>& sample) {
+  const int32_t t = SampledThreshold<kMagnitude>(x, n, k, sample);
   if (int64_t(words.size()) < n) words.resize(n);
   const int64_t count = Pass<kMagnitude>(x, n, t, words.data());
   if (count < k) {
