@@ -23,9 +23,7 @@
 // SCSP's budget (max_boost >= 1): k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) with
 // rho_i = ||x_i - h_i|| / max(||x_i||, FLT_MIN) of the row, computed in phase A from the row it
 // selects on (float32 sums: the norms, hence k_i at an exact ceil boundary, may differ from XLA's
-// reduction order by round-off; a NaN budget takes K). On rows of the sampled path the norms come
-// from the selection's own pass, whose threshold is set for min(D, max_boost K) (a superset of the
-// k_i best); the k_i best are then kept from those candidates.
+// reduction order by round-off; a NaN budget takes K).
 //
 // Handler jaxgossip_fused_top_k_f32 (B... batch dims from vmap, possibly none; L leaves):
 //   args: copy s32 [B...], senders s32 [B..., E], receivers s32 [B..., E], weights f32 [B..., E],
@@ -274,8 +272,10 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
     }
   }
 
-  std::vector<int32_t> q_index(batch * per_batch);
-  std::vector<float> q_value(batch * per_batch);
+  // The messages: uninitialised (a std::vector would zero them, ~1 MB a round at N = 16), every
+  // slot that phase B reads is written by phase A first.
+  std::unique_ptr<int32_t[]> q_index(new int32_t[batch * per_batch]);
+  std::unique_ptr<float[]> q_value(new float[batch * per_batch]);
   // Work: for every unit u = (batch member b, leaf l), N items of phase A (per node: select,
   // update the own copy, dense update of x with the old s), then N items of phase B (per receiver:
   // add the in-neighbours' messages to s, gamma times them to x). Phase B of a unit needs all of
@@ -301,7 +301,7 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       float rr, xx;
       if (HasAvx2() && d >= kSampleMinN && k_max * 16 <= d) {
         // One read of the row for the norms and the candidates: a threshold for k_max >= k_i
-        // keeps a superset of the k_i best (SCSP 1 % at its cap, ResNet-20 x 8: 4.1 -> 3.5 ms).
+        // keeps a superset of the k_i best (SCSP 1 % at its cap, ResNet-20 x 8: 4.1 -> ms).
         const int32_t t = SampledThreshold</*kMagnitude=*/true>(r, d, k_max, sample);
         if (int64_t(words.size()) < d) words.resize(d);
         const int64_t count = ResidualPassAvx2</*kNorms=*/true>(x, h, d, t, words.data(), &rr, &xx);
@@ -320,8 +320,8 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       SelectRow</*kMagnitude=*/true>(r, d, k, /*sorted=*/false, words, sample);
     }
     sent[(b * num_leaves + l) * n + i] = int32_t(k);
-    int32_t* qi = q_index.data() + b * per_batch + leaf.offset + i * leaf.kmax;
-    float* qv = q_value.data() + b * per_batch + leaf.offset + i * leaf.kmax;
+    int32_t* qi = q_index.get() + b * per_batch + leaf.offset + i * leaf.kmax;
+    float* qv = q_value.get() + b * per_batch + leaf.offset + i * leaf.kmax;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t idx = IndexOf(words[j]);
       const float v = x[idx] - h[idx];
@@ -342,8 +342,8 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       const int64_t j = from[m];
       const float w = weight_of[m];
       const int64_t k = sent[(b * num_leaves + l) * n + j];
-      const int32_t* qi = q_index.data() + b * per_batch + leaf.offset + j * leaf.kmax;
-      const float* qv = q_value.data() + b * per_batch + leaf.offset + j * leaf.kmax;
+      const int32_t* qi = q_index.get() + b * per_batch + leaf.offset + j * leaf.kmax;
+      const float* qv = q_value.get() + b * per_batch + leaf.offset + j * leaf.kmax;
       for (int64_t t = 0; t < k; ++t) {
         const float wv = w * qv[t];
         s[qi[t]] += wv;
