@@ -10,7 +10,9 @@ cached under ``$JAXGOSSIP_NATIVE_CACHE`` (default ``~/.cache/jaxgossip/native``)
 Nothing depends on them: when no compiler is found or the build fails, :func:`load` returns a
 :class:`NativeStatus` with ``available=False`` and the reason, a warning is issued once, and the
 callers use XLA's own operations (same results, slower). ``JAXGOSSIP_NATIVE=0`` turns the native
-kernels off without a warning. Accelerators never use them.
+kernels off without a warning. Accelerators never use them. On x86-64 the inner loops have AVX2
+versions chosen at run time; ``JAXGOSSIP_NATIVE_AVX2=0`` (read once per process) keeps the portable
+loops, with the same results (the tests run both).
 """
 
 from __future__ import annotations

@@ -300,3 +300,26 @@ def test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactl
     np.testing.assert_array_equal(np.asarray(out.x_hat[0]), want_h)
     np.testing.assert_allclose(np.asarray(out.s[0]), want_s, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(out.params[0]), want_x, rtol=1e-6, atol=1e-6)
+
+
+def test_portable_loops_without_avx2_pass_the_kernel_tests(tmp_path):
+    """JAXGOSSIP_NATIVE_AVX2=0 keeps the portable (non-AVX2) passes, norms and dense update that
+    a machine without AVX2 takes; the kernel and selection tests must pass on them too. They run
+    in a subprocess (the switch is read once per process)."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = [
+        f"{here}/test_fused.py::test_kernel_matches_numpy_loop",
+        f"{here}/test_fused.py::test_scsp_budget_in_the_kernel_matches_numpy",
+        f"{here}/test_fused.py::test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactly",
+        f"{here}/test_selection.py::test_histogram_selection_on_extreme_rows_is_exact",
+        f"{here}/test_selection.py::test_sampled_threshold_that_keeps_too_few_falls_back_exactly",
+    ]
+    env = dict(os.environ, JAXGOSSIP_NATIVE_AVX2="0")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--durations=0", *tests]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-500:]

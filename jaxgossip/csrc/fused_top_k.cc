@@ -97,8 +97,7 @@ __attribute__((target("avx2"))) void SumSquaresAvx2(const float* x, const float*
 
 void SumSquares(const float* x, const float* h, int64_t n, float* rr, float* xx) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return SumSquaresAvx2(x, h, n, rr, xx);
+  if (HasAvx2()) return SumSquaresAvx2(x, h, n, rr, xx);
 #endif
   SumSquaresBase(x, h, n, rr, xx);
 }

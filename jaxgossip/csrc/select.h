@@ -27,6 +27,7 @@
 #include <memory>
 #include <thread>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -77,9 +78,14 @@ inline uint32_t FloatBits(float v) {
   return b;
 }
 
+// Whether the AVX2 loops run. JAXGOSSIP_NATIVE_AVX2=0 keeps the portable ones on a machine that has
+// AVX2 (read once per process; the tests run them that way in a subprocess).
 inline bool HasAvx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && [] {
+    const char* v = std::getenv("JAXGOSSIP_NATIVE_AVX2");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
   return avx2;
 #else
   return false;
@@ -300,8 +306,7 @@ int64_t Pass(const Src& x, int64_t n, int32_t t, uint64_t* out) {
     if (count >= 0) return count;
   }
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return PassAvx2<kMagnitude>(x, n, t, out);
+  if (HasAvx2()) return PassAvx2<kMagnitude>(x, n, t, out);
 #endif
   return PassBase<kMagnitude>(x, n, t, out);
 }
