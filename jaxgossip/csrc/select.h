@@ -332,20 +332,25 @@ int32_t SampledThreshold(const Src& x, int64_t n, int64_t k, std::vector<int32_t
   return KthLargest(sample.data(), size, rank);
 }
 
-// The k best words of a row, by index, into words[0, k), through a sampled threshold t: every
-// entry whose key is >= t is a candidate. If at least k entries pass, the k-th largest key is >= t,
-// so the k best are all among the candidates; otherwise the row takes SelectAll.
+// The k best words of a row, by index, into words[0, k), from the `count` candidates a pass at a
+// threshold t left in words (every entry whose key is >= t). If at least k entries passed, the
+// k-th largest key is >= t, so the k best are all among them; otherwise the row takes SelectAll.
 template <bool kMagnitude, typename Src>
-void SelectSampled(const Src& x, int64_t n, int64_t k, std::vector<uint64_t>& words,
-                   std::vector<int32_t>& sample) {
-  const int32_t t = SampledThreshold<kMagnitude>(x, n, k, sample);
-  if (int64_t(words.size()) < n) words.resize(n);
-  const int64_t count = Pass<kMagnitude>(x, n, t, words.data());
+void KeepFromCandidates(const Src& x, int64_t n, int64_t k, int64_t count, std::vector<uint64_t>& words) {
   if (count < k) {
     SelectAll<kMagnitude>(x, n, k, words);
     return;
   }
   KeepBest(words.data(), count, k);
+}
+
+// The k best words of a row, by index, into words[0, k), through a sampled threshold.
+template <bool kMagnitude, typename Src>
+void SelectSampled(const Src& x, int64_t n, int64_t k, std::vector<uint64_t>& words,
+                   std::vector<int32_t>& sample) {
+  const int32_t t = SampledThreshold<kMagnitude>(x, n, k, sample);
+  if (int64_t(words.size()) < n) words.resize(n);
+  KeepFromCandidates<kMagnitude>(x, n, k, Pass<kMagnitude>(x, n, t, words.data()), words);
 }
 
 // The k best words of one row into words[0, k): best first if `sorted`, else in any order (the
