@@ -332,7 +332,10 @@ def resnet20_tree(num_nodes):
 
 @functools.cache
 def _split_keys():
-    return jax.random.split(jax.random.key(0), 32)  # one PRNG compile per session
+    # Concrete even when first asked for inside a jit trace (a cached tracer would leak into the
+    # next test that uses it).
+    with jax.ensure_compile_time_eval():
+        return jax.random.split(jax.random.key(0), 32)  # one PRNG compile per session
 
 
 def split_keys(rounds):

@@ -13,8 +13,9 @@
 // on x - h computed on the fly (nothing materialised), updates h at the kept entries and makes
 // the dense update with the old s while the row is still in cache; phase B, per (leaf, receiver),
 // adds each in-neighbour's K weighted entries to s and gamma times them to x. Dense traffic: read
-// x, h (selection; again from cache), read s, write x. Phase B of a leaf needs that leaf's phase A
-// on every node; it is scheduled one leaf behind phase A, so it finds the leaf still in cache.
+// x, h (selection; again from cache), read s, write x. Phase B of a receiver needs phase A of itself
+// and of its in-neighbours; it runs as soon as they are done, mostly right after the receiver's
+// own phase A, which has just brought its rows of x and s into cache.
 //
 // Rounding: x gets gamma (s - h) and then gamma W_ij q_j per message, where XLA forms
 // gamma ((s + sum_j W_ij q_j) - h); s gets the messages one by one, where XLA adds their sum. Both
@@ -278,15 +279,39 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
   std::unique_ptr<int32_t[]> q_index(new int32_t[batch * per_batch]);
   std::unique_ptr<float[]> q_value(new float[batch * per_batch]);
   // Work: for every unit u = (batch member b, leaf l), N items of phase A (per node: select,
-  // update the own copy, dense update of x with the old s), then N items of phase B (per receiver:
-  // add the in-neighbours' messages to s, gamma times them to x). Phase B of a unit needs all of
-  // its phase A. Blocks of N items are handed out in the order A0 A1 B0 A2 B1 ... A(U-1) B(U-2)
-  // B(U-1): phase B of a leaf runs while the leaf is still in cache, and by the time a thread takes
-  // it the other thread has (nearly always) finished that leaf's phase A; it waits otherwise.
+  // update the own copy, dense update of x with the old s) and N of phase B (per receiver: add the
+  // in-neighbours' messages to s, gamma times them to x). B(u, i) needs A(u, i) (the dense update
+  // reads the old s) and A(u, j) of every in-neighbour j (their messages). The threads take the A
+  // items in order; whoever completes the last of those prerequisites runs B(u, i) at once, so B
+  // of a node whose in-neighbours are done finds its rows of x and s still in L2 from its own A
+  // (N = 16, SCSP at its cap: the message phase was ~17 ns an entry on rows gone to L3). Any such
+  // order gives the same result: B(u, i) adds the messages in the in-edges' order whoever runs it.
   const int64_t units = batch * num_leaves;
   const int64_t mean_entries = std::max<int64_t>(1, entries / (units * n));
-  std::unique_ptr<std::atomic<int64_t>[]> selected(new std::atomic<int64_t>[units]);
-  for (int64_t u = 0; u < units; ++u) selected[u].store(0, std::memory_order_relaxed);
+  // Out-edges of every sender (CSR, per batch), to find the receivers whose B an A may unblock.
+  std::vector<int64_t> out_start(batch * (n + 1), 0);
+  std::vector<int32_t> to(from.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t* st = start.data() + b * (n + 1);
+    int64_t* os = out_start.data() + b * (n + 1);
+    std::vector<int64_t> count(n, 0);
+    for (int64_t m = st[0]; m < st[n]; ++m) ++count[from[m]];
+    os[0] = st[0];
+    for (int64_t j = 0; j < n; ++j) os[j + 1] = os[j] + count[j];
+    std::vector<int64_t> fill(os, os + n);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t m = st[r]; m < st[r + 1]; ++m) to[fill[from[m]]++] = int32_t(r);
+    }
+  }
+  // seq_cst: a thread stores its A flag, then loads the others'; of two threads completing the
+  // last prerequisites of one B at the same time, at least one sees both flags (and the exchange
+  // on `claimed` lets exactly one run it).
+  std::unique_ptr<std::atomic<uint8_t>[]> a_done(new std::atomic<uint8_t>[units * n]);
+  std::unique_ptr<std::atomic<uint8_t>[]> claimed(new std::atomic<uint8_t>[units * n]);
+  for (int64_t q = 0; q < units * n; ++q) {
+    a_done[q].store(0, std::memory_order_relaxed);
+    claimed[q].store(0, std::memory_order_relaxed);
+  }
   auto phase_a = [&](int64_t b, int64_t l, int64_t i) {
     thread_local std::vector<uint64_t> words;
     thread_local std::vector<int32_t> sample;
@@ -348,18 +373,24 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       }
     }
   };
-  ForEachRow(pool, 2 * units * n, mean_entries, [&](int64_t r) {
-    const int64_t block = r / n, i = r % n;
-    const bool last = block == 2 * units - 1;
-    const bool is_a = !last && (block == 0 || block % 2 == 1);
-    const int64_t u = last ? units - 1 : (is_a ? (block + 1) / 2 : block / 2 - 1);
+  auto try_b = [&](int64_t b, int64_t l, int64_t u, int64_t i) {
+    if (!a_done[u * n + i].load()) return;
+    const int64_t* st = start.data() + b * (n + 1);
+    for (int64_t m = st[i]; m < st[i + 1]; ++m) {
+      if (!a_done[u * n + from[m]].load()) return;
+    }
+    if (claimed[u * n + i].exchange(1)) return;
+    phase_b(b, l, i);
+  };
+  ForEachRow(pool, units * n, mean_entries, [&](int64_t r) {
+    const int64_t u = r / n, i = r % n;
     const int64_t b = u / num_leaves, l = u % num_leaves;
-    if (is_a) {
-      phase_a(b, l, i);
-      selected[u].fetch_add(1, std::memory_order_release);
-    } else {
-      while (selected[u].load(std::memory_order_acquire) < n) std::this_thread::yield();
-      phase_b(b, l, i);
+    phase_a(b, l, i);
+    a_done[u * n + i].store(1);
+    try_b(b, l, u, i);
+    const int64_t* os = out_start.data() + b * (n + 1);
+    for (int64_t m = os[i]; m < os[i + 1]; ++m) {
+      if (to[m] != i) try_b(b, l, u, to[m]);
     }
   });
   return ffi::Error::Success();

@@ -244,6 +244,28 @@ T KthLargest(T* v, int64_t n, int64_t rank) {
   return side[need - 1];
 }
 
+// A key t at or below the rank-th largest of v[0, n) (1 <= rank <= n), with at least `rank`
+// values >= t: the lower edge of the histogram bucket (as in KthLargest) that holds the rank-th
+// largest. Cheaper than KthLargest (no gather of the bucket, no nth_element) where any such
+// threshold will do: the sampled threshold only decides how many candidates a pass keeps.
+inline int32_t RankFloor(int32_t* v, int64_t n, int64_t rank) {
+  if (n < kHistogramMinN) return KthLargest(v, n, rank);
+  uint32_t lo = ~0u, hi = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const uint32_t key = CoarseKey(v[c]);
+    lo = std::min(lo, key);
+    hi = std::max(hi, key);
+  }
+  int shift = 0;
+  while (((hi - lo) >> shift) >> kBucketBits) ++shift;
+  uint32_t hist[1 << kBucketBits] = {0};
+  for (int64_t c = 0; c < n; ++c) ++hist[(CoarseKey(v[c]) - lo) >> shift];
+  int64_t above = 0;
+  uint32_t b = (hi - lo) >> shift;
+  while (above + hist[b] < rank) above += hist[b--];
+  return int32_t((lo + (b << shift)) ^ 0x80000000u);
+}
+
 // Keeps the k best of words[0, count) in words[0, k), in their order (the passes write words by
 // increasing index, so the kept set comes out by index: its updates then walk memory forward).
 inline void KeepBest(uint64_t* words, int64_t count, int64_t k) {
@@ -329,7 +351,7 @@ int32_t SampledThreshold(const Src& x, int64_t n, int64_t k, std::vector<int32_t
   // that the pass keeps about k + 4 sqrt(m) n / size entries and rarely fewer than k.
   const double m = double(k) * double(size) / double(n);
   const int64_t rank = std::min<int64_t>(size, int64_t(1.25 * m + 4.0 * std::sqrt(m) + 4.0));
-  return KthLargest(sample.data(), size, rank);
+  return RankFloor(sample.data(), size, rank);
 }
 
 // The k best words of a row, by index, into words[0, k), from the `count` candidates a pass at a
