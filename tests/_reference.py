@@ -412,6 +412,19 @@ def check_compressed_gossip_validation(factory, label):
         factory(ring).init({"w": jnp.zeros((3, 2))})
 
 
+def fast_compile_env(env=None) -> dict:
+    """``env`` (default: this process's) for a subprocess whose results are checked to tolerances
+    only (a notebook kernel, CLI commands run for their outputs): compiled like the in-process
+    tests, without XLA's expensive backend optimizations (tests/conftest.py), unless
+    JAXGOSSIP_TEST_OPTIMIZE=1."""
+    import os
+
+    env = dict(os.environ if env is None else env)
+    if os.environ.get("JAXGOSSIP_TEST_OPTIMIZE", "0") != "1":
+        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+    return env
+
+
 def start_cli(command: str, argv, out, env):
     """``python -m jaxgossip.cli COMMAND ARGV --out OUT`` as a subprocess (text pipes), so several
     commands can run side by side; read them with ``proc.communicate(timeout=...)``."""

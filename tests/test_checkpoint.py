@@ -12,6 +12,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from _reference import fast_compile_env
 from tiny import tiny_config
 
 from jaxgossip import checkpoint
@@ -134,7 +135,7 @@ def test_sigkill_in_the_save_path_resumes_bit_identical(tmp_path, reference, poi
     script.write_text(_KILLER.format(tests=TESTS))
     proc = subprocess.run(
         [sys.executable, str(script), out, point, str(step)],
-        env=dict(os.environ),
+        env=fast_compile_env(),  # compiled as this process's reference and resume (tests/conftest.py)
         capture_output=True,
         text=True,
         timeout=300,

@@ -38,7 +38,7 @@ def _restore_state(ckpt_dir: str, step: int):
 
 
 @pytest.mark.skipif(len(jax.devices()) < 8, reason="the reference run needs 8 CPU devices (tests/conftest.py)")
-def test_two_processes_equal_one_process(tmp_path):
+def test_two_processes_equal_one_process(tmp_path, fully_optimized):
     out = io.StringIO()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, os.path.join(HERE, "multiprocess_worker.py"), str(tmp_path / "mp")]

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _reference import readme_plugin, start_cli
+from _reference import fast_compile_env, readme_plugin, start_cli
 from tiny import TINY_FLAGS, tiny_config
 
 import jaxgossip as jg
@@ -127,7 +127,7 @@ def test_training_topology_sweep_and_cost_api(plugin_dir):
 
 
 def test_every_command_runs_the_plugin_by_import_path(plugin_dir, tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_dir), str(ROOT)] + sys.path))
+    env = fast_compile_env(dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_dir), str(ROOT)] + sys.path)))
     commands = {
         "train": [*TINY, f"--algorithm={PATH}", "--algorithm_options.beta=0.8", "--no-progress", *COST],
         "sweep": [*TINY, f"--algorithm={PATH}", "--sweep.lr=0.05,0.1", "--no-progress", *COST],
