@@ -211,12 +211,19 @@ constexpr int64_t kHistogramMinN = 128;  // below, nth_element's cost is less th
 inline uint32_t CoarseKey(int32_t key) { return uint32_t(key) ^ 0x80000000u; }
 inline uint32_t CoarseKey(uint64_t word) { return uint32_t(word >> 32); }
 
+// The histogram of v[0, n)'s top bits between their min and max (n >= rank >= 1), and the bucket
+// that holds the rank-th largest: its members are the values with ((CoarseKey - lo) >> shift) ==
+// bucket, `above` values lie in higher buckets.
+struct RankBucket {
+  uint32_t lo;
+  int shift;
+  uint32_t bucket;
+  int64_t above;
+  uint32_t size;  // members of the bucket
+};
+
 template <typename T>
-T KthLargest(T* v, int64_t n, int64_t rank) {
-  if (n < kHistogramMinN) {
-    std::nth_element(v, v + (rank - 1), v + n, std::greater<T>());
-    return v[rank - 1];
-  }
+RankBucket FindRankBucket(const T* v, int64_t n, int64_t rank) {
   uint32_t lo = ~0u, hi = 0;
   for (int64_t c = 0; c < n; ++c) {
     const uint32_t key = CoarseKey(v[c]);
@@ -230,16 +237,26 @@ T KthLargest(T* v, int64_t n, int64_t rank) {
   int64_t above = 0;
   uint32_t b = (hi - lo) >> shift;
   while (above + hist[b] < rank) above += hist[b--];  // the buckets hold all n >= rank values
-  // The wanted value is the (rank - above)-th largest of bucket b. The append writes before it
+  return RankBucket{lo, shift, b, above, hist[b]};
+}
+
+template <typename T>
+T KthLargest(T* v, int64_t n, int64_t rank) {
+  if (n < kHistogramMinN) {
+    std::nth_element(v, v + (rank - 1), v + n, std::greater<T>());
+    return v[rank - 1];
+  }
+  const RankBucket rb = FindRankBucket(v, n, rank);
+  // The wanted value is the (rank - above)-th largest of the bucket. The append writes before it
   // tests, hence one spare slot.
   thread_local std::vector<T> side;
-  side.resize(hist[b] + 1);
+  side.resize(rb.size + 1);
   int64_t m = 0;
   for (int64_t c = 0; c < n; ++c) {
     side[m] = v[c];
-    m += ((CoarseKey(v[c]) - lo) >> shift) == b;
+    m += ((CoarseKey(v[c]) - rb.lo) >> rb.shift) == rb.bucket;
   }
-  const int64_t need = rank - above;
+  const int64_t need = rank - rb.above;
   std::nth_element(side.begin(), side.begin() + (need - 1), side.begin() + m, std::greater<T>());
   return side[need - 1];
 }
@@ -250,20 +267,8 @@ T KthLargest(T* v, int64_t n, int64_t rank) {
 // threshold will do: the sampled threshold only decides how many candidates a pass keeps.
 inline int32_t RankFloor(int32_t* v, int64_t n, int64_t rank) {
   if (n < kHistogramMinN) return KthLargest(v, n, rank);
-  uint32_t lo = ~0u, hi = 0;
-  for (int64_t c = 0; c < n; ++c) {
-    const uint32_t key = CoarseKey(v[c]);
-    lo = std::min(lo, key);
-    hi = std::max(hi, key);
-  }
-  int shift = 0;
-  while (((hi - lo) >> shift) >> kBucketBits) ++shift;
-  uint32_t hist[1 << kBucketBits] = {0};
-  for (int64_t c = 0; c < n; ++c) ++hist[(CoarseKey(v[c]) - lo) >> shift];
-  int64_t above = 0;
-  uint32_t b = (hi - lo) >> shift;
-  while (above + hist[b] < rank) above += hist[b--];
-  return int32_t((lo + (b << shift)) ^ 0x80000000u);
+  const RankBucket rb = FindRankBucket(v, n, rank);
+  return int32_t((rb.lo + (rb.bucket << rb.shift)) ^ 0x80000000u);
 }
 
 // Keeps the k best of words[0, count) in words[0, k), in their order (the passes write words by
