@@ -288,7 +288,7 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
   // order gives the same result: B(u, i) adds the messages in the in-edges' order whoever runs it.
   const int64_t units = batch * num_leaves;
   const int64_t mean_entries = std::max<int64_t>(1, entries / (units * n));
-  // Out-edges of every sender (CSR, per batch), to find the receivers whose B an A may unblock.
+  // Out-edges of every sender (CSR, per batch): the receivers whose B an A brings closer.
   std::vector<int64_t> out_start(batch * (n + 1), 0);
   std::vector<int32_t> to(from.size());
   for (int64_t b = 0; b < batch; ++b) {
@@ -303,14 +303,14 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       for (int64_t m = st[r]; m < st[r + 1]; ++m) to[fill[from[m]]++] = int32_t(r);
     }
   }
-  // seq_cst: a thread stores its A flag, then loads the others'; of two threads completing the
-  // last prerequisites of one B at the same time, at least one sees both flags (and the exchange
-  // on `claimed` lets exactly one run it).
-  std::unique_ptr<std::atomic<uint8_t>[]> a_done(new std::atomic<uint8_t>[units * n]);
-  std::unique_ptr<std::atomic<uint8_t>[]> claimed(new std::atomic<uint8_t>[units * n]);
-  for (int64_t q = 0; q < units * n; ++q) {
-    a_done[q].store(0, std::memory_order_relaxed);
-    claimed[q].store(0, std::memory_order_relaxed);
+  // pending[u n + i]: the prerequisites of B(u, i) not yet done, A(u, i) and one per in-edge. Each
+  // A decrements its own and its out-neighbours' counts; the thread that brings one to 0 runs that
+  // B (acq_rel: it then sees every message and dense update the others wrote before decrementing).
+  // O(E) a leaf, whatever the degrees.
+  std::unique_ptr<std::atomic<int64_t>[]> pending(new std::atomic<int64_t>[units * n]);
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t* st = start.data() + (u / num_leaves) * (n + 1);
+    for (int64_t i = 0; i < n; ++i) pending[u * n + i].store(1 + st[i + 1] - st[i], std::memory_order_relaxed);
   }
   auto phase_a = [&](int64_t b, int64_t l, int64_t i) {
     thread_local std::vector<uint64_t> words;
@@ -373,25 +373,16 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
       }
     }
   };
-  auto try_b = [&](int64_t b, int64_t l, int64_t u, int64_t i) {
-    if (!a_done[u * n + i].load()) return;
-    const int64_t* st = start.data() + b * (n + 1);
-    for (int64_t m = st[i]; m < st[i + 1]; ++m) {
-      if (!a_done[u * n + from[m]].load()) return;
-    }
-    if (claimed[u * n + i].exchange(1)) return;
-    phase_b(b, l, i);
+  auto done_one = [&](int64_t b, int64_t l, int64_t u, int64_t i) {
+    if (pending[u * n + i].fetch_sub(1, std::memory_order_acq_rel) == 1) phase_b(b, l, i);
   };
   ForEachRow(pool, units * n, mean_entries, [&](int64_t r) {
     const int64_t u = r / n, i = r % n;
     const int64_t b = u / num_leaves, l = u % num_leaves;
     phase_a(b, l, i);
-    a_done[u * n + i].store(1);
-    try_b(b, l, u, i);
+    done_one(b, l, u, i);
     const int64_t* os = out_start.data() + b * (n + 1);
-    for (int64_t m = os[i]; m < os[i + 1]; ++m) {
-      if (to[m] != i) try_b(b, l, u, to[m]);
-    }
+    for (int64_t m = os[i]; m < os[i + 1]; ++m) done_one(b, l, u, to[m]);
   });
   return ffi::Error::Success();
 }
