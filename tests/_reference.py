@@ -412,17 +412,20 @@ def check_compressed_gossip_validation(factory, label):
         factory(ring).init({"w": jnp.zeros((3, 2))})
 
 
-def fast_compile_env(env=None) -> dict:
-    """``env`` (default: this process's) for a subprocess whose results are checked to tolerances
-    only (a notebook kernel, CLI commands run for their outputs): compiled like the in-process
-    tests, without XLA's expensive backend optimizations (tests/conftest.py), unless
-    JAXGOSSIP_TEST_OPTIMIZE=1."""
+def fast_compile_vars() -> dict:
+    """The environment variables that make a subprocess compile like the in-process tests, without
+    XLA's expensive backend optimizations (tests/conftest.py); none with JAXGOSSIP_TEST_OPTIMIZE=1."""
     import os
 
-    env = dict(os.environ if env is None else env)
-    if os.environ.get("JAXGOSSIP_TEST_OPTIMIZE", "0") != "1":
-        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
-    return env
+    return {} if os.environ.get("JAXGOSSIP_TEST_OPTIMIZE", "0") == "1" else {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+
+
+def fast_compile_env(env=None) -> dict:
+    """``env`` (default: this process's) plus :func:`fast_compile_vars`, for a subprocess compared
+    with this process's results or checked to tolerances only (SIGKILL-and-resume, CLI commands)."""
+    import os
+
+    return {**(os.environ if env is None else env), **fast_compile_vars()}
 
 
 def start_cli(command: str, argv, out, env):
