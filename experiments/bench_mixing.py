@@ -20,7 +20,7 @@ that their GB/s compare directly):
     copy:      2   * N * D * 4   one read, one write
 
 ``ratio = GB/s(mix) / GB/s(copy)``: 1.0 means the round moves its K + 1 streams as fast as a copy
-moves its 2. This is the measurement behind DESIGN.md principle 2 (kernel choice per topology).
+moves its 2. This is the measurement behind the kernel choice per topology (jaxgossip/topology/layout.py).
 
 Usage::
 

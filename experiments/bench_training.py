@@ -67,8 +67,8 @@ import optax  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 from jaxgossip import data, models, sharding  # noqa: E402
-from jaxgossip.runner import TrainConfig, build, make_optimizer  # noqa: E402
-from jaxgossip.train import linen_model_fns  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, build, make_optimizer  # noqa: E402
+from jaxgossip.training import linen_model_fns  # noqa: E402
 
 BATCH = 32
 EVAL = 16

@@ -55,7 +55,7 @@ import numpy as np
 import jaxgossip as jg
 from jaxgossip import topology as T
 from jaxgossip.algorithms import make_merge, push_sum, scsp, sparse_push
-from jaxgossip.plots import plot_consensus
+from jaxgossip.run.plots import plot_consensus
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from consensus_study import RESULTS, THRESHOLDS, best_index, crossing, initial_values, machine_info  # noqa: E402

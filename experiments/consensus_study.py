@@ -48,7 +48,7 @@ from _common import cpu_model  # noqa: E402
 import jaxgossip as jg
 from jaxgossip import topology as T
 from jaxgossip.algorithms import choco, gossip, power_gossip
-from jaxgossip.plots import plot_consensus
+from jaxgossip.run.plots import plot_consensus
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 THRESHOLDS = (1e2, 1.0, 1e-2)  # absolute consensus errors (initial error ~ 8 750)

@@ -45,9 +45,9 @@ from _common import cpu_model
 from jaxgossip import sweeps
 from jaxgossip import topology as T
 from jaxgossip.cli.demo import DEMO_DEFAULTS
-from jaxgossip.config import TrainConfig, check_train_config
-from jaxgossip.experiment_sweeps import sweep_topologies_training
-from jaxgossip.runner import prepare
+from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.experiment_sweeps import sweep_topologies_training
+from jaxgossip.run.runner import prepare
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "failure_study")
 N = 16

@@ -19,8 +19,8 @@ import os
 
 import numpy as np
 
-from jaxgossip import plots
-from jaxgossip.runner import TrainConfig, run_training
+from jaxgossip.run import plots
+from jaxgossip.run.runner import TrainConfig, run_training
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEEDS = (0, 1)

@@ -4,14 +4,14 @@ Runs the CPU-sized configs ``experiments/configs/powergossip_cpu.py`` (10 varian
 PowerGossip CIFAR-10 table; docs/algorithms.md, section training recipes and models) and
 ``experiments/configs/sparsepush_cpu.py``
 (push-sum, Sparse-Push 1 % / 0.1 %, SCSP on IID, skew 0.8 and Dirichlet(0.1) partitions;
-docs/algorithms.md, section training recipes and models) through :func:`jaxgossip.runner.run_training`,
+docs/algorithms.md, section training recipes and models) through :func:`jaxgossip.run.runner.run_training`,
 and writes per study
 
 * ``table.md``: accuracy of the averaged model (mean +- sample std over seeds), mean node accuracy,
   MB sent per epoch per worker, reduction factor vs the uncompressed baseline (D-SGD for
   PowerGossip, push-sum per partition for Sparse-Push), wall time per run, and the machine;
 * ``results.json``: the same plus every seed's final row and seed 0's metric rows;
-* plots of seed 0 (:func:`jaxgossip.plots.plot_training`): accuracy vs rounds / vs MB, consensus.
+* plots of seed 0 (:func:`jaxgossip.run.plots.plot_training`): accuracy vs rounds / vs MB, consensus.
 
 into ``experiments/results/repro_powergossip/`` and ``experiments/results/repro_sparsepush/``
 (plots per partition in subfolders). The full-size CIFAR-10 configs need a GPU and are not run here.
@@ -45,8 +45,8 @@ import numpy as np
 from _common import cpu_model  # noqa: E402
 
 from jaxgossip import data
-from jaxgossip.plots import format_table, plot_training
-from jaxgossip.runner import load_config, run_training
+from jaxgossip.run.plots import format_table, plot_training
+from jaxgossip.run.runner import load_config, run_training
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "configs")

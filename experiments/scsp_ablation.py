@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from jaxgossip import data
-from jaxgossip.plots import format_table
-from jaxgossip.runner import TrainConfig, run_training
+from jaxgossip.run.plots import format_table
+from jaxgossip.run.runner import TrainConfig, run_training
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

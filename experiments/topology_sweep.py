@@ -35,7 +35,7 @@ import time
 import jax
 
 from jaxgossip import sweeps, topology
-from jaxgossip.plots import format_table, plot_topology_sweep
+from jaxgossip.run.plots import format_table, plot_topology_sweep
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import cpu_model  # noqa: E402

@@ -24,7 +24,8 @@ import time
 import numpy as np
 
 import jaxgossip as jg
-from jaxgossip import algorithms, plots, topology
+from jaxgossip import algorithms, topology
+from jaxgossip.run import plots
 from jaxgossip.tuning import DEFAULT_GAMMAS, model_shapes, tuning_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -419,31 +419,3 @@ def memory_per_node(params: Any, opt_state: Any = None, comm_state: Any = None, 
         raise ValueError(f"num_nodes must be an int >= 1; got {num_nodes!r}")
     trees = (params, opt_state, comm_state)
     return sum(_nbytes(leaf) for leaf in jax.tree_util.tree_leaves(trees)) / num_nodes
-
-
-# The cost of configured runs (the options a user sets and their application to whole runs) lives
-# in cost_report.py, which builds on the definitions above; re-exported so all of it is reachable
-# from jaxgossip.cost.
-from jaxgossip.cost_report import (  # noqa: E402
-    COST_OPTIONS,
-    CostModel,
-    consensus_graph_cost,
-    cost_model_from_options,
-    exchanges_per_round,
-    priced_as_allreduce,
-    simulate_bits,
-    step_flops_and_memory,
-    training_cost,
-)
-
-__all__ += [
-    "COST_OPTIONS",
-    "CostModel",
-    "cost_model_from_options",
-    "simulate_bits",
-    "exchanges_per_round",
-    "priced_as_allreduce",
-    "step_flops_and_memory",
-    "training_cost",
-    "consensus_graph_cost",
-]

@@ -3,8 +3,8 @@
 A :class:`~jaxgossip.topology.Topology` keeps its tables in one of three layouts, and ``mix`` has
 one kernel per layout. Each kernel serves a single graph with NumPy tables (constants of the
 compiled program), a member of a graph stack under ``vmap`` (traced tables) and a traced round
-counter alike. The layout is chosen per graph from measurements on XLA:CPU (DESIGN.md principle 2,
-``experiments/bench_mixing.py``):
+counter alike. The layout is chosen per graph from measurements on XLA:CPU (``experiments/bench_mixing.py``,
+:mod:`jaxgossip.topology.layout`):
 
 * ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots
   ``[T, N, K]``, unrolled over K (the degree, not the nodes). A slot column of static tables that
@@ -23,7 +23,7 @@ one-peer exponential graph with a traced round, the same speed for static rounds
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,10 +31,9 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec
 
+from jaxgossip.topology import Topology
+from jaxgossip.topology.layout import circulant_shift, circulant_shifts
 from jaxgossip.types import Array, Params
-
-if TYPE_CHECKING:
-    from jaxgossip.topology import Topology
 
 __all__ = [
     "mix",
@@ -44,133 +43,11 @@ __all__ = [
     "consensus_distance",
     "num_params_per_node",
     "leaf_bits",
-    "slot_table",
-    "choose_kernel",
-    "circulant_shifts",
-    "KERNELS",
     "NODE_AXIS",
 ]
 
-KERNELS = ("auto", "slots", "dense", "segment")
 # The mesh axis that carries the node axis (jaxgossip.sharding.node_mesh builds it).
 NODE_AXIS = "nodes"
-# Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
-# measured on XLA:CPU (DESIGN.md principle 2): 0.86x copy bandwidth at K=3, 0.65x at K=9.
-_MAX_SLOTS = 16
-# Above this edge density a dense matmul beats gathers (6x at N=64, K=64 on XLA:CPU).
-_DENSE_FRACTION = 0.25
-
-
-# ---- layouts (host side, NumPy) -------------------------------------------------------------------
-
-
-def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int):
-    """In-neighbour slot table of an edge list: ``(neighbors [T, N, K] int32, weights [T, N, K])``.
-
-    ``W_t @ x == sum_k weights[t, :, k, None] * x[neighbors[t, :, k]]``. K is the largest in-degree
-    (self included) over all rounds; unused slots point at the node itself with weight 0. Slot 0
-    always holds the node itself (weight 0 when it has no self-loop), so the kernel reads it as
-    ``x`` without a gather. Host-side NumPy, not jittable.
-
-    Args:
-      senders, receivers: [T, E] int, weights: [T, E] float; weight-0 edges are padding.
-      num_nodes: N.
-    """
-    n, period = num_nodes, senders.shape[0]
-    lists = []
-    for t in range(period):
-        keep = weights[t] != 0
-        s, r, w = senders[t][keep], receivers[t][keep], weights[t][keep]
-        # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
-        # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
-        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
-        lists.append((s[order], r[order], w[order]))
-    k = 1
-    for s, r, _ in lists:
-        if r.size:
-            missing_self = np.ones(n, dtype=np.int64)
-            missing_self[r[s == r]] = 0
-            k = max(k, int((np.bincount(r, minlength=n) + missing_self).max()))
-    nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
-    slot_w = np.zeros((period, n, k), dtype=weights.dtype)
-    for t, (s, r, w) in enumerate(lists):
-        if r.size == 0:
-            continue
-        first = np.searchsorted(r, np.arange(n))
-        has_self = np.zeros(n, dtype=bool)
-        has_self[r[s == r]] = True
-        # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
-        pos = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
-        nbr[t, r, pos] = s
-        slot_w[t, r, pos] = w
-    return nbr, slot_w
-
-
-def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:
-    """The measured kernel choice for ``kernel="auto"``.
-
-    Args:
-      num_nodes: N.
-      max_edges: the most weight != 0 edges (self-loops included) of any round.
-      max_slots: K of the slot table.
-    """
-    density = max_edges / num_nodes**2
-    # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
-    # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
-    if density > 0.5 or (max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
-        return "dense"
-    if max_slots <= _MAX_SLOTS:
-        return "slots"
-    return "segment"
-
-
-def _circulant_shift(column: np.ndarray) -> int | None:
-    """c if ``column[i] == (i + c) mod N`` for all i, else None."""
-    n = column.shape[0]
-    c = int(column[0])
-    return c if np.array_equal(column, (np.arange(n) + c) % n) else None
-
-
-def circulant_shifts(topology: Topology) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
-    """Writes every round of a circulant schedule as weighted shifts of the node axis.
-
-    Round t is ``((c_1, w_1), (c_2, w_2), ...)`` with distinct shifts ``c`` in ``[0, N)`` and
-    per-node weights ``w`` (numpy [N] float64), such that
-
-    .. math::  (W^{(t)} x)_i = \\sum_c w_c[i] \\, x_{(i + c) \\bmod N}.
-
-    Built from ``Topology.slots``: each in-neighbour slot column must be a single shift over the
-    nodes where its weight is non-zero (weight-0 padding may point anywhere). Slots with the same
-    shift are merged; shifts keep slot order (self first), so the sum runs in ``mix``'s order.
-
-    Raises:
-      ValueError: some round of ``topology`` is not circulant in its node labelling (e.g. star,
-        erdos_renyi, torus, hypercube with N >= 4).
-    """
-    nbr, slot_w = topology.slots
-    n = topology.num_nodes
-    nodes = np.arange(n)
-    rounds = []
-    for t in range(topology.period):
-        terms: dict[int, np.ndarray] = {}
-        for k in range(nbr.shape[2]):
-            w = slot_w[t, :, k]
-            live = w != 0
-            if not live.any():
-                continue
-            offsets = (nbr[t, live, k].astype(np.int64) - nodes[live]) % n
-            if np.any(offsets != offsets[0]):
-                raise ValueError(
-                    f"topology {topology.name} is not circulant: in round {t} the in-neighbour slot {k} takes "
-                    f"from offsets {sorted(set(offsets.tolist()))[:6]} (need one offset c with neighbour "
-                    "(i + c) mod N for every node i); mix_ppermute serves circulant graphs only (ring, "
-                    "directed_ring, exponential, one_peer_exponential, complete): use mixing.mix on "
-                    "inputs placed with shard_nodes instead"
-                )
-            c = int(offsets[0])
-            terms[c] = terms.get(c, np.zeros(n)) + w
-        rounds.append(tuple(terms.items()))
-    return tuple(rounds)
 
 
 @functools.lru_cache(maxsize=256)
@@ -245,7 +122,7 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
     static = isinstance(nbr, np.ndarray) and isinstance(idx, int)
     out = _expand(jnp.asarray(w[:, 0], acc), x.ndim) * x  # slot 0 is the node itself
     for k in range(1, nbr.shape[-1]):
-        if static and (shift := _circulant_shift(nbr[idx, :, k])) is not None:
+        if static and (shift := circulant_shift(nbr[idx, :, k])) is not None:
             gathered = jnp.roll(x, -shift, axis=0)
         else:
             gathered = x[_table(nbr, idx)[:, k]]

@@ -9,8 +9,8 @@ and plain gossip this is D-PSGD (Lian et al., NeurIPS 2017).
 
 Gradients are taken at the *debiased* model ``z = debias(x, state)`` (``x_i / w_i`` for push-sum
 methods, ``x_i`` otherwise) and the updates are applied to the params ``x`` (push-sum numerators),
-exactly as :mod:`jaxgossip.train` does (SGP, Assran et al., ICML 2019). The two orderings are those
-of :data:`jaxgossip.train.ORDERINGS`, extended to H local steps. With ``u_i^{k,h}`` the optimizer's
+exactly as :mod:`jaxgossip.training` does (SGP, Assran et al., ICML 2019). The two orderings are those
+of :data:`jaxgossip.training.ORDERINGS`, extended to H local steps. With ``u_i^{k,h}`` the optimizer's
 update of node i at local step h of round k (``optimizer.update`` of the gradient of
 ``f_i(., key_{k,i,h})`` at ``debias`` of the local iterate ``y^{k,h-1}``, ``y^{k,0} = x^k``):
 
@@ -22,7 +22,7 @@ update of node i at local step h of round k (``optimizer.update`` of the gradien
 
 An algorithm with a gradient hook (gradient tracking, QGM) sees every gradient before the
 optimizer does and may replace it: ``u = optimizer.update(hook(g, z))``, through
-:func:`jaxgossip.local_step.local_update`, the code path :mod:`jaxgossip.train` shares.
+:func:`jaxgossip.local_step.local_update`, the code path :mod:`jaxgossip.training` shares.
 
 Local steps do not communicate, so the bits per round do not depend on H. Optimizer state
 (momentum, Adam moments) is node-local and never communicated.
@@ -56,7 +56,7 @@ import optax
 
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.train import ORDERINGS
+from jaxgossip.training import ORDERINGS
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["OptimizationResult", "OptimizationTrace", "run_optimization", "optimization_scan", "ORDERINGS"]

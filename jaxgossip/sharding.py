@@ -5,8 +5,8 @@ else is replicated. ``jit`` then partitions the vmapped local work so that each 
 own nodes, and the mixing gathers become cross-device collectives inserted by XLA. Results equal the
 single-device run (tested on 8 CPU devices).
 
-Multi-host: call ``jax.distributed.initialize()`` on every host first (``jaxgossip.distributed``
-does it from the environment, ``python -m jaxgossip.launch`` starts P processes on one machine);
+Multi-host: call ``jax.distributed.initialize()`` on every host first (``jaxgossip.run.distributed``
+does it from the environment, ``python -m jaxgossip.run.launch`` starts P processes on one machine);
 ``jax.devices()`` then lists the devices of all hosts and the same mesh spans them.
 
 Circulant graphs (ring, directed ring, exponential, one-peer exponential, complete) mix by
@@ -30,11 +30,12 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxgossip import mixing
-from jaxgossip.mixing import NODE_AXIS, check_params, circulant_shifts
+from jaxgossip.mixing import NODE_AXIS, check_params
 from jaxgossip.topology import Topology
+from jaxgossip.topology.layout import circulant_shifts
 from jaxgossip.types import Params
 
-__all__ = ["node_mesh", "shard_nodes", "NODE_AXIS", "circulant_shifts", "mix_ppermute"]
+__all__ = ["node_mesh", "shard_nodes", "NODE_AXIS", "circulant_shifts", "mix_ppermute", "to_host"]
 
 
 def node_mesh(num_nodes: int, devices: int | Sequence[Any] | None = None) -> Mesh:
@@ -132,3 +133,23 @@ def mix_ppermute(topology: Topology, x: Params, t: Any = 0, mesh: Mesh | None = 
             "choose a device count that divides N"
         )
     return mixing.mix_on_mesh(topology, x, t, mesh)
+
+
+def to_host(tree: Any) -> Any:
+    """A NumPy copy of every leaf of ``tree``, global arrays included.
+
+    A leaf sharded over devices of several processes is gathered with
+    ``multihost_utils.process_allgather`` (a collective: call this on every process at the same
+    point); other leaves are copied as ``jax.device_get`` does. In one process this is
+    ``jax.device_get``.
+    """
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    def one(leaf):
+        if isinstance(leaf, jax.Array) and not (leaf.is_fully_addressable or leaf.is_fully_replicated):
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+        return jax.device_get(leaf)
+
+    return jax.tree_util.tree_map(one, tree)

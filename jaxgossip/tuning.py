@@ -90,7 +90,7 @@ def model_shapes(model: str, input_shape: Sequence[int], num_classes: int = 10, 
       **model_options: the model's options (``features=[16, 32]``, ...).
     """
     from jaxgossip import models
-    from jaxgossip.train import as_model_fns
+    from jaxgossip.training import as_model_fns
 
     fns = as_model_fns(models.make_model(model, num_classes=num_classes, **model_options))
     example = jax.ShapeDtypeStruct((1, *tuple(int(d) for d in input_shape)), jnp.float32)

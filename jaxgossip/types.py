@@ -64,7 +64,7 @@ class GossipAlgorithm(NamedTuple):
 
 
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
-# The runners' orderings of local step and communication (jaxgossip.train.ORDERINGS, repeated here
+# The runners' orderings of local step and communication (jaxgossip.training.ORDERINGS, repeated here
 # because types.py imports no other jaxgossip module).
 ORDERINGS = ("atc", "same_iterate")
 # Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
@@ -98,7 +98,7 @@ class AlgorithmInfo:
       allreduce_cost: the cost model prices a round as an all-reduce rather than gossip on the graph.
       trainer_options: option defaults the trainer sets (a user's option wins).
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
-        range on a symmetric W is checked (``jaxgossip.config.gamma_warning``).
+        range on a symmetric W is checked (``jaxgossip.run.config.gamma_warning``).
       orderings: the runner orderings under which it is the method it claims to be (default
         both); :func:`jaxgossip.local_step.check_ordering` refuses the others. D^2 corrects the
         model that was communicated, so it needs the local step before communication ("atc").

@@ -1,5 +1,5 @@
 """One process of the multi-process test (tests/test_multiprocess.py starts two of them with
-``jaxgossip.launch``): trains through the ``jaxgossip train`` command with the node axis over all
+``jaxgossip.run.launch``): trains through the ``jaxgossip train`` command with the node axis over all
 processes' devices (5 rounds, then resumed from the checkpoint to 10), then runs a sharded
 consensus; process 0 saves the consensus result.
 
@@ -12,8 +12,9 @@ import jax
 import numpy as np
 
 import jaxgossip as jg
-from jaxgossip import distributed, sharding
+from jaxgossip import sharding
 from jaxgossip.cli import main as cli_main
+from jaxgossip.run import distributed
 
 # (the same arguments build the single-process reference in the test)
 TRAIN_ARGS = [
@@ -54,7 +55,7 @@ def main(out: str) -> int:
             return status
     mesh = sharding.node_mesh(8)
     result = consensus(sharding.shard_nodes(consensus_x0(), mesh, 8))
-    host = distributed.to_host({"error": result.error, "x": result.x})
+    host = sharding.to_host({"error": result.error, "x": result.x})
     print(f"process {jax.process_index()} of {jax.process_count()}, {jax.device_count()} devices: consensus done")
     if distributed.is_primary():
         np.savez(f"{out}/consensus.npz", error=host["error"], bits=result.bits, w=host["x"]["w"], b=host["x"]["b"])

@@ -15,9 +15,9 @@ import pytest
 from _reference import fast_compile_env
 from tiny import tiny_config
 
-from jaxgossip import checkpoint
-from jaxgossip.checkpoint import CheckpointError
-from jaxgossip.runner import run_training
+from jaxgossip.run import checkpoint
+from jaxgossip.run.checkpoint import CheckpointError
+from jaxgossip.run.runner import run_training
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 CONFIG = tiny_config()  # 20 rounds, a chunk (and a checkpoint) every 5
@@ -93,7 +93,7 @@ _KILLER = """
 import os, signal, sys
 sys.path.insert(0, {tests!r})
 from tiny import tiny_config
-from jaxgossip.runner import run_training
+from jaxgossip.run.runner import run_training
 
 out, point, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rename, replace = os.rename, os.replace

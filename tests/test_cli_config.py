@@ -1,4 +1,4 @@
-"""The typed configuration system of every command (jaxgossip.config, jaxgossip.cli.parsing):
+"""The typed configuration system of every command (jaxgossip.run.config, jaxgossip.run.parsing):
 ``--help`` lists every field, overrides at any depth and list forms work, config files (YAML and
 Python) are checked against the same types, bad input exits with 2 and one message before any work,
 and runs that diverge are reported as such. Most checks run in-process through ``main`` and
@@ -19,8 +19,8 @@ from jaxgossip.cli import main
 from jaxgossip.cli.consensus import ConsensusConfig
 from jaxgossip.cli.sweep import SweepOptions
 from jaxgossip.cli.topology_sweep import TopologySweepOptions
-from jaxgossip.config import TrainConfig, check_train_config
-from jaxgossip.runner import config_from_dict, load_config
+from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.runner import config_from_dict, load_config
 
 COMMANDS = ["train", "sweep", "consensus", "topology-sweep", "demo"]
 COST = ["link.bandwidth", "link.latency", "link.mode", "link.allreduce", "node.flops", "energy.flop", "energy.bit"]
@@ -399,7 +399,7 @@ def test_every_command_exits_2_without_traceback_as_a_subprocess(tmp_path):
 
 
 def test_one_table_formatter():
-    from jaxgossip.plots import format_table, table_legend
+    from jaxgossip.run.plots import format_table, table_legend
 
     rows = [{"name": "a", "acc": 0.5, "min": None}, {"name": "bb", "acc": float("nan"), "min": 0.25}]
     columns = [("name", "run", ""), ("acc", "acc(avg)", ".3f"), ("min", "min", ".2f")]

@@ -13,7 +13,7 @@ from tiny import tiny_config
 
 import jaxgossip as jg
 from jaxgossip.cli import main
-from jaxgossip.cost import CostModel, training_cost
+from jaxgossip.run.cost_report import CostModel, training_cost
 
 BW, LAT = 1e8, 1e-3  # bit/s, s
 # tiny_config: 4 nodes, 20 rounds evaluated every 5, batch 8, an MLP 64 -> 8 -> 10 (with biases) on

@@ -14,7 +14,7 @@ from tiny import tiny_config
 
 from jaxgossip import sweeps, topology
 from jaxgossip.cli import main
-from jaxgossip.runner import TrainConfig, run_training
+from jaxgossip.run.runner import TrainConfig, run_training
 
 BW, LAT = 1e8, 1e-3  # bit/s, s
 DIM, STEPS, TOL = 4, 12, 1e-2

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxgossip import algorithms, data, models, topology
-from jaxgossip.runner import load_config, make_algorithm, make_optimizer, run_training
+from jaxgossip.run.runner import load_config, make_algorithm, make_optimizer, run_training
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs")
 CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))

@@ -673,7 +673,7 @@ def _blobs():
 def test_from_arrays_returns_a_dataset_that_trains():
     from tiny import tiny_config
 
-    from jaxgossip.runner import run_training
+    from jaxgossip.run.runner import run_training
 
     x_tr, y_tr, x_te, y_te = _blobs()
     ds = data.from_arrays(x_tr.astype(np.float64), y_tr.astype(np.int64), x_te, y_te)

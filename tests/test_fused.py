@@ -1,4 +1,4 @@
-"""jaxgossip.fused: the fused top-k round with public copies against a NumPy per-node loop, under
+"""jaxgossip.compress.fused: the fused top-k round with public copies against a NumPy per-node loop, under
 vmap, with bad input; and Choco / Sparse-Push / SCSP on it against their XLA formulation."""
 
 import jax
@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgossip import fused, native
 from jaxgossip import topology as T
 from jaxgossip.algorithms import choco, scsp, sparse_push
+from jaxgossip.compress import fused, native
 
 pytestmark = pytest.mark.skipif(not native.load().available, reason="native CPU kernels unavailable")
 

@@ -17,8 +17,8 @@ from tiny import tiny_config
 import jaxgossip as jg
 from jaxgossip import algorithms
 from jaxgossip.cli import main
+from jaxgossip.run.watchdog import check_consensus
 from jaxgossip.types import AlgorithmInfo
-from jaxgossip.watchdog import check_consensus
 
 TOP1 = {"compressor": "top_k", "compressor_options": {"fraction": 0.01}}
 # 1000 rounds (tune_gamma's own advice for top-1 %): at gamma 0.1 the error falls for ~450 rounds and

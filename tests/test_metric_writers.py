@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from tiny import tiny_config
 
-from jaxgossip.metric_writers import SCALAR_TAGS, scalar_tag, write_tensorboard
-from jaxgossip.runner import run_training
+from jaxgossip.run.metric_writers import SCALAR_TAGS, scalar_tag, write_tensorboard
+from jaxgossip.run.runner import run_training
 
 
 def _read_scalars(log_dir):

@@ -1,4 +1,4 @@
-"""Several JAX processes, one run: ``python -m jaxgossip.launch`` starts 2 processes x 4 CPU devices
+"""Several JAX processes, one run: ``python -m jaxgossip.run.launch`` starts 2 processes x 4 CPU devices
 (gloo collectives, coordinator on localhost), which train through ``jaxgossip train`` (stopping
 half-way and resuming from the orbax checkpoint) and run a consensus, with the node axis over all 8
 devices (tests/multiprocess_worker.py). The results equal the uninterrupted single-process run on
@@ -15,8 +15,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from jaxgossip import distributed, launch, sharding
+from jaxgossip import sharding
 from jaxgossip.cli import main as cli_main
+from jaxgossip.run import distributed, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -188,7 +189,7 @@ def test_single_process_helpers():
     assert distributed.is_primary()
     distributed.barrier("noop")
     tree = {"a": jax.numpy.arange(8.0)}
-    np.testing.assert_array_equal(distributed.to_host(tree)["a"], np.arange(8.0))
+    np.testing.assert_array_equal(sharding.to_host(tree)["a"], np.arange(8.0))
 
 
 def test_only_train_runs_over_several_processes(monkeypatch, capsys):

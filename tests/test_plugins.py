@@ -27,6 +27,7 @@ from tiny import TINY_FLAGS, tiny_config
 import jaxgossip as jg
 from jaxgossip import algorithms, sweeps
 from jaxgossip.cli import main
+from jaxgossip.run import cost_report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PATH = "my_file:damped_gossip"
@@ -55,7 +56,7 @@ def _damped_reference(w: np.ndarray, x0: np.ndarray, beta: float, steps: int) ->
 def test_import_path_metadata_consensus_and_bits(plugin_dir):
     info = algorithms.info(PATH)
     assert (info.mixing, info.stackable, info.time_varying) == ("doubly_stochastic", True, True)
-    assert jg.cost.exchanges_per_round(PATH, {}) == 1 and not jg.cost.priced_as_allreduce(PATH)
+    assert cost_report.exchanges_per_round(PATH, {}) == 1 and not cost_report.priced_as_allreduce(PATH)
 
     topo, steps, beta = jg.topology.ring(8), 30, 0.7
     x0 = {"w": jax.random.normal(jax.random.key(0), (8, 5))}
@@ -104,7 +105,7 @@ def test_run_optimization(plugin_dir):
 
 
 def test_training_topology_sweep_and_cost_api(plugin_dir):
-    from jaxgossip.runner import run_training
+    from jaxgossip.run.runner import run_training
 
     run = run_training(tiny_config(algorithm=PATH), progress=False, log=lambda s: None)
     bits = np.asarray(run.metrics.bits)  # [M, N] cumulative bits per node
@@ -119,10 +120,10 @@ def test_training_topology_sweep_and_cost_api(plugin_dir):
     direct = jg.run_consensus(single, x0, 10, key_a)
     np.testing.assert_allclose(np.asarray(result.error[0][1]), np.asarray(direct.error), rtol=1e-5, atol=1e-7)
 
-    model = jg.cost.CostModel(1e9, 1e-3)
+    model = cost_report.CostModel(1e9, 1e-3)
     node_bits = np.full((1, 10, 8), 2 * 3 * 32.0)
     error = np.linspace(1.0, 0.01, 11)[None]
-    row = jg.cost.consensus_graph_cost(model, PATH, {}, graphs[0], node_bits, error, 0.1)
+    row = cost_report.consensus_graph_cost(model, PATH, {}, graphs[0], node_bits, error, 0.1)
     assert row["comm_s"] == pytest.approx(10 * 2 * (1e-3 + 3 * 32 / 1e9), rel=1e-9)
 
 
@@ -247,8 +248,8 @@ def test_bad_import_paths_and_metadata(plugin_dir, capsys, tmp_path):
 DATA_NAMES = {
     "jaxgossip/cli/consensus.py": "default runs of the consensus comparison",
     "jaxgossip/cli/demo.py": "the demo's list of runs",
-    "jaxgossip/config.py": "TrainConfig.algorithm's default",
-    "jaxgossip/compress.py": "resolve_compressor's default label for error messages (algorithm=)",
+    "jaxgossip/run/config.py": "TrainConfig.algorithm's default",
+    "jaxgossip/compress/compressors.py": "resolve_compressor's default label for error messages (algorithm=)",
 }
 
 

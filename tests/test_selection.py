@@ -1,4 +1,4 @@
-"""jaxgossip.selection and jaxgossip.native: the native top-k equals lax.top_k bit for bit and a
+"""jaxgossip.compress.selection and jaxgossip.compress.native: the native top-k equals lax.top_k bit for bit and a
 NumPy per-row reference; the XLA fallback gives the same; dispatch, build failures and bad input."""
 
 import os
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from jax import export
 
-from jaxgossip import native, selection, sharding
+from jaxgossip import sharding
+from jaxgossip.compress import native, selection
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 # (shape, k): the sampled-threshold path (D >= 1024, 16 k <= D), the heap path (D < 1024,
@@ -193,7 +194,7 @@ def test_bad_rank_and_dtype_for_the_native_impl():
 _FALLBACK = textwrap.dedent(
     """
     import warnings, numpy as np, jax, jax.numpy as jnp
-    from jaxgossip import native, selection
+    from jaxgossip.compress import native, selection
     x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 300)).astype(np.float32))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

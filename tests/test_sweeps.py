@@ -9,10 +9,11 @@ from _reference import static_graphs_16
 from tiny import tiny_config
 
 import jaxgossip as jg
-from jaxgossip import algorithms, experiment_sweeps, sweeps
+from jaxgossip import algorithms, sweeps
 from jaxgossip import topology as T
 from jaxgossip.consensus import consensus_scan
-from jaxgossip.runner import run_training
+from jaxgossip.run import experiment_sweeps
+from jaxgossip.run.runner import run_training
 
 
 def _config(**changes):

@@ -11,10 +11,11 @@ import pytest
 from tiny import tiny_config
 
 import jaxgossip as jg
-from jaxgossip import data, models, runner
-from jaxgossip.checkpoint import CheckpointError
-from jaxgossip.runner import TrainConfig, run_training
-from jaxgossip.train import make_train
+from jaxgossip import data, models
+from jaxgossip.run import runner
+from jaxgossip.run.checkpoint import CheckpointError
+from jaxgossip.run.runner import TrainConfig, run_training
+from jaxgossip.training import make_train
 
 # Small, sensible hyperparameters per algorithm for an 8-node run.
 ALG_OPTIONS = {
@@ -168,7 +169,7 @@ def test_mismatched_and_unreadable_checkpoint(tmp_path):
 
 
 def test_weight_decay_masks():
-    from jaxgossip.runner import make_optimizer
+    from jaxgossip.run.runner import make_optimizer
 
     params = {
         "conv": {"kernel": jnp.ones((3, 3, 2, 4)), "bias": jnp.ones(4)},
@@ -222,7 +223,7 @@ def test_cli_writes_every_promised_file(tmp_path, capsys):
         "accuracy_vs_rounds.png",
         "accuracy_vs_bits.png",
         "consensus.png",
-        "checkpoint/10/meta",  # the checkpoint of the last round (jaxgossip.checkpoint)
+        "checkpoint/10/meta",  # the checkpoint of the last round (jaxgossip.run.checkpoint)
     ):
         assert os.path.exists(os.path.join(out, name)), name
     rows = json.load(open(os.path.join(out, "metrics.json")))["rows"]
@@ -403,7 +404,7 @@ def test_local_steps_keep_bits_per_round_and_report_local_steps(tmp_path):
 
 
 def test_schedule_counts_rounds_with_local_steps():
-    from jaxgossip.runner import make_schedule
+    from jaxgossip.run.runner import make_schedule
 
     base = dict(lr=0.1, warmup_rounds=2, warmup_from=0.01, decay_rounds=(4, 6))
     per_round = make_schedule(TrainConfig(**base))
@@ -413,7 +414,7 @@ def test_schedule_counts_rounds_with_local_steps():
 
 
 def test_local_steps_and_loss_fn_bad_input(synthetic):
-    from jaxgossip.config import check_train_config
+    from jaxgossip.run.config import check_train_config
 
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="local_steps"):
@@ -466,7 +467,7 @@ def test_optimizers_and_grad_clip_train_end_to_end(changes):
 
 
 def test_grad_clip_is_per_node_and_adamw_decay_is_decoupled():
-    from jaxgossip.runner import make_optimizer
+    from jaxgossip.run.runner import make_optimizer
 
     opt = make_optimizer(TrainConfig(lr=1.0, momentum=0.0, weight_decay=0.0, grad_clip=1.0))
     grads = {"w": jnp.array([[6.0, 8.0], [0.3, 0.4]])}  # node norms 10 and 0.5
@@ -490,7 +491,7 @@ def test_grad_clip_is_per_node_and_adamw_decay_is_decoupled():
     ],
 )
 def test_optimizer_config_errors(changes, match):
-    from jaxgossip.config import check_train_config
+    from jaxgossip.run.config import check_train_config
 
     with pytest.raises(ValueError, match=match):
         check_train_config(_config(**changes))
@@ -500,7 +501,7 @@ def test_optimizer_config_errors(changes, match):
 def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     """local_steps=1 is the trainer before local steps existed: this reference round (one batch,
     one optimizer step, one communication round, keys split 4 ways) reproduces it bit for bit."""
-    from jaxgossip.train import cross_entropy_loss, linen_model_fns
+    from jaxgossip.training import cross_entropy_loss, linen_model_fns
 
     model = models.make_model("mlp", num_classes=4, hidden=(16,))
     fns = linen_model_fns(model)
@@ -539,7 +540,7 @@ def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
 
 
 def test_cost_report_counts_local_steps_as_compute():
-    from jaxgossip.cost_report import cost_model_from_options, training_cost
+    from jaxgossip.run.cost_report import cost_model_from_options, training_cost
 
     model = cost_model_from_options({"node.flops": 1e12})
     topo = jg.topology.ring(4)

@@ -1,6 +1,6 @@
 """A tiny training configuration shared by the end-to-end tests (seconds per run on 2 CPU cores)."""
 
-from jaxgossip.runner import TrainConfig
+from jaxgossip.run.runner import TrainConfig
 
 
 def tiny_config(**changes) -> TrainConfig:

@@ -11,7 +11,7 @@ timed on its own, then one warm-up call is excluded and the median of ``reps`` c
   rounds/s. FLOPs per round are XLA's ``cost_analysis`` of the jitted, vmapped forward + backward
   pass of all N nodes on one batch (what the round computes, less the optimizer and the gossip,
   < 1 %; so achieved TFLOP/s is a slight underestimate); next to it the cost
-  model's count, ``jaxgossip.cost.step_flops_and_memory`` (one node's step, x N), which
+  model's count, ``jaxgossip.run.cost_report.step_flops_and_memory`` (one node's step, x N), which
   ``jaxgossip train --node.flops`` uses. Peak memory from XLA's ``memory_analysis``.
 * ``mix_bandwidth``: one ``jaxgossip.mix`` round on [N, D] float32 (N = 32, D = 4e6: 512 MB) on
   ``ring``, ``exponential`` and ``one_peer_exponential`` (traced round counter), against ``x * s``
@@ -67,9 +67,9 @@ import jaxgossip as jg  # noqa: E402
 from jaxgossip import data  # noqa: E402
 from jaxgossip import topology as T  # noqa: E402
 from jaxgossip.consensus import consensus_scan  # noqa: E402
-from jaxgossip.cost import step_flops_and_memory  # noqa: E402
-from jaxgossip.runner import TrainConfig, make_trainer, prepare  # noqa: E402
-from jaxgossip.train import linen_model_fns  # noqa: E402
+from jaxgossip.run.cost_report import step_flops_and_memory  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, make_trainer, prepare  # noqa: E402
+from jaxgossip.training import linen_model_fns  # noqa: E402
 
 SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus")
 BYTES = 4  # float32
@@ -510,7 +510,7 @@ def run_suite(out: str, *, smoke: bool, budget_s: float, sections=SECTIONS, reps
         "wall_s": 0.0,
         "notes": [
             "FLOPs per round: XLA cost_analysis of the vmapped forward + backward of all nodes on one batch "
-            "(optimizer and gossip not counted); cost model: jaxgossip.cost.step_flops_and_memory x N.",
+            "(optimizer and gossip not counted); cost model: jaxgossip.run.cost_report.step_flops_and_memory x N.",
             "mix bytes (K + 1) N D 4, copy 2 N D 4 (experiments/bench_mixing.py); ratio = GB/s(mix) / GB/s(copy).",
         ],
     }

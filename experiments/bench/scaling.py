@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import compiled_bytes, header_line, machine_info, median_seconds, tree_bytes, write_result  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
-from jaxgossip.runner import TrainConfig, make_trainer, prepare  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, make_trainer, prepare  # noqa: E402
 
 HIDDEN = (32,)
 BATCH = 16

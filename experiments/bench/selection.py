@@ -1,4 +1,4 @@
-"""Exact top-k selection: jaxgossip.selection (native XLA:CPU kernel) vs lax.top_k vs torch.topk.
+"""Exact top-k selection: jaxgossip.compress.selection (native XLA:CPU kernel) vs lax.top_k vs torch.topk.
 
 Times one selection of the K largest entries of every row (``top_k``: values and indices) and the
 top-k compressor's dense message (``top_k_dense``: K largest |x| kept in place, the rest zero), on
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import header_line, machine_info, write_result  # noqa: E402
 
 import jaxgossip as jg  # noqa: E402
-from jaxgossip import native, selection  # noqa: E402
+from jaxgossip.compress import native, selection  # noqa: E402
 
 try:
     import torch

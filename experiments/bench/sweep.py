@@ -4,10 +4,10 @@ Same tiny config for both: 8 nodes on a ring, plain gossip, MLP hidden (32,) on 
 Gaussian-blob task (``dataset="synthetic"``: 1 024 train / 256 test samples, 8x8x1), batch 16,
 100 rounds, evaluation every 25 rounds on 256 test samples.
 
-* one compile: ``jaxgossip.experiment_sweeps.sweep_training(config, {"lr": LRS}, seeds=range(16))`` — a jitted
+* one compile: ``jaxgossip.run.experiment_sweeps.sweep_training(config, {"lr": LRS}, seeds=range(16))`` — a jitted
   double ``vmap`` over [4 lrs, 16 seeds]; the wall time includes data preparation, tracing, compile
   and the run (first and only call).
-* separate: ``jaxgossip.runner.run_training(config.replace(lr=lr, seed=s))``, each timed from
+* separate: ``jaxgossip.run.runner.run_training(config.replace(lr=lr, seed=s))``, each timed from
   ``build`` to the last metric (so each includes its own trace + compile, as a user's loop would).
   By default only ``--separate 8`` of the 64 (lr, seed) points, spread over the grid, are run and the
   total for 64 is extrapolated linearly (64 / 8 x their sum) — printed as an extrapolation;
@@ -35,8 +35,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import header_line, machine_info, write_result  # noqa: E402
 
-from jaxgossip import data, experiment_sweeps  # noqa: E402
-from jaxgossip.runner import TrainConfig, run_training  # noqa: E402
+from jaxgossip import data  # noqa: E402
+from jaxgossip.run import experiment_sweeps  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, run_training  # noqa: E402
 
 LRS = (0.01, 0.03, 0.1, 0.3)
 SEEDS = tuple(range(16))

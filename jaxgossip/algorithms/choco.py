@@ -20,14 +20,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip import compress, fused
-from jaxgossip.algorithms.common import (
-    check_positive,
-    check_public_init,
-    per_round,
-    require_doubly_stochastic,
-    require_fixed_support,
-)
+from jaxgossip import compress
+from jaxgossip.algorithms.common import check_positive, check_public_init, per_round
+from jaxgossip.algorithms.registry import require_doubly_stochastic, require_fixed_support
+from jaxgossip.compress import fused
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -115,7 +111,7 @@ def choco(
     out-neighbour, self excluded.
 
     Speed: with the exact top-k compressor on a fixed graph and float32 leaves, a CPU program runs
-    the round as one native call over all leaves (:mod:`jaxgossip.fused`): the same kept entries,
+    the round as one native call over all leaves (:mod:`jaxgossip.compress.fused`): the same kept entries,
     copies and bits, ``x`` and ``s`` equal to float32 round-off (``JAXGOSSIP_FUSED=0`` keeps the
     XLA formulation below).
 
@@ -176,7 +172,7 @@ def choco(
         return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * msg_bits)
 
     def fused_round(params, state, key):
-        """Exact top-k on a fixed graph: the same round in one CPU kernel (jaxgossip.fused)."""
+        """Exact top-k on a fixed graph: the same round in one CPU kernel (jaxgossip.compress.fused)."""
         t = state.count
 
         def native():

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.topology import Topology
 from jaxgossip.types import Array
 
 __all__ = [
@@ -16,10 +15,6 @@ __all__ = [
     "check_positive",
     "check_int",
     "is_concrete",
-    "require_doubly_stochastic",
-    "require_column_stochastic",
-    "require_host_topology",
-    "require_fixed_support",
     "per_round",
     "relax",
     "PUBLIC_INITS",
@@ -68,75 +63,6 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
         hi = "" if maximum is None else f" and <= {maximum}"
         raise ValueError(f"{name}={value} is out of range: need {name} >= {minimum}{hi}")
     return int(value)
-
-
-def _names_where(field: str, value: Any) -> str:
-    """Registered algorithms whose metadata ``field`` equals ``value`` (for error messages)."""
-    from jaxgossip.algorithms import registry  # the registry imports the algorithm files
-
-    return ", ".join(name for name, entry in registry.INFOS.items() if getattr(entry, field) == value)
-
-
-def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
-    """Raises ValueError unless every W(t) has rows and columns summing to 1 (mean-preserving)."""
-    if not isinstance(topology, Topology):
-        raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
-    if not topology.is_doubly_stochastic:
-        note = ""
-        if topology.stochastic and topology.is_column_stochastic:
-            note = (
-                " (a stochastic graph that is only column stochastic: random_out, or with_failures of a "
-                "directed graph, which leaves undelivered mass with the sender)"
-            )
-        raise ValueError(
-            f"{algorithm} needs doubly stochastic mixing weights (rows and columns summing to 1) so "
-            f"that the node mean is preserved; {topology.name} is not{note}. Use metropolis weights, or a "
-            f"push-sum algorithm ({_names_where('mixing', 'column_stochastic')}) for column-stochastic graphs"
-        )
-
-
-def require_column_stochastic(topology: Topology, algorithm: str) -> None:
-    """Raises ValueError unless every W(t) has columns summing to 1 (mass-preserving push-sum)."""
-    if not isinstance(topology, Topology):
-        raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
-    if not topology.is_column_stochastic:
-        raise ValueError(
-            f"{algorithm} is a push-sum method and needs column-stochastic weights (each sender's "
-            f"outgoing weights, self included, summing to 1); {topology.name} is not. Build the graph "
-            "with weights='column'"
-        )
-
-
-def require_host_topology(topology: Any, algorithm: str) -> None:
-    """Raises TypeError unless ``topology`` is a :class:`Topology` with host (NumPy) tables, not a
-    stack or a stack member with traced tables.
-
-    For algorithms that build per-edge or per-graph tables with NumPy at construction time.
-    """
-    if not isinstance(topology, Topology):
-        raise TypeError(f"{algorithm} needs a jaxgossip Topology, got {type(topology).__name__}")
-    if topology.stochastic:  # its sampler holds host tables; fixed supports are checked apart
-        return
-    if not topology.host_tables:
-        raise TypeError(
-            f"{algorithm} builds per-edge host tables from the graph and cannot run on a stacked Topology "
-            f"(traced graph tables); give it a graph built on the host (sweep_topologies then runs one "
-            f"compile per graph). Stackable algorithms: {_names_where('stackable', True)}"
-        )
-
-
-def require_fixed_support(topology: Topology, algorithm: str, why: str) -> Topology:
-    """The fixed graph whose edges every round uses: the topology itself, or the graph that
-    ``with_failures`` wraps. Raises ValueError for graphs whose neighbours change every round
-    (``random_matching``, ``random_out``), naming ``why`` the algorithm needs fixed neighbours."""
-    support = topology.support
-    if support is None:
-        raise ValueError(
-            f"{algorithm} cannot run on {topology.name}: {why}, but this graph draws new neighbours "
-            f"every round. It runs on failures of a fixed graph (with_failures / '+drop'); algorithms "
-            f"for any stochastic graph: {_names_where('stochastic_graphs', 'any')}"
-        )
-    return support
 
 
 def per_round(table: Any, t: Any) -> Array:

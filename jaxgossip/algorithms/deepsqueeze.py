@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, per_round, require_doubly_stochastic
+from jaxgossip.algorithms.common import check_positive, per_round
+from jaxgossip.algorithms.registry import require_doubly_stochastic
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo

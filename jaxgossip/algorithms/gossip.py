@@ -13,7 +13,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax, require_doubly_stochastic
+from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
+from jaxgossip.algorithms.registry import require_doubly_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo

@@ -18,7 +18,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import per_round, require_doubly_stochastic
+from jaxgossip.algorithms.common import per_round
+from jaxgossip.algorithms.registry import require_doubly_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo

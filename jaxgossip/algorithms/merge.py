@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_int, per_round, require_column_stochastic
+from jaxgossip.algorithms.common import check_int, per_round
+from jaxgossip.algorithms.registry import require_column_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, Params, StepInfo

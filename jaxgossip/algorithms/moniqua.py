@@ -14,7 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round, require_doubly_stochastic
+from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round
+from jaxgossip.algorithms.registry import require_doubly_stochastic
 from jaxgossip.mixing import check_params, num_params_per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo

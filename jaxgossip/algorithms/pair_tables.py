@@ -10,7 +10,7 @@ host-side NumPy tables, once, at construction:
   without gathering anything per edge;
 * :func:`pair_round`: the tables of one round as device arrays (static or traced round counter).
 
-Host-side construction is NumPy and not jittable (DESIGN.md principle 2: graphs are index arrays).
+Host-side construction is NumPy and not jittable (graphs are index arrays).
 """
 
 from __future__ import annotations

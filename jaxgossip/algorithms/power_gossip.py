@@ -34,14 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import (
-    check_int,
-    check_positive,
-    relax,
-    require_doubly_stochastic,
-    require_fixed_support,
-    require_host_topology,
-)
+from jaxgossip.algorithms.common import check_int, check_positive, relax
 from jaxgossip.algorithms.matrix_views import (
     MATRIX_VIEWS,
     LeafPlan,
@@ -54,6 +47,7 @@ from jaxgossip.algorithms.matrix_views import (
     working_view,
 )
 from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables, require_symmetric
+from jaxgossip.algorithms.registry import require_doubly_stochastic, require_fixed_support, require_host_topology
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo

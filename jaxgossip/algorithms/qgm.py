@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms.common import check_positive, is_concrete, per_round, require_doubly_stochastic
+from jaxgossip.algorithms.common import check_positive, is_concrete, per_round
+from jaxgossip.algorithms.registry import require_doubly_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo

@@ -28,9 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import compress, selection
-from jaxgossip.algorithms.common import check_int, check_positive, require_column_stochastic, require_host_topology
+from jaxgossip import compress
+from jaxgossip.algorithms.common import check_int, check_positive
+from jaxgossip.algorithms.registry import require_column_stochastic, require_host_topology
 from jaxgossip.algorithms.sparse_push import TopKBudget, check_public_copies, compressed_push_sum
+from jaxgossip.compress import selection
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm
 

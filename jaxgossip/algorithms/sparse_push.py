@@ -29,16 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import compress, fused
-from jaxgossip.algorithms.common import (
-    check_positive,
-    check_public_init,
-    per_round,
-    require_column_stochastic,
-    require_fixed_support,
-    require_host_topology,
-)
+from jaxgossip import compress
+from jaxgossip.algorithms.common import check_positive, check_public_init, per_round
 from jaxgossip.algorithms.push_sum import divide_by_weight
+from jaxgossip.algorithms.registry import require_column_stochastic, require_fixed_support, require_host_topology
+from jaxgossip.compress import fused
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, PRNGKey, StepInfo
@@ -61,7 +56,7 @@ CompressFn = Callable[[Params, Params, PRNGKey], tuple[Params, Array]]
 
 
 class TopKBudget(NamedTuple):
-    """The budget of a ``compress_fn`` that is an exact top-k, for the fused round (:mod:`jaxgossip.fused`)."""
+    """The budget of a ``compress_fn`` that is an exact top-k, for the fused round (:mod:`jaxgossip.compress.fused`)."""
 
     spec: compress.TopKSpec  # K per leaf and the index bits
     max_boost: int = 0  # SCSP: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)); 0: k_i = K
@@ -129,7 +124,7 @@ def compressed_push_sum(
     ``compress_fn(residual, params, key) -> (q, payload_bits [N])`` compresses every node's
     residual ``x_i - x_hat_i``; a message to one out-neighbour costs ``payload_bits + 32``.
     When ``compress_fn`` is an exact top-k whose budget ``top_k_budget`` describes, the round runs
-    in the fused CPU kernel of :mod:`jaxgossip.fused` on fixed graphs (same kept entries and bits,
+    in the fused CPU kernel of :mod:`jaxgossip.compress.fused` on fixed graphs (same kept entries and bits,
     float32 round-off apart); the XLA formulation below serves every other case and platform.
 
     On ``with_failures`` of a fixed graph (round t: the repaired W(t) of the support's graph p) the
@@ -334,7 +329,7 @@ def sparse_push(
     bits are ``ceil(log2 D_leaf)`` or the fixed ``index_bits`` (64 reproduces the EPFL codes).
 
     Speed: on fixed graphs with float32 leaves a CPU program runs the round as one native call over
-    all leaves (:mod:`jaxgossip.fused`; same kept entries, copies and bits, ``x`` and ``s`` to
+    all leaves (:mod:`jaxgossip.compress.fused`; same kept entries, copies and bits, ``x`` and ``s`` to
     float32 round-off; ``JAXGOSSIP_FUSED=0`` keeps the XLA formulation).
 
     Failures (``with_failures`` of a fixed graph): see :func:`compressed_push_sum`; graphs whose

@@ -1,6 +1,6 @@
 """The ``jaxgossip`` console script (edge package): ``train``, ``sweep``, ``consensus``,
 ``topology-sweep``, ``tune-gamma`` and ``demo``, one module each, on one typed configuration system
-(:mod:`jaxgossip.cli.parsing`, jsonargparse).
+(:mod:`jaxgossip.run.parsing`, jsonargparse).
 
 Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``) and ``--field=value``
 overrides of its typed fields (``jaxgossip <command> --help`` lists them all), checks everything
@@ -18,7 +18,7 @@ import tarfile
 import zlib
 
 from jaxgossip.cli.demo import demo_runs
-from jaxgossip.config import did_you_mean
+from jaxgossip.run.config import did_you_mean
 
 __all__ = ["main", "demo_runs", "COMMANDS", "MULTI_PROCESS_COMMANDS"]
 
@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     try:
-        # Joins a multi-process run when the environment asks for one (python -m jaxgossip.launch,
+        # Joins a multi-process run when the environment asks for one (python -m jaxgossip.run.launch,
         # or JAXGOSSIP_* set by hand on every host); before any command touches a device.
-        from jaxgossip.distributed import initialize_from_env
+        from jaxgossip.run.distributed import initialize_from_env
 
         if initialize_from_env() and name not in MULTI_PROCESS_COMMANDS:
             # These commands would run whole in every process and all write the same files.

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxgossip.cli.parsing import UsageError
-from jaxgossip.cost import (
+from jaxgossip.run.cost_report import (
     COST_OPTIONS,
     CostModel,
     consensus_graph_cost,
@@ -24,6 +23,7 @@ from jaxgossip.cost import (
     step_flops_and_memory,
     training_cost,
 )
+from jaxgossip.run.parsing import UsageError
 
 __all__ = [
     "COST_OPTIONS",
@@ -156,7 +156,7 @@ def write_markdown(path: str, parts: list[str]) -> None:
 
 
 def write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
-    from jaxgossip import runner
+    from jaxgossip.run import runner
 
     runner.write_metrics(out_dir, rows, extra)
 
@@ -178,7 +178,7 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     cumulative = np.asarray(metrics.bits, dtype=np.float64)
     merge_bits = None
     if len(rows) > cumulative.shape[0]:
-        from jaxgossip.distributed import to_host
+        from jaxgossip.sharding import to_host
 
         merge_bits = np.asarray(to_host(result.state.bits), np.float64) - cumulative[-1]
     fields = training_cost(
@@ -186,7 +186,7 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     )
     rows = [dict(row, **extra) for row, extra in zip(rows, fields)]
     if out_dir:
-        from jaxgossip import runner
+        from jaxgossip.run import runner
 
         write_metrics(out_dir, rows, {**runner.run_summary(result), "cost_model": model.to_dict()})
     return rows
@@ -225,7 +225,7 @@ def algorithm_epilog() -> str:
 
 def warn_gamma(command: str, config) -> None:
     """Warns when the config's gossip-type gamma is outside the stable range of its graph."""
-    from jaxgossip.config import check_topology, gamma_warning
+    from jaxgossip.run.config import check_topology, gamma_warning
 
     data_seed = config.seed if config.data_seed is None else config.data_seed
     message = gamma_warning(config.algorithm, dict(config.algorithm_options), check_topology(
@@ -235,7 +235,7 @@ def warn_gamma(command: str, config) -> None:
 
 
 def watchdog_cell(alarm: Any) -> str:
-    """The table cell of a consensus watchdog alarm (:class:`jaxgossip.watchdog.WatchdogAlarm`):
+    """The table cell of a consensus watchdog alarm (:class:`jaxgossip.run.watchdog.WatchdogAlarm`):
     ``ok``, or the round and rule that fired (``round 120 (growth)``)."""
     return "ok" if alarm is None else f"round {alarm.round} ({alarm.rule})"
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, parse_argv
-from jaxgossip.config import did_you_mean
+from jaxgossip.run.config import did_you_mean
+from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["ConsensusRun", "ConsensusConfig", "command", "run", "check_consensus_config"]
 
@@ -109,7 +109,7 @@ def check_consensus_config(config: ConsensusConfig) -> tuple[list[ConsensusRun],
     Raises:
       ValueError: naming the field and the fix.
     """
-    from jaxgossip.config import check_algorithm, check_topology, gamma_warning
+    from jaxgossip.run.config import check_algorithm, check_topology, gamma_warning
 
     for field, low in (("num_nodes", 1), ("num_steps", 1), ("seed", 0)):
         value = getattr(config, field)
@@ -166,8 +166,8 @@ def run(argv: list[str]) -> int:
     from tqdm.auto import tqdm
 
     import jaxgossip as jg
-    from jaxgossip import plots
-    from jaxgossip.watchdog import check_consensus
+    from jaxgossip.run import plots
+    from jaxgossip.run.watchdog import check_consensus
 
     n, steps = config.num_nodes, config.num_steps
     x0 = {"x": jax.random.normal(jax.random.key(config.seed), (n, *config.shape))}

@@ -7,8 +7,8 @@ import os
 import re
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, parse_argv
-from jaxgossip.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["command", "run", "demo_runs", "DEMO_DEFAULTS"]
 
@@ -191,9 +191,9 @@ def run(argv: list[str]) -> int:
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
 
-    from jaxgossip import plots
     from jaxgossip.cli.train import TRAIN_COLUMNS
-    from jaxgossip.runner import run_training
+    from jaxgossip.run import plots
+    from jaxgossip.run.runner import run_training
 
     dataset = common.load_data(base)
     print(f"data: {dataset.source}")

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, parse_argv
-from jaxgossip.config import TrainConfig, check_train_config, did_you_mean, train_field_help
+from jaxgossip.run.config import TrainConfig, check_train_config, did_you_mean, train_field_help
+from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
 
@@ -110,7 +110,7 @@ def sweep_axes(sweep: dict) -> dict[str, list[float]]:
 
 def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str]:
     """Checks every axis value as a config value; returns gamma warnings."""
-    from jaxgossip.config import check_topology, gamma_warning
+    from jaxgossip.run.config import check_topology, gamma_warning
 
     warnings = []
     data_seed = config.seed if config.data_seed is None else config.data_seed
@@ -153,8 +153,9 @@ def run(argv: list[str]) -> int:
 
     import jax
 
-    from jaxgossip import experiment_sweeps, plots, sweeps, topology
-    from jaxgossip.runner import consensus_watchdog
+    from jaxgossip import sweeps, topology
+    from jaxgossip.run import experiment_sweeps, plots
+    from jaxgossip.run.runner import consensus_watchdog
 
     dataset = common.load_data(config)
     start = time.perf_counter()
@@ -230,9 +231,9 @@ def run(argv: list[str]) -> int:
 
 
 def _tensorboard_writer():
-    """``jaxgossip.metric_writers.write_tensorboard``, or a UsageError naming what is missing."""
+    """``jaxgossip.run.metric_writers.write_tensorboard``, or a UsageError naming what is missing."""
     try:
-        from jaxgossip.metric_writers import write_tensorboard
+        from jaxgossip.run.metric_writers import write_tensorboard
     except ImportError as err:
         raise UsageError(f"--tensorboard=true: the TensorBoard writer is not available: {err}") from None
     return write_tensorboard

@@ -12,9 +12,9 @@ import typing
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, parse_argv
 from jaxgossip.cli.sweep import seed_list
-from jaxgossip.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["TopologySweepOptions", "command", "run"]
 
@@ -139,8 +139,9 @@ def run(argv: list[str]) -> int:
 
 
 def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
-    from jaxgossip import plots, sweeps
-    from jaxgossip.config import check_algorithm, gamma_warning
+    from jaxgossip import sweeps
+    from jaxgossip.run import plots
+    from jaxgossip.run.config import check_algorithm, gamma_warning
 
     algorithm, alg_options = parsed.values["algorithm"], dict(parsed.values["algorithm_options"])
     for field in ("num_steps", "dim"):
@@ -224,8 +225,9 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
 
 
 def _training(parsed, argv, options, specs, seeds, cost) -> int:
-    from jaxgossip import experiment_sweeps, plots, topology
-    from jaxgossip.config import check_algorithm
+    from jaxgossip import topology
+    from jaxgossip.run import experiment_sweeps, plots
+    from jaxgossip.run.config import check_algorithm
 
     config = check_train_config(parsed.build(TrainConfig))
     if config.final_merge is not None:
@@ -313,7 +315,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
 
 
 def _write(out, argv, cost, title, summary, notes, rows, columns, payload) -> None:
-    from jaxgossip import plots
+    from jaxgossip.run import plots
 
     command_line = "jaxgossip topology-sweep " + " ".join(argv)
     # The Markdown table leaves out the compile bookkeeping (kept in results.json) to stay readable.

@@ -6,8 +6,8 @@ import os
 import typing
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, parse_argv
-from jaxgossip.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.parsing import Command, parse_argv
 
 __all__ = ["command", "run", "TRAIN_COLUMNS"]
 
@@ -68,8 +68,8 @@ def run(argv: list[str]) -> int:
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", config.name or config.algorithm))
 
-    from jaxgossip import plots
-    from jaxgossip.runner import run_training
+    from jaxgossip.run import plots
+    from jaxgossip.run.runner import run_training
 
     try:
         result = run_training(
@@ -78,7 +78,7 @@ def run(argv: list[str]) -> int:
     except FloatingPointError as err:
         print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)
         return 3
-    from jaxgossip.distributed import is_primary
+    from jaxgossip.run.distributed import is_primary
 
     # Every process of a multi-process run takes part in run_cost (it may gather sharded bits);
     # only process 0 writes files and prints.

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from jaxgossip.cli import common
-from jaxgossip.cli.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["TuneGammaConfig", "command", "run", "check_tune_config"]
 
@@ -88,7 +88,7 @@ def check_tune_config(config: TuneGammaConfig):
     import math
 
     from jaxgossip import algorithms
-    from jaxgossip.config import check_algorithm, check_model_options, check_topology
+    from jaxgossip.run.config import check_algorithm, check_model_options, check_topology
 
     if config.algorithm is None:
         tunable = [name for name, i in algorithms.INFOS.items() if i.step_size is not None]
@@ -148,7 +148,7 @@ def run(argv: list[str]) -> int:
 
     import numpy as np
 
-    from jaxgossip import plots
+    from jaxgossip.run import plots
     from jaxgossip.tuning import tune_gamma, tuning_rows
 
     result = tune_gamma(

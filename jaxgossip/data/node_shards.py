@@ -2,7 +2,7 @@
 
 Unequal (non-IID) partitions are padded to a common length ``M_max`` and come
 with ``counts``; the sampler only ever draws positions ``< counts[i]`` on node
-i, so padding is never read (jraph-style padding + mask, STYLE.md rule 4).
+i, so padding is never read (jraph-style padding + mask).
 
 Memory: ``x`` is stored once per node *position*, ``N * M_max`` samples in
 total, i.e. ``M * M_max / mean(counts)``; for IID splits this equals M, for
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import selection
+from jaxgossip.compress import selection
 
 
 class NodeShards(NamedTuple):
@@ -103,7 +103,7 @@ def check_batch_size(shards: NodeShards, batch_size: int, *, replace: bool = Tru
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    from jaxgossip.distributed import to_host
+    from jaxgossip.sharding import to_host
 
     counts = np.asarray(to_host(shards.counts))  # sharded over the processes of a multi-process run
     if not replace and batch_size > counts.min():

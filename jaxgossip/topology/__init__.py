@@ -27,12 +27,11 @@ from jaxgossip.topology.constructors import (
     star,
     torus,
 )
-from jaxgossip.topology.graph import KERNELS, Topology
+from jaxgossip.topology.graph import KERNELS, GraphRound, Topology
 from jaxgossip.topology.specs import FAMILIES, make
 from jaxgossip.topology.spectral import optimal_gamma, spectral_gap
 from jaxgossip.topology.stack import buckets, group, signature, stack
 from jaxgossip.topology.stochastic import (
-    GraphRound,
     expected_gram,
     mean_out_degree,
     random_matching,

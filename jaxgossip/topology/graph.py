@@ -5,7 +5,7 @@ sent by ``j``. A :class:`Topology` stores, for each of its ``T`` rounds (``T = 1
 graphs), the edge list ``senders [T, E]``, ``receivers [T, E]``, ``weights [T, E]``; self-loops are
 edges, and rounds with fewer edges are padded with weight-0 edges. Round ``t`` of a run uses the
 graph ``t mod T``. Graphs on the slot layout also carry the in-neighbour slot table
-``neighbors, slot_weights [T, N, K]`` (:func:`jaxgossip.mixing.slot_table`).
+``neighbors, slot_weights [T, N, K]`` (:func:`jaxgossip.topology.layout.slot_table`).
 
 The tables are the pytree leaves; the static facts (name, N, directedness, stochasticity, kernel
 layout) are auxiliary data, and T, E and K are read from the leaves' shapes. So one type serves:
@@ -27,21 +27,42 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.mixing import KERNELS, choose_kernel, slot_table
+from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_table
 
-__all__ = ["Topology", "KERNELS"]
+__all__ = ["Topology", "GraphRound", "KERNELS"]
 
 _TOL = 1e-6
 # The stream of a round's key that draws a stochastic graph: the step key itself stays with the
 # algorithm (random compressors), so fixed graphs see exactly the keys they saw before.
 _GRAPH_STREAM = 0x67726170
 _LEAVES = ("senders", "receivers", "weights", "neighbors", "slot_weights", "draw_args")
+
+
+class GraphRound(NamedTuple):
+    """The graph of one round, as :meth:`Topology.draw` returns it.
+
+    Attributes:
+      graph: the round's :class:`Topology`: the topology itself for a fixed graph, else a one-round
+        graph with traced tables ``[1, E]`` (mix it with any round counter).
+      alive: [N] bool, the nodes that communicate this round; None when all do.
+      pair_keep: [P] bool, for failures of an undirected graph: whether each undirected pair of
+        the support (sorted codes ``a * N + b``, ``a < b``, :attr:`pair_codes` of the sampler) is
+        up this round; None otherwise.
+      lost: for failures, the one-round graph of what the failures took away, ``W - W(t)`` (the
+        failed edges' weights, minus the repaired weight on the diagonal; all zero when nothing
+        failed), so that ``W(t) x = W x - lost x``; None otherwise.
+    """
+
+    graph: Topology
+    alive: Any = None
+    pair_keep: Any = None
+    lost: Any = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -201,11 +222,9 @@ class Topology:
           t: round counter (the algorithm's state count), Python int or traced int.
 
         Returns:
-          a :class:`jaxgossip.topology.stochastic.GraphRound`.
+          a :class:`GraphRound`.
         """
         if not self.stochastic:
-            from jaxgossip.topology.stochastic import GraphRound
-
             return GraphRound(self, None, None)
         if self.num_graphs is not None:
             raise ValueError(
@@ -259,7 +278,7 @@ class Topology:
     @property
     def resolved_kernel(self) -> str:
         """The kernel layout ``mix`` uses: the requested one, or for ``"auto"`` the measured choice
-        (:func:`jaxgossip.mixing.choose_kernel`)."""
+        (:func:`jaxgossip.topology.layout.choose_kernel`)."""
         return self.layout
 
     @property

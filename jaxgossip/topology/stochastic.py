@@ -27,17 +27,16 @@ import dataclasses
 import functools
 import hashlib
 import numbers
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.mixing import choose_kernel
-from jaxgossip.topology.graph import Topology
+from jaxgossip.topology.graph import GraphRound, Topology
+from jaxgossip.topology.layout import choose_kernel
 
 __all__ = [
-    "GraphRound",
     "random_matching",
     "random_out",
     "with_failures",
@@ -45,27 +44,6 @@ __all__ = [
     "expected_gram",
     "mean_out_degree",
 ]
-
-
-class GraphRound(NamedTuple):
-    """The graph of one round, as :meth:`Topology.draw` returns it.
-
-    Attributes:
-      graph: the round's :class:`Topology`: the topology itself for a fixed graph, else a one-round
-        graph with traced tables ``[1, E]`` (mix it with any round counter).
-      alive: [N] bool, the nodes that communicate this round; None when all do.
-      pair_keep: [P] bool, for failures of an undirected graph: whether each undirected pair of
-        the support (sorted codes ``a * N + b``, ``a < b``, :attr:`pair_codes` of the sampler) is
-        up this round; None otherwise.
-      lost: for failures, the one-round graph of what the failures took away, ``W - W(t)`` (the
-        failed edges' weights, minus the repaired weight on the diagonal; all zero when nothing
-        failed), so that ``W(t) x = W x - lost x``; None otherwise.
-    """
-
-    graph: Topology
-    alive: Any = None
-    pair_keep: Any = None
-    lost: Any = None
 
 
 def _check_n(n: Any, minimum: int) -> int:
@@ -243,7 +221,7 @@ def random_out(n: int, s: int = 1) -> Topology:
         raise ValueError(f"s={s} is out of range: each node pushes to 1 <= s <= N - 1 = {n - 1} other nodes")
     s = int(s)
     # The in-degree is random, so there is no bounded slot table: dense for dense graphs, else the
-    # segment kernel (the measured choice of mixing.choose_kernel with K unbounded).
+    # segment kernel (the measured choice of layout.choose_kernel with K unbounded).
     layout = "dense" if choose_kernel(n, n * (s + 1), n) == "dense" else "segment"
     name = f"random_out({n}, s={s})"
     return Topology.from_sampler(

@@ -8,7 +8,7 @@ values and int32 indices [..., K]; ``top_k_dense`` returns [..., D].
 
 Why: XLA:CPU's TopK sorts each row with a scalar loop; on the project's 2-core CPU, the
 ``[8, 10000]``, K = 50 selection of a Choco top-k consensus round took 0.17-0.21 ms, about 60 % of
-the round. On the CPU these functions call the C++ kernels of :mod:`jaxgossip.native` (one pass per
+the round. On the CPU these functions call the C++ kernels of :mod:`jaxgossip.compress.native` (one pass per
 row against the K-th best key so far, blocks without a better key skipped) through the XLA FFI;
 measured side by side in experiments/bench/selection.py. Elsewhere (GPU, TPU), or when the native
 kernels are unavailable or turned off (``JAXGOSSIP_NATIVE=0``), or for dtypes other than float32 /
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import native
+from jaxgossip.compress import native
 
 __all__ = ["top_k", "top_k_dense", "IMPLS", "on_multi_device_mesh"]
 

@@ -19,7 +19,7 @@ Shapes: params leaves ``[N, ...]``, copies ``x_hat`` and sums ``s`` ``[P, N, ...
 Why: XLA:CPU runs the round as a top-k per leaf, a scatter and five elementwise passes over
 ``[N, D]`` that it does not fuse into one loop (15 reads and writes of the model per round); at
 ResNet-20 scale that made a Choco top-1 % round 3.6-5.6x a gossip round. The C++ kernel
-(``jaxgossip/csrc/fused_top_k.cc``) does all leaves in one call: it selects on ``x - x_hat``
+(``jaxgossip/compress/csrc/fused_top_k.cc``) does all leaves in one call: it selects on ``x - x_hat``
 computed on the fly, updates the copies at the kept entries in place (the buffers are aliased)
 and makes the dense update while the row is in cache; measured in experiments/bench_communication.py.
 
@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import compress, native, selection
+from jaxgossip.compress import compressors as compress
+from jaxgossip.compress import native, selection
 from jaxgossip.types import Array, Params
 
 __all__ = ["CopyRound", "RoundEdges", "round_edges", "enabled", "fusable", "top_k_round", "spec_round", "on_cpu_or"]

@@ -44,7 +44,7 @@ def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str =
     """Writes accuracy vs rounds, accuracy vs MB sent per node, and consensus distance vs rounds.
 
     Args:
-      runs: name -> metric rows (``jaxgossip.runner.metrics_to_rows``).
+      runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``).
       out_dir: folder for ``accuracy_vs_rounds.png``, ``accuracy_vs_bits.png``, ``consensus.png``.
 
     Returns:
@@ -335,7 +335,7 @@ LEGEND = {
     "e_R/e_0": "consensus error after the last round divided by the initial error",
     "rate/round": "per-round factor of the consensus error over the second half of the rounds (< 1 contracts)",
     "watchdog": "ok, or the round where the consensus distance first grew 10x above its running minimum "
-    "(growth) or beyond the averaged model's squared norm (norm); see jaxgossip.watchdog",
+    "(growth) or beyond the averaged model's squared norm (norm); see jaxgossip.run.watchdog",
 }
 
 

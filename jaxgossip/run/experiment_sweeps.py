@@ -3,7 +3,7 @@
 :func:`sweep_training` ``vmap``s a whole configured training run over a grid of sweepable
 hyperparameters x seeds. The grid and its rules (:data:`jaxgossip.sweeps.SWEEPABLE`,
 :func:`jaxgossip.sweeps.check_axes`, :func:`jaxgossip.sweeps.grid`) live in the library module
-:mod:`jaxgossip.sweeps`; this module adds the config layer (:mod:`jaxgossip.runner`) on top.
+:mod:`jaxgossip.sweeps`; this module adds the config layer (:mod:`jaxgossip.run.runner`) on top.
 :func:`sweep_topologies_training` does the same over graphs, on the engine
 :func:`jaxgossip.sweeps.map_topologies`.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.runner import make_trainer, prepare
+from jaxgossip.run.runner import make_trainer, prepare
 from jaxgossip.sweeps import check_axes, grid, map_topologies
 from jaxgossip.topology import Topology
 
@@ -40,7 +40,7 @@ def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[in
     """Trains ``config`` for every grid point x seed in one jitted, doubly vmapped program.
 
     Args:
-      config: a :class:`jaxgossip.runner.TrainConfig`.
+      config: a :class:`jaxgossip.run.runner.TrainConfig`.
       axes: name -> values, names from :data:`jaxgossip.sweeps.SWEEPABLE` (e.g. ``{"lr": [...],
         "algorithm_options.gamma": [...]}``).
       seeds: S integer seeds; seed ``s`` runs exactly like

@@ -1,7 +1,7 @@
 """Native XLA:CPU kernels, compiled on first use and registered through the XLA FFI.
 
 A few operations that XLA:CPU runs slowly (exact top-k selection, see
-:mod:`jaxgossip.selection`) have C++ versions in ``jaxgossip/csrc/``. They are compiled once per
+:mod:`jaxgossip.compress.selection`) have C++ versions in ``jaxgossip/compress/csrc/``. They are compiled once per
 machine, jaxlib version and source on the first call that needs them (about 3 s, with the C++
 compiler ``$CXX`` or ``c++`` and the FFI headers that jaxlib ships, ``jax.ffi.include_dir()``),
 cached under ``$JAXGOSSIP_NATIVE_CACHE`` (default ``~/.cache/jaxgossip/native``), loaded with
@@ -35,9 +35,9 @@ __all__ = ["NativeStatus", "load", "enabled", "SOURCE_DIR"]
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 _SOURCES = ("top_k.cc", "fused_top_k.cc")
 _HEADERS = ("select.h",)
-# The handlers top_k.cc exports (one per dtype); jaxgossip.selection calls them by these names.
+# The handlers top_k.cc exports (one per dtype); jaxgossip.compress.selection calls them by these names.
 _TARGETS = tuple(f"jaxgossip_{op}_{dtype}" for op in ("top_k", "top_k_dense") for dtype in ("f32", "bf16", "f16"))
-# fused_top_k.cc: the fused top-k round with public copies (jaxgossip.fused calls it).
+# fused_top_k.cc: the fused top-k round with public copies (jaxgossip.compress.fused calls it).
 _TARGETS += ("jaxgossip_fused_top_k_f32",)
 # No FMA contraction: the kernels must round as XLA does (one rounding per operation).
 _FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w", "-ffp-contract=off")

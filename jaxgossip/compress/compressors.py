@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import selection
+from jaxgossip.compress import selection
 from jaxgossip.types import Array, Params, PRNGKey
 
 __all__ = [
@@ -66,7 +66,7 @@ ApplyFn = Callable[[Array, PRNGKey], tuple[Array, Array]]
 class TopKSpec(NamedTuple):
     """What an exact top-k compressor keeps and charges, known from the leaf size alone (static).
 
-    Lets an algorithm run its top-k round in a fused kernel (:mod:`jaxgossip.fused`)
+    Lets an algorithm run its top-k round in a fused kernel (:mod:`jaxgossip.compress.fused`)
     instead of calling :attr:`Compressor.apply`, with the same kept entries and bits.
     """
 

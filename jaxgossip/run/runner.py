@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import algorithms, data, models, topology
-from jaxgossip.config import TrainConfig, check_train_config
-from jaxgossip.train import Metrics, Trainer, TrainState, check_finite, make_train
-from jaxgossip.watchdog import WatchdogAlarm, check_consensus
+from jaxgossip import algorithms, data, models, sharding, topology
+from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.watchdog import WatchdogAlarm, check_consensus
+from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
 
 __all__ = [
     "TrainConfig",
@@ -46,13 +46,13 @@ __all__ = [
 
 def config_from_dict(values: dict, base: TrainConfig | None = None) -> TrainConfig:
     """Applies a mapping of field values (from a file, Python or ``{"key": "value"}`` overrides) to
-    ``base``, type-checked as the command line is (``jaxgossip.cli.parsing``); dotted keys such as
+    ``base``, type-checked as the command line is (``jaxgossip.run.parsing``); dotted keys such as
     ``algorithm_options.gamma`` are merged into the mapping fields.
 
     Raises:
       ValueError: an unknown key (with a suggestion) or a value of the wrong type.
     """
-    from jaxgossip.cli.parsing import from_dict
+    from jaxgossip.run.parsing import from_dict
 
     return from_dict(TrainConfig, values, base or TrainConfig())
 
@@ -60,7 +60,7 @@ def config_from_dict(values: dict, base: TrainConfig | None = None) -> TrainConf
 def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
     """Reads a YAML, JSON or Python config (a ``get_config()`` returning a mapping or TrainConfig)
     and applies ``overrides``; the result is not yet checked (see ``check_train_config``)."""
-    from jaxgossip.cli.parsing import from_dict, read_config_file
+    from jaxgossip.run.parsing import from_dict, read_config_file
 
     config = TrainConfig()
     if path:
@@ -121,7 +121,7 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     ``weight_decay_mask``; ``b1``, ``b2``, ``eps`` come from ``optimizer_options`` (defaults
     0.9, 0.999, 1e-8). ``momentum`` and ``nesterov`` apply to sgd only.
     """
-    from jaxgossip.config import check_optimizer_options
+    from jaxgossip.run.config import check_optimizer_options
 
     schedule = make_schedule(config)
     masks = {
@@ -203,8 +203,6 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
             f"over all their devices, devices={jax.device_count()}"
         )
     if config.devices != 1:
-        from jaxgossip import sharding
-
         mesh = sharding.node_mesh(config.num_nodes, config.devices)
         shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
@@ -371,7 +369,7 @@ class TrainingResult(NamedTuple):
 
 
 def consensus_watchdog(config: TrainConfig, metrics: Metrics | None) -> WatchdogAlarm | None:
-    """The consensus watchdog (:func:`jaxgossip.watchdog.check_consensus`) over a run's recorded
+    """The consensus watchdog (:func:`jaxgossip.run.watchdog.check_consensus`) over a run's recorded
     metrics: consensus distance against its running minimum after the learning-rate warm-up, and
     against the averaged model's squared norm. Host-side, on metrics already fetched."""
     if metrics is None:
@@ -403,7 +401,7 @@ def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[Tr
     merge_fn = jax.jit(algorithms.make_merge(built.topology, rounds))
     params, comm_state, info = merge_fn(state.params, state.comm_state)
     state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
-    from jaxgossip.distributed import to_host
+    from jaxgossip.sharding import to_host
 
     point = to_host(jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss)))
     row = metrics_to_rows(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point), built.trainer.local_steps)[0]
@@ -423,7 +421,7 @@ def run_training(
     """Runs a configured training in chunks of ``evals_per_chunk`` evaluation intervals.
 
     With ``out_dir``, after every chunk ``metrics.json``/``metrics.csv`` are rewritten and a
-    checkpoint of the full state is saved under ``out_dir/checkpoint`` (:mod:`jaxgossip.checkpoint`:
+    checkpoint of the full state is saved under ``out_dir/checkpoint`` (:mod:`jaxgossip.run.checkpoint`:
     one atomic orbax step per chunk, so a process killed at any instant resumes from the last
     complete one). With ``resume=True`` a later call continues from the newest checkpoint and ends
     bit-identical to an uninterrupted run; the checkpoint is checked against ``config`` before
@@ -432,9 +430,9 @@ def run_training(
     with the same config resumes to the same result without training. ``resume=False`` deletes the
     checkpoint and starts over. ``stop_after_chunks`` interrupts deliberately (tests, preemptible
     jobs). With ``config.tensorboard`` the rows are also written as TensorBoard scalars under
-    ``out_dir/tensorboard`` (:func:`jaxgossip.metric_writers.write_tensorboard`).
+    ``out_dir/tensorboard`` (:func:`jaxgossip.run.metric_writers.write_tensorboard`).
     """
-    from jaxgossip import checkpoint, distributed
+    from jaxgossip.run import checkpoint, distributed
 
     # In a multi-process run every process trains (one SPMD program) and takes part in the orbax
     # checkpoints, but only process 0 logs and writes the other files.
@@ -465,8 +463,6 @@ def run_training(
 
     state = trainer.init(jax.random.key(config.seed))
     if built.mesh is not None:
-        from jaxgossip import sharding
-
         state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
     done_evals, parts, wall, walls = 0, [], 0.0, []
     if saved is not None:
@@ -506,7 +502,7 @@ def run_training(
             state, chunk_metrics = trainer.run_chunk(state, n)
             jax.block_until_ready(state)
             wall += time.perf_counter() - start
-            chunk_metrics = distributed.to_host(chunk_metrics)
+            chunk_metrics = sharding.to_host(chunk_metrics)
             parts.append(chunk_metrics)
             walls.extend([wall] * n)
             done_evals += n
@@ -543,7 +539,7 @@ def run_training(
     if write_dir:
         write_metrics(out_dir, rows, run_summary(result))
         if getattr(config, "tensorboard", False):
-            from jaxgossip.metric_writers import write_tensorboard
+            from jaxgossip.run.metric_writers import write_tensorboard
 
             write_tensorboard(os.path.join(out_dir, "tensorboard"), rows)
     return result

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 
-from jaxgossip.config import did_you_mean
+from jaxgossip.run.config import did_you_mean
 
 __all__ = ["Command", "Parsed", "UsageError", "build_parser", "parse", "read_config_file", "parse_value", "from_dict"]
 

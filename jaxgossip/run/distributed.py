@@ -10,24 +10,22 @@ module holds them:
 
 * start-up: :func:`initialize_from_env` reads ``JAXGOSSIP_COORDINATOR`` (``host:port`` of process
   0), ``JAXGOSSIP_NUM_PROCESSES`` (P) and ``JAXGOSSIP_PROCESS_ID`` (0..P-1), as set by
-  ``python -m jaxgossip.launch`` or by hand on each host, or ``JAXGOSSIP_DISTRIBUTED=auto`` for
+  ``python -m jaxgossip.run.launch`` or by hand on each host, or ``JAXGOSSIP_DISTRIBUTED=auto`` for
   JAX's own cluster detection (SLURM, Open MPI, Kubernetes, Cloud TPU). The ``jaxgossip`` command
   calls it first, so every command runs multi-process unchanged;
 * reading results: a node-sharded array spans devices of other processes, so
-  ``np.asarray`` refuses it; :func:`to_host` gathers it (a collective: every process must call it
+  ``np.asarray`` refuses it; :func:`jaxgossip.sharding.to_host` gathers it (a collective: every process must call it
   at the same point, which holds because all run the same program);
 * writing results: only :func:`is_primary` (process 0) writes metrics, configs and plots; orbax
   checkpoints are written by all processes together (orbax coordinates them and writes each array
-  once), so :mod:`jaxgossip.checkpoint` is called on every process.
+  once), so :mod:`jaxgossip.run.checkpoint` is called on every process.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import jax
-import numpy as np
 
 __all__ = [
     "ENV_COORDINATOR",
@@ -36,7 +34,6 @@ __all__ = [
     "ENV_AUTO",
     "initialize_from_env",
     "is_primary",
-    "to_host",
     "barrier",
 ]
 
@@ -87,7 +84,7 @@ def initialize_from_env(environ: dict | None = None) -> bool:
     if missing:
         raise ValueError(
             f"a multi-process run needs {', '.join(names)}; {', '.join(missing)} missing (set by "
-            "python -m jaxgossip.launch, or by hand on every host)"
+            "python -m jaxgossip.run.launch, or by hand on every host)"
         )
     coordinator = environ[ENV_COORDINATOR]
     host, _, port = coordinator.rpartition(":")
@@ -106,26 +103,6 @@ def initialize_from_env(environ: dict | None = None) -> bool:
 def is_primary() -> bool:
     """Whether this process writes the run's files (process 0; always True in one process)."""
     return jax.process_index() == 0
-
-
-def to_host(tree: Any) -> Any:
-    """A NumPy copy of every leaf of ``tree``, global arrays included.
-
-    A leaf sharded over devices of several processes is gathered with
-    ``multihost_utils.process_allgather`` (a collective: call this on every process at the same
-    point); other leaves are copied as ``jax.device_get`` does. In one process this is
-    ``jax.device_get``.
-    """
-    if jax.process_count() == 1:
-        return jax.device_get(tree)
-    from jax.experimental import multihost_utils
-
-    def one(leaf):
-        if isinstance(leaf, jax.Array) and not (leaf.is_fully_addressable or leaf.is_fully_replicated):
-            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
-        return jax.device_get(leaf)
-
-    return jax.tree_util.tree_map(one, tree)
 
 
 def barrier(name: str) -> None:

@@ -2,11 +2,11 @@
 
 ::
 
-  python -m jaxgossip.launch --processes=2 --cpu-devices=4 -- jaxgossip train --devices=8 ... --out runs/mp
+  python -m jaxgossip.run.launch --processes=2 --cpu-devices=4 -- jaxgossip train --devices=8 ... --out runs/mp
 
-Each process gets the :mod:`jaxgossip.distributed` variables (a coordinator on a free localhost
+Each process gets the :mod:`jaxgossip.run.distributed` variables (a coordinator on a free localhost
 port, P, its index), so the ``jaxgossip`` command joins the run by itself; a Python script calls
-``jaxgossip.distributed.initialize_from_env()`` before touching a device. ``--cpu-devices=K`` runs
+``jaxgossip.run.distributed.initialize_from_env()`` before touching a device. ``--cpu-devices=K`` runs
 on the CPU with K devices per process and JAX's gloo collectives between processes (a multi-host
 rehearsal on one machine, and the CI test); without it the processes use the default backend.
 
@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from jaxgossip.distributed import ENV_AUTO, ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
+from jaxgossip.run.distributed import ENV_AUTO, ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
 
 __all__ = ["LaunchResult", "free_port", "process_env", "launch", "main"]
 
@@ -60,7 +60,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def process_env(process_id: int, num_processes: int, coordinator: str, cpu_devices: int | None, base=None) -> dict:
     """The environment of process ``process_id``: ``base`` (default ``os.environ``) plus the
-    :mod:`jaxgossip.distributed` variables and, with ``cpu_devices``, the CPU backend with that
+    :mod:`jaxgossip.run.distributed` variables and, with ``cpu_devices``, the CPU backend with that
     many devices and gloo collectives."""
     env = dict(os.environ if base is None else base)
     env.pop(ENV_AUTO, None)
@@ -124,7 +124,7 @@ def launch(
     """
     command = list(command)
     if not command:
-        raise ValueError("no command given: python -m jaxgossip.launch --processes=P -- COMMAND ...")
+        raise ValueError("no command given: python -m jaxgossip.run.launch --processes=P -- COMMAND ...")
     if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
         raise ValueError(f"processes={num_processes!r} must be an int >= 1")
     if cpu_devices is not None and (
@@ -175,10 +175,10 @@ def launch(
             thread.join(timeout=_GRACE_S)
     codes = [p.returncode for p in procs]
     if timed_out:
-        sink.write(f"jaxgossip.launch: timed out after {timeout} s; stopped all {num_processes} processes\n")
+        sink.write(f"jaxgossip.run.launch: timed out after {timeout} s; stopped all {num_processes} processes\n")
         return LaunchResult(TIMEOUT_STATUS, codes, None, True)
     if failed is not None:
-        sink.write(f"jaxgossip.launch: process {failed} exited with status {codes[failed]}; stopped the others\n")
+        sink.write(f"jaxgossip.run.launch: process {failed} exited with status {codes[failed]}; stopped the others\n")
         return LaunchResult(int(codes[failed]) or 1, codes, failed, False)
     return LaunchResult(0, codes, None, False)
 
@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         own, command = argv, []
     parser = argparse.ArgumentParser(
-        prog="python -m jaxgossip.launch",
+        prog="python -m jaxgossip.run.launch",
         description="Run COMMAND as P processes of one JAX run on this machine (coordinator on localhost).",
-        usage="python -m jaxgossip.launch --processes=P [--cpu-devices=K] [--port=N] [--timeout=S] -- COMMAND ...",
+        usage="python -m jaxgossip.run.launch --processes=P [--cpu-devices=K] [--port=N] [--timeout=S] -- COMMAND ...",
     )
     parser.add_argument("--processes", "-n", type=int, required=True, help="P, the number of processes")
     parser.add_argument("--cpu-devices", type=int, default=None, help="K CPU devices per process, gloo collectives")
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     except KeyboardInterrupt:  # the processes were stopped on the way out of launch()
-        print("jaxgossip.launch: interrupted; stopped every process", file=sys.stderr)
+        print("jaxgossip.run.launch: interrupted; stopped every process", file=sys.stderr)
         return 130
     return result.returncode
 

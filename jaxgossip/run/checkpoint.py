@@ -3,9 +3,9 @@
 Layout: ``ckpt_dir/<R>/`` for every kept checkpoint, ``R`` the rounds done, each holding three
 orbax items:
 
-* ``state/``: the full :class:`~jaxgossip.train.TrainState` (params, normalization statistics,
+* ``state/``: the full :class:`~jaxgossip.training.TrainState` (params, normalization statistics,
   optimizer and communication state, RNG key data, round counter, bits);
-* ``history/``: the :class:`~jaxgossip.train.Metrics` of every evaluation point so far (orbax
+* ``history/``: the :class:`~jaxgossip.training.Metrics` of every evaluation point so far (orbax
   reserves the item name ``metrics``);
 * ``meta/``: JSON with the config, the rounds done, the cumulative wall time and the wall time at
   every evaluation point.
@@ -170,7 +170,7 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
     """
     import orbax.checkpoint as ocp
 
-    from jaxgossip import distributed
+    from jaxgossip import sharding
 
     step = int(np.asarray(state.round))
     meta = {"config": config, "round": step, "wall_time": float(walls[-1]) if walls else 0.0, "walls": list(walls)}
@@ -182,7 +182,7 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
                 # Host copies (gathered from every process in a multi-process run): the files
                 # then do not depend on the mesh, so any device count can restore them. orbax
                 # writes NumPy arrays from process 0 only, while all processes take part.
-                state=ocp.args.StandardSave(distributed.to_host(state)),
+                state=ocp.args.StandardSave(sharding.to_host(state)),
                 history=ocp.args.StandardSave(arrays),
                 meta=ocp.args.JsonSave(meta),
             ),
@@ -205,7 +205,7 @@ def restore(ckpt_dir: str, like_state, config: dict) -> Restored:
     """
     import orbax.checkpoint as ocp
 
-    from jaxgossip.train import Metrics
+    from jaxgossip.training import Metrics
 
     saved = latest(ckpt_dir)
     if saved is None:

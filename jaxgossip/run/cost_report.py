@@ -1,4 +1,4 @@
-"""The cost of configured runs, as the CLI reports it (re-exported by :mod:`jaxgossip.cost`).
+"""The cost of configured runs, as the CLI reports it (built on :mod:`jaxgossip.cost`).
 
 :mod:`jaxgossip.cost` prices bits, FLOPs and memory under a network model; this module holds the
 option-level model a user sets (``--link.*``, ``--node.flops``, ``--energy.*``: :data:`COST_OPTIONS`,
@@ -195,13 +195,13 @@ def priced_as_allreduce(algorithm: str) -> bool:
 def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
     """FLOPs of one node's local step (0 unless ``need_flops``) and bytes per node of a run.
 
-    The step is the gradient of :func:`jaxgossip.train.cross_entropy_loss` on one node's batch
-    [B, ...], as in :func:`jaxgossip.train.make_train` (optimizer update, augmentation and
+    The step is the gradient of :func:`jaxgossip.training.cross_entropy_loss` on one node's batch
+    [B, ...], as in :func:`jaxgossip.training.make_train` (optimizer update, augmentation and
     evaluation not counted). Memory is params, normalization statistics, optimizer and algorithm
     state, from shapes only.
 
     Args:
-      config: a :class:`jaxgossip.runner.TrainConfig` (its optimizer and algorithm are built with
+      config: a :class:`jaxgossip.run.runner.TrainConfig` (its optimizer and algorithm are built with
         the runner's ``make_optimizer`` / ``make_algorithm``, imported here only).
       dataset: the run's dataset; topo: its topology.
 
@@ -210,8 +210,9 @@ def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[floa
     """
     import jax
 
-    from jaxgossip import models, train
-    from jaxgossip.runner import make_algorithm, make_optimizer
+    from jaxgossip import models
+    from jaxgossip import training as train
+    from jaxgossip.run.runner import make_algorithm, make_optimizer
 
     fns = train.linen_model_fns(
         models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)

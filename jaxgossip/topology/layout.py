@@ -1,0 +1,136 @@
+"""Layout policy of a graph's tables: the in-neighbour slot table, the kernel choice and the
+circulant shifts.
+
+A :class:`~jaxgossip.topology.Topology` stores its mixing matrices in the layout chosen here, and
+:mod:`jaxgossip.mixing` runs one kernel per layout. The choice is measured on XLA:CPU
+(``experiments/bench_mixing.py``): summing K per-slot gathers reaches 0.86x the bandwidth of a
+plain copy at K = 3 and 0.65x at K = 9, ``segment_sum`` over an edge list about 0.22x, and a dense
+``W @ x`` is 6x faster than slots for a complete graph (N = 64). Host-side NumPy, not jittable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from jaxgossip.topology.graph import Topology
+
+__all__ = ["KERNELS", "slot_table", "choose_kernel", "circulant_shift", "circulant_shifts"]
+
+KERNELS = ("auto", "slots", "dense", "segment")
+# Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
+# measured on XLA:CPU (experiments/bench_mixing.py): 0.86x copy bandwidth at K=3, 0.65x at K=9.
+_MAX_SLOTS = 16
+# Above this edge density a dense matmul beats gathers (6x at N=64, K=64 on XLA:CPU).
+_DENSE_FRACTION = 0.25
+
+
+def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int):
+    """In-neighbour slot table of an edge list: ``(neighbors [T, N, K] int32, weights [T, N, K])``.
+
+    ``W_t @ x == sum_k weights[t, :, k, None] * x[neighbors[t, :, k]]``. K is the largest in-degree
+    (self included) over all rounds; unused slots point at the node itself with weight 0. Slot 0
+    always holds the node itself (weight 0 when it has no self-loop), so the kernel reads it as
+    ``x`` without a gather. Host-side NumPy, not jittable.
+
+    Args:
+      senders, receivers: [T, E] int, weights: [T, E] float; weight-0 edges are padding.
+      num_nodes: N.
+    """
+    n, period = num_nodes, senders.shape[0]
+    lists = []
+    for t in range(period):
+        keep = weights[t] != 0
+        s, r, w = senders[t][keep], receivers[t][keep], weights[t][keep]
+        # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
+        # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
+        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
+        lists.append((s[order], r[order], w[order]))
+    k = 1
+    for s, r, _ in lists:
+        if r.size:
+            missing_self = np.ones(n, dtype=np.int64)
+            missing_self[r[s == r]] = 0
+            k = max(k, int((np.bincount(r, minlength=n) + missing_self).max()))
+    nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
+    slot_w = np.zeros((period, n, k), dtype=weights.dtype)
+    for t, (s, r, w) in enumerate(lists):
+        if r.size == 0:
+            continue
+        first = np.searchsorted(r, np.arange(n))
+        has_self = np.zeros(n, dtype=bool)
+        has_self[r[s == r]] = True
+        # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
+        pos = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
+        nbr[t, r, pos] = s
+        slot_w[t, r, pos] = w
+    return nbr, slot_w
+
+
+def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:
+    """The measured kernel choice for ``kernel="auto"``.
+
+    Args:
+      num_nodes: N.
+      max_edges: the most weight != 0 edges (self-loops included) of any round.
+      max_slots: K of the slot table.
+    """
+    density = max_edges / num_nodes**2
+    # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
+    # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
+    if density > 0.5 or (max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
+        return "dense"
+    if max_slots <= _MAX_SLOTS:
+        return "slots"
+    return "segment"
+
+
+def circulant_shift(column: np.ndarray) -> int | None:
+    """c if ``column[i] == (i + c) mod N`` for all i, else None."""
+    n = column.shape[0]
+    c = int(column[0])
+    return c if np.array_equal(column, (np.arange(n) + c) % n) else None
+
+
+def circulant_shifts(topology: Topology) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
+    """Writes every round of a circulant schedule as weighted shifts of the node axis.
+
+    Round t is ``((c_1, w_1), (c_2, w_2), ...)`` with distinct shifts ``c`` in ``[0, N)`` and
+    per-node weights ``w`` (numpy [N] float64), such that
+
+    .. math::  (W^{(t)} x)_i = \\sum_c w_c[i] \\, x_{(i + c) \\bmod N}.
+
+    Built from ``Topology.slots``: each in-neighbour slot column must be a single shift over the
+    nodes where its weight is non-zero (weight-0 padding may point anywhere). Slots with the same
+    shift are merged; shifts keep slot order (self first), so the sum runs in ``mix``'s order.
+
+    Raises:
+      ValueError: some round of ``topology`` is not circulant in its node labelling (e.g. star,
+        erdos_renyi, torus, hypercube with N >= 4).
+    """
+    nbr, slot_w = topology.slots
+    n = topology.num_nodes
+    nodes = np.arange(n)
+    rounds = []
+    for t in range(topology.period):
+        terms: dict[int, np.ndarray] = {}
+        for k in range(nbr.shape[2]):
+            w = slot_w[t, :, k]
+            live = w != 0
+            if not live.any():
+                continue
+            offsets = (nbr[t, live, k].astype(np.int64) - nodes[live]) % n
+            if np.any(offsets != offsets[0]):
+                raise ValueError(
+                    f"topology {topology.name} is not circulant: in round {t} the in-neighbour slot {k} takes "
+                    f"from offsets {sorted(set(offsets.tolist()))[:6]} (need one offset c with neighbour "
+                    "(i + c) mod N for every node i); mix_ppermute serves circulant graphs only (ring, "
+                    "directed_ring, exponential, one_peer_exponential, complete): use mixing.mix on "
+                    "inputs placed with shard_nodes instead"
+                )
+            c = int(offsets[0])
+            terms[c] = terms.get(c, np.zeros(n)) + w
+        rounds.append(tuple(terms.items()))
+    return tuple(rounds)
