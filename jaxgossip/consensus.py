@@ -1,4 +1,5 @@
-"""Consensus-only simulation: communication rounds without gradients, as one ``lax.scan``."""
+"""Consensus-only simulation: communication rounds without gradients, one program of the round
+driver (:func:`jaxgossip.rounds.run_rounds`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.mixing import consensus_distance, node_mean
+from jaxgossip.rounds import run_rounds
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["ConsensusResult", "ConsensusTrace", "run_consensus", "consensus_scan"]
@@ -71,7 +73,7 @@ def consensus_scan(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKe
 
     err0 = consensus_distance(alg.debias(x0, state0), target)
     keys = jax.random.split(key, num_steps)
-    (x, state), (errors, bits, node_bits) = jax.lax.scan(body, (x0, state0), keys)
+    (x, state), (errors, bits, node_bits) = run_rounds(body, (x0, state0), int(num_steps), keys)
     return ConsensusTrace(jnp.concatenate([err0[None], errors]), bits, node_bits, x, state)
 
 

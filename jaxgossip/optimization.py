@@ -56,6 +56,7 @@ import optax
 
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import consensus_distance, node_mean
+from jaxgossip.rounds import run_rounds
 from jaxgossip.training import ORDERINGS
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
@@ -250,8 +251,8 @@ def optimization_scan(
 
     state0 = alg.init(x0)
     opt_state0 = jax.vmap(optimizer.init)(x0)
-    (x, state, opt_state), (objs, cons, loss, bits) = jax.lax.scan(
-        round_fn, (x0, state0, opt_state0), jax.random.split(key_run, int(num_steps))
+    (x, state, opt_state), (objs, cons, loss, bits) = run_rounds(
+        round_fn, (x0, state0, opt_state0), int(num_steps), jax.random.split(key_run, int(num_steps))
     )
     obj0 = objective(x0, state0)
     cons0 = consensus_distance(alg.debias(x0, state0))

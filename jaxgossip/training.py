@@ -1,4 +1,5 @@
-"""Decentralized training as one jitted ``lax.scan``: local optax steps, gossip, evaluation.
+"""Decentralized training as one jitted ``lax.scan`` of the round driver (:func:`jaxgossip.rounds.run_rounds`):
+local optax steps, gossip, evaluation.
 
 A run is ``R = num_rounds`` rounds. In every round each of the N nodes takes ``H = local_steps``
 local optimizer steps, each on a fresh batch of B samples from its own shard (local SGD, Stich,
@@ -46,6 +47,7 @@ import optax
 
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import check_params, consensus_distance, node_mean
+from jaxgossip.rounds import run_rounds
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = [
@@ -521,12 +523,11 @@ def make_train(
             ),
         )
 
-    def interval(data, state: TrainState, _) -> tuple[TrainState, Metrics]:
-        state, losses = jax.lax.scan(functools.partial(round_fn, data), state, None, length=eval_every)
-        return state, evaluate(state, losses.mean())
+    def point(state: TrainState, losses: Array) -> Metrics:
+        return evaluate(state, losses.mean())
 
     def run_chunk_impl(state: TrainState, num_evals: int, data) -> tuple[TrainState, Metrics]:
-        return jax.lax.scan(functools.partial(interval, data), state, None, length=num_evals)
+        return run_rounds(functools.partial(round_fn, data), state, num_evals, every=eval_every, point_fn=point)
 
     if _spans_processes(shards):
         run_chunk = _DataBound(jax.jit(run_chunk_impl, static_argnums=1), shards)

@@ -1,0 +1,78 @@
+"""The round driver: one ``lax.scan`` over communication rounds for every kind of run.
+
+Consensus (:mod:`jaxgossip.consensus`), optimization (:mod:`jaxgossip.optimization`) and training
+(:mod:`jaxgossip.training`) are programs for this driver. A program is a pure ``round_fn(carry, x)
+-> (carry, record)``: ``carry`` is any pytree the program carries from round to round (params,
+algorithm and optimizer state, counters, a PRNG key, and whatever per-round extras a program
+needs: clocks, masks, delayed messages), ``x`` the round's slice of ``xs`` (per-round inputs such
+as keys, or None) and ``record`` what the round reports (a pytree of arrays, stacked over rounds).
+
+Rounds are grouped into *points*: with ``every = P`` the driver runs P rounds, then
+``point_fn(carry, records) -> point`` turns the carry and the P stacked records into one point
+(an evaluation); the run returns the points stacked, ``[num_points, ...]``. With ``every = 1`` and
+no ``point_fn`` every round is a point and its record is returned as is. A run split into chunks
+of whole points (a progress bar, checkpoints between chunks) is bitwise the same run: the carry is
+the whole state, so ``run_rounds(f, run_rounds(f, c, 2 P)[0], P)`` equals ``run_rounds(f, c, 3 P)``.
+
+Keys: the driver draws none itself. A program either takes its round keys as ``xs`` (e.g. the
+rows of ``jax.random.split(key, S)``) or carries its key in ``carry`` and splits it each round,
+so that a chunked or resumed run continues the same key stream.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+__all__ = ["run_rounds", "RoundFn", "PointFn"]
+
+RoundFn = Callable[[Any, Any], tuple[Any, Any]]  # (carry, x) -> (carry, record)
+PointFn = Callable[[Any, Any], Any]  # (carry, records stacked over the point's rounds) -> point
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive Python int (it fixes the scan length)")
+    return int(value)
+
+
+def run_rounds(
+    round_fn: RoundFn,
+    carry: Any,
+    num_points: int,
+    xs: Any = None,
+    *,
+    every: int = 1,
+    point_fn: PointFn | None = None,
+) -> tuple[Any, Any]:
+    """Runs ``num_points * every`` rounds of ``round_fn`` in one ``lax.scan`` (pure, jittable, vmappable).
+
+    Args:
+      round_fn: ``(carry, x) -> (carry, record)``, one round.
+      carry: the initial carry (any pytree).
+      num_points: number of points (static).
+      xs: per-round inputs with a leading axis of ``num_points * every`` (leaves ``[S, ...]``,
+        ``S = num_points * every``), or None (``round_fn`` then receives None).
+      every: P, rounds per point (static).
+      point_fn: ``(carry, records) -> point`` with records stacked over the P rounds of the
+        point (leaves ``[P, ...]``); None returns the records themselves (leaves
+        ``[num_points, P, ...]``, or ``[num_points, ...]`` when ``every == 1``).
+
+    Returns:
+      ``(carry, points)``: the final carry and the points stacked (leaves ``[num_points, ...]``).
+    """
+    num_points = _check_count("num_points", num_points)
+    every = _check_count("every", every)
+    if every == 1 and point_fn is None:
+        return jax.lax.scan(round_fn, carry, xs, length=num_points)
+    if xs is not None:
+        xs = jax.tree_util.tree_map(lambda a: a.reshape((num_points, every) + a.shape[1:]), xs)
+
+    def point(carry, point_xs):
+        carry, records = jax.lax.scan(round_fn, carry, point_xs, length=every)
+        return carry, (records if point_fn is None else point_fn(carry, records))
+
+    return jax.lax.scan(point, carry, xs, length=num_points)
