@@ -231,6 +231,45 @@ def test_cli_writes_every_promised_file(tmp_path, capsys):
     assert "acc(avg)" in capsys.readouterr().out
 
 
+def test_consensus_plot_range_is_set_by_training_not_by_the_final_merge(tmp_path):
+    """The demo's SCSP run with its exact final merge (distance 0 or ~1e-13) next to gossip: the log
+    y range of consensus.png spans the training rows only, and the merge is a marker at its round
+    with its value in the legend."""
+    from jaxgossip.cli import demo_runs
+    from jaxgossip.run import plots
+
+    runs = {}
+    for name in ("gossip", "scsp"):
+        spec = next(r for r in demo_runs() if r["algorithm"] == name)
+        config = tiny_config(
+            algorithm=name,
+            topology=spec["topology"],
+            algorithm_options=spec.get("algorithm_options", {}),
+            final_merge=spec.get("final_merge"),
+        )
+        runs[spec["name"]] = run_training(config, progress=False, log=lambda s: None).rows
+    merged = runs["scsp 10%"][-1]
+    assert merged["phase"] == "merged" and merged["consensus"] < 1e-12
+    trained = [r["consensus"] for rows in runs.values() for r in rows if r["phase"] == "train"]
+    assert min(trained) > 1e-4
+    fig = plots.training_figure(runs, "consensus")
+    (ax,) = fig.axes
+    low, high = ax.get_ylim()
+    assert min(trained) / 10 < low <= min(trained) and max(trained) <= high < max(trained) * 10
+    # the curves end at the last training row; the merge is one marker at the last round, on the edge
+    assert [line.get_xdata()[-1] for line in ax.get_lines()] == [20, 20]
+    assert [len(line.get_ydata()) for line in ax.get_lines()] == [4, 4]
+    (marker,) = ax.collections
+    np.testing.assert_allclose(marker.get_offsets(), [[20, low]])
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["gossip", "scsp 10%", f"scsp 10%, final merge: {merged['consensus']:.1e} (off the axis)"]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    paths = plots.plot_training(runs, str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == ["accuracy_vs_rounds.png", "accuracy_vs_bits.png", "consensus.png"]
+
+
 def test_nan_loss_stops_with_hint_and_keeps_metrics(tmp_path):
     out = str(tmp_path / "nan")
     with pytest.raises(FloatingPointError, match="smaller learning rate"):

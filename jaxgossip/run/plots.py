@@ -10,6 +10,8 @@ import numpy as np
 
 __all__ = [
     "plot_training",
+    "training_figure",
+    "TRAINING_PANELS",
     "plot_consensus",
     "plot_topology",
     "plot_sweep",
@@ -40,8 +42,88 @@ def _save(fig, path: str) -> str:
     return path
 
 
+# The panels of plot_training, each written to <key>.png: x key, y key, x label, y label, log x axis.
+TRAINING_PANELS = {
+    "accuracy_vs_rounds": ("round", "test_acc", "rounds", "test accuracy (averaged model)", False),
+    "accuracy_vs_bits": ("MB_per_node", "test_acc", "MB sent per node", "test accuracy (averaged model)", True),
+    "consensus": ("round", "consensus", "rounds", "consensus distance", False),
+}
+
+
+def _merged(row: Mapping) -> bool:
+    return row.get("phase") == "merged"
+
+
+def training_figure(runs: Mapping[str, Sequence[dict]], panel: str, title: str = ""):
+    """One panel of :func:`plot_training` as a matplotlib figure (the caller saves and closes it).
+
+    In the consensus panel (log y axis) the row of a final merge (``phase == "merged"``, see
+    ``jaxgossip.run.runner``) is not joined to its run's curve: an exact or near-exact merge drops
+    the distance to 0 or ~1e-13, many decades below training, and would flatten every other curve.
+    The y range is set by the training rows (all runs); each merge is a triangle of its run's colour
+    at its round, at its value when that lies in the range, else on the nearer edge (the bottom for
+    a merge below the range), with the merged value in the legend.
+
+    Args:
+      runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``, a merge row last).
+      panel: a key of :data:`TRAINING_PANELS`.
+    """
+    if panel not in TRAINING_PANELS:
+        raise ValueError(f"panel={panel!r} is unknown; known: {', '.join(TRAINING_PANELS)}")
+    xkey, ykey, xlabel, ylabel, logx = TRAINING_PANELS[panel]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    consensus = ykey == "consensus"
+    merges = []
+    for name, rows in runs.items():
+        if not rows:
+            continue
+        shown = [r for r in rows if not (consensus and _merged(r))]
+        xs = np.array([r[xkey] for r in shown], dtype=float)
+        ys = np.array([r[ykey] for r in shown], dtype=float)
+        (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=name)
+        if consensus:
+            merges += [(name, line.get_color(), float(r[xkey]), float(r[ykey])) for r in rows if _merged(r)]
+    if logx:
+        ax.set_xscale("log")
+    if consensus:
+        ax.set_yscale("log")
+        if merges:
+            _mark_merges(ax, merges)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return fig
+
+
+def _mark_merges(ax, merges: list[tuple[str, str, float, float]]) -> None:
+    """Fixes the log y range to the training curves already drawn and marks each (name, colour,
+    round, merged value) with a triangle, on the edge when the value lies outside the range."""
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high)  # frozen: the markers below must not widen it
+    for name, colour, x, value in merges:
+        inside = bool(np.isfinite(value)) and low <= value <= high
+        y = value if inside else (high if value > high else low)
+        where = "" if inside else " (off the axis)"
+        ax.scatter(
+            [x],
+            [y],
+            marker="v",
+            s=60,
+            color=colour,
+            edgecolors="black",
+            zorder=3,
+            clip_on=False,
+            label=f"{name}, final merge: {value:.1e}{where}",
+        )
+
+
 def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str = "") -> list[str]:
-    """Writes accuracy vs rounds, accuracy vs MB sent per node, and consensus distance vs rounds.
+    """Writes accuracy vs rounds, accuracy vs MB sent per node, and consensus distance vs rounds
+    (:func:`training_figure`: a final merge is marked, not drawn as the curve's last point).
 
     Args:
       runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``).
@@ -50,38 +132,10 @@ def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str =
     Returns:
       The paths written.
     """
-    plt = _pyplot()
     os.makedirs(out_dir, exist_ok=True)
-    specs = [
-        ("accuracy_vs_rounds.png", "round", "test_acc", "rounds", "test accuracy (averaged model)", False),
-        ("accuracy_vs_bits.png", "MB_per_node", "test_acc", "MB sent per node", "test accuracy (averaged model)", True),
-        ("consensus.png", "round", "consensus", "rounds", "consensus distance", False),
+    return [
+        _save(training_figure(runs, panel, title), os.path.join(out_dir, panel + ".png")) for panel in TRAINING_PANELS
     ]
-    paths = []
-    for filename, xkey, ykey, xlabel, ylabel, logx in specs:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, rows in runs.items():
-            if not rows:
-                continue
-            xs = np.array([r[xkey] for r in rows], dtype=float)
-            ys = np.array([r[ykey] for r in rows], dtype=float)
-            ax.plot(xs, ys, marker="o", markersize=3, label=name)
-        if logx:
-            ax.set_xscale("log")
-        if ykey == "consensus":
-            ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        if title:
-            ax.set_title(title, fontsize=9)
-        fig.tight_layout()
-        path = os.path.join(out_dir, filename)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths
 
 
 def plot_consensus(
