@@ -25,9 +25,9 @@ interleaved rep by rep so that load from other processes on a shared machine spr
 Breakdown rows (each piece jitted alone on the stacked [N, ...] state): ``vmap-step`` (jit(vmap(local
 step)), i.e. a round without the trainer's scan, sampler and gossip), ``opt-update`` (the vmapped
 optimizer update alone), ``gossip`` (``algorithm.step``) and ``sample`` (``data.sample_batch``).
-GFLOP/s uses the XLA cost analysis of one node's step times N. The targets of the issue are checked
-at the end: CNN at N = 16 >= 2x faster than (c); MLP at N = 64 >= 10x faster than (c); vectorized
-<= 1.0x the time of (b).
+GFLOP/s uses the XLA cost analysis of one node's step times N. The targets are checked at the end
+(experiments/studies/training_benchmark.md, "Targets"): CNN at N = 16 >= 2x faster than (c); MLP at
+N = 64 >= 10x faster than (c); vectorized <= 1.0x the time of (b).
 
 With ``conv_impl="lax"`` the trainer takes tens of seconds per round on XLA:CPU (its convolutions
 run inside ``lax.scan``/``lax.map`` loop bodies, where the kernel-gradient convolution is 35-45x
@@ -38,7 +38,7 @@ times just that effect on one convolution layer (~10 s).
   python experiments/bench_training.py           # ~6 min (347 s) on the shared 2-core dev box
   python experiments/bench_training.py --quick   # ~3 min: CNN N=16 (no lax trainer) and MLP N=64
 
-Results on the dev box and conclusions: experiments/README.md, section "Training benchmark".
+Results on the dev box and conclusions: experiments/studies/training_benchmark.md.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ Bits: top-k values 32 bits, indices ceil(log2 D) bits (12 for D = 2 500), push-s
 message, every (sender, receiver) message counted, self excluded.
 
 Outputs (``experiments/results/``): ``consensus_directed_<graph>.png`` per graph,
-``consensus_directed.json`` and ``consensus_directed.md`` (the README table).
+``consensus_directed.json`` and ``consensus_directed.md`` (the table of experiments/studies/consensus_directed.md).
 
 Usage::
 

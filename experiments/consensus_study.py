@@ -24,7 +24,7 @@ Every (sender, receiver) message is counted, self excluded.
 
 Outputs (``experiments/results/``): ``consensus_ring8.png`` (error vs rounds and vs MB),
 ``consensus_ring8.json`` (final errors, bits, chosen gammas, rounds / MB to reach error
-thresholds, the full sweep) and ``consensus_ring8.md`` (the README table).
+thresholds, the full sweep) and ``consensus_ring8.md`` (the table of experiments/studies/consensus_powergossip.md).
 
 Usage::
 

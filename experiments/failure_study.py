@@ -21,7 +21,7 @@ plain averaging (``sweeps.sweep_topologies``, D = 64, 3 seeds) error vs rounds.
 
 Outputs (``experiments/results/failure_study/``): ``failure_vs_p.png``, ``failure_vs_bits.png``,
 ``random_graphs.png``, ``failure_study.json`` (curves, settings, machine, load),
-``failure_study.md`` (the README tables).
+``failure_study.md`` (the tables of experiments/studies/failures.md).
 
 Usage::
 

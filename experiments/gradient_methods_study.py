@@ -18,7 +18,7 @@ rounds / MB to reach a distance of 1e-3.
 
 Outputs (``experiments/results/gradient_methods/``): ``least_squares.png``,
 ``gradient_methods.json`` (curves every 5th round, settings, machine) and
-``gradient_methods.md`` (the README table).
+``gradient_methods.md`` (the table of experiments/studies/gradient_methods.md).
 
 Usage::
 

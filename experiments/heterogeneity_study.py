@@ -1,4 +1,4 @@
-"""Gradient tracking / D^2 / QGM vs D-SGD in training under Dirichlet(0.1) label skew (issue 13, 4(c)).
+"""Gradient tracking / D^2 / QGM vs D-SGD in training under Dirichlet(0.1) label skew.
 
 The training half of study (c); the least-squares half is ``gradient_methods_study.py``.
 

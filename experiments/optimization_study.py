@@ -20,7 +20,7 @@ SGP (push_sum) and Sparse-Push top-10 % (gamma from the same grid) on the direct
 
 Outputs (``experiments/results/optimization/``): ``<problem>.png`` (gap vs rounds and vs MB per
 node), ``optimization.json`` (curves every 5th round, chosen gammas, settings, machine) and ``optimization.md``
-(the README table).
+(the table of experiments/studies/optimization.md).
 
 Usage::
 

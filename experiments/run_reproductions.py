@@ -21,7 +21,7 @@ into ``experiments/results/repro_powergossip/`` and ``experiments/results/repro_
         [--dataset NAME] [--out experiments/results]
 
 ``--set`` overrides a TrainConfig field of every run, e.g. the clipped Dirichlet(0.1) rerun of
-experiments/README (section "Dirichlet(0.1)"):
+experiments/studies/dirichlet.md ("Clipped run"):
 
     python experiments/run_reproductions.py --study sparsepush --partitions dirichlet:0.1 \
         --set grad_clip=2 --out experiments/results/dirichlet_clip

@@ -12,7 +12,7 @@ every node's gradient at its debiased local iterate ``z`` and turn it into an up
 
 with ``g`` and ``z`` stacked over the N nodes (leaves ``[N, ...]``), ``s`` the algorithm state
 and ``o`` the per-node optimizer state (vmapped). Without a hook ``g~ = g`` and ``s`` is untouched,
-so algorithms without one run exactly as before the hook existed.
+so an algorithm without one takes plain optimizer steps on its raw gradients.
 
 The hook runs once per local step (H times per round with ``local_steps = H``), under either
 ordering, before the communication round of ``step``; it sends nothing.

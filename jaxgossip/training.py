@@ -373,7 +373,7 @@ def make_train(
         :func:`jaxgossip.data.sample_batch`.
       node_batch: if set, local gradients are computed ``node_batch`` nodes at a time
         (``lax.map`` over groups of ``vmap``) instead of one ``vmap`` over all N. Measured on
-        XLA:CPU (``experiments/bench_training.py``): for conv nets one node at a time was 1.4x
+        XLA:CPU (``experiments/bench_training.py``): for conv nets one node at a time is 1.4x
         (N = 16) to 2.6x (N = 64) faster than a full vmap; for MLPs the full vmap (None) is faster,
         and on accelerators a full vmap is the expected fast path (not yet measured).
       local_steps: H >= 1 local optimizer steps per round, each on a fresh batch (local SGD),
@@ -532,7 +532,7 @@ def make_train(
     if _spans_processes(shards):
         run_chunk = _DataBound(jax.jit(run_chunk_impl, static_argnums=1), shards)
     else:
-        # One process: the shards stay closed over, as before, so compiled chunks take (state) only.
+        # One process: the shards stay closed over (constants of the compiled chunk), so it takes (state) only.
         run_chunk = jax.jit(lambda state, num_evals: run_chunk_impl(state, num_evals, shards), static_argnums=1)
 
     def train(key: PRNGKey) -> tuple[TrainState, Metrics]:

@@ -2,7 +2,7 @@
 
 Compressed gossip (Choco, DeepSqueeze, Sparse-Push, ...) needs a consensus step size ``gamma`` small
 enough for its compressor and graph; too large and the consensus distance grows geometrically while
-the node mean stays put (experiments/README, section "Dirichlet(0.1)", mode A). Which gamma is too
+the node mean stays put (experiments/studies/dirichlet.md, "Mode A"). Which gamma is too
 large depends on the compressor, the graph *and* the leaf shapes (top-k keeps a fraction of each
 leaf), so :func:`tune_gamma` measures it on the actual configuration with communication only: one
 :func:`jaxgossip.sweeps.sweep_consensus` program, vmapped over a grid of gammas.

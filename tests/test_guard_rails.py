@@ -1,8 +1,8 @@
-"""Guard rails for compressed gossip (issue 13, item 3): the consensus watchdog (consensus runs,
+"""Guard rails for compressed gossip: the consensus watchdog (consensus runs,
 training, metrics.json and the run table), ``tune_gamma`` / ``jaxgossip tune-gamma``, and the
 ``public_init="model"`` option of the methods with public copies.
 
-The mode-A case of experiments/README (section "Dirichlet(0.1)"): Choco top-1 % on the 8-ring
+The mode-A case of experiments/studies/dirichlet.md ("Mode A"): Choco top-1 % on the 8-ring
 diverges at gamma 0.3 and contracts at 0.03; here with communication only, D = 1000, 1000 rounds."""
 
 import json

@@ -345,7 +345,7 @@ def test_devices_must_divide_nodes():
         run_training(_config(num_nodes=6, devices=4), None, progress=False, log=lambda s: None)
 
 
-# Local steps, optimizers, and user models / losses (issue 11, items 3 and 4).
+# Local steps, optimizers, and user models / losses.
 
 
 def _linear_pair(dim, num_classes):

@@ -1,5 +1,5 @@
 """ResNet-20 training on CPU: each convolution formulation against XLA's own floor and the machine's
-matmul peak (issue 12, item 3).
+matmul peak (results: experiments/studies/conv_cpu.md).
 
 In one process, calls interleaved rep by rep, medians of ``--reps`` after one warm-up, compile time
 apart, 0.2 s idle before every call:
@@ -7,11 +7,11 @@ apart, 0.2 s idle before every call:
   floor <impl> 1 model x N
                       one ResNet-20 forward + backward + SGD step (batch B, BN in train mode) of one
                       model, jitted, straight-line code (no loop); impl = lax (JAX's own gradient
-                      convolutions: the issue's floor) and explicit; times N: the cost of N models
+                      convolutions: the floor) and explicit; times N: the cost of N models
                       if XLA ran them one after another at its best
   round <impl>        the trainer's CPU round structure for N nodes: ``lax.map`` over the nodes (one
-                      model per loop iteration) of that step, then ring gossip; impl = matmul (the
-                      old CPU default), explicit (lax forward, gradients as canonical forward
+                      model per loop iteration) of that step, then ring gossip; impl = matmul (im2col
+                      + one matmul), explicit (lax forward, gradients as canonical forward
                       convolutions: the new default), lax (JAX's own gradient convolutions)
   trainer             ``runner.build``'s own compiled chunk of one round (``run_chunk(state, 1)``:
                       device-side batch sampling, the local step with the trainer's optimizer,

@@ -1,5 +1,5 @@
 """Where XLA:CPU's convolution time goes: ResNet-20's 3x3 layers, one pass at a time, vs the
-machine's matmul peak and PyTorch's oneDNN (issue 12, item 3: "document the gap to oneDNN").
+machine's matmul peak and PyTorch's oneDNN: the gap to oneDNN (results: experiments/studies/conv_cpu.md).
 
 For each distinct 3x3 layer shape of ResNet-20 at batch B (CIFAR, NHWC float32) it times, jitted,
 straight-line (no loop), median of ``--reps`` after one warm-up, 0.5 s idle before each call:

@@ -5,7 +5,7 @@ Runs on 8 CPU devices (``jax_num_cpu_devices`` is set before JAX starts). For ri
 the same ``x <- W(t) x``:
 
 * ``auto``: ``jax.jit(mixing.mix)`` on inputs sharded over a mesh of 8 devices whose axis is *not*
-  named ``"nodes"`` (``mix`` takes the ppermute path by itself on a ``"nodes"`` mesh since issue 14):
+  named ``"nodes"`` (``mix`` takes the ppermute path by itself on a ``"nodes"`` mesh):
   XLA's SPMD partitioner turns the rolls / gathers into collectives by itself;
 * ``ppermute``: ``sharding.mix_ppermute``, the explicit ``shard_map``: at most two
   ``lax.ppermute`` of contiguous row slices per shift;

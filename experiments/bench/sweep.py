@@ -13,7 +13,7 @@ Gaussian-blob task (``dataset="synthetic"``: 1 024 train / 256 test samples, 8x8
   total for 64 is extrapolated linearly (64 / 8 x their sum) — printed as an extrapolation;
   ``--separate 64`` runs all of them.
 
-Speed-up = extrapolated (or measured) 64-run time / one-compile time; the issue's target is >= 5x.
+Speed-up = extrapolated (or measured) 64-run time / one-compile time; the target is >= 5x.
 The final test loss of every separate run is compared with its entry in the sweep (they should agree
 to float32 round-off: the sweep is the same computation, vmapped; the accuracy saturates at 1.0 on
 this easy task, so the loss is the informative check).

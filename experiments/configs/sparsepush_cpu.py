@@ -22,10 +22,9 @@ gamma in {0.03, 0.1, 0.3}, one compile each, 2026-11-29), final averaged-model a
 
 SCSP uses the 1 % value. ``--algorithm_options.gamma=0.01`` restores the recipe value.
 
-``jaxgossip tune-gamma`` on this graph and CNN (experiments/README, section "Consensus step sizes of
-the CPU reproductions, re-derived") finds the largest contracting gamma at 0.079 (1 %), 0.040
-(0.1 %) and 0.1 (SCSP) and recommends 0.032 / 0.016 / 0.04: the 1 % value 0.1 lies beyond the edge
-(the Dirichlet(0.1) failure, mode A). Kept here because the published table was run with it; use
+``jaxgossip tune-gamma`` on this graph and CNN (experiments/studies/tune_gamma_cpu.md) finds the
+largest contracting gamma at 0.079 (1 %), 0.040 (0.1 %) and 0.1 (SCSP) and recommends 0.032 / 0.016
+/ 0.04: the 1 % value 0.1 lies beyond the edge (the Dirichlet(0.1) failure, mode A). Kept here because the published table was run with it; use
 0.03 at the next rerun.
 
     jaxgossip train --config experiments/configs/sparsepush_cpu.py --partition=skew:0.8 --out runs/sp_cpu

@@ -73,14 +73,14 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
     previous round), and the tracker sent at the end of the round is ``c_i + gbar_i^t``; so
     ``mean(y)`` tracks the node mean of the round-averaged gradients, and the fixed point is still
     exact (the SCAFFOLD / K-GT form of the correction). With H = 1 this is the rule above, bitwise.
-    Why the round mean and not the last local gradient as the reference (an earlier version): on a
-    quadratic with curvature h over the complete graph, the disagreement of the corrections is
-    multiplied each round by ``1 - (1 - eta h)^(H - 1)`` with the last gradient (``eta h`` for
-    H = 2), which exceeds 1 for ``eta h`` in (1, 2), where SGD itself is still stable; networks
-    trained at a constant step sit near ``eta h = 2`` along their sharpest directions, and that
-    version diverged on digits at lr 0.2 with H = 2, even on IID data. With the round mean the
-    factor is ``1 - (1/H) sum_{k<H} (1 - eta h)^k``, in (0, 1) for every ``eta h`` in (0, 2)
-    (``eta h / 2`` for H = 2).
+    Why the round mean and not the last local gradient as the reference: on a quadratic with
+    curvature h over the complete graph, the disagreement of the corrections is multiplied each
+    round by ``1 - (1 - eta h)^(H - 1)`` with the last gradient (``eta h`` for H = 2), which exceeds
+    1 for ``eta h`` in (1, 2), where SGD itself is still stable; networks trained at a constant step
+    sit near ``eta h = 2`` along their sharpest directions, and the last-gradient reference diverges
+    on digits at lr 0.2 with H = 2, even on IID data. With the round mean the factor is
+    ``1 - (1/H) sum_{k<H} (1 - eta h)^k``, in (0, 1) for every ``eta h`` in (0, 2) (``eta h / 2``
+    for H = 2).
 
     Args:
       topology: doubly stochastic graph, static, time-varying or stochastic (``random_matching``,

@@ -3,7 +3,7 @@
 References:
   Lu, De Sa, "Moniqua: Modulo Quantized Communication in Decentralized SGD", ICML 2020
   (arXiv:2002.11787). The PowerGossip study's 2-bit variant (Vogels et al., NeurIPS 2020,
-  arXiv:2008.01425; /work/shared/ALGORITHMS.md section 4.6) fixes the details followed here:
+  arXiv:2008.01425; docs/algorithms.md, section moniqua) fixes the details followed here:
   centred modulo, stochastic rounding with randomness shared by all nodes, 2 bits per entry.
 """
 

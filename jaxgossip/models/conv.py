@@ -9,8 +9,8 @@ followed by ONE matmul turns the vmapped convolution into a batched matmul, whic
 well (269 ms in the same measurement). `experiments/bench_conv.py` re-measures it: on the shared
 2-core dev box (jax 0.10.2, N=16, B=32) one vmapped step took 2117 ms with "lax" and 704 ms with
 "matmul" (3.0x); per layer (3x3, 14x14x32->64 and 7x7x64->128, fwd+grad, 16 nodes) the vmapped
-"matmul" was 2.3x and 4.8x faster than vmapped "lax". A kh*kw-tap variant (nine small matmuls
-summed, no im2col buffer) was 2.2-2.4x slower than im2col and is not offered. Unbatched, "lax" is
+"matmul" is 2.3x and 4.8x faster than vmapped "lax". A kh*kw-tap variant (nine small matmuls
+summed, no im2col buffer) is 2.2-2.4x slower than im2col and is not offered. Unbatched, "lax" is
 slightly faster (21 vs 25 ms per single-model step). Also measured: inside `lax.map` over nodes
 the "lax" convolution was >10x slower than a Python loop, the "matmul" one was not.
 
@@ -56,7 +56,7 @@ def resolve_conv_impl(impl: str, backend: str | None = None, node_batch: int | N
       "explicit", the lax convolution with both gradients written as canonical forward
       convolutions, which XLA:CPU runs at straight-line speed inside `lax.map`/`lax.scan` bodies
       (ResNet-20 x 8 nodes, batch 128: 6.60 s vs 8.58 s per round with "matmul", 1.3x;
-      experiments/README "Convolution training on CPU").
+      experiments/studies/conv_cpu.md).
     * CPU, several models per call (`node_batch` None or > 1, a `vmap` over nodes): "matmul",
       because the vmapped lax convolution measured 3x slower (2117 vs 704 ms per vmapped step of
       16 CNNs; see the module docstring and `experiments/bench_conv.py`).

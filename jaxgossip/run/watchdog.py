@@ -3,7 +3,7 @@
 Compressed gossip (Choco, Sparse-Push, ...) with a consensus step size too large for its compressor
 does not fail loudly: the node mean is conserved, the loss of the averaged model may look fine for
 a while, and the consensus distance grows geometrically until the nodes' models are useless or NaN
-(experiments/README, section "Dirichlet(0.1)", mode A). The watchdog reads the consensus distance
+(experiments/studies/dirichlet.md, "Mode A"). The watchdog reads the consensus distance
 the run already records (at every evaluation point of a training run, every round of a consensus
 run; nothing is added to the compiled scan and nothing is synced per round) and raises an alarm at
 the first point where

@@ -19,8 +19,8 @@ layout) are auxiliary data, and T, E and K are read from the leaves' shapes. So 
 * a stochastic graph (:mod:`jaxgossip.topology.stochastic`: ``random_matching``, ``random_out``,
   ``with_failures``): no tables at all (the leaves are None) but a *sampler*, auxiliary data, that
   draws round t's graph from a key inside the compiled run. Algorithms reach the graph of a round
-  through :meth:`Topology.draw`, which returns the topology itself for a fixed graph, so fixed
-  graphs run exactly as before.
+  through :meth:`Topology.draw`, which returns the topology itself for a fixed graph, so a fixed
+  graph runs exactly as if the algorithm used it directly.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ class Topology:
         """The graph of round ``t``: the accessor every algorithm uses once per step.
 
         A fixed graph returns itself (``GraphRound(self, None, None)``), so its algorithms run
-        exactly as before; a stochastic graph draws round t from
+        exactly as on the graph itself; a stochastic graph draws round t from
         ``fold_in(key, stream)`` with its sampler: a one-round :class:`Topology` (traced tables
         ``[1, E]``), the nodes that communicate (``alive`` [N] bool) and, for failures of an
         undirected graph, which of the support's undirected pairs are up (``pair_keep`` [P] bool).

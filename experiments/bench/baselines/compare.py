@@ -1,6 +1,6 @@
 """jaxgossip vs a PyTorch per-worker loop (``torch_loop.py``), timed side by side in one process.
 
-Workloads (issue 12; the consensus setting of ``experiments/consensus_study.py``: 8-ring, 1/3
+Workloads (the consensus setting of ``experiments/consensus_study.py``: 8-ring, 1/3
 weights, one 100x100 N(0, 1) float32 matrix per worker):
 
   gossip          one round ``x <- W x`` (gamma 1)                                    ms / round
@@ -65,7 +65,7 @@ from _benchlib import header_line, linen_sgd_step, machine_info, write_result  #
 N_NODES = 8
 DIM = 100
 TOPK = 50
-CHOCO_GAMMA = 0.01468  # the consensus study's best top-k gamma (experiments/README.md)
+CHOCO_GAMMA = 0.01468  # the consensus study's best top-k gamma (experiments/studies/consensus_powergossip.md)
 NUM_GAMMAS = 20
 THREADS = (1, 2)
 TOL = 1e-5  # max |torch - jax| / max |x0| for the round checks (float32 round-off, a few rounds)
