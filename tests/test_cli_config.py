@@ -22,6 +22,7 @@ from jaxgossip.cli.topology_sweep import TopologySweepOptions
 from jaxgossip.run.config import TrainConfig, check_train_config
 from jaxgossip.run.runner import config_from_dict, load_config
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = ["train", "sweep", "consensus", "topology-sweep", "demo"]
 COST = ["link.bandwidth", "link.latency", "link.mode", "link.allreduce", "node.flops", "energy.flop", "energy.bit"]
 FIELDS = {
@@ -141,6 +142,16 @@ PY_CONFIGS = {
 }
 
 
+def _assert_resolves_to(resolved: dict, values: dict):
+    for key, value in values.items():
+        if key == "sweep":
+            assert resolved["sweep"] == {"algorithm_options.gamma": [0.5, 1.0]}
+        elif key == "seeds":
+            assert resolved["seeds"] == [0, 1]
+        else:
+            assert resolved[key] == value, key
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_python_and_yaml_configs_for_every_command(command, tmp_path, capsys):
     values = PY_CONFIGS[command]
@@ -151,14 +162,34 @@ def test_python_and_yaml_configs_for_every_command(command, tmp_path, capsys):
     for path in (py, yml):
         code, out, err = _main(capsys, command, "--config", str(path), "--print-config")
         assert code == 0, err
-        resolved = yaml.safe_load(out)
-        for key, value in values.items():
-            if key == "sweep":
-                assert resolved["sweep"] == {"algorithm_options.gamma": [0.5, 1.0]}
-            elif key == "seeds":
-                assert resolved["seeds"] == [0, 1]
-            else:
-                assert resolved[key] == value, key
+        _assert_resolves_to(yaml.safe_load(out), values)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_python_config_argument_for_every_command(command, tmp_path, capsys):
+    """``--config FILE.py:ARG`` passes ARG to get_config; without it the default applies; a folder
+    or file name with ':' elsewhere in the path stays a path."""
+    values = PY_CONFIGS[command]
+    folder = tmp_path / "runs:v2"
+    folder.mkdir()
+    family = folder / "family.py"
+    family.write_text(
+        "CONFIG_ARGS = ('given', 'empty')\n\n\n"
+        f"def get_config(arg='empty'):\n    return {{'given': {values!r}, 'empty': {{}}}}[arg]\n"
+    )
+
+    def resolved(*argv):
+        code, out, err = _main(capsys, command, *argv, "--print-config")
+        assert code == 0, err
+        return yaml.safe_load(out)
+
+    _assert_resolves_to(resolved("--config", f"{family}:given"), values)
+    assert resolved(f"--config={family}:given") == resolved("--config", f"{family}:given")
+    axis = ["--sweep.lr=0.1"] if command == "sweep" else []  # the empty config needs what the command requires
+    assert _resolved(capsys, command, "--config", str(family), *axis) == _resolved(capsys, command, *axis)
+    odd = tmp_path / "odd:name.yaml"
+    odd.write_text(yaml.safe_dump(values))
+    _assert_resolves_to(resolved("--config", str(odd)), values)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -187,6 +218,10 @@ def _bad_inputs(tmp, make=False):
         "afile": "",
         "mistyped.yaml": "num_nodes: many\n",
         "badrun.yaml": "runs:\n  - {name: a, algorithm: gossip, optoins: {}}\n",
+        "family.py": "CONFIG_ARGS = ('small', 'large')\n\n\ndef get_config(size='small'):\n    return {}\n",
+        "noarg.py": "def get_config():\n    return {}\n",
+        "plain.yaml": "lr: 0.1\n",
+        "plain.json": '{"lr": 0.1}\n',
     }
     if make:
         os.makedirs(tmp, exist_ok=True)
@@ -218,6 +253,21 @@ def _bad_inputs(tmp, make=False):
         ("train", ["--config", f("broken.py")], "failed: ZeroDivisionError"),
         ("train", ["--config", f("missing.yaml")], "does not exist"),
         ("train", ["--config", f("mistyped.yaml")], "mistyped.yaml': --num_nodes='many' is not valid: expected int"),
+        ("train", ["--config", f("family.py:medium")], "family.py' has no argument 'medium'; valid arguments: small, large"),
+        ("train", ["--config", f("family.py:smal")], "no argument 'smal' (did you mean 'small'?); valid arguments: small, large"),
+        ("train", ["--config", f("family.py:")], "family.py' has no argument ''; valid arguments: small, large"),
+        ("train", ["--config", f("noarg.py:small")], "noarg.py' takes no argument (got 'small'): its get_config() has no"),
+        ("train", ["--config", f("plain.yaml:small")], "plain.yaml' takes no argument (got 'small'): only a Python config"),
+        ("train", ["--config", f("plain.json:small")], "plain.json' takes no argument (got 'small'): only a Python config"),
+        ("train", ["--config", f("missing.py:small")], "missing.py' does not exist"),
+        ("train", ["--config", os.path.join(ROOT, "experiments", "configs", "powergossip_cifar10.py:moniqua")],
+         "powergossip_cifar10.py' has no argument 'moniqua'; valid arguments: allreduce, gossip, choco_sign_tuned,"),
+        ("train", ["--config", os.path.join(ROOT, "experiments", "configs", "sparsepush_cifar10.py:resnet20_n8")],
+         "valid arguments: resnet20_n8_push_sum, resnet20_n8_sparse_push_1pct, resnet20_n8_sparse_push_0p1pct,"),
+        ("sweep", ["--config", f("family.py:medium")], "family.py' has no argument 'medium'; valid arguments: small, large"),
+        ("consensus", ["--config", f("plain.yaml:small")], "plain.yaml' takes no argument (got 'small')"),
+        ("topology-sweep", ["--config", f("family.py:medium")], "has no argument 'medium'; valid arguments: small, large"),
+        ("demo", ["--config", f("noarg.py:small")], "noarg.py' takes no argument (got 'small')"),
         ("train", ["--out", f("afile")], "is a file; give a folder"),
         ("train", ["--out", os.path.join(f("afile"), "sub")], "cannot be created"),
         ("train", ["--link.mode=fast"], "--link.mode='fast' is unknown"),
@@ -414,14 +464,17 @@ def test_one_table_formatter():
 
 
 def _documented_command_lines() -> list[tuple[str, list[str]]]:
-    """Every ``jaxgossip COMMAND ...`` line of README.md, experiments/README.md, the example configs'
-    docstrings and the notebook, as argv (line continuations joined, DIR placeholders kept)."""
+    """Every ``jaxgossip COMMAND ...`` line of README.md, docs/*.md, experiments/README.md, the study
+    pages experiments/studies/*.md, the example configs' docstrings and the notebook, as argv (line
+    continuations joined, DIR placeholders kept)."""
     import glob
     import re
     import shlex
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sources = [os.path.join(root, "README.md"), os.path.join(root, "experiments", "README.md")]
+    sources += sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    sources += sorted(glob.glob(os.path.join(root, "experiments", "studies", "*.md")))
     sources += sorted(glob.glob(os.path.join(root, "experiments", "configs", "*")))
     sources.append(os.path.join(root, "experiments", "colab_demo.ipynb"))
     lines = []

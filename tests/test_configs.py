@@ -1,6 +1,8 @@
-"""The paper-reproduction configs in experiments/configs: every file loads, its fields build a
-valid topology / algorithm / optimizer / model, the recipes hold the numbers of docs/algorithms.md
-(section training recipes and models), and every distinct communication setup trains 2 rounds on tiny synthetic data."""
+"""The paper-reproduction configs in experiments/configs: every file and every argument of a family
+file (``FILE.py:ARG``) loads, its fields build a valid topology / algorithm / optimizer / model, every
+run of the CIFAR-10 families is an argument that gives its recipe, the recipes hold the numbers of
+docs/algorithms.md (section training recipes and models), and every distinct communication setup
+trains 2 rounds on tiny synthetic data."""
 
 import glob
 import json
@@ -14,11 +16,41 @@ import numpy as np
 import pytest
 
 from jaxgossip import algorithms, data, models, topology
+from jaxgossip.run.parsing import read_config_file
 from jaxgossip.run.runner import load_config, make_algorithm, make_optimizer, run_training
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs")
 CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))
-IDS = [os.path.basename(p)[:-3] for p in CONFIG_FILES]
+
+
+def _config_specs() -> list[str]:
+    """Every Python config as ``--config`` takes it: the file (its default run) and ``FILE.py:ARG``
+    for every argument its ``CONFIG_ARGS`` declares."""
+    specs = []
+    for path in CONFIG_FILES:
+        specs.append(path)
+        specs += [f"{path}:{arg}" for arg in runpy.run_path(path).get("CONFIG_ARGS", ())]
+    return specs
+
+
+CONFIGS = _config_specs()
+IDS = [os.path.basename(p).replace(".py", "") for p in CONFIGS]
+
+# Every run of the two CIFAR-10 families: the argument that selects it and the call of the family's
+# recipe function that defines it (``get_config(variant)``, ``grid_config(model, num_nodes, method)``).
+POWERGOSSIP_RUNS = {
+    v: (v,)
+    for v in (
+        "allreduce", "gossip", "choco_sign_tuned", "choco_sign_untuned", "choco_topk", "deepsqueeze_sign",
+        "pg_i1_warm", "pg_i2_warm", "pg_i1_random", "pg_i2_random",
+    )
+}
+SPARSEPUSH_RUNS = {
+    f"{model}_n{n}_{method}": (model, n, method)
+    for model in ("resnet20", "vgg11")
+    for n in (8, 16)
+    for method in ("push_sum", "sparse_push_1pct", "sparse_push_0p1pct", "scsp")
+}
 
 # Input shape of each dataset the configs name (synthetic smoke data is 8x8x1).
 INPUT_SHAPES = {"cifar10": (32, 32, 3), "fashion_mnist": (28, 28, 1), "auto": (8, 8, 1), "digits": (8, 8, 1)}
@@ -44,22 +76,45 @@ def _base(name):
 
 
 def test_config_directory_is_complete():
-    assert len(CONFIG_FILES) >= 30
+    assert len(CONFIGS) >= 30
     pg = _base("powergossip_cifar10.py")
     for variant in pg["VARIANTS"]:
-        assert os.path.exists(os.path.join(CONFIG_DIR, f"powergossip_cifar10_{variant}.py")), variant
+        assert variant in pg["CONFIG_ARGS"], variant
     sp = _base("sparsepush_cifar10.py")
     for model in sp["SCHEDULES"]:
         for n in sp["NUM_NODES"]:
             for method in sp["METHODS"]:
-                assert os.path.exists(os.path.join(CONFIG_DIR, f"sparsepush_cifar10_{model}_n{n}_{method}.py"))
-    names = [load_config(p).name for p in CONFIG_FILES]
-    # the base modules repeat their default variant's name; every thin file has its own
-    thin = [n for p, n in zip(CONFIG_FILES, names) if os.path.basename(p).count("_") >= 2]
-    assert len(set(thin)) == len(thin)
+                assert f"{model}_n{n}_{method}" in sp["CONFIG_ARGS"]
+    names = [load_config(p).name for p in CONFIGS]
+    # a family file without argument repeats its default run's name; every argument has its own
+    runs = [n for p, n in zip(CONFIGS, names) if ".py:" in p]
+    assert len(set(runs)) == len(runs)
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=IDS)
+def test_every_recipe_run_is_an_argument_of_its_family():
+    """``FILE.py:ARG`` gives exactly the mapping of the family's recipe call for that run, under the
+    run's own name, and the family declares exactly its runs as arguments."""
+    pg, sp = _base("powergossip_cifar10.py"), _base("sparsepush_cifar10.py")
+    assert set(pg["CONFIG_ARGS"]) == set(POWERGOSSIP_RUNS) == set(pg["VARIANTS"])
+    assert set(sp["CONFIG_ARGS"]) == set(SPARSEPUSH_RUNS) == set(sp["GRID"])
+    for family, base, runs, recipe in [
+        ("powergossip_cifar10", pg, POWERGOSSIP_RUNS, "get_config"),
+        ("sparsepush_cifar10", sp, SPARSEPUSH_RUNS, "grid_config"),
+    ]:
+        for arg, call in runs.items():
+            spec = os.path.join(CONFIG_DIR, f"{family}.py:{arg}")
+            values = read_config_file(spec)
+            assert values == base[recipe](*call) == base["get_config"](arg), spec
+            assert values["name"] == f"{family}_{arg}"
+            assert load_config(spec) == load_config(None, base[recipe](*call))
+    for family, full in [("powergossip_cpu", "VARIANTS"), ("sparsepush_cpu", "METHODS")]:
+        cpu = _base(f"{family}.py")
+        assert set(cpu["CONFIG_ARGS"]) == set(cpu[full])
+        for arg in cpu["CONFIG_ARGS"]:
+            assert read_config_file(os.path.join(CONFIG_DIR, f"{family}.py:{arg}")) == cpu["get_config"](arg)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
 def test_config_loads_and_builds(path):
     config = load_config(path)
     assert config.name, "every config names its run"
@@ -92,7 +147,7 @@ def _num_params(model, options, shape):
 def test_models_build_on_their_data():
     """Every (model, options, dataset) of the configs initialises on its dataset's input shape."""
     combos = {}
-    for path in CONFIG_FILES:
+    for path in CONFIGS:
         c = load_config(path)
         combos[(c.model, json.dumps(c.model_options, sort_keys=True), c.dataset)] = c
     for (model, options, dataset), _ in combos.items():
@@ -119,7 +174,7 @@ def test_powergossip_recipe_numbers():
     }
     assert set(base["VARIANTS"]) == set(expected)
     for variant, (alg, factor, gamma) in expected.items():
-        c = load_config(os.path.join(CONFIG_DIR, f"powergossip_cifar10_{variant}.py"))
+        c = load_config(os.path.join(CONFIG_DIR, f"powergossip_cifar10.py:{variant}"))
         assert c == load_config(None, base["get_config"](variant))
         assert (c.algorithm, c.dataset, c.model, c.num_nodes, c.topology) == (alg, "cifar10", "resnet20", 8, "ring")
         assert math.ceil(50_000 / 8 / 128) == 49
@@ -150,8 +205,8 @@ def test_sparsepush_recipe_numbers():
     for model, decays, factor in [("resnet20", (100, 150), 0.1), ("vgg11", (30, 60, 90, 120, 150, 180), 0.5)]:
         for n, spe in [(8, 196), (16, 98)]:
             for method in base["METHODS"]:
-                c = load_config(os.path.join(CONFIG_DIR, f"sparsepush_cifar10_{model}_n{n}_{method}.py"))
-                assert c == load_config(None, base["get_config"](model, n, method))
+                c = load_config(os.path.join(CONFIG_DIR, f"sparsepush_cifar10.py:{model}_n{n}_{method}"))
+                assert c == load_config(None, base["grid_config"](model, n, method))
                 assert (c.dataset, c.model, c.num_nodes, c.topology) == ("cifar10", model, n, "one_peer_exponential")
                 assert c.num_rounds == 200 * spe and c.warmup_rounds == spe
                 assert c.decay_rounds == tuple(e * spe for e in decays) and c.decay_factor == factor
@@ -164,25 +219,28 @@ def test_sparsepush_recipe_numbers():
                 )
                 assert (c.weight_decay, c.ordering) == (1e-4, "atc")
                 assert c.final_merge == (int(math.log2(n)) if method == "scsp" else None)
-    assert base["get_config"](method="sparse_push_1pct")["algorithm_options"] == {"fraction": 0.01, "gamma": 0.01}
-    assert base["get_config"](method="sparse_push_0p1pct")["algorithm_options"]["fraction"] == 0.001
+    assert base["grid_config"](method="sparse_push_1pct")["algorithm_options"] == {"fraction": 0.01, "gamma": 0.01}
+    assert base["grid_config"](method="sparse_push_0p1pct")["algorithm_options"]["fraction"] == 0.001
+    assert base["get_config"]() == base["grid_config"]()
     with pytest.raises(ValueError, match="unknown model"):
-        base["get_config"]("resnet110")
+        base["grid_config"]("resnet110")
     with pytest.raises(ValueError, match="num_nodes"):
-        base["get_config"]("resnet20", 32)
+        base["grid_config"]("resnet20", 32)
     with pytest.raises(ValueError, match="unknown method"):
-        base["get_config"]("resnet20", 8, "choco")
+        base["grid_config"]("resnet20", 8, "choco")
+    with pytest.raises(ValueError, match="unknown grid point 'resnet20_n32_scsp'"):
+        base["get_config"]("resnet20_n32_scsp")
 
 
 def _smoke_groups():
-    """One representative config file per distinct communication setup (30 files share 13 setups
-    once shrunk to 4 nodes; every file's schedule and options were validated above). The default
+    """One representative config per distinct communication setup (the 30 runs of the files and
+    arguments, CPU arguments aside, share 13 setups once shrunk to 4 nodes; every file's schedule and options were validated above). The default
     run trains one file per (algorithm, compressor, graph, ordering, merge, decay mask): 9 of the
     13; the other 4 differ from one of those in algorithm options only (PowerGossip's iterations
     and warm start, Sparse-Push's fraction, each tested on its own in the algorithm's tests) and
     run with -m slow."""
     groups, coarse = {}, set()
-    for path in CONFIG_FILES:
+    for path in CONFIGS:
         c = load_config(path)
         # gamma is a traced value and the merge length a loop count: neither changes the code path
         options = {k: v for k, v in c.algorithm_options.items() if k != "gamma"}
@@ -192,7 +250,7 @@ def _smoke_groups():
     for setup, compressor, path in sorted(groups.values(), key=lambda g: g[2]):
         first = (setup, compressor) not in coarse
         coarse.add((setup, compressor))
-        name = os.path.basename(path)[:-3]
+        name = os.path.basename(path).replace(".py", "")
         params.append(pytest.param(path, id=name, marks=() if first else pytest.mark.slow))
     return params
 

@@ -13,7 +13,8 @@ Epochs are expressed in rounds: one round is one local SGD step of every worker,
 ceil(50 000 / 8 / 128) = 49 rounds (the reference keeps the last, smaller batch), so 300 epochs =
 14 700 rounds, warm-up 245 rounds, decays at rounds 7 350 and 11 025.
 
-Variants (``VARIANTS``; one thin file ``powergossip_cifar10_<variant>.py`` each):
+Variants (``VARIANTS``), each an argument of this file (``CONFIG_ARGS``):
+``--config experiments/configs/powergossip_cifar10.py:VARIANT``; without one, ``gossip``:
 
 ===================  ==============================================  =====  ======
 variant              algorithm                                       F      gamma
@@ -41,7 +42,7 @@ tfds-prepared copy) in ``--data_dir`` (or ``data_dir/downloads/manual``); nothin
 
 Run (one command per variant; needs a GPU: 14 700 rounds of 8 ResNet-20s, not run on CPU):
 
-    jaxgossip train --config experiments/configs/powergossip_cifar10_pg_i1_warm.py \\
+    jaxgossip train --config experiments/configs/powergossip_cifar10.py:pg_i1_warm \\
         --data_dir=/path/to/cifar --out runs/powergossip_cifar10_pg_i1_warm
 
 Seeds: add ``--seed=S`` (the reference used seeds 10, 20, ..., 60).
@@ -71,6 +72,9 @@ VARIANTS = {
     "pg_i1_random": ("power_gossip", {"rank": 1, "num_iterations": 1, "warm_start": False, "gamma": GAMMA_RING8}, 11.3),
     "pg_i2_random": ("power_gossip", {"rank": 1, "num_iterations": 2, "warm_start": False, "gamma": GAMMA_RING8}, 11.3),
 }
+
+#: the arguments of ``--config powergossip_cifar10.py:ARG`` (read by jaxgossip.run.parsing)
+CONFIG_ARGS = tuple(VARIANTS)
 
 
 def get_config(variant: str = "gossip") -> dict:

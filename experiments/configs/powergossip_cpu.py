@@ -14,9 +14,10 @@ to the all-reduce / D-SGD value, so that the variants keep the reference's ratio
 runs at 4.8 / 11.3 of the D-SGD rate, tuned Choco-sign at 16 / 11.3). The gammas are the CIFAR
 ones, not re-tuned for this model.
 
-Run one variant (default: gossip) or all of them with seeds and tables:
+Run one variant (an argument of this file; default: gossip) or all of them with seeds and tables:
 
     jaxgossip train --config experiments/configs/powergossip_cpu.py --out runs/pg_cpu_gossip
+    jaxgossip train --config experiments/configs/powergossip_cpu.py:choco_sign_tuned --out runs/pg_cpu_choco_sign_tuned
     python experiments/run_reproductions.py --study powergossip
 """
 
@@ -26,6 +27,8 @@ import runpy
 _FULL = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "powergossip_cifar10.py"))
 
 VARIANTS = _FULL["VARIANTS"]
+#: the arguments of ``--config powergossip_cpu.py:VARIANT`` (read by jaxgossip.run.parsing)
+CONFIG_ARGS = tuple(VARIANTS)
 REFERENCE_F = 11.3
 BASE_LR = 0.1
 NUM_ROUNDS = 720  # 3.07 epochs of Fashion-MNIST (234.4 rounds per epoch at 8 x 32)

@@ -27,9 +27,10 @@ Our choices where the recipe leaves one (say so when reporting):
 * Top-k indices cost ceil(log2 D_leaf) bits (the library default).
 * Epochs in rounds: ceil(50 000 / N / 32) rounds per epoch (196 at N = 8, 98 at N = 16).
 
-Grid (``get_config(model, num_nodes, method)``, one thin file
-``sparsepush_cifar10_<model>_n<N>_<method>.py`` per combination); the partition is an override
-because it does not change any round count:
+Grid (``grid_config(model, num_nodes, method)``; each point is an argument of this file,
+``CONFIG_ARGS``: ``--config experiments/configs/sparsepush_cifar10.py:MODEL_nN_METHOD``, e.g.
+``:resnet20_n8_scsp`` or ``:vgg11_n16_push_sum``; without one, ``resnet20_n8_sparse_push_1pct``); the
+partition is an override because it does not change any round count:
 
 * model: ``resnet20``, ``vgg11``; num_nodes: 8, 16;
 * method: ``push_sum`` (SGP, uncompressed), ``sparse_push_1pct``, ``sparse_push_0p1pct``, ``scsp``
@@ -42,7 +43,7 @@ tfds-prepared copy) in ``--data_dir`` (or ``data_dir/downloads/manual``); nothin
 
 Run (needs a GPU: 39 200 rounds of 8 ResNet-20s at N = 8; not run on CPU):
 
-    jaxgossip train --config experiments/configs/sparsepush_cifar10_resnet20_n8_scsp.py \\
+    jaxgossip train --config experiments/configs/sparsepush_cifar10.py:resnet20_n8_scsp \\
         --data_dir=/path/to/cifar --partition=skew:0.8 --out runs/sp_resnet20_n8_scsp_skew08
 """
 
@@ -69,12 +70,30 @@ SCHEDULES = {
 
 NUM_NODES = (8, 16)
 
+#: argument of ``--config sparsepush_cifar10.py:ARG`` -> (model, num_nodes, method)
+GRID = {
+    f"{model}_n{num_nodes}_{method}": (model, num_nodes, method)
+    for model in SCHEDULES
+    for num_nodes in NUM_NODES
+    for method in METHODS
+}
+
+#: the arguments of ``--config sparsepush_cifar10.py:ARG`` (read by jaxgossip.run.parsing)
+CONFIG_ARGS = tuple(GRID)
+
 
 def steps_per_epoch(num_nodes: int) -> int:
     return math.ceil(TRAIN_SIZE / num_nodes / BATCH)
 
 
-def get_config(model: str = "resnet20", num_nodes: int = 8, method: str = "sparse_push_1pct") -> dict:
+def get_config(point: str = "resnet20_n8_sparse_push_1pct") -> dict:
+    """The TrainConfig fields of the grid point ``point`` (a key of ``GRID``, ``MODEL_nN_METHOD``)."""
+    if point not in GRID:
+        raise ValueError(f"unknown grid point {point!r}; known: {', '.join(GRID)}")
+    return grid_config(*GRID[point])
+
+
+def grid_config(model: str = "resnet20", num_nodes: int = 8, method: str = "sparse_push_1pct") -> dict:
     """The TrainConfig fields of one grid point (see the module docstring)."""
     if model not in SCHEDULES:
         raise ValueError(f"unknown model {model!r}; known: {sorted(SCHEDULES)}")

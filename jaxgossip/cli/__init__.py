@@ -2,11 +2,11 @@
 ``topology-sweep``, ``tune-gamma`` and ``demo``, one module each, on one typed configuration system
 (:mod:`jaxgossip.run.parsing`, jsonargparse).
 
-Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``) and ``--field=value``
-overrides of its typed fields (``jaxgossip <command> --help`` lists them all), checks everything
-before any work, writes its results under ``--out`` and prints a summary table. Bad input exits with
-status 2 and one message naming the option or file (``JAXGOSSIP_TRACEBACK=1`` shows the traceback
-instead); a training run that diverges exits with 3.
+Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``; ``FILE.py:ARG`` for
+``get_config(ARG)``) and ``--field=value`` overrides of its typed fields (``jaxgossip <command>
+--help`` lists them all), checks everything before any work, writes its results under ``--out`` and
+prints a summary table. Bad input exits with status 2 and one message naming the option or file
+(``JAXGOSSIP_TRACEBACK=1`` shows the traceback instead); a training run that diverges exits with 3.
 """
 
 from __future__ import annotations

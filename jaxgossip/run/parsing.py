@@ -6,7 +6,8 @@ meaning of every field) and checks and converts every value against the field's 
 adds only what the library leaves out, as a thin layer over its parser:
 
 - config files in Python (``get_config()``) next to YAML and JSON, with unknown keys refused with a
-  "did you mean" and every error naming the file;
+  "did you mean" and every error naming the file; ``file.py:ARG`` calls ``get_config(ARG)`` (the
+  ml_collections convention), checked against the file's ``CONFIG_ARGS``;
 - ``--key=100,150`` for list fields (next to ``[100,150]``), bare ``--flag`` for booleans,
   ``none`` for null;
 - overrides inside free-form mappings at any depth
@@ -22,6 +23,7 @@ import argparse
 import copy
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -137,7 +139,10 @@ def build_parser(command: Command) -> ArgumentParser:
         "--config",
         type=str | None,
         default=None,
-        help="config file: YAML, JSON or Python with get_config() (fields as below; command-line options override it)",
+        help=(
+            "config file: YAML, JSON or Python with get_config(); FILE.py:ARG calls get_config(ARG) "
+            "(fields as below; command-line options override it)"
+        ),
     )
     for flag, help_text in command.flags.items():
         parser.add_argument(f"--{flag}", action="store_true", help=help_text)
@@ -225,17 +230,73 @@ def _merge(base: dict, path: list[str], value: Any) -> dict:
 # ---- config files ---------------------------------------------------------------------------
 
 
-def read_config_file(path: str) -> dict:
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".py")
+
+
+def _split_config_spec(spec: str) -> tuple[str, str | None]:
+    """``file.py:ARG`` -> (``file.py``, ``ARG``); anything else -> (``spec``, None).
+
+    The split is at the last ``:`` whose left side ends in a config suffix and whose right side holds
+    no path separator, so a path that contains ``:`` elsewhere stays a path; a file that exists under
+    the whole name is read as that file.
+    """
+    if os.path.exists(spec):
+        return spec, None
+    head, colon, arg = spec.rpartition(":")
+    if colon and head.endswith(_CONFIG_SUFFIXES) and "/" not in arg and os.sep not in arg:
+        return head, arg
+    return spec, None
+
+
+def _takes_argument(get_config: Any) -> bool:
+    try:
+        inspect.signature(get_config).bind("arg")
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (a builtin): let the call decide
+        return True
+    return True
+
+
+def _call_get_config(module: types.ModuleType, path: str, arg: str | None) -> Any:
+    """``get_config()``, or ``get_config(arg)`` checked against the module's ``CONFIG_ARGS`` (the
+    arguments the family declares: a tuple of names, or a mapping whose keys are the names)."""
+    if not hasattr(module, "get_config"):
+        raise UsageError(f"config file {path!r} must define get_config() returning a mapping")
+    if arg is None:
+        return module.get_config()
+    valid = getattr(module, "CONFIG_ARGS", None)
+    valid = None if valid is None else [str(name) for name in valid]
+    listing = f"; valid arguments: {', '.join(valid)}" if valid else ""
+    if not _takes_argument(module.get_config):
+        raise UsageError(f"config file {path!r} takes no argument (got {arg!r}): its get_config() has no parameter")
+    if valid is not None and arg not in valid:
+        raise UsageError(f"config file {path!r} has no argument {arg!r}{did_you_mean(arg, valid)}{listing}")
+    return module.get_config(arg)
+
+
+def read_config_file(spec: str) -> dict:
     """The mapping of a YAML, JSON or Python (``get_config()``) config file.
+
+    ``spec`` is a path, or ``file.py:ARG`` for a Python config whose ``get_config(ARG)`` takes an
+    argument (one family of runs in one file; the module-level ``CONFIG_ARGS`` lists the valid
+    arguments).
 
     Raises:
       UsageError: the file is missing or unreadable, has a syntax error, is not a mapping, or
-        its ``get_config()`` is missing or fails; the message names the file.
+        its ``get_config()`` is missing or fails; ``:ARG`` on a YAML or JSON file, on a
+        ``get_config()`` without a parameter, or not in ``CONFIG_ARGS``. The message names the file
+        (and lists the valid arguments).
     """
+    path, arg = _split_config_spec(spec)
     if not os.path.exists(path):
         raise UsageError(f"config file {path!r} does not exist")
     if os.path.isdir(path):
         raise UsageError(f"config file {path!r} is a folder")
+    if arg is not None and not path.endswith(".py"):
+        raise UsageError(
+            f"config file {path!r} takes no argument (got {arg!r}): only a Python config's get_config(ARG) does"
+        )
     try:
         if path.endswith((".yaml", ".yml")):
             with open(path) as f:
@@ -245,12 +306,10 @@ def read_config_file(path: str) -> dict:
             with open(path) as f:
                 values = json.load(f)
         elif path.endswith(".py"):
-            spec = importlib.util.spec_from_file_location("_jaxgossip_config", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            if not hasattr(module, "get_config"):
-                raise UsageError(f"config file {path!r} must define get_config() returning a mapping")
-            values = module.get_config()
+            module_spec = importlib.util.spec_from_file_location("_jaxgossip_config", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            values = _call_get_config(module, path, arg)
             if dataclasses.is_dataclass(values):
                 values = dataclasses.asdict(values)
             elif hasattr(values, "to_dict"):  # ml_collections.ConfigDict

@@ -58,8 +58,9 @@ def config_from_dict(values: dict, base: TrainConfig | None = None) -> TrainConf
 
 
 def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
-    """Reads a YAML, JSON or Python config (a ``get_config()`` returning a mapping or TrainConfig)
-    and applies ``overrides``; the result is not yet checked (see ``check_train_config``)."""
+    """Reads a YAML, JSON or Python config (a ``get_config()`` returning a mapping or TrainConfig;
+    ``file.py:ARG`` for ``get_config(ARG)``) and applies ``overrides``; the result is not yet checked
+    (see ``check_train_config``)."""
     from jaxgossip.run.parsing import from_dict, read_config_file
 
     config = TrainConfig()
