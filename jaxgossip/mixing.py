@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from jaxgossip.topology import Topology
+from jaxgossip.topology import Topology, TopologyKey
 from jaxgossip.topology.layout import circulant_shift, circulant_shifts
 from jaxgossip.types import Array, Params
 
@@ -51,10 +51,11 @@ NODE_AXIS = "nodes"
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_shifts(topology: Topology):
-    """``circulant_shifts`` or None for a non-circulant graph (Topology hashes by identity)."""
+def _cached_shifts(graph: TopologyKey):
+    """``circulant_shifts`` or None for a non-circulant graph, cached per graph value (equal
+    tables, one entry)."""
     try:
-        return circulant_shifts(topology)
+        return circulant_shifts(graph.topology)
     except ValueError:
         return None
 
@@ -253,23 +254,24 @@ def _node_mesh(leaf: Array, num_nodes: int) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _ppermute_mixer(topology: Topology, mesh: Any, round_idx: int | None):
+def _ppermute_mixer(graph: TopologyKey, mesh: Any, round_idx: int | None):
     """The jitted ``shard_map`` for round ``round_idx`` (static) or for all rounds (None: ``f(x, idx)``).
 
     Jitted and cached so that calls outside ``jit`` compile once instead of running the shard_map
     body op by op; under an outer ``jit`` it is inlined. ``circulant_shifts`` raises for a
     non-circulant graph here, and lru_cache does not cache exceptions.
     """
-    plan = circulant_shifts(topology)
+    plan = circulant_shifts(graph.topology)
     if round_idx is None:
         return jax.jit(lambda x, idx: _mix_ppermute(plan, mesh, x, idx))
     return jax.jit(lambda x: _mix_ppermute(plan, mesh, x, round_idx))
 
 
 def _sharded(topology: Topology, mesh: Any, x: Any, idx: Any) -> Any:
+    graph = TopologyKey.of(topology)
     if isinstance(idx, int):
-        return _ppermute_mixer(topology, mesh, idx)(x)
-    return _ppermute_mixer(topology, mesh, None)(x, idx)
+        return _ppermute_mixer(graph, mesh, idx)(x)
+    return _ppermute_mixer(graph, mesh, None)(x, idx)
 
 
 # ---- public entry points ---------------------------------------------------------------------------
@@ -315,7 +317,7 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
 
     def one(leaf):
         mesh = _node_mesh(leaf, topology.num_nodes) if static_slots else None
-        if mesh is None or _cached_shifts(topology) is None:
+        if mesh is None or _cached_shifts(TopologyKey.of(topology)) is None:
             return kernel(topology, leaf, idx)
         return _sharded(topology, mesh, leaf, idx)
 

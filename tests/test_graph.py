@@ -145,3 +145,22 @@ def test_mix_with_sharded_node_axis_picks_ppermute_for_circulant_graphs(name):
         assert_tree_close(
             jax.jit(lambda x, t=t: jg.mix(topo, x, t))(xs), single, by_dtype=ROUNDING, same_dtype=True
         )  # static round
+
+
+def test_value_key_is_equal_for_graphs_built_apart_and_facts_are_plain_values():
+    a, b = T.ring(8), T.ring(8)
+    assert a is not b and a.value_key() == b.value_key()
+    assert T.TopologyKey.of(a) == T.TopologyKey.of(b) and hash(T.TopologyKey.of(a)) == hash(T.TopologyKey.of(b))
+    assert a.value_key() != dataclasses.replace(a, kernel="segment").value_key()
+    assert a.value_key() != T.directed_ring(8).value_key()
+    # The host facts are computed at construction; a graph rebuilt from its leaves derives them anew.
+    rebuilt = jax.tree_util.tree_map(lambda x: x, a)
+    for fact in ("out_degree", "in_degree", "self_weights"):
+        np.testing.assert_array_equal(getattr(rebuilt, fact), getattr(a, fact))
+    assert rebuilt.is_symmetric and a.is_symmetric and not T.directed_ring(8).is_symmetric
+    failing = T.with_failures(T.ring(8), link_drop=0.25)
+    again = T.with_failures(T.ring(8), link_drop=0.25)
+    assert failing.value_key() == again.value_key()
+    assert failing.value_key() != T.with_failures(T.ring(8), link_drop=0.5).value_key()
+    with pytest.raises(TypeError, match="concrete"):
+        jax.jit(lambda t: t.value_key())(T.stack([a]))

@@ -19,9 +19,17 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, check_public_init, per_round
+from jaxgossip.algorithms.common import (
+    check_positive,
+    check_public_init,
+    per_node,
+    per_round,
+    tree_add,
+    tree_add_scaled,
+)
 from jaxgossip.algorithms.registry import require_doubly_stochastic, require_fixed_support
 from jaxgossip.compress import fused
 from jaxgossip.mixing import check_params, mix
@@ -37,24 +45,6 @@ class ChocoState(NamedTuple):
     x_hat: Params  # leaves [N, ...], public copies x_hat_i (what the neighbours know of node i)
     s: Params  # leaves [N, ...], s_i = sum_j W_ij x_hat_j over in-neighbours and self (W: the fixed graph)
     count: Array  # [] int32, communication rounds done so far
-
-
-def _axpy(a: Any, x: Params, y: Params) -> Params:
-    """``y + a * x`` leaf-wise, in each leaf's dtype."""
-    return jax.tree_util.tree_map(lambda u, v: v + jnp.asarray(a, v.dtype) * u, x, y)
-
-
-def _bcast(v: Array, leaf: Array) -> Array:
-    """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
-    return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
-
-
-def _add(x: Params, y: Params) -> Params:
-    return jax.tree_util.tree_map(jnp.add, x, y)
-
-
-def _sub(x: Params, y: Params) -> Params:
-    return jax.tree_util.tree_map(jnp.subtract, x, y)
 
 
 def choco(
@@ -160,49 +150,42 @@ def choco(
         count = jnp.zeros([], jnp.int32)
         if public_init == "model":
             return ChocoState(x_hat=params, s=mix(support, params, count), count=count)  # W x^0 on the fixed graph
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        zeros = otu.tree_zeros_like(params)
         return ChocoState(x_hat=zeros, s=zeros, count=count)
 
     def step_fn(params, state, key):
         t = state.count
-        if comp.top_k is not None and fused.fusable(topology, params, state.x_hat, state.s):
-            new_params, new_state, msg_bits = fused_round(params, state, key)
-        else:
-            new_params, new_state, msg_bits = xla_round(params, state, key)
+        # Exact top-k on a fixed graph: jaxgossip.compress.fused may run this round in one CPU kernel.
+        request = None if comp.top_k is None else fused.FusedRequest(comp.top_k, copy=0, self_in_s=True)
+        new_params, new_state, msg_bits = fused.dispatch(
+            topology,
+            params,
+            state.x_hat,
+            state.s,
+            t,
+            gamma,
+            request,
+            xla_round=lambda: xla_round(params, state, key),
+            parts=lambda out: (out[0], out[1].x_hat, out[1].s, out[2]),
+            finish=lambda x, x_hat, s, bits: (x, ChocoState(x_hat=x_hat, s=s, count=t + 1), bits),
+        )
         return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * msg_bits)
-
-    def fused_round(params, state, key):
-        """Exact top-k on a fixed graph: the same round in one CPU kernel (jaxgossip.compress.fused)."""
-        t = state.count
-
-        def native():
-            out, msg_bits = fused.spec_round(
-                params, state.x_hat, state.s, 0, support, t, gamma, comp.top_k, self_in_s=True
-            )
-            return out.params, out.x_hat, out.s, msg_bits
-
-        def xla():
-            new_params, new_state, msg_bits = xla_round(params, state, key)
-            return new_params, new_state.x_hat, new_state.s, msg_bits
-
-        new_params, x_hat, s, msg_bits = fused.on_cpu_or(native, xla)
-        return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), msg_bits
 
     def xla_round(params, state, key):
         t = state.count
-        q, msg_bits = compress.compress_tree(comp, _sub(params, state.x_hat), key)
+        q, msg_bits = compress.compress_tree(comp, otu.tree_sub(params, state.x_hat), key)
         if topology.stochastic:
             drawn = topology.draw(key, t)
             alive = drawn.alive.astype(jnp.float32)
-            q = jax.tree_util.tree_map(lambda a: a * _bcast(alive, a), q)  # a down node sends nothing
+            q = jax.tree_util.tree_map(lambda a: a * per_node(alive, a), q)  # a down node sends nothing
             msg_bits = msg_bits * alive
-        x_hat = _add(state.x_hat, q)
-        s = _add(state.s, mix(support, q, t))  # s = W x_hat on the fixed graph W, as without failures
+        x_hat = tree_add(state.x_hat, q)
+        s = tree_add(state.s, mix(support, q, t))  # s = W x_hat on the fixed graph W, as without failures
         mixing = s
         if topology.stochastic:
             # W(t) x_hat = W x_hat - (W - W(t)) x_hat: the failed links leave the averaging only.
-            mixing = _sub(s, mix(drawn.lost, x_hat, t))
-        new_params = _axpy(gamma, _sub(mixing, x_hat), params)
+            mixing = otu.tree_sub(s, mix(drawn.lost, x_hat, t))
+        new_params = tree_add_scaled(params, gamma, otu.tree_sub(mixing, x_hat))
         return new_params, ChocoState(x_hat=x_hat, s=s, count=t + 1), msg_bits
 
     def debias_fn(params, state):

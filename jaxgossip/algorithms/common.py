@@ -17,6 +17,9 @@ __all__ = [
     "is_concrete",
     "per_round",
     "relax",
+    "tree_add",
+    "tree_add_scaled",
+    "per_node",
     "PUBLIC_INITS",
     "check_public_init",
 ]
@@ -81,9 +84,29 @@ def per_round(table: Any, t: Any) -> Array:
     return jnp.asarray(table)[jnp.asarray(t, jnp.int32) % table.shape[0]]
 
 
+# Tree maths that optax.tree_utils does not do with the same arithmetic on every supported optax
+# (differences: tree_sub, tree_zeros_like, tree_mul are used from optax directly).
+
+
 def relax(x: Any, target: Any, gamma: Any) -> Any:
-    """``x + gamma (target - x)`` leaf-wise, in each leaf's dtype."""
+    """``x + gamma (target - x)`` leaf-wise, in each leaf's dtype (optax has no such helper)."""
     return jax.tree_util.tree_map(lambda a, b: a + jnp.asarray(gamma, a.dtype) * (b - a), x, target)
+
+
+def tree_add(x: Any, y: Any) -> Any:
+    """``x + y`` leaf-wise (``optax.tree_utils.tree_add`` sums from 0, turning ``-0.0`` into ``+0.0``)."""
+    return jax.tree_util.tree_map(jnp.add, x, y)
+
+
+def tree_add_scaled(y: Any, a: Any, x: Any) -> Any:
+    """``y + a x`` leaf-wise with ``a`` cast to each leaf's dtype (``optax.tree_utils.tree_add_scalar_mul``
+    casts it in optax 0.2.4 but not from 0.2.5 on, so its result dtype depends on the version)."""
+    return jax.tree_util.tree_map(lambda u, v: v + jnp.asarray(a, v.dtype) * u, x, y)
+
+
+def per_node(v: Array, leaf: Array) -> Array:
+    """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
+    return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
 
 
 def check_public_init(public_init: str, algorithm: str) -> str:

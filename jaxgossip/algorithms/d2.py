@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
+from optax import tree_utils as otu
 
-from jaxgossip.algorithms.common import check_positive, is_concrete, per_round, relax
+from jaxgossip.algorithms.common import check_positive, is_concrete, per_round, relax, tree_add
 from jaxgossip.algorithms.registry import require_doubly_stochastic
 from jaxgossip.mixing import check_params, leaf_bits, mix, node_mean
 from jaxgossip.topology import Topology
@@ -112,7 +112,7 @@ def d2(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         del key
         t = state.count
         # params = x_t + u_t; adding x_t - psi_t = x_t - x_{t-1} - u_{t-1} gives D^2's input.
-        corrected = _tree_add_sub(params, state.x, state.psi)
+        corrected = tree_add(params, otu.tree_sub(state.x, state.psi))
         new_params = relax(corrected, _mix_centred(topology, corrected, t), gamma)
         bits = per_round(topology.out_degree, t) * leaf_bits(params)
         return new_params, D2State(x=new_params, psi=params, count=t + 1), StepInfo(bits=bits)
@@ -135,13 +135,8 @@ def _mix_centred(topology: Topology, x: Params, t: Array) -> Params:
     deviations from the mean keeps that error proportional to the disagreement instead.
     """
     ref = node_mean(x)
-    mixed = mix(topology, jax.tree_util.tree_map(jnp.subtract, x, ref), t)
-    return jax.tree_util.tree_map(jnp.add, mixed, ref)
-
-
-def _tree_add_sub(a: Params, b: Params, c: Params) -> Params:
-    """``a + b - c`` leaf-wise."""
-    return jax.tree_util.tree_map(lambda p, q, r: p + (q - r), a, b, c)
+    mixed = mix(topology, otu.tree_sub(x, ref), t)
+    return tree_add(mixed, ref)
 
 
 INFO = AlgorithmInfo(d2, mixing="symmetric", time_varying=False, stackable=True, orderings=("atc",))

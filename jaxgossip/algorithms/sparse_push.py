@@ -28,9 +28,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, check_public_init, per_round
+from jaxgossip.algorithms.common import check_positive, check_public_init, per_node, per_round, tree_add
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.algorithms.registry import require_column_stochastic, require_fixed_support, require_host_topology
 from jaxgossip.compress import fused
@@ -105,11 +106,6 @@ def graph_copies(topology: Topology, public_copies: str = "per_graph") -> np.nda
     return table
 
 
-def _bcast(v: Array, leaf: Array) -> Array:
-    """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
-    return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
-
-
 def compressed_push_sum(
     topology: Topology,
     name: str,
@@ -167,7 +163,7 @@ def compressed_push_sum(
     def received(params, t):
         """``sum_{j != i} W_ij(t) x_j`` for every node i: what one exchange of ``params`` over W(t) delivers."""
         a = per_round(support.self_weights, t)
-        return jax.tree_util.tree_map(lambda m, x: m - _bcast(a, x) * x, mix(support, params, t), params)
+        return jax.tree_util.tree_map(lambda m, x: m - per_node(a, x) * x, mix(support, params, t), params)
 
     def init_fn(params):
         check_params(topology, params)
@@ -186,61 +182,56 @@ def compressed_push_sum(
 
     def step_fn(params, state, key):
         t = state.count
-        if top_k_budget is not None and fused.fusable(topology, params, state.x_hat, state.s):
-            new_params, new_state, message_bits = fused_round(params, state, key)
-        else:
-            new_params, new_state, message_bits = xla_round(params, state, key)
-        return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * message_bits)
-
-    def fused_round(params, state, key):
-        t = state.count
-        c = copy_index(t)
-
-        def native():
-            out, payload = fused.spec_round(
-                params,
-                state.x_hat,
-                state.s,
-                c,
-                support,
-                t,
-                gamma,
+        request = None
+        if top_k_budget is not None:  # an exact top-k: jaxgossip.compress.fused may run the round natively
+            request = fused.FusedRequest(
                 top_k_budget.spec,
+                copy=copy_index(t),
                 self_in_s=False,
                 max_boost=top_k_budget.max_boost,
                 target_residual=top_k_budget.target_residual,
+                header_bits=compress.WEIGHT_BITS,
             )
-            return out.params, out.x_hat, out.s, payload + compress.WEIGHT_BITS
 
-        def xla():
-            new_params, new_state, message_bits = xla_round(params, state, key)
-            return new_params, new_state.x_hat, new_state.s, message_bits
+        def finish(new_params, all_x_hat, all_s, message_bits):
+            mixed_w = mix(support, state.w, t)
+            w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
+            return new_params, SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1), message_bits
 
-        new_params, all_x_hat, all_s, message_bits = fused.on_cpu_or(native, xla)
-        mixed_w = mix(support, state.w, t)
-        w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-        return new_params, SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1), message_bits
+        new_params, new_state, message_bits = fused.dispatch(
+            topology,
+            params,
+            state.x_hat,
+            state.s,
+            t,
+            gamma,
+            request,
+            xla_round=lambda: xla_round(params, state, key),
+            parts=lambda out: (out[0], out[1].x_hat, out[1].s, out[2]),
+            finish=finish,
+        )
+        return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * message_bits)
 
     def xla_round(params, state, key):
         t = state.count
         c = copy_index(t)
         x_hat, s = take(state.x_hat, c), take(state.s, c)
-        residual = jax.tree_util.tree_map(jnp.subtract, params, x_hat)
+        residual = otu.tree_sub(params, x_hat)
         q, payload_bits = compress_fn(residual, params, key)
         message_bits = payload_bits + compress.WEIGHT_BITS
         if topology.stochastic:
             drawn = topology.draw(key, t)
             alive = drawn.alive.astype(jnp.float32)
-            q = jax.tree_util.tree_map(lambda q_: q_ * _bcast(alive, q_), q)  # a down node sends nothing
+            q = jax.tree_util.tree_map(lambda q_: q_ * per_node(alive, q_), q)  # a down node sends nothing
             message_bits = message_bits * alive
-        x_hat = jax.tree_util.tree_map(jnp.add, x_hat, q)
+        x_hat = tree_add(x_hat, q)
         a = per_round(support.self_weights, t)  # [N], W_t[i, i]
         mixed_q, mixed_w = mix(support, (q, state.w), t)
         # r_i = sum_{j != i} W_t[i, j] q_j: what reached node i from its current in-neighbours.
-        s = jax.tree_util.tree_map(lambda s_, m, q_: s_ + (m - _bcast(a, q_) * q_), s, mixed_q, q)
+        s = jax.tree_util.tree_map(lambda s_, m, q_: s_ + (m - per_node(a, q_) * q_), s, mixed_q, q)
 
         def correct(x, s_, h):
-            return x + jnp.asarray(gamma, x.dtype) * (s_ + _bcast(a, h) * h - h)
+            return x + jnp.asarray(gamma, x.dtype) * (s_ + per_node(a, h) * h - h)
 
         all_x_hat, all_s = put(state.x_hat, c, x_hat), put(state.s, c, s)
         if num_copies > 1:
@@ -254,7 +245,7 @@ def compressed_push_sum(
             lost_x, lost_w = mix(drawn.lost, (x_hat, state.w), t)
 
             def repaired(x, s_, h, lost):
-                return x + jnp.asarray(gamma, x.dtype) * (s_ + _bcast(a, h) * h - lost - h)
+                return x + jnp.asarray(gamma, x.dtype) * (s_ + per_node(a, h) * h - lost - h)
 
             new_params = jax.tree_util.tree_map(repaired, params, s, x_hat, lost_x)
             mixed_w = mixed_w - lost_w

@@ -44,7 +44,18 @@ from jaxgossip.compress import compressors as compress
 from jaxgossip.compress import native, selection
 from jaxgossip.types import Array, Params
 
-__all__ = ["CopyRound", "RoundEdges", "round_edges", "enabled", "fusable", "top_k_round", "spec_round", "on_cpu_or"]
+__all__ = [
+    "CopyRound",
+    "RoundEdges",
+    "FusedRequest",
+    "round_edges",
+    "enabled",
+    "fusable",
+    "top_k_round",
+    "spec_round",
+    "on_cpu_or",
+    "dispatch",
+]
 
 _TARGET = "jaxgossip_fused_top_k_f32"
 
@@ -55,6 +66,18 @@ class RoundEdges(NamedTuple):
     senders: Array  # [E] int32
     receivers: Array  # [E] int32
     weights: Array  # [E] float32 (weight-0 padding edges carry nothing)
+
+
+class FusedRequest(NamedTuple):
+    """What an algorithm hands :func:`dispatch` so that the fused kernel can run its round
+    (the arguments of :func:`spec_round` that the algorithm, not the round, fixes)."""
+
+    spec: compress.TopKSpec  # the exact top-k compressor's K per leaf and index bits
+    copy: Any = 0  # int32 scalar in [0, P), the public-copy set of the round
+    self_in_s: bool = True  # s sums the node's own message too (Choco) or not (Sparse-Push)
+    max_boost: int = 0  # SCSP's budget cap (see top_k_round); 0: k_i = K
+    target_residual: Any = 1.0  # SCSP's tau
+    header_bits: Any = None  # bits every message carries besides its entries (None: none)
 
 
 class CopyRound(NamedTuple):
@@ -226,6 +249,63 @@ def spec_round(
         term = counts.astype(jnp.float32) * (compress.value_bits(leaf) + compress.bits_per_index(spec.index_bits, d))
         payload = term if payload is None else payload + term
     return out, payload
+
+
+def dispatch(
+    topology: Any,
+    params: Params,
+    x_hat: Params,
+    s: Params,
+    t: Any,
+    gamma: Any,
+    request: FusedRequest | None,
+    xla_round: Callable[[], Any],
+    parts: Callable[[Any], tuple[Params, Params, Params, Array]],
+    finish: Callable[[Params, Params, Params, Array], Any],
+) -> Any:
+    """One round of a top-k algorithm with public copies: the one place that chooses between the
+    fused native kernel and the algorithm's XLA formulation.
+
+    The fused kernel serves the round when the algorithm hands a ``request`` (its compressor is an
+    exact top-k) and :func:`fusable` holds (a fixed graph, float32 leaves off multi-device meshes,
+    native kernels available and not turned off); then a CPU program runs :func:`spec_round` and
+    every other platform ``xla_round`` (:func:`on_cpu_or`). Otherwise ``xla_round()`` is the round.
+
+    Args:
+      topology: the algorithm's graph (a stochastic one always takes ``xla_round``; the fused round
+        uses a fixed graph's edges of round ``t``).
+      params, x_hat, s: the round's inputs (leaves ``[N, ...]``; ``[P, N, ...]``).
+      t: round counter; gamma: consensus step size.
+      request: what the kernel needs (:class:`FusedRequest`), or None for an XLA-only round.
+      xla_round: ``() -> R``, the algorithm's round in XLA.
+      parts: ``R -> (params, x_hat, s, message_bits)``, the fused round's share of an XLA result.
+      finish: ``(params, x_hat, s, message_bits) -> R``, the algorithm's result from those parts.
+
+    Returns:
+      ``xla_round()``, or ``finish`` of either formulation's parts (message bits: the kernel's
+      payload plus ``request.header_bits``).
+    """
+    if request is None or not fusable(topology, params, x_hat, s):
+        return xla_round()
+
+    def native():
+        out, payload = spec_round(
+            params,
+            x_hat,
+            s,
+            request.copy,
+            topology,
+            t,
+            gamma,
+            request.spec,
+            self_in_s=request.self_in_s,
+            max_boost=request.max_boost,
+            target_residual=request.target_residual,
+        )
+        bits = payload if request.header_bits is None else payload + request.header_bits
+        return out.params, out.x_hat, out.s, bits
+
+    return finish(*on_cpu_or(native, lambda: parts(xla_round())))
 
 
 def on_cpu_or(fused: Callable[[], Any], fallback: Callable[[], Any]) -> Any:

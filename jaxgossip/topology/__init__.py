@@ -27,7 +27,7 @@ from jaxgossip.topology.constructors import (
     star,
     torus,
 )
-from jaxgossip.topology.graph import KERNELS, GraphRound, Topology
+from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
 from jaxgossip.topology.specs import FAMILIES, make
 from jaxgossip.topology.spectral import optimal_gamma, spectral_gap
 from jaxgossip.topology.stack import buckets, group, signature, stack
@@ -42,6 +42,7 @@ from jaxgossip.topology.stochastic import (
 
 __all__ = [
     "Topology",
+    "TopologyKey",
     "ring",
     "directed_ring",
     "torus",

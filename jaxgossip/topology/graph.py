@@ -26,7 +26,7 @@ layout) are auxiliary data, and T, E and K are read from the leaves' shapes. So 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import hashlib
 from typing import Any, NamedTuple
 
 import jax
@@ -35,7 +35,7 @@ import numpy as np
 
 from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_table
 
-__all__ = ["Topology", "GraphRound", "KERNELS"]
+__all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
 _TOL = 1e-6
 # The stream of a round's key that draws a stochastic graph: the step key itself stays with the
@@ -138,6 +138,10 @@ class Topology:
         )
         for field, value in derived.items():
             object.__setattr__(self, field, value)
+        # The per-node tables and the symmetry of a host graph, computed once here and kept on the
+        # instance (not pytree data: a graph rebuilt from its leaves, e.g. a traced one, derives
+        # them from its tables on access).
+        object.__setattr__(self, "_host_facts", _host_facts(senders, receivers, weights, self.num_nodes))
 
     @classmethod
     def from_tables(cls, tables: dict[str, Any], **facts: Any) -> Topology:
@@ -330,58 +334,135 @@ class Topology:
     def is_doubly_stochastic(self) -> bool:
         return self.row_stochastic and self.column_stochastic
 
-    @functools.cached_property
+    @property
     def is_symmetric(self) -> bool:
         """Whether every W(t) is symmetric, checked on the edge list (O(E log E), no [N, N] matrix):
         the weights summed per (receiver, sender) must equal those summed per (sender, receiver).
         For a stochastic graph, the sampler's promise for every round it draws."""
         if self.stochastic:
             return self.sampler.symmetric
-        n = self.num_nodes
-        senders, receivers, weights = (np.asarray(x) for x in (self.senders, self.receivers, self.weights))
-        for s, r, w in zip(senders, receivers, weights):
-            keep = (w != 0) & (s != r)
-            s, r, w = s[keep].astype(np.int64), r[keep].astype(np.int64), w[keep]
-            forward, f_inv = np.unique(r * n + s, return_inverse=True)
-            backward, b_inv = np.unique(s * n + r, return_inverse=True)
-            if not np.array_equal(forward, backward):
-                return False
-            if not np.allclose(np.bincount(f_inv, w), np.bincount(b_inv, w), atol=_TOL):
-                return False
-        return True
+        facts = self._facts()
+        if facts is not None:
+            return facts.symmetric
+        return _is_symmetric(*(np.asarray(x) for x in (self.senders, self.receivers, self.weights)), self.num_nodes)
 
     # ---- per-node tables for bit accounting ----------------------------------------------------
-    @functools.cached_property
+    @property
     def out_degree(self) -> Any:
         """[T, N] int: out-neighbours (self excluded) each node sends to in round t ([G, T, N] for a
         stack; a traced array for traced tables)."""
         self._fixed("out-degree table")
-        return _count_per_node(self, self.senders)
+        facts = self._facts()
+        return facts.out_degree if facts is not None else _count_per_node(self, self.senders)
 
-    @functools.cached_property
+    @property
     def in_degree(self) -> Any:
         """[T, N] int: in-neighbours (self excluded) each node receives from in round t."""
         self._fixed("in-degree table")
-        return _count_per_node(self, self.receivers)
+        facts = self._facts()
+        return facts.in_degree if facts is not None else _count_per_node(self, self.receivers)
 
-    @functools.cached_property
+    @property
     def self_weights(self) -> Any:
         """[T, N]: the diagonal ``W_t[i, i]`` (float64 NumPy for host tables; for traced tables a
         float32 ``segment_sum`` of the self-loops per round)."""
         self._fixed("self weights")
-        if not self.host_tables:
-            n = self.num_nodes
-            own = jnp.where(self.senders == self.receivers, self.weights, 0).astype(jnp.float32)
-            per_round = jax.vmap(lambda r, w: jax.ops.segment_sum(w, r, num_segments=n))
-            return per_round(jnp.reshape(self.receivers, (-1, self.num_edges)), jnp.reshape(own, (-1, self.num_edges)))
-        diag = np.zeros((self.period, self.num_nodes))
-        for t in range(self.period):
-            keep = self.senders[t] == self.receivers[t]
-            np.add.at(diag[t], self.receivers[t][keep], self.weights[t][keep])
-        return diag
+        facts = self._facts()
+        if facts is not None:
+            return facts.self_weights
+        if self.host_tables:
+            return _self_weights(self.senders, self.receivers, self.weights, self.num_nodes)
+        n = self.num_nodes
+        own = jnp.where(self.senders == self.receivers, self.weights, 0).astype(jnp.float32)
+        per_round = jax.vmap(lambda r, w: jax.ops.segment_sum(w, r, num_segments=n))
+        return per_round(jnp.reshape(self.receivers, (-1, self.num_edges)), jnp.reshape(own, (-1, self.num_edges)))
+
+    def _facts(self) -> _HostFacts | None:
+        """The facts ``__post_init__`` derived from host tables still held; None for a graph built
+        from its leaves (stacks, traced tables, stochastic graphs)."""
+        return self.__dict__.get("_host_facts")
+
+    # ---- value identity --------------------------------------------------------------------------
+    def value_key(self) -> tuple:
+        """A hashable key equal for equal graphs: the auxiliary facts (a stochastic graph's sampler
+        among them) and a digest of every table's shape, dtype and bytes (so two ``ring(16)`` built
+        apart have equal keys, while a Topology itself hashes by identity). Concrete tables only
+        (host or device arrays, not tracers)."""
+        children, aux = self.tree_flatten()
+        digest = hashlib.sha256()
+        for leaf in jax.tree_util.tree_leaves(children):
+            if isinstance(leaf, jax.core.Tracer):
+                raise TypeError(f"value_key of {self.name} needs concrete tables, got a traced one")
+            table = np.ascontiguousarray(leaf)
+            digest.update(f"{table.shape}{table.dtype.str}".encode())
+            digest.update(table.tobytes())
+        return aux, digest.hexdigest()
 
 
 jax.tree_util.register_pytree_node(Topology, Topology.tree_flatten, Topology.tree_unflatten)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopologyKey:
+    """A topology as a cache key that hashes and compares by :meth:`Topology.value_key` (equal graphs
+    share a cache entry); ``topology`` is the graph itself, left out of hash and equality."""
+
+    key: tuple
+    topology: Topology = dataclasses.field(compare=False, repr=False)
+
+    @classmethod
+    def of(cls, topology: Topology) -> TopologyKey:
+        return cls(topology.value_key(), topology)
+
+
+class _HostFacts(NamedTuple):
+    """What ``Topology.__post_init__`` derives from host tables besides the layout."""
+
+    symmetric: bool
+    out_degree: np.ndarray  # [T, N] int64
+    in_degree: np.ndarray  # [T, N] int64
+    self_weights: np.ndarray  # [T, N] float64
+
+
+def _host_facts(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int) -> _HostFacts:
+    real = (weights != 0) & (senders != receivers)
+    return _HostFacts(
+        _is_symmetric(senders, receivers, weights, num_nodes),
+        _host_count(senders, real, num_nodes),
+        _host_count(receivers, real, num_nodes),
+        _self_weights(senders, receivers, weights, num_nodes),
+    )
+
+
+def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> bool:
+    """Whether every round's weights summed per (receiver, sender) equal those per (sender, receiver)."""
+    for s, r, w in zip(senders, receivers, weights):
+        keep = (w != 0) & (s != r)
+        s, r, w = s[keep].astype(np.int64), r[keep].astype(np.int64), w[keep]
+        forward, f_inv = np.unique(r * n + s, return_inverse=True)
+        backward, b_inv = np.unique(s * n + r, return_inverse=True)
+        if not np.array_equal(forward, backward):
+            return False
+        if not np.allclose(np.bincount(f_inv, w), np.bincount(b_inv, w), atol=_TOL):
+            return False
+    return True
+
+
+def _self_weights(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """[T, N] float64: the diagonal of every W(t)."""
+    diag = np.zeros((senders.shape[0], n))
+    for t in range(senders.shape[0]):
+        keep = senders[t] == receivers[t]
+        np.add.at(diag[t], receivers[t][keep], weights[t][keep])
+    return diag
+
+
+def _host_count(endpoint: np.ndarray, real: np.ndarray, n: int) -> np.ndarray:
+    """[T, N] int64: the real edges per node at ``endpoint`` (senders or receivers)."""
+    deg = np.zeros((endpoint.shape[0], n), dtype=np.int64)
+    for t in range(endpoint.shape[0]):
+        np.add.at(deg[t], endpoint[t][real[t]], 1)
+    return deg
 
 
 def _row_col_sums(senders, receivers, weights, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -401,10 +482,7 @@ def _count_per_node(topology: Topology, endpoint: Any) -> Any:
     real = (topology.weights != 0) & (topology.senders != topology.receivers)
     n = topology.num_nodes
     if topology.host_tables:
-        deg = np.zeros((topology.period, n), dtype=np.int64)
-        for t in range(topology.period):
-            np.add.at(deg[t], endpoint[t][real[t]], 1)
-        return deg
+        return _host_count(endpoint, real, n)
     shape = jnp.shape(endpoint)
     count = jax.vmap(lambda ends, keep: jax.ops.segment_sum(keep.astype(jnp.int32), ends, num_segments=n))
     deg = count(jnp.reshape(endpoint, (-1, shape[-1])), jnp.reshape(real, (-1, shape[-1])))

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.topology.graph import GraphRound, Topology
+from jaxgossip.topology.graph import GraphRound, Topology, TopologyKey
 from jaxgossip.topology.layout import choose_kernel
 
 __all__ = [
@@ -501,14 +501,15 @@ def sample_matrices(topology: Topology, keys: Any, start: int = 0) -> np.ndarray
     rounds = np.arange(start, start + keys.shape[0])
     if not topology.stochastic:
         return np.stack([topology.matrix(t) for t in rounds])
-    dense = _dense_rounds(topology)
+    dense = _dense_rounds(TopologyKey.of(topology))
     return np.asarray(dense(keys, jnp.asarray(rounds, jnp.int32)), dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=64)
-def _dense_rounds(topology: Topology):
-    """Jitted ``(keys [R], rounds [R]) -> W [R, N, N]`` of one stochastic graph (cached per graph,
-    which hashes by identity, so repeated analyses compile once)."""
+def _dense_rounds(graph: TopologyKey):
+    """Jitted ``(keys [R], rounds [R]) -> W [R, N, N]`` of one stochastic graph, cached per graph
+    value (its sampler and draw arguments), so repeated analyses of equal graphs compile once."""
+    topology = graph.topology
     n = topology.num_nodes
 
     def dense(key, t):
