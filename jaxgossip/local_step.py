@@ -67,18 +67,19 @@ def local_update(
 
 
 def check_ordering(alg: GossipAlgorithm, ordering: str) -> None:
-    """Raises ValueError when the registry metadata of ``alg`` (looked up by ``alg.name``) does not
-    list ``ordering`` in :attr:`~jaxgossip.types.AlgorithmInfo.orderings`; unknown orderings too.
+    """Raises ValueError when ``ordering`` is not one of the algorithm's own
+    :attr:`~jaxgossip.types.GossipAlgorithm.orderings` (set by its factory from its metadata, or
+    by :func:`jaxgossip.algorithms.make`); unknown orderings too.
 
-    An algorithm whose name is not registered (a plug-in used without registering) is not checked.
+    An object without an ``orderings`` attribute (duck-typed ``init``/``step``/``debias``) runs
+    under every ordering.
     """
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering={ordering!r} is unknown; known orderings: {ORDERINGS}")
-    from jaxgossip.algorithms import registry  # the registry imports every algorithm file
-
-    entry = registry.INFOS.get(getattr(alg, "name", ""))
-    if entry is not None and ordering not in entry.orderings:
+    orderings = tuple(getattr(alg, "orderings", ORDERINGS))
+    if ordering not in orderings:
         raise ValueError(
-            f"{alg.name} is registered with orderings={entry.orderings}: ordering={ordering!r} would run a "
-            f"different method (its docstring says why); use ordering={entry.orderings[0]!r}"
+            f"{getattr(alg, 'name', '') or 'the algorithm'} is registered with orderings={orderings}: "
+            f"ordering={ordering!r} would run a different method (its docstring says why); "
+            f"use ordering={orderings[0]!r}"
         )

@@ -37,6 +37,12 @@ Grads = Any  # pytree like Params: one gradient per node, leaves [N, ...]
 GradientFn = Callable[[Grads, Params, State], tuple[Grads, State]]
 
 
+# The runners' orderings of local step and communication: "atc" (local step, then communication)
+# and "same_iterate" (gradient and communication at the same iterate). The one definition; the
+# runners (jaxgossip.training, jaxgossip.optimization) and the run configs import it.
+ORDERINGS = ("atc", "same_iterate")
+
+
 class GossipAlgorithm(NamedTuple):
     """A communication algorithm as a triple of pure functions (optax style).
 
@@ -54,6 +60,10 @@ class GossipAlgorithm(NamedTuple):
         (:func:`jaxgossip.local_step.local_update`). It is node-local: it may read and write the
         state and replace the gradient, but sends nothing; every message is sent (and its bits
         counted) in ``step``. ``None`` (the default) leaves the gradient untouched.
+      orderings: the runner orderings under which it is the method it claims to be (default
+        all of :data:`ORDERINGS`): a factory sets its :attr:`AlgorithmInfo.orderings`, and
+        :func:`jaxgossip.algorithms.make` narrows them to a plug-in's metadata;
+        :func:`jaxgossip.local_step.check_ordering` refuses the others.
     """
 
     init: InitFn
@@ -61,12 +71,13 @@ class GossipAlgorithm(NamedTuple):
     debias: DebiasFn
     name: str = ""
     gradient: GradientFn | None = None
+    orderings: tuple[str, ...] = ORDERINGS
 
 
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
-# The runners' orderings of local step and communication (jaxgossip.training.ORDERINGS, repeated here
-# because types.py imports no other jaxgossip module).
-ORDERINGS = ("atc", "same_iterate")
+# The metadata fields that state a graph requirement (checked by jaxgossip.algorithms.check_graph);
+# AlgorithmInfo.reasons says why, keyed by these.
+GRAPH_REQUIREMENTS = ("mixing", "time_varying", "stackable", "stochastic_graphs")
 # Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
 # of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
 STOCHASTIC_GRAPHS = ("none", "failures", "any")
@@ -83,16 +94,19 @@ class AlgorithmInfo:
     """Registry metadata of an algorithm: every fact other modules need about it (none of them tests
     an algorithm's name). Each algorithm file declares one next to its factory.
 
+    The graph requirements (:data:`GRAPH_REQUIREMENTS`) are checked in one place,
+    :func:`jaxgossip.algorithms.check_graph`: by each built-in factory with its own metadata, and
+    by :func:`jaxgossip.algorithms.make` for every other algorithm, before the factory runs.
+
     Attributes:
       factory: ``factory(topology, **hyperparameters) -> GossipAlgorithm``.
       mixing: the mixing matrix it needs: ``"doubly_stochastic"`` (mean-preserving W),
         ``"column_stochastic"`` (push-sum: columns sum to 1; ``debias`` is ``x / w``),
-        ``"symmetric"`` (doubly stochastic and W(t) = W(t)^T), or ``"any"``. Checked by
-        :func:`jaxgossip.algorithms.make` before the factory runs.
-      time_varying: whether it runs on graphs with period T > 1 (checked by ``make``).
+        ``"symmetric"`` (doubly stochastic and W(t) = W(t)^T), or ``"any"``.
+      time_varying: whether it runs on graphs with period T > 1.
       stackable: whether it accepts a stacked :class:`~jaxgossip.topology.Topology` (traced
         tables), so same-shape graphs share one compile in topology sweeps; False means it builds
-        host tables from the graph (``make`` then refuses a stack).
+        host tables from the graph (a stack is refused).
       exchanges: ``options -> I``, sequential exchanges per round, for the cost model.
       shape_options: option -> why it changes array shapes (the sweeps' refusal message).
       allreduce_cost: the cost model prices a round as an all-reduce rather than gossip on the graph.
@@ -100,16 +114,22 @@ class AlgorithmInfo:
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
         range on a symmetric W is checked (``jaxgossip.run.config.gamma_warning``).
       orderings: the runner orderings under which it is the method it claims to be (default
-        both); :func:`jaxgossip.local_step.check_ordering` refuses the others. D^2 corrects the
+        both); the factory copies them into :attr:`GossipAlgorithm.orderings`, where
+        :func:`jaxgossip.local_step.check_ordering` reads them and refuses the others. D^2 corrects the
         model that was communicated, so it needs the local step before communication ("atc").
       stochastic_graphs: which graphs drawn anew every round it runs on (its step reads the round's
         graph with ``topology.draw(key, t)``): ``"none"`` (the default, e.g. a plug-in written for
         fixed tables), ``"failures"`` (only ``with_failures`` of a fixed graph: its state is tied to
-        fixed neighbours) or ``"any"`` (also ``random_matching``, ``random_out``). Checked by ``make``.
+        fixed neighbours) or ``"any"`` (also ``random_matching``, ``random_out``).
       step_size: the name of its consensus step-size option (e.g. ``"gamma"``), a traced value that
         ``jaxgossip tune-gamma`` sweeps; None if it has none.
       public_init: it keeps public copies of the models (Choco-style) and takes the option
         ``public_init="zero" | "model"`` (start them at 0 or at the initial models).
+      reasons: why the algorithm has a graph requirement, keyed by the requirement's field
+        (:data:`GRAPH_REQUIREMENTS`: ``"mixing"``, ``"time_varying"``, ``"stackable"``,
+        ``"stochastic_graphs"``); :func:`jaxgossip.algorithms.check_graph` puts the reason in its
+        refusal (a generic one when none is given). E.g. Choco's ``time_varying=False`` because
+        ``s_i = sum_j W_ij x_hat_j`` assumes a fixed W.
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -125,6 +145,7 @@ class AlgorithmInfo:
     stochastic_graphs: str = "none"
     step_size: str | None = None
     public_init: bool = False
+    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not callable(self.factory):
@@ -148,9 +169,16 @@ class AlgorithmInfo:
             or any(o not in ORDERINGS for o in self.orderings)
         ):
             raise ValueError(f"orderings={self.orderings!r} must be a non-empty tuple of {ORDERINGS}")
-        for field in ("shape_options", "trainer_options"):
+        for field in ("shape_options", "trainer_options", "reasons"):
             if not isinstance(getattr(self, field), Mapping):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")
+        unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS))
+        if unknown or not all(isinstance(why, str) and why for why in self.reasons.values()):
+            raise ValueError(
+                f"reasons={dict(self.reasons)!r} must map graph requirements ({', '.join(GRAPH_REQUIREMENTS)}) "
+                "to non-empty strings"
+                + (f"; unknown: {unknown}" if unknown else "")
+            )
 
     def exchanges_per_round(self, options: Mapping[str, Any]) -> int:
         """Sequential exchanges per round with ``options`` (an int >= 1)."""

@@ -273,3 +273,67 @@ def test_init_validates_params(name):
         alg.init({"w": jnp.ones((N, 4, 3)), "b": jnp.ones((N - 1, 5))})
     with pytest.raises(TypeError, match="floating"):
         alg.init({"w": jnp.ones((N, 4, 3), jnp.int32)})
+
+
+# ---------------------------------------------------------------- graph checks: one function, one message
+
+
+def _outcome(fn):
+    """``("ok", None)`` or the (type, message) of what ``fn()`` raises."""
+    try:
+        fn()
+    except (TypeError, ValueError) as err:
+        return type(err).__name__, str(err)
+    return "ok", None
+
+
+def _bad_graphs():
+    """Graphs some algorithm refuses: weights, direction, period, stochasticity, stacks, no graph."""
+    from _reference import column_stochastic_only, row_stochastic_only
+
+    return {
+        "random_directed": T.random_directed(N, 0.4, 0),
+        "row_stochastic_only": row_stochastic_only(),
+        "column_stochastic_only": column_stochastic_only(),
+        "directed_ring": T.directed_ring(N),
+        "exponential": T.exponential(N),
+        "one_peer_exponential": T.one_peer_exponential(N),
+        "schedule": T.schedule([T.ring(N), T.hypercube(N)]),
+        "random_matching": T.random_matching(N),
+        "random_out": T.random_out(N, 2),
+        "directed_failures": T.with_failures(T.directed_ring(N), 0.2),
+        "ring_failures": T.with_failures(T.ring(N), 0.2),
+        "stack": T.stack([T.ring(N), T.torus(2, 4)]),
+        "directed_stack": T.stack([T.directed_ring(N)]),
+        "not_a_topology": np.eye(3),
+    }
+
+
+def test_factory_called_directly_and_make_refuse_a_graph_with_check_graphs_message(name):
+    """A factory called directly refuses a graph exactly as ``make`` does: with the message of
+    ``check_graph`` on the algorithm's registered metadata (built on a stack member under vmap)."""
+    factory = algorithms.REGISTRY[name]
+    entry = algorithms.info(name)
+    accepted = set(inspect.signature(factory).parameters)
+    kwargs = {k: v for k, v in KWARGS.get(name, {}).items() if k in accepted}
+    refused = []
+    for label, graph in _bad_graphs().items():
+        if label.endswith("stack"):
+
+            def on_member(build_one, graph=graph):
+                return lambda: jax.vmap(lambda m: (build_one(m), jnp.zeros(()))[1])(graph)
+
+            want = _outcome(on_member(lambda m: algorithms.check_graph(name, entry, m)))
+            direct = _outcome(on_member(lambda m: factory(m, **kwargs)))
+            made = _outcome(on_member(lambda m: algorithms.make(name, m, **kwargs)))
+        else:
+            want = _outcome(lambda graph=graph: algorithms.check_graph(name, entry, graph))
+            direct = _outcome(lambda graph=graph: factory(graph, **kwargs))
+            made = _outcome(lambda graph=graph: algorithms.make(name, graph, **kwargs))
+        assert direct == made, (label, direct, made)
+        if want[0] != "ok":
+            assert direct == want, (label, direct, want)
+            assert name in want[1], (label, want)  # the message names the algorithm
+            refused.append(label)
+    # Every algorithm that asks something of the weights refuses some graph here.
+    assert refused or entry.mixing == "any", name

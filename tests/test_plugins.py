@@ -83,8 +83,8 @@ def test_register_by_name(plugin_dir):
         algorithms.register("damped_test", damped_gossip, replace=True, stackable=True)
         assert algorithms.info("damped_test").stackable
     finally:
-        algorithms.REGISTRY.pop("damped_test", None)
-        algorithms.INFOS.pop("damped_test", None)
+        if "damped_test" in algorithms.INFOS:
+            algorithms.unregister("damped_test")
     with pytest.raises(ValueError, match="'gossip' is a built-in algorithm; pass replace=True"):
         algorithms.register("gossip", damped_gossip)
 
@@ -195,8 +195,7 @@ def test_demo_algorithms_list(plugin_dir, capsys, tmp_path):
         try:
             code = main(["demo", *argv, "--out", str(out)])
         finally:
-            algorithms.REGISTRY.pop("needs_rate_test")
-            algorithms.INFOS.pop("needs_rate_test")
+            algorithms.unregister("needs_rate_test")
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err, (argv, err)
     assert not out.exists()
@@ -217,8 +216,7 @@ def test_bad_import_paths_and_metadata(plugin_dir, capsys, tmp_path):
         try:
             algorithms.make("bad_return", ring)
         finally:
-            algorithms.REGISTRY.pop("bad_return")
-            algorithms.INFOS.pop("bad_return")
+            algorithms.unregister("bad_return")
     # metadata that contradicts the graph: a doubly stochastic method on a column-stochastic graph
     directed = jg.topology.make("random_directed:0.5", 8, seed=0)
     with pytest.raises(ValueError, match="my_file:damped_gossip needs doubly stochastic mixing weights"):
@@ -241,6 +239,86 @@ def test_bad_import_paths_and_metadata(plugin_dir, capsys, tmp_path):
     code = main(["consensus", "--algorithm=no_such_module_xyz:make", "--num_steps=2", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "cannot import module 'no_such_module_xyz'" in err and "Traceback" not in err
+
+
+def test_infos_is_the_one_table_and_registry_a_read_only_view_of_it(plugin_dir):
+    from my_file import damped_gossip
+
+    assert list(algorithms.REGISTRY) == list(algorithms.INFOS)
+    assert all(algorithms.REGISTRY[n] is entry.factory for n, entry in algorithms.INFOS.items())
+    with pytest.raises(TypeError):
+        algorithms.REGISTRY["view_test"] = damped_gossip  # read-only: register() adds
+    try:
+        entry = algorithms.register("view_test", damped_gossip, mixing="doubly_stochastic")
+        # one registration shows under both names at once
+        assert algorithms.INFOS["view_test"] is entry and algorithms.REGISTRY["view_test"] is damped_gossip
+        assert "view_test" in algorithms.REGISTRY and "view_test" in sorted(algorithms.REGISTRY)
+        assert len(algorithms.REGISTRY) == len(algorithms.INFOS)
+    finally:
+        algorithms.unregister("view_test")
+    assert "view_test" not in algorithms.REGISTRY and "view_test" not in algorithms.INFOS
+    with pytest.raises(ValueError, match="'view_test' is not registered"):
+        algorithms.unregister("view_test")
+
+
+def test_graph_requirement_reasons_are_metadata(plugin_dir):
+    from my_file import damped_gossip
+
+    try:
+        algorithms.register(
+            "reasoned_test",
+            damped_gossip,
+            mixing="doubly_stochastic",
+            time_varying=False,
+            reasons={"time_varying": "its memory assumes one W"},
+        )
+        with pytest.raises(ValueError, match=r"reasoned_test needs a static topology .* \(its memory assumes one W\)"):
+            algorithms.make("reasoned_test", jg.topology.one_peer_exponential(8))
+    finally:
+        algorithms.unregister("reasoned_test")
+    with pytest.raises(ValueError, match=r"reasons=.*unknown: \['colour'\]"):
+        jg.AlgorithmInfo(damped_gossip, reasons={"colour": "red"})
+    with pytest.raises(ValueError, match="non-empty strings"):
+        jg.AlgorithmInfo(damped_gossip, reasons={"mixing": ""})
+
+
+def test_the_ordering_rule_is_read_from_the_algorithm_not_its_name(plugin_dir):
+    from my_file import damped_gossip
+
+    from jaxgossip.local_step import check_ordering
+
+    ring = jg.topology.ring(8)
+    x0 = {"w": jnp.zeros((8, 3))}
+
+    def run(alg, ordering):
+        def loss_fn(x, i, key):
+            del i, key
+            return 0.5 * jnp.sum(x["w"] ** 2)
+
+        return jg.run_optimization(alg, x0, loss_fn, optax.sgd(0.1), 2, jax.random.key(0), ordering=ordering)
+
+    plain = algorithms.make(PATH, ring)
+    assert plain.orderings == jg.types.ORDERINGS
+    # an unregistered plug-in that carries its orderings: refused under the others, by no name lookup
+    atc_only = plain._replace(name="my_unregistered_method", orderings=("atc",))
+    run(atc_only, "atc")
+    with pytest.raises(ValueError, match=r"my_unregistered_method is registered with orderings=\('atc',\).*use ordering='atc'"):
+        run(atc_only, "same_iterate")
+    # a registered name changes nothing: the algorithm's own orderings decide
+    check_ordering(plain._replace(name="d2"), "same_iterate")
+    with pytest.raises(ValueError, match="orderings"):
+        check_ordering(plain._replace(name="gossip", orderings=("atc",)), "same_iterate")
+    # make narrows a plug-in's orderings to its metadata; the algorithm keeps them after unregistering
+    try:
+        algorithms.register("atc_test", damped_gossip, mixing="doubly_stochastic", orderings=("atc",))
+        alg = algorithms.make("atc_test", ring)
+    finally:
+        algorithms.unregister("atc_test")
+    assert alg.orderings == ("atc",)
+    with pytest.raises(ValueError, match=r"orderings=\('atc',\)"):
+        run(alg, "same_iterate")
+    # a built-in's factory sets them from its INFO, called directly or through make
+    assert algorithms.d2(ring, gamma=0.5).orderings == algorithms.make("d2", ring, gamma=0.5).orderings == ("atc",)
 
 
 # String constants equal to an algorithm name that are data, not logic: which runs a command shows

@@ -411,8 +411,7 @@ def test_bad_input_is_refused_with_a_reason():
         with pytest.raises(ValueError, match="stochastic_graphs='none'"):
             algorithms.make("fixed_tables_only", T.random_matching(8))
     finally:
-        algorithms.REGISTRY.pop("fixed_tables_only")
-        algorithms.INFOS.pop("fixed_tables_only")
+        algorithms.unregister("fixed_tables_only")
     with pytest.raises(ValueError, match="topology.draw"):
         mixing.mix(T.random_matching(8), jnp.zeros((8, 2)))
     with pytest.raises(ValueError, match="stochastic graph"):

@@ -32,7 +32,17 @@ from jaxgossip.algorithms.moniqua import moniqua
 from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.qgm import qgm
-from jaxgossip.algorithms.registry import INFOS, REGISTRY, check_graph, info, make, register, register_builtin, resolve
+from jaxgossip.algorithms.registry import (
+    INFOS,
+    REGISTRY,
+    check_graph,
+    info,
+    make,
+    register,
+    register_builtin,
+    resolve,
+    unregister,
+)
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
 from jaxgossip.types import AlgorithmInfo
@@ -57,6 +67,7 @@ __all__ = [
     "AlgorithmInfo",
     "make",
     "register",
+    "unregister",
     "info",
     "resolve",
     "check_graph",

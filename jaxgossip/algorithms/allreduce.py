@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
@@ -32,6 +33,7 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
     References:
       Goyal et al., "Accurate, Large Minibatch SGD", 2017 (arXiv:1706.02677).
     """
+    check_graph("allreduce", INFO, topology)
     num_nodes = topology.num_nodes if hasattr(topology, "num_nodes") else int(topology)
     if num_nodes < 1:
         raise ValueError(f"allreduce needs at least one node, got N={num_nodes}")
@@ -55,7 +57,7 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "allreduce")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "allreduce", orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(allreduce, stackable=True, allreduce_cost=True, stochastic_graphs="any")

@@ -30,7 +30,7 @@ from jaxgossip.algorithms.common import (
     tree_add,
     tree_add_scaled,
 )
-from jaxgossip.algorithms.registry import require_doubly_stochastic, require_fixed_support
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
@@ -133,14 +133,8 @@ def choco(
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340), Algorithm 1 (Choco-Gossip).
       Koloskova*, Lin*, Stich, Jaggi, ICLR 2020 (arXiv:1907.09356).
     """
-    require_doubly_stochastic(topology, "choco")
-    support = require_fixed_support(topology, "choco", "its public copies x_hat_j live at j's fixed neighbours")
-    if topology.period != 1:
-        raise ValueError(
-            f"choco needs a static topology (period T = 1) because s_i = sum_j W_ij x_hat_j assumes a "
-            f"fixed W; {topology.name} is time-varying with T = {topology.period}. Use sparse_push or "
-            "deepsqueeze on time-varying graphs"
-        )
+    check_graph("choco", INFO, topology)
+    support = topology.support  # the fixed graph W: the graph itself, or the one with_failures wraps
     check_positive("gamma", gamma)
     comp = compress.resolve_compressor(compressor, compressor_options, "choco")
     check_public_init(public_init, "choco")
@@ -192,7 +186,7 @@ def choco(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "choco")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "choco", orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(
@@ -209,4 +203,8 @@ INFO = AlgorithmInfo(
     stochastic_graphs="failures",
     step_size="gamma",
     public_init=True,
+    reasons={
+        "time_varying": "s_i = sum_j W_ij x_hat_j assumes a fixed W",
+        "stochastic_graphs": "its public copies x_hat_j live at j's fixed neighbours",
+    },
 )

@@ -17,7 +17,7 @@ import numpy as np
 from optax import tree_utils as otu
 
 from jaxgossip.algorithms.common import check_positive, is_concrete, per_round, relax, tree_add
-from jaxgossip.algorithms.registry import require_doubly_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits, mix, node_mean
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -85,22 +85,14 @@ def d2(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
       A :class:`~jaxgossip.types.GossipAlgorithm` with state :class:`D2State` (two model copies).
 
     Raises:
-      ValueError: ``lambda_min(I + gamma (W - I)) <= -1/3`` (a directed, asymmetric or time-varying
-        graph is refused by :func:`jaxgossip.algorithms.make` from the metadata).
+      ValueError: ``lambda_min(I + gamma (W - I)) <= -1/3``, or a directed, asymmetric,
+        time-varying or stochastic graph (refused from the metadata ``INFO`` by
+        :func:`jaxgossip.algorithms.check_graph`).
 
     References:
       Tang et al., ICML 2018 (arXiv:1803.07068); Yuan et al., IEEE TSP 2019 (arXiv:1702.05122).
     """
-    require_doubly_stochastic(topology, "d2")
-    if topology.stochastic:
-        # The correction x_t - psi_t cancels D-SGD's bias only because x_t = W psi_t with the same
-        # W in every round (the fixed point of x = W(2x - x_prev) is consensus for one W); with W(t)
-        # drawn anew the difference carries W(t-1) - W(t) terms that do not cancel.
-        raise ValueError(
-            f"d2 cannot run on the stochastic graph {topology.name}: its correction uses the previous "
-            "round's model, exact only when W is the same every round; use gradient_tracking on graphs "
-            "drawn every round"
-        )
+    check_graph("d2", INFO, topology)
     check_positive("gamma", gamma)
     _check_spectrum(topology, gamma)
 
@@ -121,7 +113,7 @@ def d2(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "d2")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "d2", orderings=INFO.orderings)
 
 
 def _mix_centred(topology: Topology, x: Params, t: Array) -> Params:
@@ -139,4 +131,18 @@ def _mix_centred(topology: Topology, x: Params, t: Array) -> Params:
     return tree_add(mixed, ref)
 
 
-INFO = AlgorithmInfo(d2, mixing="symmetric", time_varying=False, stackable=True, orderings=("atc",))
+# The correction x_t - psi_t cancels D-SGD's bias only because x_t = W psi_t with the same W in
+# every round (the fixed point of x = W(2x - x_prev) is consensus for one W); with W(t) changing
+# (a schedule, or drawn anew) the difference carries W(t-1) - W(t) terms that do not cancel.
+INFO = AlgorithmInfo(
+    d2,
+    mixing="symmetric",
+    time_varying=False,
+    stackable=True,
+    orderings=("atc",),
+    reasons={
+        "time_varying": "its correction uses the previous round's model, exact only when W is the same every round",
+        "stochastic_graphs": "its correction uses the previous round's model, exact only when W is the same "
+        "every round; use gradient_tracking on graphs drawn every round",
+    },
+)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from jaxgossip import compress
 from jaxgossip.algorithms.common import check_positive, per_round
-from jaxgossip.algorithms.registry import require_doubly_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -82,7 +82,7 @@ def deepsqueeze(
     References:
       Tang, Lian, Yu, Zhang, Liu, arXiv:1907.07346, 2019.
     """
-    require_doubly_stochastic(topology, "deepsqueeze")
+    check_graph("deepsqueeze", INFO, topology)
     check_positive("gamma", gamma)
     comp = compress.resolve_compressor(compressor, compressor_options, "deepsqueeze")
 
@@ -107,7 +107,7 @@ def deepsqueeze(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "deepsqueeze")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "deepsqueeze", orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(

@@ -14,7 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
-from jaxgossip.algorithms.registry import require_doubly_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
@@ -42,7 +42,7 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
     References:
       Lian et al., NeurIPS 2017 (arXiv:1705.09056).
     """
-    require_doubly_stochastic(topology, "gossip")
+    check_graph("gossip", INFO, topology)
     check_positive("gamma", gamma)
 
     def init_fn(params):
@@ -61,7 +61,7 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip", orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(

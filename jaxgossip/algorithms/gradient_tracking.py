@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import per_round
-from jaxgossip.algorithms.registry import require_doubly_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -97,7 +97,7 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
       Nedić et al., SIAM J. Optim. 2017 (arXiv:1607.03218); Pu and Nedić, Math. Program. 2021
       (arXiv:1805.11454); Xin et al., IEEE TSP 2021 (arXiv:2008.04195).
     """
-    require_doubly_stochastic(topology, "gradient_tracking")
+    check_graph("gradient_tracking", INFO, topology)
 
     def init_fn(params):
         check_params(topology, params)
@@ -144,7 +144,9 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "gradient_tracking", gradient=gradient_fn)
+    return GossipAlgorithm(
+        init_fn, step_fn, debias_fn, "gradient_tracking", gradient=gradient_fn, orderings=INFO.orderings
+    )
 
 
 INFO = AlgorithmInfo(gradient_tracking, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")

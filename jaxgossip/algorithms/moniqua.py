@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round
-from jaxgossip.algorithms.registry import require_doubly_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, num_params_per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
@@ -94,7 +94,7 @@ def moniqua(
     References:
       Lu and De Sa, ICML 2020 (arXiv:2002.11787).
     """
-    require_doubly_stochastic(topology, "moniqua")
+    check_graph("moniqua", INFO, topology)
     check_positive("theta", theta)
     check_positive("gamma", gamma)
     bits = check_int("bits", bits, 2, 16)
@@ -138,7 +138,7 @@ def moniqua(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "moniqua")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "moniqua", orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(moniqua, mixing="doubly_stochastic", relaxation_gamma=True, stochastic_graphs="any")

@@ -46,8 +46,8 @@ from jaxgossip.algorithms.matrix_views import (
     working_side,
     working_view,
 )
-from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables, require_symmetric
-from jaxgossip.algorithms.registry import require_doubly_stochastic, require_fixed_support, require_host_topology
+from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
@@ -432,12 +432,8 @@ def power_gossip(
       Vogels, Karimireddy, Jaggi, "Practical Low-Rank Communication Compression in Decentralized
       Deep Learning", NeurIPS 2020 (arXiv:2008.01425).
     """
-    require_host_topology(topology, "power_gossip")
-    require_doubly_stochastic(topology, "power_gossip")
-    support = require_fixed_support(topology, "power_gossip", "its U, V state lives on a fixed set of pairs")
-    require_symmetric(support, "power_gossip")
-    if topology.stochastic and not topology.is_symmetric:
-        raise ValueError(f"power_gossip needs a symmetric mixing matrix in every round; {topology.name} is not")
+    check_graph("power_gossip", INFO, topology)
+    support = topology.support  # the fixed graph: the graph itself, or the one with_failures wraps
     rank = check_int("rank", rank, 1)
     num_iterations = check_int("num_iterations", num_iterations, 1)
     check_positive("gamma", gamma)
@@ -492,7 +488,7 @@ def power_gossip(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "power_gossip")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "power_gossip", orderings=INFO.orderings)
 
 
 def _exchanges(options) -> int:
@@ -515,4 +511,5 @@ INFO = AlgorithmInfo(
     relaxation_gamma=True,
     stochastic_graphs="failures",
     step_size="gamma",
+    reasons={"stochastic_graphs": "its U, V state lives on a fixed set of pairs"},
 )

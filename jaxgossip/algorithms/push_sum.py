@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from jaxgossip import compress
 from jaxgossip.algorithms.common import per_round
-from jaxgossip.algorithms.registry import require_column_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -89,7 +89,7 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
     References:
       Assran, Loizou, Ballas, Rabbat, ICML 2019 (arXiv:1811.10792), Algorithm 1.
     """
-    require_column_stochastic(topology, "push_sum")
+    check_graph("push_sum", INFO, topology)
     _check_weight_bits(weight_bits)
     send_weight = weight_bits == "always" or not topology.is_doubly_stochastic
 
@@ -108,7 +108,7 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
     def debias_fn(params, state):
         return divide_by_weight(params, state.w)
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "push_sum")
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "push_sum", orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(push_sum, mixing="column_stochastic", stackable=True, stochastic_graphs="any")

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.algorithms.common import check_positive, is_concrete, per_round
-from jaxgossip.algorithms.registry import require_doubly_stochastic
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -78,7 +78,7 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
     References:
       Lin et al., ICML 2021 (arXiv:2102.04761).
     """
-    require_doubly_stochastic(topology, "qgm")
+    check_graph("qgm", INFO, topology)
     if lr is None:
         raise ValueError("qgm needs lr=, the local optimizer's learning rate (it scales the momentum buffer)")
     check_positive("lr", lr)
@@ -138,7 +138,7 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "qgm", gradient=gradient_fn)
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, "qgm", gradient=gradient_fn, orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(qgm, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")

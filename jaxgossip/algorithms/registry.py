@@ -1,4 +1,4 @@
-"""The algorithm registry: names -> factories and their metadata, plug-ins by import path.
+"""The algorithm registry: names -> metadata (factory included), plug-ins by import path.
 
 An algorithm is a factory ``factory(topology, **hyperparameters) -> GossipAlgorithm`` plus an
 :class:`~jaxgossip.types.AlgorithmInfo` (the facts other modules need: mixing matrix, time-varying
@@ -6,23 +6,30 @@ graphs, stacking, exchanges per round, shape-changing options, cost rule, traine
 user's algorithm is either registered (:func:`register`) or named by an import path
 ``"package.module:factory"``; its metadata is the factory's ``info`` attribute, else the module's
 ``INFO`` (an :class:`AlgorithmInfo` or a dict of metadata), else the defaults.
+
+:data:`INFOS` (name -> AlgorithmInfo) is the one table; :data:`REGISTRY` (name -> factory) is a
+read-only view of it. The graph requirements of the metadata are checked in one place,
+:func:`check_graph`: every built-in factory calls it with its own ``INFO`` (so a factory called
+directly refuses a graph with the message :func:`make` gives), and :func:`make` calls it for
+every other algorithm (plug-ins, and built-in factories registered with other metadata).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from jaxgossip.algorithms.pair_tables import require_symmetric
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
+from jaxgossip.types import ORDERINGS, AlgorithmInfo, GossipAlgorithm
 
 __all__ = [
     "REGISTRY",
     "INFOS",
     "register",
+    "unregister",
     "info",
     "resolve",
     "make",
@@ -30,12 +37,37 @@ __all__ = [
     "require_doubly_stochastic",
     "require_column_stochastic",
     "require_host_topology",
-    "require_fixed_support",
 ]
 
-REGISTRY: dict[str, Callable[..., GossipAlgorithm]] = {}
+#: name -> metadata of every registered algorithm: the one table (:func:`register` adds to it).
 INFOS: dict[str, AlgorithmInfo] = {}
-_BUILTIN: set[str] = set()
+# name -> the metadata a built-in was registered with; its factory checks the graph against
+# exactly that metadata itself, so make does not check again.
+_BUILTIN: dict[str, AlgorithmInfo] = {}
+
+
+class FactoryView(Mapping):
+    """Read-only mapping name -> factory over a table name -> :class:`AlgorithmInfo` (a view: it
+    follows every change of the table)."""
+
+    def __init__(self, infos: Mapping[str, AlgorithmInfo]):
+        self._infos = infos
+
+    def __getitem__(self, name: str) -> Callable[..., GossipAlgorithm]:
+        return self._infos[name].factory
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._infos)
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __repr__(self) -> str:
+        return f"FactoryView({', '.join(self._infos)})"
+
+
+#: name -> factory: a read-only view of :data:`INFOS`.
+REGISTRY: Mapping[str, Callable[..., GossipAlgorithm]] = FactoryView(INFOS)
 
 
 def _names_where(field: str, value: Any) -> str:
@@ -91,20 +123,6 @@ def require_host_topology(topology: Any, algorithm: str) -> None:
         )
 
 
-def require_fixed_support(topology: Topology, algorithm: str, why: str) -> Topology:
-    """The fixed graph whose edges every round uses: the topology itself, or the graph that
-    ``with_failures`` wraps. Raises ValueError for graphs whose neighbours change every round
-    (``random_matching``, ``random_out``), naming ``why`` the algorithm needs fixed neighbours."""
-    support = topology.support
-    if support is None:
-        raise ValueError(
-            f"{algorithm} cannot run on {topology.name}: {why}, but this graph draws new neighbours "
-            f"every round. It runs on failures of a fixed graph (with_failures / '+drop'); algorithms "
-            f"for any stochastic graph: {_names_where('stochastic_graphs', 'any')}"
-        )
-    return support
-
-
 def _as_info(factory: Callable, metadata: Any, where: str) -> AlgorithmInfo:
     if isinstance(metadata, AlgorithmInfo):
         return metadata if metadata.factory is factory else AlgorithmInfo(**{**_fields(metadata), "factory": factory})
@@ -153,24 +171,36 @@ def register(name: str, factory: Callable[..., GossipAlgorithm], *, replace: boo
     """
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"name={name!r} must be a non-empty string without ':' (reserved for import paths)")
-    if name in REGISTRY and not replace:
+    if name in INFOS and not replace:
         kind = "a built-in algorithm" if name in _BUILTIN else "already registered"
         raise ValueError(f"algorithm {name!r} is {kind}; pass replace=True to replace it")
     _check_factory(factory, f"register({name!r})")
     if "info" in metadata and len(metadata) == 1:
         metadata = metadata["info"]
     entry = _as_info(factory, metadata, f"register({name!r})")
-    REGISTRY[name] = factory
     INFOS[name] = entry
     return entry
 
 
+def unregister(name: str) -> AlgorithmInfo:
+    """Removes algorithm ``name`` from the registry (both :data:`INFOS` and :data:`REGISTRY`) and
+    returns its metadata.
+
+    Raises:
+      ValueError: ``name`` is not registered.
+    """
+    if name not in INFOS:
+        raise ValueError(f"algorithm {name!r} is not registered; registered: {', '.join(INFOS)}")
+    _BUILTIN.pop(name, None)
+    return INFOS.pop(name)
+
+
 def register_builtin(name: str, entry: AlgorithmInfo) -> None:
-    """Registers a built-in algorithm (``jaxgossip/algorithms/__init__.py``); :func:`register` then
-    refuses to replace it unless asked."""
-    REGISTRY[name] = entry.factory
+    """Registers a built-in algorithm (``jaxgossip/algorithms/__init__.py``), whose factory checks
+    the graph against ``entry`` itself (:func:`check_graph`); :func:`register` then refuses to
+    replace it unless asked."""
     INFOS[name] = entry
-    _BUILTIN.add(name)
+    _BUILTIN[name] = entry
 
 
 def _import(path: str) -> AlgorithmInfo:
@@ -208,13 +238,13 @@ def resolve(name: str) -> AlgorithmInfo:
       TypeError: the import path names something that is not a factory, or bad metadata.
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"algorithm={name!r} must be a registered name ({', '.join(REGISTRY)}) or 'module:factory'")
+        raise ValueError(f"algorithm={name!r} must be a registered name ({', '.join(INFOS)}) or 'module:factory'")
     if name in INFOS:
         return INFOS[name]
     if ":" in name:
         return _import(name)
     raise ValueError(
-        f"unknown algorithm {name!r}; known algorithms: {sorted(REGISTRY)} (or an import path 'module:factory')"
+        f"unknown algorithm {name!r}; known algorithms: {sorted(INFOS)} (or an import path 'module:factory')"
     )
 
 
@@ -224,40 +254,69 @@ def info(name: str) -> AlgorithmInfo:
 
 
 def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
-    """Raises when the graph contradicts the algorithm's metadata (the message names both)."""
+    """Raises when ``topology`` contradicts the graph requirements of the metadata ``entry``; the
+    message names the algorithm ``name``, the graph, the metadata field and why
+    (:attr:`~jaxgossip.types.AlgorithmInfo.reasons`, else a generic reason).
+
+    The one home of the graph checks: every built-in factory calls it first with its own ``INFO``,
+    and :func:`make` calls it for every other algorithm. In this order: a :class:`Topology` unless
+    the metadata asks nothing of the weights (``mixing="any"``: then a node count serves too);
+    stochastic graphs (``stochastic_graphs``); host tables (``stackable=False``); the mixing
+    matrix (``mixing``; ``"symmetric"`` also checks every W(t) = W(t)^T, on the fixed support of
+    a stochastic graph); the period (``time_varying``).
+
+    Raises:
+      TypeError: not a Topology where one is needed, or a stacked Topology (traced tables) for an
+        algorithm registered with ``stackable=False``.
+      ValueError: a graph the metadata rules out.
+    """
+    reasons = entry.reasons
     if not isinstance(topology, Topology):
+        if entry.mixing != "any":
+            raise TypeError(f"{name} needs a jaxgossip Topology, got {type(topology).__name__}")
         return
     if topology.stochastic:
         if entry.stochastic_graphs == "none":
+            why = reasons.get(
+                "stochastic_graphs",
+                "its step reads fixed graph tables instead of drawing each round's graph with topology.draw(key, t)",
+            )
             raise ValueError(
                 f"{name} cannot run on the stochastic graph {topology.name}: it is registered with "
-                "stochastic_graphs='none' (its step reads fixed graph tables instead of drawing each round's "
-                "graph with topology.draw(key, t)). Algorithms for stochastic graphs: "
+                f"stochastic_graphs='none' ({why}). Algorithms for stochastic graphs: "
                 f"{', '.join(n for n, i in INFOS.items() if i.stochastic_graphs != 'none')}"
             )
         if entry.stochastic_graphs == "failures" and topology.support is None:
+            why = reasons.get(
+                "stochastic_graphs", "its state is tied to fixed neighbours: public copies or per-edge state"
+            )
             raise ValueError(
                 f"{name} cannot run on {topology.name}: it is registered with stochastic_graphs='failures' "
-                "(its state is tied to fixed neighbours: public copies or per-edge state), and this graph draws "
-                "new neighbours every round. Use failures of a fixed graph (with_failures, spec '+drop'), or one "
-                f"of {', '.join(n for n, i in INFOS.items() if i.stochastic_graphs == 'any')}"
+                f"({why}), and this graph draws new neighbours every round. Use failures of a fixed graph "
+                f"(with_failures, spec '+drop'), or one of {_names_where('stochastic_graphs', 'any')}"
             )
     if not entry.stackable:
         require_host_topology(topology, name)
     try:
         if entry.mixing in ("doubly_stochastic", "symmetric"):
             require_doubly_stochastic(topology, name)
-        if entry.mixing == "symmetric" and topology.stochastic and not topology.is_symmetric:
-            raise ValueError(f"{name} needs a symmetric mixing matrix in every round; {topology.name} is not symmetric")
-        elif entry.mixing == "symmetric" and topology.host_tables:
-            require_symmetric(topology, name)
+        if entry.mixing == "symmetric":
+            if topology.stochastic and not topology.is_symmetric:
+                raise ValueError(
+                    f"{name} needs a symmetric mixing matrix in every round; {topology.name} is not symmetric"
+                )
+            fixed = topology.support if topology.stochastic else topology
+            if fixed is not None and fixed.host_tables:
+                require_symmetric(fixed, name)
         if entry.mixing == "column_stochastic":
             require_column_stochastic(topology, name)
     except ValueError as err:  # say where the requirement comes from: the algorithm's metadata
-        raise ValueError(f"{err} ({name} is registered with mixing={entry.mixing!r})") from None
+        why = f": {reasons['mixing']}" if "mixing" in reasons else ""
+        raise ValueError(f"{err} ({name} is registered with mixing={entry.mixing!r}{why})") from None
     if not entry.time_varying and topology.period != 1:
+        why = f" ({reasons['time_varying']})" if "time_varying" in reasons else ""
         raise ValueError(
-            f"{name} needs a static topology (period T = 1): it is registered with time_varying=False; "
+            f"{name} needs a static topology (period T = 1): it is registered with time_varying=False{why}; "
             f"{topology.name} is time-varying with T = {topology.period}. Algorithms for time-varying graphs: "
             f"{', '.join(n for n, i in INFOS.items() if i.time_varying)}"
         )
@@ -266,7 +325,9 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
 def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
     """Builds algorithm ``name`` (a registered name or ``"module:factory"``) on ``topology``.
 
-    The graph is first checked against the algorithm's metadata (:func:`check_graph`).
+    The graph is first checked against the algorithm's metadata (:func:`check_graph`: by the
+    factory itself for a built-in, here for the others), and the algorithm's
+    :attr:`~jaxgossip.types.GossipAlgorithm.orderings` are narrowed to the metadata's.
 
     Raises:
       ValueError: unknown name (the message lists the known ones), a missing import path, or a
@@ -285,8 +346,17 @@ def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
         unknown = sorted(set(hyperparameters) - set(accepted))
         if unknown:
             raise TypeError(f"algorithm {name!r} does not take {unknown}; it takes {accepted}")
-    check_graph(name, entry, topology)
+    if _BUILTIN.get(name) is not entry:  # a built-in factory checks its own metadata itself
+        check_graph(name, entry, topology)
     alg = factory(topology, **hyperparameters)
     if not isinstance(alg, GossipAlgorithm):
         raise TypeError(f"algorithm {name!r}: the factory returned a {type(alg).__name__}, not a GossipAlgorithm")
+    orderings = tuple(o for o in ORDERINGS if o in alg.orderings and o in entry.orderings)
+    if orderings != tuple(alg.orderings):
+        if not orderings:
+            raise ValueError(
+                f"algorithm {name!r}: its metadata orderings={entry.orderings} and the orderings={alg.orderings} "
+                "of the algorithm its factory returns have none in common"
+            )
+        alg = alg._replace(orderings=orderings)
     return alg

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxgossip import compress
 from jaxgossip.algorithms.common import check_int, check_positive
-from jaxgossip.algorithms.registry import require_column_stochastic, require_host_topology
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.algorithms.sparse_push import TopKBudget, check_public_copies, compressed_push_sum
 from jaxgossip.compress import selection
 from jaxgossip.topology import Topology
@@ -155,8 +155,7 @@ def scsp(
       Aketi, Singh, Rabaey, arXiv:2102.05715, 2021 (Sparse-Push and SCSP; compensation rule ours).
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340).
     """
-    require_host_topology(topology, "scsp")
-    require_column_stochastic(topology, "scsp")
+    check_graph("scsp", INFO, topology)
     comp = compress.make_for("scsp", "top_k", fraction=fraction, k=k, index_bits=index_bits)
     check_positive("gamma", gamma)
     check_positive("target_residual", target_residual)
@@ -186,9 +185,15 @@ def scsp(
 
     budget = TopKBudget(comp.top_k, max_boost if compensation else 0, target_residual)
     compress_fn = adaptive if compensation else plain
-    return compressed_push_sum(topology, "scsp", compress_fn, gamma, public_copies, public_init, budget)
+    alg = compressed_push_sum(topology, "scsp", compress_fn, gamma, public_copies, public_init, budget)
+    return alg._replace(orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(
-    scsp, mixing="column_stochastic", stochastic_graphs="failures", step_size="gamma", public_init=True
+    scsp,
+    mixing="column_stochastic",
+    stochastic_graphs="failures",
+    step_size="gamma",
+    public_init=True,
+    reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
 )

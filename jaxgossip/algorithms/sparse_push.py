@@ -33,7 +33,7 @@ from optax import tree_utils as otu
 from jaxgossip import compress
 from jaxgossip.algorithms.common import check_positive, check_public_init, per_node, per_round, tree_add
 from jaxgossip.algorithms.push_sum import divide_by_weight
-from jaxgossip.algorithms.registry import require_column_stochastic, require_fixed_support, require_host_topology
+from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused
 from jaxgossip.mixing import check_params, mix
 from jaxgossip.topology import Topology
@@ -135,11 +135,13 @@ def compressed_push_sum(
     ``public_init="model"`` starts every set p at ``x_hat^(p) = x^0`` and
     ``s_i^(p) = sum_{j != i} W_ij(p) x^0_j`` (as if the initial numerators had been sent over graph
     p), so the invariant of :func:`sparse_push` holds from round 0.
+
+    The calling factory has checked the graph against its metadata (``check_graph`` with its
+    ``INFO``: column stochastic, a fixed graph or failures of one).
     """
-    require_column_stochastic(topology, name)
     check_positive("gamma", gamma)
     check_public_init(public_init, name)
-    support = require_fixed_support(topology, name, "its public copies x_hat_j live at j's fixed out-neighbours")
+    support = topology.support  # the fixed graph: the graph itself, or the one with_failures wraps
     table = graph_copies(support, public_copies)
     num_copies = int(table.max()) + 1
     # The first round that uses each public-copy set: its graph is the set's graph.
@@ -349,8 +351,7 @@ def sparse_push(
       Koloskova, Stich, Jaggi, ICML 2019 (arXiv:1902.00340) (Choco-Gossip).
       Assran, Loizou, Ballas, Rabbat, ICML 2019 (arXiv:1811.10792) (SGP).
     """
-    require_host_topology(topology, "sparse_push")
-    require_column_stochastic(topology, "sparse_push")
+    check_graph("sparse_push", INFO, topology)
     comp = compress.make_for("sparse_push", "top_k", fraction=fraction, k=k, index_bits=index_bits)
     check_positive("gamma", gamma)
     check_public_copies(public_copies)
@@ -359,9 +360,10 @@ def sparse_push(
         del params
         return compress.compress_tree(comp, residual, key)
 
-    return compressed_push_sum(
+    alg = compressed_push_sum(
         topology, "sparse_push", compress_fn, gamma, public_copies, public_init, TopKBudget(comp.top_k)
     )
+    return alg._replace(orderings=INFO.orderings)
 
 
 INFO = AlgorithmInfo(
@@ -374,4 +376,5 @@ INFO = AlgorithmInfo(
     },
     step_size="gamma",
     public_init=True,
+    reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
 )

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxgossip.types import ORDERINGS
+
 __all__ = [
     "TrainConfig",
     "train_field_help",
@@ -31,12 +33,12 @@ __all__ = [
     "check_topology",
     "check_algorithm",
     "check_model_options",
+    "with_trainer_options",
     "gamma_warning",
     "did_you_mean",
     "allowed_values",
 ]
 
-ORDERINGS = ("atc", "same_iterate")
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
@@ -94,6 +96,11 @@ class TrainConfig:
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def resolved_data_seed(self) -> int:
+        """The seed of the data partition and of random graphs: ``data_seed``, or ``seed`` when unset."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -258,12 +265,20 @@ def check_algorithm(name: str, options: dict, topo, *, trainer_defaults: bool = 
                     f"it takes: {', '.join(takes) or 'no options'}"
                 )
     if trainer_defaults:  # the trainer's defaults (runner.make_algorithm)
-        options = {**entry.trainer_options, **options}
+        options = with_trainer_options(name, options)
     options = dict(options)
     try:
         return algorithms.make(name, topo, **options)
     except (ValueError, TypeError) as err:
         raise ValueError(f"algorithm={name!r} on {topo.name} with algorithm_options={options}: {err}") from None
+
+
+def with_trainer_options(name: str, options: dict) -> dict:
+    """``options`` over the trainer's defaults for algorithm ``name`` (its metadata's
+    ``trainer_options``; the user's option wins): the options a training run builds it with."""
+    from jaxgossip import algorithms
+
+    return {**algorithms.resolve(name).trainer_options, **options}
 
 
 def check_model_options(model: str, options: dict, num_classes: int = 10) -> dict:
@@ -421,16 +436,14 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     check_partition(config.partition)
     merge = _final_merge(config.final_merge)
     node_batch = _node_batch(config.node_batch)
-    data_seed = config.seed if config.data_seed is None else config.data_seed
-    topo = check_topology(config.topology, config.num_nodes, data_seed)
-    check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
+    topo = check_topology(config.topology, config.num_nodes, config.resolved_data_seed)
+    alg = check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
     from jaxgossip import algorithms
 
-    orderings = algorithms.resolve(config.algorithm).orderings
-    if config.ordering not in orderings:
+    if config.ordering not in alg.orderings:
         raise ValueError(
-            f"ordering={config.ordering!r}: {config.algorithm} is registered with orderings={orderings} "
-            f"(its docstring says why); use --ordering={orderings[0]}"
+            f"ordering={config.ordering!r}: {config.algorithm} is registered with orderings={alg.orderings} "
+            f"(its docstring says why); use --ordering={alg.orderings[0]}"
         )
     if merge is not None:
         try:

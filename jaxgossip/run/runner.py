@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, sharding, topology
-from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.config import TrainConfig, check_train_config, with_trainer_options
 from jaxgossip.run.watchdog import WatchdogAlarm, check_consensus
 from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
 
@@ -192,7 +192,7 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
         )
-    data_seed = config.seed if config.data_seed is None else config.data_seed
+    data_seed = config.resolved_data_seed
     parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=data_seed)
     shards = data.shard_dataset(dataset, parts)
     mesh = None
@@ -223,18 +223,16 @@ def _model_options(config: TrainConfig) -> dict:
 
 def make_algorithm(config: TrainConfig, topo: topology.Topology):
     # The algorithm's trainer defaults (its metadata's trainer_options) under the user's options.
-    options = {**algorithms.resolve(config.algorithm).trainer_options, **config.algorithm_options}
-    return algorithms.make(config.algorithm, topo, **options)
+    return algorithms.make(config.algorithm, topo, **with_trainer_options(config.algorithm, config.algorithm_options))
 
 
 def _node_batch(config: TrainConfig) -> int | None:
+    """The trainer's ``node_batch`` for the config's ("auto" or an int >= 0, as
+    ``check_train_config`` normalises it): "auto" is 1 for conv models on CPU and a full vmap
+    (None) otherwise; 0 is a full vmap."""
     value = config.node_batch
     if value == "auto":
         return 1 if config.model != "mlp" and jax.default_backend() == "cpu" else None
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"node_batch={value!r} must be 'auto', 0 (full vmap) or a positive int")
     return value or None
 
 
@@ -396,10 +394,7 @@ def run_summary(result: TrainingResult) -> dict:
 def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[TrainState, dict]:
     """Runs the final merge phase (R communication rounds or exact averaging, bits counted) and
     evaluates the merged models. Not checkpointed: it is applied to the finished run."""
-    rounds = built.config.final_merge
-    if isinstance(rounds, str) and rounds.isdigit():
-        rounds = int(rounds)
-    merge_fn = jax.jit(algorithms.make_merge(built.topology, rounds))
+    merge_fn = jax.jit(algorithms.make_merge(built.topology, built.config.final_merge))
     params, comm_state, info = merge_fn(state.params, state.comm_state)
     state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
     from jaxgossip.sharding import to_host
@@ -530,10 +525,10 @@ def run_training(
     rows = _with_wall(metrics_to_rows(metrics, trainer.local_steps), walls) if metrics is not None else []
     for row in rows:
         row["phase"] = "train"
-    if done_evals >= total and config.final_merge not in (None, 0, "none") and rows:
+    if done_evals >= total and built.config.final_merge is not None and rows:  # None, R rounds or "exact"
         state, merged = _final_merge(built, state, float(rows[-1]["train_loss"]))
         rows.append(dict(merged, phase="merged"))
-        log(f"final merge ({config.final_merge}): acc {merged['test_acc']:.4f}")
+        log(f"final merge ({built.config.final_merge}): acc {merged['test_acc']:.4f}")
     if alarm is None:  # a resumed run that was already finished ran no chunk here
         alarm = consensus_watchdog(config, metrics)
     result = TrainingResult(built, metrics, rows, state, wall, done_evals >= total, start_round, alarm)
