@@ -4,7 +4,7 @@ All N workers live in one stacked pytree (leaves ``[N, ...]``); local work is ``
 communication is a kernel on the node axis.
 """
 
-from jaxgossip import algorithms, compress, cost, problems, topology
+from jaxgossip import algorithms, compress, cost, problems, rounds, topology
 from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.mixing import consensus_distance, mix, node_mean
 from jaxgossip.optimization import OptimizationResult, optimization_scan, run_optimization
@@ -18,6 +18,7 @@ __all__ = [
     "compress",
     "cost",
     "problems",
+    "rounds",
     "topology",
     "mix",
     "node_mean",

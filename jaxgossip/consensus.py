@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.rounds import run_rounds
+from jaxgossip.rounds import next_keys, run_rounds
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["ConsensusResult", "ConsensusTrace", "run_consensus", "consensus_scan"]
@@ -65,15 +65,15 @@ def consensus_scan(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKe
     target = node_mean(x0)
     state0 = alg.init(x0)
 
-    def body(carry, step_key):
-        x, state = carry
+    def body(carry, _):
+        x, state, key = carry
+        key, (step_key,) = next_keys(key, 1)
         x, state, info = alg.step(x, state, step_key)
         err = consensus_distance(alg.debias(x, state), target)
-        return (x, state), (err, jnp.sum(info.bits), info.bits)
+        return (x, state, key), (err, jnp.sum(info.bits), info.bits)
 
     err0 = consensus_distance(alg.debias(x0, state0), target)
-    keys = jax.random.split(key, num_steps)
-    (x, state), (errors, bits, node_bits) = run_rounds(body, (x0, state0), int(num_steps), keys)
+    (x, state, _), (errors, bits, node_bits) = run_rounds(body, (x0, state0, key), int(num_steps))
     return ConsensusTrace(jnp.concatenate([err0[None], errors]), bits, node_bits, x, state)
 
 
@@ -89,7 +89,8 @@ def run_consensus(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey
       alg: a :class:`~jaxgossip.types.GossipAlgorithm`.
       x0: pytree of leaves ``[N, ...]``, the initial node values.
       num_steps: S, number of rounds (static).
-      key: PRNG key; round k uses the k-th of ``jax.random.split(key, S)``.
+      key: PRNG key; round k uses the k-th of :func:`jaxgossip.rounds.round_keys` ``(key, S)`` (the
+        driver's key schedule).
 
     Returns:
       :class:`ConsensusResult` with ``error`` [S + 1], ``bits`` [S + 1] cumulative over all nodes

@@ -27,12 +27,12 @@ optimizer does and may replace it: ``u = optimizer.update(hook(g, z))``, through
 Local steps do not communicate, so the bits per round do not depend on H. Optimizer state
 (momentum, Adam moments) is node-local and never communicated.
 
-Keys (same ``key`` gives bitwise the same run): ``key_eval, key_run = split(key)``; round k uses
-the k-th of ``split(key_run, S)``, split again into ``key_comm`` (passed to ``alg.step``) and
-``key_local``, and ``split(key_local, H * N)`` reshaped to [H, N] gives node i's key for local step
-h. The objective is evaluated at every point with the one fixed key ``key_eval`` (the same for all
-nodes and rounds), so curves of a stochastic objective are not noisy between points; a
-deterministic objective ignores it.
+Keys (same ``key`` gives bitwise the same run): ``key_eval, key_run = split(key)``; ``key_run``
+starts the driver's key schedule (:func:`jaxgossip.rounds.next_keys`), whose two keys per round are
+``key_comm`` (passed to ``alg.step``) and ``key_local``; ``split(key_local, H * N)`` reshaped to
+[H, N] gives node i's key for local step h. The objective is evaluated at every point with the one
+fixed key ``key_eval`` (the same for all nodes and rounds), so curves of a stochastic objective are
+not noisy between points; a deterministic objective ignores it.
 
 References:
   Lian, Zhang, Zhang, Hsieh, Zhang, Liu, "Can Decentralized Algorithms Outperform Centralized
@@ -56,7 +56,7 @@ import optax
 
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.rounds import run_rounds
+from jaxgossip.rounds import next_keys, run_rounds
 from jaxgossip.training import ORDERINGS
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
@@ -185,12 +185,12 @@ def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering
         _check_loss_fn("objective_fn", objective_fn, x0, key)
 
 
-def _round_keys(round_key: PRNGKey, local_steps: int, num_nodes: int):
-    """``(key_comm, key_local [H, N])`` of one round (module docstring); split inside the scan so
-    no ``[S, H, N]`` key array is materialised."""
-    key_comm, key_local = jax.random.split(round_key)
+def _round_keys(key: PRNGKey, local_steps: int, num_nodes: int):
+    """``(next key, key_comm, key_local [H, N])`` of one round (module docstring); split inside the
+    scan so no ``[S, H, N]`` key array is materialised."""
+    key, (key_comm, key_local) = next_keys(key, 2)
     local = jax.random.split(key_local, local_steps * num_nodes)
-    return key_comm, local.reshape((local_steps, num_nodes) + local.shape[1:])
+    return key, key_comm, local.reshape((local_steps, num_nodes) + local.shape[1:])
 
 
 def optimization_scan(
@@ -235,9 +235,9 @@ def optimization_scan(
         total = jax.tree_util.tree_map(jnp.add, total, updates)
         return (y, total, opt_state, state), loss
 
-    def round_fn(carry, round_key):
-        x, state, opt_state = carry
-        round_key_comm, round_keys_local = _round_keys(round_key, int(local_steps), num_nodes)
+    def round_fn(carry, _):
+        x, state, opt_state, key = carry
+        key, round_key_comm, round_keys_local = _round_keys(key, int(local_steps), num_nodes)
         zeros = jax.tree_util.tree_map(jnp.zeros_like, x)
         (y, total, opt_state, state), losses = jax.lax.scan(local_step, (x, zeros, opt_state, state), round_keys_local)
         if ordering == "atc":
@@ -247,12 +247,12 @@ def optimization_scan(
             x = optax.apply_updates(x, total)
         z = alg.debias(x, state)
         record = (objective(x, state), consensus_distance(z), jnp.mean(losses), info.bits)
-        return (x, state, opt_state), record
+        return (x, state, opt_state, key), record
 
     state0 = alg.init(x0)
     opt_state0 = jax.vmap(optimizer.init)(x0)
-    (x, state, opt_state), (objs, cons, loss, bits) = run_rounds(
-        round_fn, (x0, state0, opt_state0), int(num_steps), jax.random.split(key_run, int(num_steps))
+    (x, state, opt_state, _), (objs, cons, loss, bits) = run_rounds(
+        round_fn, (x0, state0, opt_state0, key_run), int(num_steps)
     )
     obj0 = objective(x0, state0)
     cons0 = consensus_distance(alg.debias(x0, state0))

@@ -14,9 +14,13 @@ no ``point_fn`` every round is a point and its record is returned as is. A run s
 of whole points (a progress bar, checkpoints between chunks) is bitwise the same run: the carry is
 the whole state, so ``run_rounds(f, run_rounds(f, c, 2 P)[0], P)`` equals ``run_rounds(f, c, 3 P)``.
 
-Keys: the driver draws none itself. A program either takes its round keys as ``xs`` (e.g. the
-rows of ``jax.random.split(key, S)``) or carries its key in ``carry`` and splits it each round,
-so that a chunked or resumed run continues the same key stream.
+Keys: one schedule for every program. A program carries its PRNG key in its carry and starts
+each round with ``key, *round_keys = jax.random.split(key, 1 + m)`` (:func:`next_keys`): the
+first key is the carry's key for the next round, the other m are the round's own keys (consensus
+m = 1: the algorithm's key; optimization m = 2: communication and local steps; training m = 3:
+batches, augmentation and communication). The stream depends on the initial key only, never on how
+the run is chunked, checkpointed or resumed, and :func:`round_keys` materialises it for
+references that drive an algorithm round by round outside the driver.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-__all__ = ["run_rounds", "RoundFn", "PointFn"]
+__all__ = ["run_rounds", "next_keys", "round_keys", "RoundFn", "PointFn"]
 
 RoundFn = Callable[[Any, Any], tuple[Any, Any]]  # (carry, x) -> (carry, record)
 PointFn = Callable[[Any, Any], Any]  # (carry, records stacked over the point's rounds) -> point
@@ -37,6 +42,35 @@ def _check_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive Python int (it fixes the scan length)")
     return int(value)
+
+
+def next_keys(key: Any, num: int) -> tuple[Any, tuple[Any, ...]]:
+    """The key schedule's step: ``(next_key, (k_1, ..., k_m))`` from ``split(key, 1 + m)``.
+
+    Args:
+      key: the carry's PRNG key for this round (typed, ``jax.random.key``).
+      num: m, how many keys the round itself uses (static, >= 1).
+    """
+    keys = jax.random.split(key, 1 + _check_count("num", num))
+    return keys[0], tuple(keys[i] for i in range(1, 1 + num))
+
+
+def round_keys(key: Any, num_rounds: int, num: int = 1) -> Any:
+    """The keys :func:`next_keys` hands to rounds 1..S from ``key``: shape ``[S, m]`` (``[S]`` if m = 1).
+
+    Row r is what round r + 1 of a program carrying ``key`` receives, so a reference loop that
+    feeds ``round_keys(key, S)[r]`` to ``alg.step`` sees the keys :func:`jaxgossip.run_consensus`
+    uses.
+    """
+    num_rounds = _check_count("num_rounds", num_rounds)
+    num = _check_count("num", num)
+
+    def body(k, _):
+        k, subs = next_keys(k, num)
+        return k, jnp.stack(subs)
+
+    _, keys = jax.lax.scan(body, key, None, length=num_rounds)
+    return keys[:, 0] if num == 1 else keys
 
 
 def run_rounds(

@@ -18,8 +18,9 @@ orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, sectio
 An algorithm's optional gradient hook runs on every gradient before the optimizer
 (:func:`jaxgossip.local_step.local_update`, shared with :mod:`jaxgossip.optimization`).
 
-Local steps do not communicate, so bits per round do not depend on H. Keys: round k splits its key
-into ``(next, key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
+Local steps do not communicate, so bits per round do not depend on H. Keys: the driver's key schedule
+(:func:`jaxgossip.rounds.next_keys`) from the second half of ``split(key)`` (the first initialises
+the models), three keys per round: ``(key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
 themselves (the one-step trainer, bitwise), with H > 1 step h uses the h-th of
 ``split(key_batch, H)`` / ``split(key_aug, H)``.
 
@@ -47,7 +48,7 @@ import optax
 
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import check_params, consensus_distance, node_mean
-from jaxgossip.rounds import run_rounds
+from jaxgossip.rounds import next_keys, run_rounds
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = [
@@ -482,7 +483,7 @@ def make_train(
         return carry, total, jnp.mean(losses)
 
     def round_fn(data, state: TrainState, _) -> tuple[TrainState, Array]:
-        key, key_batch, key_aug, key_comm = jax.random.split(jax.random.wrap_key_data(state.key), 4)
+        key, (key_batch, key_aug, key_comm) = next_keys(jax.random.wrap_key_data(state.key), 3)
         (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(data, state, key_batch, key_aug)
         if ordering == "atc":
             params, comm_state, info = algorithm.step(y, comm_state, key_comm)

@@ -73,11 +73,11 @@ def make_x0(seed=0):
 
 def run_steps(alg, x0, key, num_steps):
     """num_steps rounds as a Python loop; returns (x, state, bits [S, N]). Round k uses the k-th
-    key of split(key, S)."""
+    key of the driver's schedule (``jg.rounds.round_keys``), as ``run_consensus`` does."""
     state = alg.init(x0)
     x = x0
     bits = []
-    for step_key in jax.random.split(key, num_steps):
+    for step_key in jg.rounds.round_keys(key, num_steps):
         x, state, info = alg.step(x, state, step_key)
         bits.append(info.bits)
     return x, state, jnp.stack(bits)

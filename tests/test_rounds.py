@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgossip.rounds import run_rounds
+import jaxgossip as jg
+from jaxgossip.rounds import next_keys, run_rounds
 
 
 def round_fn(carry, x):
@@ -79,3 +80,40 @@ def test_counts_must_be_positive_ints(bad):
         run_rounds(round_fn, start(), bad)
     with pytest.raises(ValueError, match="every=.*positive Python int"):
         run_rounds(round_fn, start(), 2, every=bad)
+
+
+def test_round_keys_are_the_chain_of_next_keys():
+    key = jax.random.key(3)
+    rows = jg.rounds.round_keys(key, 5, num=2)
+    assert rows.shape == (5, 2)
+    k = key
+    for r in range(5):
+        expected = jax.random.split(k, 3)  # the documented rule: key, *round_keys = split(key, 1 + m)
+        k, subs = next_keys(k, 2)
+        np.testing.assert_array_equal(jax.random.key_data(k), jax.random.key_data(expected[0]))
+        for j in range(2):
+            np.testing.assert_array_equal(jax.random.key_data(rows[r, j]), jax.random.key_data(subs[j]))
+            np.testing.assert_array_equal(jax.random.key_data(subs[j]), jax.random.key_data(expected[1 + j]))
+    assert jg.rounds.round_keys(key, 4).shape == (4,)
+    with pytest.raises(ValueError, match="num=0"):
+        next_keys(key, 0)
+
+
+def test_consensus_hands_each_round_the_schedules_key():
+    # a compressor that draws from its key, so a wrong key changes the iterates
+    topo = jg.topology.ring(6)
+    alg = jg.algorithms.make("choco", topo, compressor="random_k", compressor_options={"fraction": 0.5}, gamma=0.3)
+    x0 = jax.random.normal(jax.random.key(0), (6, 9))
+    key = jax.random.key(11)
+    result = jg.run_consensus(alg, x0, 7, key)
+
+    @jax.jit
+    def loop(keys):  # the rounds as a Python loop over the given keys (unrolled in one compile)
+        x, state = x0, alg.init(x0)
+        for step_key in keys:
+            x, state, _ = alg.step(x, state, step_key)
+        return x
+
+    np.testing.assert_allclose(result.x, loop(jg.rounds.round_keys(key, 7)), rtol=1e-6, atol=1e-6)
+    # any other stream gives other iterates
+    assert not np.allclose(result.x, loop(jax.random.split(key, 7)), atol=1e-3)

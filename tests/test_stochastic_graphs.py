@@ -114,7 +114,7 @@ def test_gossip_matches_numpy_on_the_sampled_sequence_and_keeps_the_mean(topo):
     x0 = jax.random.normal(jax.random.key(0), (topo.num_nodes, 5))
     steps, key = 40, jax.random.key(7)
     result = jg.run_consensus(algorithms.make("gossip", topo, gamma=0.9), x0, steps, key)
-    w = T.sample_matrices(topo, jax.random.split(key, steps))  # the keys run_consensus hands to step
+    w = T.sample_matrices(topo, jg.rounds.round_keys(key, steps))  # the keys run_consensus hands to step
     np.testing.assert_allclose(result.x, _gossip_reference(w, x0, 0.9), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.mean(result.x, 0), np.mean(x0, 0), atol=1e-5)
     assert result.error[-1] < 1e-3 * result.error[0]
@@ -132,7 +132,7 @@ def test_push_sum_matches_numpy_keeps_the_mass_and_converges(topo):
     x0 = jax.random.normal(jax.random.key(1), (8, 4))
     steps, key = 60, jax.random.key(8)
     result = jg.run_consensus(algorithms.make("push_sum", topo), x0, steps, key)
-    w = T.sample_matrices(topo, jax.random.split(key, steps))
+    w = T.sample_matrices(topo, jg.rounds.round_keys(key, steps))
     x, weight = np.asarray(x0, np.float64), np.ones(8)
     for wt in w:
         x, weight = wt @ x, wt @ weight

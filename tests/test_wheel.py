@@ -36,8 +36,9 @@ from jaxgossip.compress import native
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "experiments" / "colab_demo.ipynb"
 PACKAGE = "jaxgossip"
-# setuptools builds wheels without the separate `wheel` package from 70.1 on.
-SETUPTOOLS_FLOOR = (70, 1)
+# setuptools builds wheels without the separate `wheel` package from 70.1 on and reads an SPDX
+# license string (pyproject.toml) from 77 on.
+SETUPTOOLS_FLOOR = (77, 0)
 
 
 def _checkout_files() -> list[str]:

@@ -1,9 +1,10 @@
 """Digests of a fixed set of consensus, optimization and training runs, for bitwise comparisons.
 
-Every registered algorithm runs (1) consensus on a graph it accepts, (2) decentralized optimization
-of per-node quadratics and (3) a short training run through the command line on the embedded
-``digits`` data; the script prints one SHA-256 per run, of the final iterates' bytes (consensus,
-optimization) or of the metrics rows without wall-clock fields (training).
+Every registered algorithm runs (1) consensus on a graph it accepts, (2) its step driven by fixed
+explicit keys (``steps/``: the rounds themselves, whatever key schedule a driver uses), (3)
+decentralized optimization of per-node quadratics and (4) a short training run through the command
+line on the embedded ``digits`` data; the script prints one SHA-256 per run, of the final iterates'
+bytes (consensus, steps, optimization) or of the metrics rows without wall-clock fields (training).
 
 It uses the public API and the command line only, so the same file can digest another checkout:
 
@@ -97,6 +98,26 @@ def consensus_digests() -> dict:
     return out
 
 
+def steps_digests() -> dict:
+    """Every algorithm's step driven by the same explicit keys in any checkout (``split(key, 30)``
+    through ``lax.scan``, not a driver's key schedule): the rounds themselves, bitwise."""
+    out = {}
+    for label, name, options, big in runs():
+        alg = build(name, options)
+        x0 = x0_tree(big)
+
+        def body(carry, key, alg=alg):
+            x, state = carry
+            x, state, info = alg.step(x, state, key)
+            return (x, state), info.bits
+
+        (x, _), bits = jax.jit(lambda x0, keys, alg=alg, body=body: jax.lax.scan(body, (x0, alg.init(x0)), keys))(
+            x0, jax.random.split(jax.random.key(1), 30)
+        )
+        out[f"steps/{label}"] = digest((x, bits))
+    return out
+
+
 def optimization_digests() -> dict:
     centers = x0_tree(False, seed=3)
 
@@ -173,7 +194,7 @@ def main() -> None:
         print(f"{len(keys) - len(diff)} of {len(keys)} digests equal")
         sys.exit(1 if diff else 0)
     print(f"jaxgossip from {os.path.dirname(jg.__file__)}", file=sys.stderr)
-    digests = {**consensus_digests(), **optimization_digests()}
+    digests = {**consensus_digests(), **steps_digests(), **optimization_digests()}
     if not args.skip_train:
         digests.update(training_digests())
     for k, v in digests.items():

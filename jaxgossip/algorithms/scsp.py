@@ -36,13 +36,17 @@ from jaxgossip.compress import selection
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm
 
-__all__ = ["scsp", "adaptive_budget", "INFO"]
+__all__ = ["scsp", "adaptive_budget", "leaf_budget", "INFO"]
 
 _TINY = float(np.finfo(np.float32).tiny)
 
 
 def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: int, target_residual: Any) -> Array:
     """Per-node top-k budget ``clip(ceil(K rho / tau), K, K_max)`` with ``rho = ||r|| / ||x||``.
+
+    The one definition of SCSP's budget: the XLA round and the fused CPU round
+    (:mod:`jaxgossip.compress.fused`, which receives the k_i) both take it from here. A NaN ``rho``
+    (a NaN model) takes K.
 
     Args:
       residual_norm: [N] ``||x_i - x_hat_i||`` of one leaf.
@@ -56,7 +60,18 @@ def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: i
     """
     rho = residual_norm / jnp.maximum(model_norm, _TINY)
     want = jnp.ceil(base * rho / jnp.asarray(target_residual, jnp.float32))
-    return jnp.clip(want, base, k_max).astype(jnp.int32)
+    # where(want >= K, ...) rather than clip: a NaN fails the comparison and takes K.
+    return jnp.where(want >= base, jnp.minimum(want, k_max), base).astype(jnp.int32)
+
+
+def leaf_budget(r: Array, x: Array, base: int, k_max: int, target_residual: Any) -> Array:
+    """:func:`adaptive_budget` of one leaf from its residual ``r`` and model ``x`` (leaves ``[N, ...]``;
+    norms in float32 or wider) -> ``[N]`` int32."""
+    n = r.shape[0]
+    acc = jnp.promote_types(r.dtype, jnp.float32)
+    r_norm = jnp.linalg.norm(r.reshape(n, -1).astype(acc), axis=1)
+    x_norm = jnp.linalg.norm(x.reshape(n, -1).astype(acc), axis=1)
+    return adaptive_budget(r_norm, x_norm, base, k_max, target_residual)
 
 
 def _adaptive_top_k_leaf(r: Array, x: Array, base: int, k_max: int, target_residual: Any, index_bits: Any):
@@ -64,10 +79,7 @@ def _adaptive_top_k_leaf(r: Array, x: Array, base: int, k_max: int, target_resid
     n = r.shape[0]
     flat = r.reshape(n, -1)
     size = flat.shape[1]
-    acc = jnp.promote_types(flat.dtype, jnp.float32)
-    r_norm = jnp.linalg.norm(flat.astype(acc), axis=1)
-    x_norm = jnp.linalg.norm(x.reshape(n, -1).astype(acc), axis=1)
-    k_i = adaptive_budget(r_norm, x_norm, base, k_max, target_residual)
+    k_i = leaf_budget(r, x, base, k_max, target_residual)
     _, idx = selection.top_k(jnp.abs(flat), k_max)  # [N, K_max], sorted by decreasing magnitude
     keep = jnp.arange(k_max)[None, :] < k_i[:, None]
     values = jnp.where(keep, jnp.take_along_axis(flat, idx, axis=1), jnp.zeros((), flat.dtype))
@@ -170,20 +182,28 @@ def scsp(
         del params
         return compress.compress_tree(comp, residual, key)
 
+    def bounds(r):
+        """(K, K_max) of a leaf ``[N, ...]`` (static)."""
+        size = int(np.prod(r.shape[1:], dtype=np.int64))
+        base = compress.num_kept(size, fraction_, k_)
+        return base, min(size, max_boost * base)
+
     def adaptive(residual, params, key):
         del key
         leaves, treedef = jax.tree_util.tree_flatten(residual)
         x_leaves = treedef.flatten_up_to(params)
         outs, total = [], None
         for r, x in zip(leaves, x_leaves):
-            size = int(np.prod(r.shape[1:], dtype=np.int64))
-            base = compress.num_kept(size, fraction_, k_)
-            q, bits = _adaptive_top_k_leaf(r, x, base, min(size, max_boost * base), target_residual, index_bits)
+            q, bits = _adaptive_top_k_leaf(r, x, *bounds(r), target_residual, index_bits)
             outs.append(q)
             total = bits if total is None else total + bits
         return jax.tree_util.tree_unflatten(treedef, outs), total
 
-    budget = TopKBudget(comp.top_k, max_boost if compensation else 0, target_residual)
+    def budgets(residual, params):
+        leaves, treedef = jax.tree_util.tree_flatten(residual)
+        return [leaf_budget(r, x, *bounds(r), target_residual) for r, x in zip(leaves, treedef.flatten_up_to(params))]
+
+    budget = TopKBudget(comp.top_k, budgets if compensation else None)
     compress_fn = adaptive if compensation else plain
     alg = compressed_push_sum(topology, "scsp", compress_fn, gamma, public_copies, public_init, budget)
     return alg._replace(orderings=INFO.orderings)

@@ -227,7 +227,7 @@ def warn_gamma(command: str, config) -> None:
     """Warns when the config's gossip-type gamma is outside the stable range of its graph."""
     from jaxgossip.run.config import check_topology, gamma_warning
 
-    data_seed = config.seed if config.data_seed is None else config.data_seed
+    data_seed = config.resolved_data_seed
     message = gamma_warning(config.algorithm, dict(config.algorithm_options), check_topology(
         config.topology, config.num_nodes, data_seed))
     if message:

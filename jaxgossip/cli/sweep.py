@@ -113,7 +113,7 @@ def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str
     from jaxgossip.run.config import check_topology, gamma_warning
 
     warnings = []
-    data_seed = config.seed if config.data_seed is None else config.data_seed
+    data_seed = config.resolved_data_seed
     topo = check_topology(config.topology, config.num_nodes, data_seed)
     for name, values in axes.items():
         for value in values:
@@ -163,7 +163,7 @@ def run(argv: list[str]) -> int:
     jax.block_until_ready(metrics)
     wall = time.perf_counter() - start
     rows = sweeps.summarize(points, metrics)
-    data_seed = config.seed if config.data_seed is None else config.data_seed
+    data_seed = config.resolved_data_seed
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
     need_flops = cost.node_flops is not None or bool(cost.joules_per_flop)
     flops, memory = common.step_flops_and_memory(config, dataset, topo, need_flops)

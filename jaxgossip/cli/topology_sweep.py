@@ -234,7 +234,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
         raise UsageError(f"--final_merge={config.final_merge!r}: a topology sweep reports training without a merge")
     if config.tensorboard:
         raise UsageError("--tensorboard is written by train, demo and sweep; not by topology-sweep")
-    data_seed = config.seed if config.data_seed is None else config.data_seed
+    data_seed = config.resolved_data_seed
     graphs, graph_specs, notes = _build_graphs(specs, [config.num_nodes], data_seed)
     for topo in graphs:
         check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)

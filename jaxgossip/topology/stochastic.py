@@ -13,8 +13,8 @@ A stochastic graph is a :class:`~jaxgossip.topology.Topology` without tables who
 (auxiliary data) draws round t's tables: ``topology.draw(key, t)`` returns a :class:`GraphRound`
 whose ``graph`` is a one-round Topology with traced tables ``[1, E]`` of fixed E (padding edges
 have weight 0), so every mixing kernel runs on it unchanged. The key of round t is the step key
-the runner hands to the algorithm (consensus: the t-th of ``split(key, S)``; training: the key
-chain kept in the train state), folded with a fixed stream id: the graph sequence is a pure
+the runner hands to the algorithm (the round driver's key schedule,
+:func:`jaxgossip.rounds.next_keys`), folded with a fixed stream id: the graph sequence is a pure
 function of the run key, the same key gives the same sequence, and a resumed run draws the same
 graphs. Which algorithms accept which stochastic graph is their metadata
 (:attr:`jaxgossip.types.AlgorithmInfo.stochastic_graphs`); docs/algorithms.md, section stochastic
@@ -494,7 +494,7 @@ def sample_matrices(topology: Topology, keys: Any, start: int = 0) -> np.ndarray
 
     Args:
       topology: any single graph.
-      keys: [R] PRNG keys (e.g. ``jax.random.split(key, R)``, the step keys of ``run_consensus``).
+      keys: [R] PRNG keys (e.g. ``jaxgossip.rounds.round_keys(key, R)``, the step keys of ``run_consensus``).
       start: the round counter of the first key.
     """
     keys = jnp.asarray(keys)
