@@ -246,7 +246,8 @@ def test_algorithm_on_the_fused_round_equals_its_xla_formulation(name, monkeypat
 
 
 def test_scsp_nan_model_takes_the_base_budget_on_both_rounds(monkeypatch):
-    """A NaN residual norm gives k_i = K on the fused and on the XLA round alike (one rule)."""
+    """A NaN residual norm gives k_i = K on the fused round (the kernel's budget) and on the XLA
+    round (scsp.adaptive_budget) alike."""
     n = 8
     sent = {}
     for fused_on in (True, False):
@@ -300,9 +301,8 @@ def test_fused_choco_step_copies_no_model_buffer():
     assert not copies, copies[:3]
 
 
-def test_scsp_budget_through_the_kernel_matches_numpy():
-    """SCSP's k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) per leaf and node, computed by
-    scsp.leaf_budget and sent by the kernel as given."""
+def test_scsp_budget_in_the_kernel_matches_numpy():
+    """max_boost >= 1: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) per leaf and node."""
     n, base, boost, tau = 8, 5, 4, 0.3
     rng = np.random.default_rng(3)
     shapes = [(300,), (2000,)]
@@ -313,15 +313,17 @@ def test_scsp_budget_through_the_kernel_matches_numpy():
     s = [np.zeros_like(hi) for hi in h]
     topology = T.directed_ring(n)
     edges = fused.round_edges(topology, 0)
-    def round_(a, b, c):
-        kept = [leaf_budget(xi - hi[0], xi, base, min(xi.shape[1], boost * base), tau) for xi, hi in zip(a, b)]
-        return fused.top_k_round(a, b, c, 0, edges, 0.5, kept, self_in_s=False)
-
-    out = jax.jit(round_)(x, [jnp.asarray(a) for a in h], [jnp.asarray(a) for a in s])
+    out = jax.jit(
+        lambda a, b, c: fused.top_k_round(
+            a, b, c, 0, edges, 0.5, [base, base], self_in_s=False, max_boost=boost, target_residual=tau
+        )
+    )(x, [jnp.asarray(a) for a in h], [jnp.asarray(a) for a in s])
     for leaf, (xi, hi) in enumerate(zip(x, h)):
         rho = np.linalg.norm((xi - hi[0]).astype(np.float64), axis=1) / np.linalg.norm(xi.astype(np.float64), axis=1)
         want = np.clip(np.ceil(base * rho / tau), base, min(xi.shape[1], boost * base)).astype(np.int32)
         np.testing.assert_array_equal(np.asarray(out.kept[leaf]), want)
+        rule = leaf_budget(jnp.asarray(xi - hi[0]), jnp.asarray(xi), base, min(xi.shape[1], boost * base), tau)
+        np.testing.assert_array_equal(np.asarray(rule), want)  # the XLA round's rule: the same counts
         assert len(set(want.tolist())) > 2  # the case exercises the floor, the cap and values between
         want_x, want_h, want_s = _reference(xi, hi, s[leaf], 0, _edges(topology, 0), 0.5, want, False)
         np.testing.assert_array_equal(np.asarray(out.x_hat[leaf]), want_h)
@@ -330,10 +332,10 @@ def test_scsp_budget_through_the_kernel_matches_numpy():
 
 
 def test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactly():
-    """A leaf of 65,536 entries takes the sampled threshold. Its 1,024 sampled entries (64 runs of
-    16 at a stride of 1,024) are made the largest, so the threshold keeps only them, fewer than the
-    k_i = K_max = 2,000 SCSP's budget asks for: the row must fall back to the full selection and
-    still send exactly the k_i best."""
+    """A leaf of 65,536 entries takes the one-read path (threshold for K_max, norms in the same
+    pass). Its 1,024 sampled entries (64 runs of 16 at a stride of 1,024) are made the largest, so
+    the threshold keeps only them, fewer than the k_i = K_max = 2,000 the budget asks for: the row
+    must fall back to the full selection and still send exactly the k_i best."""
     n, d, base, boost = 2, 65536, 500, 4
     rng = np.random.default_rng(5)
     x = rng.uniform(-1, 1, size=(n, d)).astype(np.float32)
@@ -342,11 +344,12 @@ def test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactl
     h = np.zeros((1, n, d), np.float32)  # rho = 1 > tau: every node at the cap
     s = np.zeros_like(h)
     topology = T.directed_ring(n)
-    def round_(a, b, c):
-        kept = [leaf_budget(a[0] - b[0][0], a[0], base, boost * base, 0.05)]
-        return fused.top_k_round(a, b, c, 0, fused.round_edges(topology, 0), 0.5, kept, self_in_s=False)
-
-    out = jax.jit(round_)([x], [jnp.asarray(h)], [jnp.asarray(s)])
+    out = jax.jit(
+        lambda a, b, c: fused.top_k_round(
+            a, b, c, 0, fused.round_edges(topology, 0), 0.5, [base], self_in_s=False, max_boost=boost,
+            target_residual=0.05,
+        )
+    )([x], [jnp.asarray(h)], [jnp.asarray(s)])
     np.testing.assert_array_equal(np.asarray(out.kept[0]), [boost * base] * n)
     want_x, want_h, want_s = _reference(x, h, s, 0, _edges(topology, 0), 0.5, [boost * base] * n, False)
     np.testing.assert_array_equal(np.asarray(out.x_hat[0]), want_h)
@@ -365,7 +368,7 @@ def test_portable_loops_without_avx2_pass_the_kernel_tests(tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
     tests = [
         f"{here}/test_fused.py::test_kernel_matches_numpy_loop",
-        f"{here}/test_fused.py::test_scsp_budget_through_the_kernel_matches_numpy",
+        f"{here}/test_fused.py::test_scsp_budget_in_the_kernel_matches_numpy",
         f"{here}/test_fused.py::test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactly",
         f"{here}/test_selection.py::test_histogram_selection_on_extreme_rows_is_exact",
         f"{here}/test_selection.py::test_sampled_threshold_that_keeps_too_few_falls_back_exactly",

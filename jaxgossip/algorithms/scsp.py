@@ -44,9 +44,11 @@ _TINY = float(np.finfo(np.float32).tiny)
 def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: int, target_residual: Any) -> Array:
     """Per-node top-k budget ``clip(ceil(K rho / tau), K, K_max)`` with ``rho = ||r|| / ||x||``.
 
-    The one definition of SCSP's budget: the XLA round and the fused CPU round
-    (:mod:`jaxgossip.compress.fused`, which receives the k_i) both take it from here. A NaN ``rho``
-    (a NaN model) takes K.
+    The XLA round takes its budgets from here. The fused CPU round (:mod:`jaxgossip.compress.fused`)
+    applies the same rule inside its kernel, to the norms it sums in the selection's own pass (one
+    read of the row instead of two; experiments/studies/fused_topk.md measures both);
+    ``tests/test_fused.py`` checks that the kernel's counts equal this function's, NaN included. A
+    NaN ``rho`` (a NaN model) takes K.
 
     Args:
       residual_norm: [N] ``||x_i - x_hat_i||`` of one leaf.
@@ -199,11 +201,7 @@ def scsp(
             total = bits if total is None else total + bits
         return jax.tree_util.tree_unflatten(treedef, outs), total
 
-    def budgets(residual, params):
-        leaves, treedef = jax.tree_util.tree_flatten(residual)
-        return [leaf_budget(r, x, *bounds(r), target_residual) for r, x in zip(leaves, treedef.flatten_up_to(params))]
-
-    budget = TopKBudget(comp.top_k, budgets if compensation else None)
+    budget = TopKBudget(comp.top_k, max_boost if compensation else 0, target_residual)
     compress_fn = adaptive if compensation else plain
     alg = compressed_push_sum(topology, "scsp", compress_fn, gamma, public_copies, public_init, budget)
     return alg._replace(orderings=INFO.orderings)

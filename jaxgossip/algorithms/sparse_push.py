@@ -60,9 +60,8 @@ class TopKBudget(NamedTuple):
     """The budget of a ``compress_fn`` that is an exact top-k, for the fused round (:mod:`jaxgossip.compress.fused`)."""
 
     spec: compress.TopKSpec  # K per leaf and the index bits
-    # (residual, params) -> one [N] int32 k_i per leaf, the entries each node keeps (SCSP's budget,
-    # the rule compress_fn applies); None: K per leaf from spec.
-    kept: Callable[[Params, Params], list[Array]] | None = None
+    max_boost: int = 0  # SCSP: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)); 0: k_i = K
+    target_residual: Any = 1.0  # tau of that growth
 
 
 class SparsePushState(NamedTuple):
@@ -187,12 +186,13 @@ def compressed_push_sum(
         t = state.count
         request = None
         if top_k_budget is not None:  # an exact top-k: jaxgossip.compress.fused may run the round natively
-            c = copy_index(t)
-            kept = None
-            if top_k_budget.kept is not None:
-                kept = top_k_budget.kept(otu.tree_sub(params, take(state.x_hat, c)), params)
             request = fused.FusedRequest(
-                top_k_budget.spec, copy=c, self_in_s=False, kept=kept, header_bits=compress.WEIGHT_BITS
+                top_k_budget.spec,
+                copy=copy_index(t),
+                self_in_s=False,
+                max_boost=top_k_budget.max_boost,
+                target_residual=top_k_budget.target_residual,
+                header_bits=compress.WEIGHT_BITS,
             )
 
         def finish(new_params, all_x_hat, all_s, message_bits):

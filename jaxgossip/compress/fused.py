@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxgossip.compress import compressors as compress
 from jaxgossip.compress import native, selection
@@ -74,7 +75,8 @@ class FusedRequest(NamedTuple):
     spec: compress.TopKSpec  # the exact top-k compressor's K per leaf and index bits
     copy: Any = 0  # int32 scalar in [0, P), the public-copy set of the round
     self_in_s: bool = True  # s sums the node's own message too (Choco) or not (Sparse-Push)
-    kept: Sequence[Any] | None = None  # per leaf, [N] int32 k_i (SCSP's budget); None: the spec's K
+    max_boost: int = 0  # SCSP's budget cap (see top_k_round); 0: k_i = K
+    target_residual: Any = 1.0  # SCSP's tau
     header_bits: Any = None  # bits every message carries besides its entries (None: none)
 
 
@@ -84,7 +86,7 @@ class CopyRound(NamedTuple):
     params: Params  # leaves [N, ...], x after the round
     x_hat: Params  # leaves [P, N, ...] (or [N, ...]), the copies with set c updated
     s: Params  # leaves like x_hat, the received sums with set c updated
-    kept: Array  # [L, N] int32, the entries each node sent per leaf (the k_i it was given)
+    kept: Array  # [L, N] int32, the entries each node sent per leaf (k_i; K without a budget growth)
 
 
 def round_edges(topology: Any, t: Any) -> RoundEdges:
@@ -149,6 +151,8 @@ def top_k_round(
     kept: Sequence[Any],
     *,
     self_in_s: bool,
+    max_boost: int = 0,
+    target_residual: Any = 1.0,
 ) -> CopyRound:
     """One fused round (module docstring) with the native CPU kernel; call it on the CPU only
     (see :func:`on_cpu_or`).
@@ -160,11 +164,15 @@ def top_k_round(
       copy: int32 scalar in ``[0, P)``, the set this round uses.
       edges: the round's graph.
       gamma: consensus step size (scalar, traced or not).
-      kept: one ``[N]`` int32 (or a static int) per leaf, in ``[1, D_leaf]``: the k_i (K, or a
-        per-node budget such as SCSP's, computed by the caller); an out-of-range value fails at run
-        time with the kernel's error.
+      kept: one ``[N]`` int32 (or a static int) per leaf, in ``[1, D_leaf]``; an out-of-range value
+        fails at run time with the kernel's error.
       self_in_s: whether ``s`` sums the node's own message too (Choco) or only its in-neighbours'
         (Sparse-Push).
+      max_boost: 0 (``k_i`` = ``kept``) or SCSP's cap ``>= 1``: then ``kept`` is the base budget K
+        and every node sends ``k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K))`` entries
+        with ``rho_i = ||x_i - x_hat_i|| / ||x_i||`` of the leaf, computed in the kernel (float32
+        sums; see :func:`jaxgossip.algorithms.scsp.adaptive_budget`).
+      target_residual: tau > 0 of that budget (scalar, traced or not); unused when max_boost = 0.
     """
     n, _ = _check(params, x_hat, s, kept)
     status = native.load()
@@ -173,18 +181,21 @@ def top_k_round(
     leaves, treedef = jax.tree_util.tree_flatten(params)
     hat_leaves, s_leaves = treedef.flatten_up_to(x_hat), treedef.flatten_up_to(s)
     counts = jnp.stack([jnp.broadcast_to(jnp.asarray(k, jnp.int32), (n,)) for k in kept])  # [L, N]
+    if isinstance(max_boost, bool) or not isinstance(max_boost, int) or max_boost < 0:
+        raise ValueError(f"top_k_round max_boost must be an int >= 0, got {max_boost!r}")
     operands = (
         jnp.asarray(copy, jnp.int32),
         jnp.asarray(edges.senders, jnp.int32),
         jnp.asarray(edges.receivers, jnp.int32),
         jnp.asarray(edges.weights, jnp.float32),
         jnp.asarray(gamma, jnp.float32),
+        jnp.asarray(target_residual, jnp.float32),
         counts,
         *leaves,
         *hat_leaves,
         *s_leaves,
     )
-    first = 6
+    first = 7
     num = len(leaves)
     out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands[first:]]
     out_types.append(jax.ShapeDtypeStruct(counts.shape, jnp.int32))
@@ -194,7 +205,7 @@ def top_k_round(
         vmap_method="broadcast_all",
         input_output_aliases={first + i: i for i in range(3 * num)},
     )
-    out = call(*operands, self_in_s=bool(self_in_s))
+    out = call(*operands, self_in_s=bool(self_in_s), max_boost=np.int64(max_boost))
     unflat = lambda part: jax.tree_util.tree_unflatten(treedef, list(out[part * num : (part + 1) * num]))  # noqa: E731
     return CopyRound(unflat(0), unflat(1), unflat(2), out[3 * num])
 
@@ -210,10 +221,11 @@ def spec_round(
     spec: compress.TopKSpec,
     *,
     self_in_s: bool,
-    kept: Sequence[Any] | None = None,
+    max_boost: int = 0,
+    target_residual: Any = 1.0,
 ) -> tuple[CopyRound, Array]:
     """:func:`top_k_round` on round ``t`` of the fixed graph ``topology`` with the budget of an exact
-    top-k compressor: K per leaf from ``spec``, or the given per-leaf ``kept`` counts.
+    top-k compressor (K per leaf from ``spec``; ``max_boost``, ``target_residual`` as there).
 
     Returns the round and the payload bits ``[N]`` float32 of one node's message: the sum over
     leaves of ``k_i (value bits + index bits)``, leaf by leaf (as :func:`jaxgossip.compress.compress_tree`).
@@ -227,8 +239,10 @@ def spec_round(
         copy,
         round_edges(topology, t),
         gamma,
-        [spec.kept(d) for d in sizes] if kept is None else kept,
+        [spec.kept(d) for d in sizes],
         self_in_s=self_in_s,
+        max_boost=max_boost,
+        target_residual=target_residual,
     )
     payload = None
     for counts, d, leaf in zip(out.kept, sizes, leaves):
@@ -285,7 +299,8 @@ def dispatch(
             gamma,
             request.spec,
             self_in_s=request.self_in_s,
-            kept=request.kept,
+            max_boost=request.max_boost,
+            target_residual=request.target_residual,
         )
         bits = payload if request.header_bits is None else payload + request.header_bits
         return out.params, out.x_hat, out.s, bits
