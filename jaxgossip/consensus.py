@@ -10,8 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip import timing
 from jaxgossip.mixing import consensus_distance, node_mean
 from jaxgossip.rounds import next_keys, run_rounds
+from jaxgossip.timing import TimeModel
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["ConsensusResult", "ConsensusTrace", "run_consensus", "consensus_scan"]
@@ -28,6 +30,10 @@ class ConsensusResult(NamedTuple):
       state: final algorithm state.
       node_bits: [S, N] float32, the bits each node sent in each round (``StepInfo.bits``; the time
         of a round under :mod:`jaxgossip.cost` depends on what each node sent).
+      sim_time: [S + 1] simulated seconds since the start (0 first) under the run's time model
+        (:mod:`jaxgossip.timing`), or None for a run without one.
+      comm_time: [S + 1] seconds of communication so far (the slowest node's, summed over rounds),
+        or None.
     """
 
     error: Any
@@ -35,6 +41,8 @@ class ConsensusResult(NamedTuple):
     x: Params
     state: Any
     node_bits: Any = None
+    sim_time: Any = None
+    comm_time: Any = None
 
 
 class ConsensusTrace(NamedTuple):
@@ -46,6 +54,8 @@ class ConsensusTrace(NamedTuple):
       node_bits: [S, N] float32, bits each node sent in each round; ``round_bits`` is its row sum.
       x: final params (leaves [N, ...]).
       state: final algorithm state.
+      sim_time: [S + 1] float32 simulated seconds (0 first), or None without a time model.
+      comm_time: [S + 1] float32 communication seconds so far, or None.
     """
 
     error: Array
@@ -53,36 +63,49 @@ class ConsensusTrace(NamedTuple):
     node_bits: Array
     x: Params
     state: Any
+    sim_time: Any = None
+    comm_time: Any = None
 
 
-def consensus_scan(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey) -> ConsensusTrace:
+def consensus_scan(
+    alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey, time: TimeModel | None = None
+) -> ConsensusTrace:
     """Pure, jittable and vmappable core of :func:`run_consensus`: one ``lax.scan`` over rounds.
 
     Returns:
       :class:`ConsensusTrace` with ``error`` [S + 1], ``round_bits`` [S], ``node_bits`` [S, N],
-      final ``x`` and ``state``.
+      final ``x`` and ``state``, and with a time model ``sim_time`` / ``comm_time`` [S + 1].
     """
     target = node_mean(x0)
     state0 = alg.init(x0)
 
     def body(carry, _):
-        x, state, key = carry
+        x, state, key, clock = carry
         key, (step_key,) = next_keys(key, 1)
         x, state, info = alg.step(x, state, step_key)
         err = consensus_distance(alg.debias(x, state), target)
-        return (x, state, key), (err, jnp.sum(info.bits), info.bits)
+        if time is not None:  # no local steps: a round is its communication
+            clock = timing.advance(clock, time, info.bits, local_steps=0)
+        return (x, state, key, clock), (err, jnp.sum(info.bits), info.bits, clock)
 
     err0 = consensus_distance(alg.debias(x0, state0), target)
-    (x, state, _), (errors, bits, node_bits) = run_rounds(body, (x0, state0, key), int(num_steps))
-    return ConsensusTrace(jnp.concatenate([err0[None], errors]), bits, node_bits, x, state)
+    clock0 = None if time is None else timing.init_clock(key)
+    (x, state, _, _), (errors, bits, node_bits, clocks) = run_rounds(body, (x0, state0, key, clock0), int(num_steps))
+    sim_time = comm_time = None
+    if time is not None:
+        sim_time = jnp.concatenate([clock0.time[None], clocks.time])
+        comm_time = jnp.concatenate([clock0.comm[None], clocks.comm])
+    return ConsensusTrace(jnp.concatenate([err0[None], errors]), bits, node_bits, x, state, sim_time, comm_time)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
-def _consensus_jit(alg, x0, num_steps, key):
-    return consensus_scan(alg, x0, num_steps, key)
+def _consensus_jit(alg, x0, num_steps, key, time):
+    return consensus_scan(alg, x0, num_steps, key, time)
 
 
-def run_consensus(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey) -> ConsensusResult:
+def run_consensus(
+    alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey, time: TimeModel | None = None
+) -> ConsensusResult:
     """Runs ``num_steps`` communication rounds of ``alg`` from ``x0`` in one jitted ``lax.scan``.
 
     Args:
@@ -91,6 +114,9 @@ def run_consensus(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey
       num_steps: S, number of rounds (static).
       key: PRNG key; round k uses the k-th of :func:`jaxgossip.rounds.round_keys` ``(key, S)`` (the
         driver's key schedule).
+      time: optional :class:`jaxgossip.timing.TimeModel` (e.g. :func:`jaxgossip.timing.time_model`);
+        the run then records ``sim_time`` and ``comm_time`` (rounds without local steps: a round
+        lasts as long as its slowest node's communication).
 
     Returns:
       :class:`ConsensusResult` with ``error`` [S + 1], ``bits`` [S + 1] cumulative over all nodes
@@ -98,6 +124,14 @@ def run_consensus(alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey
     """
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise ValueError(f"num_steps={num_steps!r} must be a positive int")
-    trace = _consensus_jit(alg, x0, int(num_steps), key)
+    trace = _consensus_jit(alg, x0, int(num_steps), key, time)
     cumulative = np.concatenate([[0.0], np.cumsum(np.asarray(trace.round_bits, dtype=np.float64))])
-    return ConsensusResult(error=trace.error, bits=cumulative, x=trace.x, state=trace.state, node_bits=trace.node_bits)
+    return ConsensusResult(
+        error=trace.error,
+        bits=cumulative,
+        x=trace.x,
+        state=trace.state,
+        node_bits=trace.node_bits,
+        sim_time=trace.sim_time,
+        comm_time=trace.comm_time,
+    )

@@ -6,44 +6,17 @@ sent in each round (``StepInfo.bits`` stacked over rounds, or the cumulative ``M
 training run via :func:`per_round_bits`) into simulated time on a network of links, and adds
 per-node compute (FLOPs), memory and energy, the quantities Sparse-Push reports for edge devices.
 
-The model (host-side NumPy, not jittable; a post-hoc analysis of a run):
+The model: the round times are those of :mod:`jaxgossip.timing`, the one time model (links,
+exchanges, all-reduce, compute, ``atc`` / overlapped rounds) that the compiled runs also advance
+every round; :func:`simulate` prices recorded bits with it on the host, in float64, with a
+constant compute time per node ``p_i = F / s_i`` (``F`` the FLOPs of one local step,
+:func:`flops_per_step`, ``s_i`` the node's FLOP/s). What this module adds:
 
-* A message of ``B`` bits over a link of bandwidth ``b`` (bit/s) and latency ``l`` (s) takes
-  ``l + B / b``. A link is a node's uplink (scalar or per-node ``[N]``) or one directed edge of the
-  topology (``[T, E]``, aligned with ``topology.senders``). Only the sending side is modelled: no
-  downlink contention, no queueing, no packet loss.
-* In round ``r`` (graph ``t = r mod T``) node ``i`` sends one message to each of its
-  ``out_degree[t, i]`` out-neighbours (self excluded). In every algorithm of this library all of one
-  node's messages in a round have the same size (the same compressed or dense model, or the same
-  projection, goes to every neighbour), so a message carries ``bits[r, i] / out_degree[t, i]`` bits.
-  A node that sent 0 bits in a round sent no message and pays no latency.
-* Stochastic graphs (``random_matching``, ``random_out``, ``with_failures``) have no fixed edge list:
-  a node is taken to send ``d`` equal messages per round, ``d`` the mean out-degree over sampled
-  rounds (:func:`jaxgossip.topology.mean_out_degree`), over its uplink (scalar or per-node links
-  only), and :func:`per_round_bits` spreads an interval's bits evenly over its rounds.
-* ``mode="serial"``: a node's messages share its uplink one after another,
-  ``c_i = sum_e (l_e + B_i / b_e)``; ``mode="parallel"``: they go out concurrently on independent
-  links, ``c_i = max_e (l_e + B_i / b_e)``.
-* ``exchanges = I`` sequential exchanges per round (PowerGossip's ``num_iterations``): the round's
-  bits are split evenly over the I exchanges and each pays the latency again, ``c_i = I c_i^(1)``.
-* Compute per round ``p_i = F / s_i`` with ``F`` the FLOPs of one local step
-  (:func:`flops_per_step`) and ``s_i`` the node's FLOP/s.
-* Rounds are synchronous, so a round lasts until its slowest node is done. Without overlap a node
-  computes, then sends: ``tau_r = max_i (p_i + c_i)``. With ``overlap=True`` (the "same_iterate"
-  ordering of D-PSGD sends ``x_k`` while the gradient at ``x_k`` is computed):
-  ``tau_r = max_i max(p_i, c_i)``.
-* All-reduce (``allreduce=`` instead of a topology; its ``StepInfo.bits`` is one model ``B`` per
-  node): ``"ring"`` is the bandwidth-optimal ring all-reduce, ``2 (N - 1)`` steps in which every
-  node sends ``B / N`` bits to its successor, ``c_i = 2 (N - 1) (l_i + B / (N b_i))``, putting
-  ``2 (N - 1) B / N`` bits on the wire; ``"message"`` charges one message of ``B`` bits,
-  ``c_i = l_i + B / b_i`` (the bit accounting's own convention).
+* Bits from an interval: :func:`per_round_bits` spreads cumulative bits (``Metrics.bits``) over the
+  rounds between evaluation points.
+* Bits on the wire: gossip puts ``bits`` on the wire; the ring all-reduce ``2 (N - 1) B / N``.
 * Energy per node and round: ``e_{r,i} = F j^flop_i + (bits on the wire)_{r,i} j^bit_i``.
-
-.. math::
-
-   \\tau_r = \\max_i \\big(p_i + c_{r,i}\\big), \\qquad
-   c_{r,i} = I \\sum_{e:\\,s(e)=i} \\Big(l_e + \\frac{\\mathrm{bits}_{r,i}}{I\\,d^{out}_{t,i}\\,b_e}\\Big),
-   \\qquad \\text{total} = \\sum_{r<R} \\tau_r
+* Memory per node from shapes (:func:`memory_per_node`) and FLOPs from XLA's cost analysis.
 
 References:
   Aketi, Singh, Roy, "Sparse-Push: Communication- & Energy-Efficient Decentralized Distributed
@@ -61,7 +34,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgossip.topology import Topology, mean_out_degree
+from jaxgossip import timing
+from jaxgossip.topology import Topology
 
 __all__ = [
     "LinkModel",
@@ -75,8 +49,8 @@ __all__ = [
     "memory_per_node",
 ]
 
-MODES = ("serial", "parallel")
-ALLREDUCE_MODELS = ("ring", "message")
+MODES = timing.LINK_MODES
+ALLREDUCE_MODELS = timing.ALLREDUCE_MODELS
 
 
 def _array(name: str, value: Any, minimum: float, strict: bool) -> np.ndarray:
@@ -148,61 +122,16 @@ def _per_node(name: str, arr: np.ndarray, num_nodes: int) -> np.ndarray:
     return arr
 
 
-def _per_edge(name: str, arr: np.ndarray, topology: Topology) -> np.ndarray:
-    """A scalar, per-node uplink [N] or per-edge [T, E] array as [T, E]."""
-    if arr.ndim == 2:
-        if arr.shape != topology.senders.shape:
-            raise ValueError(f"{name} per edge must have shape [T, E] = {topology.senders.shape}; got {arr.shape}")
-        return arr
-    return _per_node(name, arr, topology.num_nodes)[topology.senders]
-
-
-def _stochastic_comm(bits, topology, link, mode, exchanges):
-    """[R, N] seconds for a stochastic graph: ``d`` messages of ``bits / d`` bits per round."""
-    n = topology.num_nodes
-    if np.ndim(link.bandwidth_bps) == 2 or np.ndim(link.latency_s) == 2:
-        raise ValueError(
-            f"per-edge links [T, E] need a fixed edge list; {topology.name} is drawn every round: "
-            "give scalar or per-node [N] bandwidth_bps and latency_s"
-        )
-    bandwidth = _per_node("bandwidth_bps", np.asarray(link.bandwidth_bps, np.float64), n)
-    latency = _per_node("latency_s", np.asarray(link.latency_s, np.float64), n)
-    degree = max(mean_out_degree(topology), 1e-9)
-    message = bits / degree / exchanges
-    one = latency + message / bandwidth
-    comm = degree * one if mode == "serial" else one
-    return exchanges * np.where(bits > 0, comm, 0.0)
-
-
-def _graph_comm(bits, topology, link, mode, exchanges, start_round):
-    """[R, N] seconds each node spends sending its messages of each round."""
-    if topology.stochastic:
-        return _stochastic_comm(bits, topology, link, mode, exchanges)
-    num_rounds, period = bits.shape[0], topology.period
-    bandwidth = _per_edge("bandwidth_bps", link.bandwidth_bps, topology)
-    latency = _per_edge("latency_s", link.latency_s, topology)
-    graph = (start_round + np.arange(num_rounds)) % period  # [R] graph index of each round
-    degree = topology.out_degree[graph]  # [R, N]
-    bad = (bits > 0) & (degree == 0)
+def _check_senders(bits: np.ndarray, topology: Topology, start_round: int) -> None:
+    """Refuses bits sent by a node that has no out-neighbours in that round (a fixed graph)."""
+    graph = (start_round + np.arange(bits.shape[0])) % topology.period  # [R] graph index of each round
+    bad = (bits > 0) & (topology.out_degree[graph] == 0)
     if np.any(bad):
         r, i = np.argwhere(bad)[0]
         raise ValueError(
             f"bits[{r}, {i}] > 0 but node {i} has no out-neighbours in round {start_round + r} of "
             f"{topology.name}; for an all-reduce pass allreduce='ring' or 'message'"
         )
-    message = bits / np.maximum(degree, 1) / exchanges  # [R, N] bits per message
-    comm = np.zeros_like(bits)
-    scatter = np.add.at if mode == "serial" else np.maximum.at
-    for t in range(period):  # a loop over the graph period, never over nodes or edges
-        rows = np.flatnonzero(graph == t)
-        senders = topology.senders[t]
-        real = (topology.weights[t] != 0) & (senders != topology.receivers[t])
-        size = message[rows][:, senders]  # [R_t, E]
-        edge_time = np.where(real & (size > 0), latency[t] + size / bandwidth[t], 0.0)
-        per_node = np.zeros((topology.num_nodes, rows.size))
-        scatter(per_node, senders, edge_time.T)
-        comm[rows] = per_node.T
-    return exchanges * comm
 
 
 def simulate(
@@ -256,15 +185,7 @@ def simulate(
         raise ValueError(f"start_round must be an int >= 0; got {start_round!r}")
     num_nodes = bits.shape[1]
     if allreduce is not None:
-        if allreduce not in ALLREDUCE_MODELS:
-            raise ValueError(f"allreduce={allreduce!r} is unknown; known models: {ALLREDUCE_MODELS}")
-        if link.bandwidth_bps.ndim == 2 or link.latency_s.ndim == 2:
-            raise ValueError("allreduce needs scalar or per-node [N] links, not per-edge [T, E] arrays")
-        bandwidth = _per_node("bandwidth_bps", link.bandwidth_bps, num_nodes)
-        latency = _per_node("latency_s", link.latency_s, num_nodes)
-        steps, chunk = (2 * (num_nodes - 1), num_nodes) if allreduce == "ring" else (1, 1)
-        comm = np.where(bits > 0, steps * (latency + bits / chunk / bandwidth), 0.0)
-        wire = bits * steps / chunk
+        wire = bits * (2 * (num_nodes - 1) / num_nodes if allreduce == "ring" else 1.0)
     else:
         if topology is None:
             raise ValueError("topology is None; pass the Topology the bits were sent on, or allreduce=")
@@ -272,7 +193,8 @@ def simulate(
             raise ValueError(
                 f"bits has N = {num_nodes} columns but topology {topology.name} has {topology.num_nodes} nodes"
             )
-        comm = _graph_comm(bits, topology, link, mode, int(exchanges), int(start_round))
+        if not topology.stochastic:
+            _check_senders(bits, topology, int(start_round))
         wire = bits
     flops = float(flops_per_step)
     if not np.isfinite(flops) or flops < 0:
@@ -283,15 +205,29 @@ def simulate(
         compute = np.zeros(num_nodes)
     else:
         compute = flops / _per_node("device_flops", _array("device_flops", device_flops, 0.0, True), num_nodes)
-    node_time = np.maximum(compute, comm) if overlap else compute + comm  # [R, N]
-    round_time = node_time.max(axis=1)
+    # The round times come from the one time model the compiled runs use (jaxgossip.timing), in float64.
+    with jax.enable_x64(True):
+        links = timing.make_links(
+            None if allreduce is not None else topology,
+            link.latency_s,
+            link.bandwidth_bps,
+            mode=mode,
+            exchanges=int(exchanges),
+            allreduce=allreduce,
+            num_nodes=num_nodes,
+            names=("latency_s", "bandwidth_bps"),
+        )
+        model = timing.TimeModel(timing.Compute("constant", compute), links, overlap=bool(overlap))
+        rounds = start_round + np.arange(bits.shape[0])
+        per_round = jax.vmap(lambda b, t: timing.round_seconds(model, jax.random.key(0), b, t, 1))
+        round_time, comm_time = (np.asarray(a, np.float64) for a in per_round(bits, rounds))
     joules = np.zeros_like(bits)
     if energy is not None:
         j_flop = _per_node("joules_per_flop", energy.joules_per_flop, num_nodes)
         j_bit = _per_node("joules_per_bit", energy.joules_per_bit, num_nodes)
         joules = flops * j_flop + wire * j_bit
     return CostReport(
-        comm_time=comm.max(axis=1),
+        comm_time=comm_time,
         compute_time=compute,
         round_time=round_time,
         total_time=float(round_time.sum()),

@@ -54,9 +54,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgossip import timing
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import consensus_distance, node_mean
 from jaxgossip.rounds import next_keys, run_rounds
+from jaxgossip.timing import TimeModel
 from jaxgossip.training import ORDERINGS
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
@@ -78,6 +80,8 @@ class OptimizationTrace(NamedTuple):
       x: final params (leaves [N, ...]).
       state: final algorithm state.
       opt_state: final per-node optimizer state (leaves [N, ...]).
+      sim_time: [S + 1] float32 simulated seconds (0 first) under the time model, or None.
+      comm_time: [S + 1] float32 communication seconds so far, or None.
     """
 
     objective: Array
@@ -87,6 +91,8 @@ class OptimizationTrace(NamedTuple):
     x: Params
     state: Any
     opt_state: Any
+    sim_time: Any = None
+    comm_time: Any = None
 
 
 class OptimizationResult(NamedTuple):
@@ -104,6 +110,9 @@ class OptimizationResult(NamedTuple):
       loss: [S] mean training loss of each round (over nodes and local steps).
       round: [S + 1] int, communication rounds done at each point (0, 1, ..., S).
       local_step: [S + 1] int, local optimizer steps each node has done at each point (round * H).
+      sim_time: [S + 1] simulated seconds since the start under the run's time model
+        (:mod:`jaxgossip.timing`), or None for a run without one.
+      comm_time: [S + 1] seconds of communication so far, or None.
     """
 
     objective: Any
@@ -116,6 +125,8 @@ class OptimizationResult(NamedTuple):
     loss: Any
     round: Any
     local_step: Any
+    sim_time: Any = None
+    comm_time: Any = None
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -203,6 +214,7 @@ def optimization_scan(
     local_steps: int = 1,
     ordering: str = "atc",
     objective_fn: LossFn | None = None,
+    time: TimeModel | None = None,
 ) -> OptimizationTrace:
     """Pure, jittable and vmappable core of :func:`run_optimization` (same arguments).
 
@@ -235,8 +247,10 @@ def optimization_scan(
         total = jax.tree_util.tree_map(jnp.add, total, updates)
         return (y, total, opt_state, state), loss
 
+    time = None if time is None else timing.with_ordering(time, ordering)
+
     def round_fn(carry, _):
-        x, state, opt_state, key = carry
+        x, state, opt_state, key, clock = carry
         key, round_key_comm, round_keys_local = _round_keys(key, int(local_steps), num_nodes)
         zeros = jax.tree_util.tree_map(jnp.zeros_like, x)
         (y, total, opt_state, state), losses = jax.lax.scan(local_step, (x, zeros, opt_state, state), round_keys_local)
@@ -246,14 +260,21 @@ def optimization_scan(
             x, state, info = alg.step(x, state, round_key_comm)
             x = optax.apply_updates(x, total)
         z = alg.debias(x, state)
-        record = (objective(x, state), consensus_distance(z), jnp.mean(losses), info.bits)
-        return (x, state, opt_state, key), record
+        if time is not None:
+            clock = timing.advance(clock, time, info.bits, int(local_steps))
+        record = (objective(x, state), consensus_distance(z), jnp.mean(losses), info.bits, clock)
+        return (x, state, opt_state, key, clock), record
 
     state0 = alg.init(x0)
     opt_state0 = jax.vmap(optimizer.init)(x0)
-    (x, state, opt_state, _), (objs, cons, loss, bits) = run_rounds(
-        round_fn, (x0, state0, opt_state0, key_run), int(num_steps)
+    clock0 = None if time is None else timing.init_clock(key)
+    (x, state, opt_state, _, _), (objs, cons, loss, bits, clocks) = run_rounds(
+        round_fn, (x0, state0, opt_state0, key_run, clock0), int(num_steps)
     )
+    sim_time = comm_time = None
+    if time is not None:
+        sim_time = jnp.concatenate([clock0.time[None], clocks.time])
+        comm_time = jnp.concatenate([clock0.comm[None], clocks.comm])
     obj0 = objective(x0, state0)
     cons0 = consensus_distance(alg.debias(x0, state0))
     return OptimizationTrace(
@@ -264,12 +285,14 @@ def optimization_scan(
         x=x,
         state=state,
         opt_state=opt_state,
+        sim_time=sim_time,
+        comm_time=comm_time,
     )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3, 4, 6, 7, 8))
-def _optimization_jit(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn):
-    return optimization_scan(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn)
+def _optimization_jit(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn, time):
+    return optimization_scan(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn, time)
 
 
 def _check_finite_x0(x0: Params) -> None:
@@ -293,6 +316,7 @@ def run_optimization(
     ordering: str = "atc",
     *,
     objective_fn: LossFn | None = None,
+    time: TimeModel | None = None,
 ) -> OptimizationResult:
     """Minimises ``(1/N) sum_i f_i`` with N nodes: H local optimizer steps, then one round of ``alg``.
 
@@ -325,6 +349,9 @@ def run_optimization(
       objective_fn: optional ``f_i`` used only for the reported ``objective`` (same signature),
         e.g. the full-batch loss when ``loss_fn`` draws minibatches; defaults to ``loss_fn``. It is
         evaluated with one fixed key (``key_eval``, module docstring).
+      time: optional :class:`jaxgossip.timing.TimeModel`; the run then records ``sim_time`` and
+        ``comm_time`` (a round's H local steps, then its communication, overlapped under
+        ``same_iterate``: the run's ordering sets the model's overlap).
 
     Returns:
       :class:`OptimizationResult`: ``objective``, ``consensus`` and cumulative ``bits`` [S + 1],
@@ -341,7 +368,7 @@ def run_optimization(
     _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn)
     _check_finite_x0(x0)
     num_steps, local_steps = int(num_steps), int(local_steps)
-    trace = _optimization_jit(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn)
+    trace = _optimization_jit(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering, objective_fn, time)
     node_bits = np.asarray(trace.node_bits, dtype=np.float64)
     rounds = np.arange(num_steps + 1)
     return OptimizationResult(
@@ -355,4 +382,6 @@ def run_optimization(
         loss=trace.loss,
         round=rounds,
         local_step=rounds * local_steps,
+        sim_time=trace.sim_time,
+        comm_time=trace.comm_time,
     )

@@ -141,7 +141,11 @@ def sweep_consensus(
 def summarize(points: Mapping[str, np.ndarray], metrics) -> list[dict]:
     """One row per grid point: the axes' values and mean / std over seeds of the final metrics."""
     rows = []
-    final = {name: np.asarray(value)[:, :, -1] for name, value in metrics._asdict().items() if name != "bits"}
+    final = {
+        name: np.asarray(value)[:, :, -1]
+        for name, value in metrics._asdict().items()
+        if name != "bits" and value is not None
+    }
     bits = np.asarray(metrics.bits)[:, :, -1]  # [G, S, N]
     for g in range(next(iter(points.values())).shape[0]):
         row = {name: float(values[g]) for name, values in points.items()}

@@ -46,9 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgossip import timing
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import check_params, consensus_distance, node_mean
 from jaxgossip.rounds import next_keys, run_rounds
+from jaxgossip.timing import TimeModel
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = [
@@ -207,6 +209,8 @@ class TrainState(NamedTuple):
       key: [2] uint32 raw PRNG key data for the next round.
       round: [] int32, rounds done.
       bits: [N] float32, cumulative bits each node has sent.
+      clock: the simulated clock (:class:`jaxgossip.timing.Clock`), or None for a run without a
+        time model.
     """
 
     params: Params
@@ -216,6 +220,7 @@ class TrainState(NamedTuple):
     key: Array
     round: Array
     bits: Array
+    clock: Any = None
 
 
 class Metrics(NamedTuple):
@@ -232,6 +237,9 @@ class Metrics(NamedTuple):
       bits: [N] cumulative bits sent by each node.
       model_sq_norm: ``||z_bar||^2`` of the averaged model (squared norms summed over leaves), the
         scale the consensus watchdog (:mod:`jaxgossip.run.watchdog`) compares ``consensus`` with.
+      sim_time: simulated seconds since the start (:mod:`jaxgossip.timing`), or None without a
+        time model.
+      comm_time: seconds of communication so far (the slowest node's per round), or None.
     """
 
     round: Array
@@ -245,6 +253,8 @@ class Metrics(NamedTuple):
     consensus: Array
     bits: Array
     model_sq_norm: Array
+    sim_time: Any = None
+    comm_time: Any = None
 
 
 class _LocalCarry(NamedTuple):
@@ -301,8 +311,10 @@ def _spans_processes(tree: Any) -> bool:
 
 def _batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
     """Loss and accuracy of one model over ``x`` [M, ...] in chunks of ``chunk`` samples (a custom
-    ``loss_fn`` is averaged over chunks; accuracy is ``argmax(out, -1) == y``)."""
+    ``loss_fn`` is averaged over chunks; accuracy is ``argmax(out, -1) == y``). Labels ``y`` [M, T]
+    (next-token targets) are T predictions per sample: loss and accuracy are means over all M T."""
     m = x.shape[0] - x.shape[0] % chunk
+    per_sample = int(np.prod(y.shape[1:], dtype=np.int64))
     xs = x[:m].reshape((m // chunk, chunk) + x.shape[1:])
     ys = y[:m].reshape((m // chunk, chunk) + y.shape[1:])
 
@@ -317,7 +329,9 @@ def _batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
         return loss, correct
 
     losses, correct = jax.lax.map(one, (xs, ys))
-    return losses.sum() / m, correct.sum() / m
+    if loss_fn is None:  # a sum over all m * per_sample predictions; a custom loss_fn is a mean per chunk
+        return losses.sum() / (m * per_sample), correct.sum() / (m * per_sample)
+    return losses.sum() / m, correct.sum() / (m * per_sample)
 
 
 def _check_scalar_loss(model: ModelFns, node_loss: Callable, shards: Any, batch_size: int) -> None:
@@ -352,6 +366,7 @@ def make_train(
     node_batch: int | None = None,
     local_steps: int = 1,
     loss_fn: Callable[[Array, Array], Array] | None = None,
+    time: TimeModel | None = None,
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
@@ -384,6 +399,10 @@ def make_train(
       loss_fn: ``loss_fn(out [B, ...], y [B, ...]) -> scalar``, the loss of one node's batch on
         the model's outputs, used for training and for the evaluation losses (accuracy is always
         ``argmax(out, -1) == y``); default :func:`softmax_cross_entropy`.
+      time: optional :class:`jaxgossip.timing.TimeModel` (:func:`jaxgossip.timing.time_model`): the
+        state then carries a simulated clock advanced every round from the bits the round sent
+        (the ordering sets the model's overlap), and every :class:`Metrics` point has
+        ``sim_time`` and ``comm_time``. The iterates are those of the same run untimed.
 
     Returns:
       A :class:`Trainer`.
@@ -396,6 +415,7 @@ def make_train(
 
     model = as_model_fns(model)
     check_ordering(algorithm, ordering)
+    time = None if time is None else timing.with_ordering(time, ordering)
     for name, value in (
         ("num_rounds", num_rounds),
         ("batch_size", batch_size),
@@ -446,6 +466,7 @@ def make_train(
             key=jax.random.key_data(key_run),
             round=jnp.zeros([], jnp.int32),
             bits=jnp.zeros([num_nodes], jnp.float32),
+            clock=None if time is None else timing.init_clock(key),
         )
 
     # The data shards travel as an argument (``data``) rather than a closure: a multi-process run
@@ -498,6 +519,7 @@ def make_train(
             key=jax.random.key_data(key),
             round=state.round + 1,
             bits=state.bits + info.bits,
+            clock=None if time is None else timing.advance(state.clock, time, info.bits, local_steps),
         )
         return new_state, loss
 
@@ -522,6 +544,8 @@ def make_train(
             model_sq_norm=sum(
                 jnp.sum(jnp.square(leaf.astype(jnp.float32))) for leaf in jax.tree_util.tree_leaves(z_bar)
             ),
+            sim_time=None if state.clock is None else state.clock.time,
+            comm_time=None if state.clock is None else state.clock.comm,
         )
 
     def point(state: TrainState, losses: Array) -> Metrics:

@@ -24,7 +24,12 @@ from jaxgossip.run.runner import config_from_dict, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = ["train", "sweep", "consensus", "topology-sweep", "demo"]
-COST = ["link.bandwidth", "link.latency", "link.mode", "link.allreduce", "node.flops", "energy.flop", "energy.bit"]
+# The cost options of each command: a training command's --time.* are TrainConfig.time (a field).
+COST = {
+    command: ["energy.flop", "energy.bit"] if command != "consensus"
+    else ["time.bandwidth", "time.latency", "time.mode", "time.allreduce", "energy.flop", "energy.bit"]
+    for command in COMMANDS
+}
 FIELDS = {
     "train": [f.name for f in dataclasses.fields(TrainConfig)],
     "sweep": [f.name for f in dataclasses.fields(TrainConfig) + dataclasses.fields(SweepOptions)],
@@ -53,7 +58,7 @@ def _resolved(capsys, command, *argv) -> dict:
 def test_help_lists_every_field_with_type_default_and_allowed_values(command, capsys):
     code, out, _ = _main(capsys, command, "--help")
     assert code == 0
-    for field in FIELDS[command] + COST + ["config", "out", "print-config"]:
+    for field in FIELDS[command] + COST[command] + ["config", "out", "print-config"]:
         assert f"--{field} " in out or f"--{field}\n" in out, field
     assert out.count("(type:") >= len(FIELDS[command]) and "default:" in out
     if command != "consensus":
@@ -113,8 +118,8 @@ def test_nested_overrides_of_sweep_consensus_and_demo(capsys):
             "options": {"compressor": "top_k", "compressor_options": {"fraction": 0.2}},
         }
     ]
-    resolved = _resolved(capsys, "demo", "--model_options.hidden=32", "--link.bandwidth=1e8")
-    assert resolved["model_options"] == {"hidden": [32]} and resolved["link.bandwidth"] == 1e8
+    resolved = _resolved(capsys, "demo", "--model_options.hidden=32", "--time.bandwidth=1e8")
+    assert resolved["model_options"] == {"hidden": [32]} and resolved["time"] == {"bandwidth": 1e8}
 
 
 def test_list_and_null_forms_people_type(capsys):
@@ -270,7 +275,7 @@ def _bad_inputs(tmp, make=False):
         ("demo", ["--config", f("noarg.py:small")], "noarg.py' takes no argument (got 'small')"),
         ("train", ["--out", f("afile")], "is a file; give a folder"),
         ("train", ["--out", os.path.join(f("afile"), "sub")], "cannot be created"),
-        ("train", ["--link.mode=fast"], "--link.mode='fast' is unknown"),
+        ("train", ["--time.mode=fast"], "--time.mode='fast' is unknown"),
         ("train", ["--no-progress=1"], "--no-progress is a switch and takes no value"),
         ("sweep", ["--sweep.lr=abc"], "--sweep.lr=['abc'] must be a list of finite numbers"),
         ("sweep", ["--sweep.batch_size=4,8"], "--sweep.batch_size: sweep axis 'batch_size' would change array shapes"),

@@ -1,5 +1,5 @@
-"""The cost-model columns of the CLI (``--link.*``, ``--node.flops``, ``--energy.*``) against hand
-computations, the training-cost helper on hand-made bits, and bad options."""
+"""The cost-model columns of the CLI (``--time.*``, ``--energy.*``) against hand computations, the
+training-cost helper on hand-made bits and recorded times, and bad options."""
 
 import csv
 import json
@@ -38,7 +38,7 @@ def test_consensus_cost_columns(tmp_path, capsys):
         {"name": "push_sum", "algorithm": "push_sum", "topology": "one_peer_exponential"},
     ]
     argv = ["consensus", "--out", out, "--no-progress", "--shape=[10]", "--num_steps=5", f"--runs={json.dumps(runs)}"]
-    cost_flags = [f"--link.bandwidth={BW}", f"--link.latency={LAT}", "--energy.bit=1e-9"]
+    cost_flags = [f"--time.bandwidth={BW}", f"--time.latency={LAT}", "--energy.bit=1e-9"]
     assert main(argv + cost_flags) == 0
     table = capsys.readouterr().out
     saved = read_json(os.path.join(out, "consensus.json"))
@@ -63,15 +63,20 @@ def test_consensus_cost_columns(tmp_path, capsys):
     assert format(5 * ring_round, ".4g") in table and format(gossip_round, ".3g") in table
 
     out2 = str(tmp_path / "parallel")
-    assert main(argv[:2] + [out2] + argv[3:] + cost_flags + ["--link.mode=parallel"]) == 0
+    assert main(argv[:2] + [out2] + argv[3:] + cost_flags + ["--time.mode=parallel"]) == 0
     rows = {r["name"]: r for r in read_json(os.path.join(out2, "consensus.json"))["rows"]}
     assert rows["gossip"]["comm_s"] == pytest.approx(5 * (LAT + bits / BW), rel=1e-12)
     assert "J/node" in capsys.readouterr().out
 
 
+# Times a training run records (float32 with a compensated sum): relative precision of ~1e-7.
+RECORDED = 1e-6
+
+
 def test_train_cost_columns(tmp_path, capsys):
     out = str(tmp_path / "train")
-    flags = [f"--link.bandwidth={BW}", f"--link.latency={LAT}", "--node.flops=1e9", "--energy.flop=1e-12"]
+    compute = 2e-3  # seconds per local step
+    flags = [f"--time.bandwidth={BW}", f"--time.latency={LAT}", f"--time.compute={compute}", "--energy.flop=1e-12"]
     assert _train(tmp_path, out, *flags, "--energy.bit=1e-9") == 0
     table = capsys.readouterr().out
     saved = read_json(os.path.join(out, "metrics.json"))
@@ -81,7 +86,6 @@ def test_train_cost_columns(tmp_path, capsys):
     flops = rows[-1]["gflop_per_step"] * 1e9
     forward = 2 * 8 * (64 * 8 + 8 * 10)  # matmul FLOPs of one batch of 8
     assert 2.0 <= flops / forward <= 3.5  # forward plus backward (cost.flops_per_step)
-    compute = flops / 1e9
     # momentum SGD: params and trace (2 x 4D bytes), the schedule's int32 count per node, and the
     # gossip round counter shared by the 4 nodes
     memory = (8 * D + 4 + 4 / 4) / 1e6
@@ -90,60 +94,83 @@ def test_train_cost_columns(tmp_path, capsys):
     assert [int(r["round"]) for r in csv_rows] == [5, 10, 15, 20]
     for row, csv_row in zip(rows, csv_rows):
         r = row["round"]
-        assert row["comm_s_per_round"] == pytest.approx(comm, rel=1e-12)
-        assert row["comm_s"] == pytest.approx(r * comm, rel=1e-12)
-        assert row["compute_s_per_round"] == pytest.approx(compute, rel=1e-12)
-        assert row["sim_s"] == pytest.approx(r * (comm + compute), rel=1e-12)
+        assert row["comm_s_per_round"] == pytest.approx(comm, rel=RECORDED)
+        assert row["comm_s"] == pytest.approx(r * comm, rel=RECORDED)
+        assert row["sim_s"] == pytest.approx(r * (comm + compute), rel=RECORDED)  # atc: compute, then send
+        assert row["sim_time"] == row["sim_s"]  # the run's own record
         assert row["mem_MB_per_node"] == pytest.approx(memory, rel=1e-12)
         assert row["energy_J_per_node"] == pytest.approx(r * (flops * 1e-12 + 2 * 32 * D * 1e-9), rel=1e-9)
-        for key in ("comm_s", "sim_s", "energy_J_per_node", "mem_MB_per_node"):
+        for key in ("comm_s", "sim_s", "sim_time", "energy_J_per_node", "mem_MB_per_node"):
             assert float(csv_row[key]) == pytest.approx(row[key], rel=1e-12)
-    assert saved["cost_model"]["node_flops"] == 1e9
-    for header in ("comm s/round", "comm s", "compute s/round", "sim s", "mem MB/node", "J/node"):
+    assert saved["cost_model"]["bandwidth"] == BW and saved["cost_model"]["latency"] == LAT
+    for header in ("comm s/round", "comm s", "sim s", "mem MB/node", "J/node"):
         assert header in table
-    assert format(20 * (comm + compute), ".4g") in table
+    assert format(rows[-1]["sim_s"], ".4g") in table
 
 
 def test_train_cost_counts_the_final_merge(tmp_path, capsys):
     out = str(tmp_path / "merge")
     changes = {"algorithm": "push_sum", "topology": "one_peer_exponential", "final_merge": 2}
-    assert _train(tmp_path, out, f"--link.bandwidth={BW}", f"--link.latency={LAT}", **changes) == 0
+    assert _train(tmp_path, out, f"--time.bandwidth={BW}", f"--time.latency={LAT}", **changes) == 0
     rows = read_json(os.path.join(out, "metrics.json"))["rows"]
     one = LAT + (32 * D + 32) / BW  # one message (model and weight) per round
     assert [r["phase"] for r in rows] == ["train"] * 4 + ["merged"]
-    assert rows[-2]["comm_s"] == pytest.approx(20 * one, rel=1e-12)
-    assert rows[-1]["comm_s"] == pytest.approx(22 * one, rel=1e-12)  # 2 merge rounds
-    assert rows[-1]["comm_s_per_round"] == pytest.approx(one, rel=1e-12)
-    assert "compute s/round" not in capsys.readouterr().out  # no --node.flops: compute not modelled
+    assert rows[-2]["comm_s"] == pytest.approx(20 * one, rel=RECORDED)
+    assert rows[-1]["comm_s"] == pytest.approx(22 * one, rel=RECORDED)  # 2 merge rounds
+    assert rows[-1]["sim_s"] == pytest.approx(22 * one, rel=RECORDED)  # no compute time given
+    assert rows[-1]["comm_s_per_round"] == pytest.approx(one, rel=RECORDED)
 
 
 def _cumulative(per_round, rounds):
     return np.cumsum(per_round, axis=0)[np.asarray(rounds) - 1]
 
 
-LINK = CostModel(bandwidth=BW, latency=LAT, node_flops=1e6, joules_per_flop=1e-9)
-FLOPS = 3e3  # 3 ms of compute per round at 1e6 FLOP/s
+LINK = CostModel(bandwidth=BW, latency=LAT, joules_per_flop=1e-9)
+FLOPS = 3e3
 
 
-def test_training_cost_allreduce_and_power_gossip_exchanges():
+def test_training_cost_reads_the_recorded_times_and_prices_the_energy():
     n, model_bits, rounds = 4, 1000.0, [2, 4]
     ring4 = jg.topology.ring(n)
-    # all-reduce (ring model): 2 (N - 1) (l + B / (N b)) per round, plus compute
     config = tiny_config(algorithm="allreduce")
     bits = _cumulative(np.full((4, n), model_bits), rounds)
-    fields = training_cost(LINK, config, ring4, rounds, bits, flops=FLOPS, memory=8e6)
-    ring_round = 2 * (n - 1) * (LAT + model_bits / n / BW)
-    assert fields[-1]["comm_s"] == pytest.approx(4 * ring_round, rel=1e-12)
-    assert fields[-1]["sim_s"] == pytest.approx(4 * (ring_round + 3e-3), rel=1e-12)
+    sim, comm = np.array([0.5, 1.25]), np.array([0.125, 0.25])
+    fields = training_cost(LINK, config, ring4, rounds, bits, sim, comm, flops=FLOPS, memory=8e6)
+    assert [f["sim_s"] for f in fields] == [0.5, 1.25] and [f["comm_s"] for f in fields] == [0.125, 0.25]
+    assert fields[-1]["comm_s_per_round"] == 0.25 / 4
     assert fields[-1]["energy_J_per_node"] == pytest.approx(4 * FLOPS * 1e-9, rel=1e-12)  # no --energy.bit
     assert fields[0]["mem_MB_per_node"] == 8.0
-    # PowerGossip, 2 exchanges per round, same_iterate ordering: compute overlaps communication
-    config = tiny_config(algorithm="power_gossip", algorithm_options={"num_iterations": 2}, ordering="same_iterate")
-    bits = _cumulative(np.full((4, n), 2 * model_bits), rounds)  # 2 neighbours x model_bits per round
-    fields = training_cost(LINK, config, ring4, rounds, bits, flops=FLOPS, memory=0.0)
-    power_round = 2 * 2 * (LAT + model_bits / 2 / BW)  # 2 exchanges x 2 messages of B / 2
-    assert fields[-1]["comm_s"] == pytest.approx(4 * power_round, rel=1e-12)
-    assert fields[-1]["sim_s"] == pytest.approx(4 * max(power_round, 3e-3), rel=1e-12)
+    with pytest.raises(ValueError, match="sim_time and comm_time must be"):
+        training_cost(LINK, config, ring4, rounds, bits, sim[:1], comm, flops=FLOPS, memory=0.0)
+
+
+def test_training_run_records_allreduce_and_power_gossip_exchanges(tmp_path):
+    """The recorded times of all-reduce (ring model) and of PowerGossip with 2 exchanges per round
+    (same_iterate: compute overlaps communication) against their formulas."""
+    from jaxgossip.run.runner import run_training
+
+    n, compute = 4, 3e-3
+    time = {"bandwidth": BW, "latency": LAT, "compute": compute}
+    result = run_training(tiny_config(algorithm="allreduce", time=time), progress=False, log=lambda m: None)
+    ring_round = 2 * (n - 1) * (LAT + 32 * D / n / BW)
+    np.testing.assert_allclose(result.metrics.comm_time, ring_round * np.array([5, 10, 15, 20]), rtol=RECORDED)
+    np.testing.assert_allclose(result.metrics.sim_time, (ring_round + compute) * np.array([5, 10, 15, 20]), rtol=RECORDED)
+    compute = 1e-2  # above a PowerGossip round's communication (~4 ms): the overlap hides the latter
+    config = tiny_config(
+        algorithm="power_gossip",
+        algorithm_options={"num_iterations": 2},
+        ordering="same_iterate",
+        time={**time, "compute": compute},
+    )
+    result = run_training(config, progress=False, log=lambda m: None)
+    bits = np.diff(np.asarray(result.metrics.bits, np.float64), axis=0, prepend=0.0)[:, 0] / 5  # per round, node 0
+    power_round = 2 * 2 * (LAT + bits / 2 / 2 / BW)  # 2 exchanges x 2 messages, each of a quarter of the bits
+    np.testing.assert_allclose(
+        np.diff(np.asarray(result.metrics.comm_time), prepend=0.0), 5 * power_round, rtol=RECORDED
+    )
+    per_round = np.diff(np.asarray(result.metrics.sim_time), prepend=0.0) / 5
+    assert np.all(power_round < compute)
+    np.testing.assert_allclose(per_round, compute, rtol=RECORDED)  # atc would take compute + power_round
 
 
 @pytest.mark.parametrize("merge", ["exact", 3])
@@ -153,10 +180,13 @@ def test_training_cost_final_merge(merge):
     bits = _cumulative(np.full((4, n), 2 * message), rounds)
     merge_bits = np.full(n, 2 * message * 3 if merge == 3 else message)
     config = tiny_config(final_merge=merge)
-    fields = training_cost(
-        LINK, config, jg.topology.ring(n), rounds, bits, flops=FLOPS, memory=0.0, merge_bits=merge_bits
-    )
     gossip_round = 2 * (LAT + message / BW)
+    recorded_comm = gossip_round * np.array([2, 4])
+    recorded_sim = (gossip_round + 3e-3) * np.array([2, 4])  # 3 ms of compute per round
+    fields = training_cost(
+        LINK, config, jg.topology.ring(n), rounds, bits, recorded_sim, recorded_comm, flops=FLOPS, memory=0.0,
+        merge_bits=merge_bits,
+    )
     merge_time = 3 * gossip_round if merge == 3 else 2 * (n - 1) * (LAT + message / n / BW)
     assert len(fields) == 3
     assert fields[-1]["comm_s"] == pytest.approx(4 * gossip_round + merge_time, rel=1e-12)
@@ -164,25 +194,22 @@ def test_training_cost_final_merge(merge):
     assert fields[-1]["comm_s_per_round"] == fields[-2]["comm_s_per_round"]
 
 
-def test_training_cost_on_a_graph_whose_degree_changes():
-    """Round t even: ring (2 messages), t odd: directed ring (1 message); bits stay per message."""
+def test_training_cost_merge_round_continues_the_graph_sequence():
+    """Round t even: ring (2 messages), t odd: directed ring (1 message); a merge round after 3
+    training rounds is round 3, on the directed ring: one message."""
     topo = jg.topology.schedule([jg.topology.ring(4), jg.topology.directed_ring(4)])
     message = 400.0
     per_round = topo.out_degree[np.arange(6) % 2] * message
-    rounds = [3, 6]
-    fields = training_cost(
-        CostModel(BW, LAT), tiny_config(), topo, rounds, _cumulative(per_round, rounds), flops=0.0, memory=0.0
-    )
     even, odd = 2 * (LAT + message / BW), LAT + message / BW
-    assert fields[0]["comm_s"] == pytest.approx(2 * even + odd, rel=1e-12)
-    assert fields[1]["comm_s"] == pytest.approx(3 * even + 3 * odd, rel=1e-12)
-    # a merge round after 3 training rounds is round 3, on the directed ring: one message
+    recorded = np.array([2 * even + odd])
     fields = training_cost(
         CostModel(BW, LAT),
         tiny_config(final_merge=1),
         topo,
         [3],
         _cumulative(per_round, [3]),
+        recorded,
+        recorded,
         flops=0.0,
         memory=0.0,
         merge_bits=np.full(4, message),
@@ -193,13 +220,16 @@ def test_training_cost_on_a_graph_whose_degree_changes():
 @pytest.mark.parametrize(
     "flag, match",
     [
-        ("--link.bandwidth=-1", r"--link.bandwidth=-1(\.0)? must be a finite number > 0 \(bit/s\)"),
-        ("--link.bandwidth=0", r"--link.bandwidth=0(\.0)? must be a finite number > 0"),
-        ("--link.latency=-1e-3", r"--link.latency=-0.001 must be a finite number >= 0 \(s\)"),
-        ("--link.latency=fast", r"--link.latency='fast' is not valid: expected float"),
-        ("--link.mode=fast", r"--link.mode='fast' is unknown; known modes: serial, parallel"),
-        ("--link.allreduce=tree", r"--link.allreduce='tree' is unknown; known models: ring, message"),
-        ("--node.flops=0", r"--node.flops=0(\.0)? must be a finite number > 0 \(FLOP/s\)"),
+        ("--time.bandwidth=-1", r"--time.bandwidth=-1(\.0)? must be > 0"),
+        ("--time.bandwidth=0", r"--time.bandwidth=0(\.0)? must be > 0"),
+        ("--time.latency=-1e-3", r"--time.latency=-0.001 must be >= 0"),
+        ("--time.latency=fast", r"--time.latency='fast' must be a number \(s\)"),
+        ("--time.mode=fast", r"--time.mode='fast' is unknown; known: serial, parallel"),
+        ("--time.allreduce=tree", r"--time.allreduce='tree' is unknown; known: ring, message"),
+        ("--time.compute=stragglers:1.0,2,10", r"--time.compute='stragglers:1.0,2,10': straggler fraction F=2.0 "),
+        ("--time.compute=lognormal:-1", r"expected lognormal:MEDIAN,SIGMA"),
+        ("--time.computee=1", r"time.computee: unknown time option \(did you mean 'compute'\?\)"),
+        ("--node.flops=1e9", r"node.flops"),
         ("--energy.bit=nan", r"--energy.bit='nan' is not valid: expected float"),
     ],
 )

@@ -38,8 +38,8 @@ def test_consensus_rows_equal_the_library_and_cost_is_hand_computed(tmp_path, ca
         f"--tol={TOL}",
         "--out",
         out,
-        f"--link.bandwidth={BW}",
-        f"--link.latency={LAT}",
+        f"--time.bandwidth={BW}",
+        f"--time.latency={LAT}",
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -137,7 +137,7 @@ def test_training_sweep_equals_run_training(tmp_path, capsys):
     config = tiny_config(num_rounds=10, evals_per_chunk=2)
     out = str(tmp_path / "train")
     argv = ["topology-sweep", "--train", "--topologies=ring,torus", "--seeds=[0,1]", "--out", out]
-    assert main(argv + _flags(config) + [f"--link.bandwidth={BW}", f"--link.latency={LAT}"]) == 0
+    assert main(argv + _flags(config) + [f"--time.bandwidth={BW}", f"--time.latency={LAT}"]) == 0
     printed = capsys.readouterr().out
     saved = read_json(os.path.join(out, "results.json"))
     for name in ("table.md", "results.json", "accuracy_vs_gap.png"):

@@ -32,7 +32,7 @@ from jaxgossip.run import cost_report
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PATH = "my_file:damped_gossip"
 TINY = TINY_FLAGS  # tests/tiny.py's config as flags
-COST = ["--link.bandwidth=1e9", "--link.latency=1e-3"]
+COST = ["--time.bandwidth=1e9", "--time.latency=1e-3"]
 
 
 @pytest.fixture(scope="module")

@@ -578,18 +578,16 @@ def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     np.testing.assert_array_equal(np.asarray(metrics.train_loss)[0], np.asarray(losses.mean()))
 
 
-def test_cost_report_counts_local_steps_as_compute():
-    from jaxgossip.run.cost_report import cost_model_from_options, training_cost
-
-    model = cost_model_from_options({"node.flops": 1e12})
-    topo = jg.topology.ring(4)
-    bits = np.cumsum(np.full((4, 4), 1e6), axis=0)  # [M, N] cumulative bits at rounds 5, 10, 15, 20
-    rows = {
-        h: training_cost(model, _config(local_steps=h), topo, [5, 10, 15, 20], bits, flops=1e9, memory=0.0)
-        for h in (1, 3)
+def test_recorded_time_counts_local_steps_as_compute():
+    time = {"compute": 1e-3, "latency": 0.0, "bandwidth": 1e18}
+    results = {
+        h: run_training(tiny_config(local_steps=h, time=time), progress=False, log=lambda m: None) for h in (1, 3)
     }
-    assert rows[3][-1]["compute_s_per_round"] == pytest.approx(3 * rows[1][-1]["compute_s_per_round"])
-    assert rows[3][-1]["comm_s"] == rows[1][-1]["comm_s"]
+    rounds = np.asarray(results[1].metrics.round)
+    for h, result in results.items():
+        np.testing.assert_allclose(result.metrics.sim_time, h * 1e-3 * rounds, rtol=1e-6)
+        assert result.rows[-1]["sim_time"] == pytest.approx(h * 1e-3 * 20, rel=1e-6)
+    np.testing.assert_array_equal(results[3].metrics.comm_time, results[1].metrics.comm_time)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU choices")

@@ -12,7 +12,7 @@ timed on its own, then one warm-up call is excluded and the median of ``reps`` c
   pass of all N nodes on one batch (what the round computes, less the optimizer and the gossip,
   < 1 %; so achieved TFLOP/s is a slight underestimate); next to it the cost
   model's count, ``jaxgossip.run.cost_report.step_flops_and_memory`` (one node's step, x N), which
-  ``jaxgossip train --node.flops`` uses. Peak memory from XLA's ``memory_analysis``.
+  ``jaxgossip train --energy.flop`` prices. Peak memory from XLA's ``memory_analysis``.
 * ``mix_bandwidth``: one ``jaxgossip.mix`` round on [N, D] float32 (N = 32, D = 4e6: 512 MB) on
   ``ring``, ``exponential`` and ``one_peer_exponential`` (traced round counter), against ``x * s``
   (a plain copy of the same bytes XLA cannot elide), both R rounds inside one jitted

@@ -14,9 +14,11 @@ import numpy as np
 
 from jaxgossip.run.cost_report import (
     COST_OPTIONS,
+    ENERGY_OPTIONS,
     CostModel,
     consensus_graph_cost,
     cost_model_from_options,
+    cost_model_of_training,
     exchanges_per_round,
     priced_as_allreduce,
     simulate_bits,
@@ -50,6 +52,7 @@ __all__ = [
     # the cost helpers, re-exported from their home (see the import above)
     "consensus_graph_cost",
     "cost_model_from_options",
+    "cost_model_of_training",
     "exchanges_per_round",
     "priced_as_allreduce",
     "simulate_bits",
@@ -62,30 +65,32 @@ PROGRESS_FLAG = {
     "print-config": "check everything, print the resolved config as YAML (a valid --config file) and exit",
 }
 
-_NUMERIC_COST = ("link.bandwidth", "link.latency", "node.flops", "energy.flop", "energy.bit")
+_NUMERIC_COST = ("time.bandwidth", "time.latency", "energy.flop", "energy.bit")
 
 
-def cost_options() -> list[tuple[str, Any, Any, str]]:
-    """The ``--link.*``, ``--node.flops`` and ``--energy.*`` options (see :data:`COST_OPTIONS`)."""
+def cost_options(training: bool = False) -> list[tuple[str, Any, Any, str]]:
+    """The ``--time.*`` link options and the ``--energy.*`` options (see :data:`COST_OPTIONS`); a
+    training command takes only the energy options here (its ``--time.*`` are ``TrainConfig.time``)."""
     out = []
-    for option, (metavar, help_text) in COST_OPTIONS.items():
+    for option, (metavar, help_text) in (ENERGY_OPTIONS if training else COST_OPTIONS).items():
         hint = typing.Optional[float] if option in _NUMERIC_COST else typing.Optional[str]
         out.append((option, hint, None, f"{help_text} [{metavar}]"))
     return out
 
 
-def cost_model(values: dict) -> CostModel:
-    """The validated cost model of the parsed options (ValueError naming the option)."""
+def cost_model(values: dict, config: Any = None) -> CostModel:
+    """The validated cost model of the parsed options (ValueError naming the option); for a
+    training command (``config``, a TrainConfig) its links are the config's ``--time.*``."""
+    if config is not None:
+        return cost_model_of_training(config, values)
     return cost_model_from_options({option: values.get(option) for option in COST_OPTIONS})
 
 
 def cost_columns(model: CostModel, training: bool) -> list[tuple[str, str, str]]:
     """Table columns of the cost fields that ``model`` produces."""
     columns = [("comm_s_per_round", "comm s/round", ".3g"), ("comm_s", "comm s", ".4g")]
-    if training and model.node_flops is not None:
-        columns += [("compute_s_per_round", "compute s/round", ".3g"), ("sim_s", "sim s", ".4g")]
     if training:
-        columns.append(("mem_MB_per_node", "mem MB/node", ".3g"))
+        columns += [("sim_s", "sim s", ".4g"), ("mem_MB_per_node", "mem MB/node", ".3g")]
     if model.energy:
         columns.append(("energy_J_per_node", "J/node", ".4g"))
     return columns
@@ -168,13 +173,13 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
 
     built, metrics, rows = result.built, result.metrics, result.rows
     config = built.config
-    need_flops = model.node_flops is not None or bool(model.joules_per_flop)
+    need_flops = bool(model.joules_per_flop)
     try:
         flops, memory = step_flops_and_memory(config, built.dataset, built.topology, need_flops)
     except RuntimeError as err:  # the backend counts no FLOPs: report communication only
-        print(f"jaxgossip: compute time and FLOP energy not reported: {err}", file=sys.stderr)
+        print(f"jaxgossip: FLOP energy not reported: {err}", file=sys.stderr)
         _, memory = step_flops_and_memory(config, built.dataset, built.topology, False)
-        flops, model = 0.0, dataclasses.replace(model, node_flops=None)
+        flops, model = 0.0, dataclasses.replace(model, joules_per_flop=None)
     cumulative = np.asarray(metrics.bits, dtype=np.float64)
     merge_bits = None
     if len(rows) > cumulative.shape[0]:
@@ -182,7 +187,16 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
 
         merge_bits = np.asarray(to_host(result.state.bits), np.float64) - cumulative[-1]
     fields = training_cost(
-        model, config, built.topology, metrics.round, cumulative, flops=flops, memory=memory, merge_bits=merge_bits
+        model,
+        config,
+        built.topology,
+        metrics.round,
+        cumulative,
+        metrics.sim_time,
+        metrics.comm_time,
+        flops=flops,
+        memory=memory,
+        merge_bits=merge_bits,
     )
     rows = [dict(row, **extra) for row, extra in zip(rows, fields)]
     if out_dir:

@@ -136,7 +136,7 @@ def command(quick: bool = False) -> Command:
                 ),
             ],
             "output": [("out", str | None, None, "output folder (default runs/demo)")],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=help_text,
         epilog="the compared runs (name: algorithm on topology, options):\n"
@@ -167,7 +167,7 @@ def run(argv: list[str]) -> int:
             "settings with jaxgossip train or jaxgossip sweep"
         )
     base = check_train_config(parsed.build(TrainConfig))
-    cost = common.cost_model(parsed.values)
+    cost = common.cost_model(parsed.values, base)
     common.require_tensorboard(base)
     chosen = parsed.values.get("algorithms")
     runs = demo_runs(parsed.flags["quick"], chosen)

@@ -49,7 +49,7 @@ def command() -> Command:
         flags=dict(common.PROGRESS_FLAG),
         extra={
             "output": [("out", typing.Optional[str], None, "output folder (default runs/sweep)")],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=_help(),
         epilog=common.algorithm_epilog()
@@ -140,7 +140,7 @@ def run(argv: list[str]) -> int:
     seeds = seed_list(options.seeds)
     axes = sweep_axes(options.sweep)
     config = check_train_config(parsed.build(TrainConfig))
-    cost = common.cost_model(parsed.values)
+    cost = common.cost_model(parsed.values, config)
     for message in _check_points(config, axes):
         common.warn("sweep", message)
     common.warn_gamma("sweep", config)
@@ -165,13 +165,16 @@ def run(argv: list[str]) -> int:
     rows = sweeps.summarize(points, metrics)
     data_seed = config.resolved_data_seed
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
-    need_flops = cost.node_flops is not None or bool(cost.joules_per_flop)
-    flops, memory = common.step_flops_and_memory(config, dataset, topo, need_flops)
+    flops, memory = common.step_flops_and_memory(config, dataset, topo, bool(cost.joules_per_flop))
     rounds, bits = np.asarray(metrics.round), np.asarray(metrics.bits, dtype=np.float64)  # [G, S, M], [..., N]
+    sim_time, comm_time = np.asarray(metrics.sim_time), np.asarray(metrics.comm_time)  # [G, S, M]
     watched = np.stack([np.asarray(getattr(metrics, k), np.float64) for k in ("train_loss", "test_loss", "consensus")])
     for g, row in enumerate(rows):
         per_seed = [
-            common.training_cost(cost, config, topo, rounds[g, s], bits[g, s], flops=flops, memory=memory)[-1]
+            common.training_cost(
+                cost, config, topo, rounds[g, s], bits[g, s], sim_time[g, s], comm_time[g, s],
+                flops=flops, memory=memory,
+            )[-1]
             for s in range(bits.shape[1])
         ]
         row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})

@@ -28,7 +28,7 @@ Consensus mode (the default): graph g with seed s starts from x0 ~ N(0, 1)^[N, D
 the final relative error ||X_R - X_bar||^2 / ||X_0 - X_bar||^2 (mean +- std over seeds), the rounds
 and MB sent per node until the relative error first drops below --tol (NaN if a seed never gets
 there), the total MB per node, the simulated communication time (per round, in all, and until
---tol; cost model of --link.*) and the compile group. A spec that cannot be built at a size
+--tol; cost model of --time.*) and the compile group. A spec that cannot be built at a size
 (hypercube for N not a power of 2, torus for prime N, ...) is skipped with a note; an unknown spec is
 an error before anything runs.
 
@@ -67,7 +67,7 @@ class TopologySweepOptions:
 
 
 CONSENSUS_ONLY = ("sizes", "num_steps", "dim", "tol", "graph_seed")
-BOTH_MODES = ("algorithm", "algorithm_options")
+BOTH_MODES = ("algorithm", "algorithm_options", "time")
 
 FIELD_HELP = {
     "topologies": "graph specs (required), e.g. ring,torus,exponential,erdos_renyi:0.3: ring, directed_ring, torus, "
@@ -100,7 +100,7 @@ def command() -> Command:
         },
         extra={
             "output": [("out", typing.Optional[str], None, "output folder (default runs/topology_sweep[_train])")],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=help_text,
         epilog=_TOPOLOGY_SWEEP_HELP.split("\n\n", 1)[1] + "\n" + common.algorithm_epilog(),
@@ -119,7 +119,8 @@ def run(argv: list[str]) -> int:
         raise UsageError("--topology is one graph; a topology sweep takes --topologies=SPEC,SPEC,...")
     specs = _topology_specs(",".join(options.topologies))
     seeds = seed_list(options.seeds)
-    cost = common.cost_model(parsed.values)
+    # Both modes take the links from --time.* (TrainConfig.time); the consensus mode computes nothing.
+    cost = common.cost_model(parsed.values, parsed.build(TrainConfig))
     config_keys = {f.name for f in dataclasses.fields(TrainConfig)} - set(BOTH_MODES)
     if parsed.flags["train"]:
         wrong = sorted(set(CONSENSUS_ONLY) & parsed.given)
@@ -250,7 +251,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
     )
     wall = time.perf_counter() - start
     group_of = {i: g for g, members in enumerate(groups) for i in members}
-    need_flops = cost.node_flops is not None or bool(cost.joules_per_flop)
+    need_flops = bool(cost.joules_per_flop)
     flops, rows = None, []
     for g, topo in enumerate(graphs):
         # FLOPs of a local step do not depend on the graph; memory does (the algorithm's state).
@@ -258,6 +259,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
         flops = step_flops if flops is None else flops
         m = metrics[g]
         rounds, bits = np.asarray(m.round), np.asarray(m.bits, dtype=np.float64)  # [S, M], [S, M, N]
+        sim_time, comm_time = np.asarray(m.sim_time), np.asarray(m.comm_time)  # [S, M]
         acc = np.asarray(m.test_acc, dtype=np.float64)[:, -1]
         row = {
             "name": topo.name,
@@ -275,7 +277,9 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
             "group_size": len(groups[group_of[g]]),
         }
         per_seed = [
-            common.training_cost(cost, config, topo, rounds[s], bits[s], flops=flops, memory=memory)[-1]
+            common.training_cost(
+                cost, config, topo, rounds[s], bits[s], sim_time[s], comm_time[s], flops=flops, memory=memory
+            )[-1]
             for s in range(len(seeds))
         ]
         row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})

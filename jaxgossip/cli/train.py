@@ -46,7 +46,7 @@ def command() -> Command:
         flags={**common.PROGRESS_FLAG, "no-resume": "ignore an existing checkpoint in --out"},
         extra={
             "output": [out_option("runs/NAME, NAME = --name or --algorithm")],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=train_field_help(),
         epilog=common.algorithm_epilog() + "\n" + EXAMPLES,
@@ -61,7 +61,7 @@ def run(argv: list[str]) -> int:
     if parsed is None:
         return 0
     config = check_train_config(parsed.build(TrainConfig))
-    cost = common.cost_model(parsed.values)
+    cost = common.cost_model(parsed.values, config)
     common.warn_gamma("train", config)
     common.require_tensorboard(config)
     if common.print_config(parsed, config.to_dict()):

@@ -34,12 +34,17 @@ __all__ = [
     "check_algorithm",
     "check_model_options",
     "with_trainer_options",
+    "TIME_OPTIONS",
+    "check_time",
+    "time_model_of",
     "gamma_warning",
     "did_you_mean",
     "allowed_values",
 ]
 
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
+#: the keys of TrainConfig.time (the --time.* options) and their defaults.
+TIME_OPTIONS = {"compute": 0.0, "latency": 1e-4, "bandwidth": 1e9, "mode": "serial", "allreduce": "ring"}
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -93,6 +98,7 @@ class TrainConfig:
     node_batch: int | str = "auto"
     final_merge: int | str | None = None
     tensorboard: bool = False
+    time: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -181,6 +187,12 @@ def train_field_help() -> dict[str, str]:
         "models on CPU",
         "final_merge": "after training: null (none), R (R extra gossip / push-sum rounds) or exact (averaging)",
         "tensorboard": "also write TensorBoard event files under --out (needs tensorboardX)",
+        "time": "the simulated time model (jaxgossip.timing; every metrics row has sim_time): "
+        "--time.compute=SECONDS per local step, or stragglers:C,F,S (round(F N) nodes S times slower), "
+        "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0; "
+        "--time.latency=S per message (default 1e-4); --time.bandwidth=BIT/S (default 1e9); "
+        "--time.mode=serial|parallel (a node's messages share its uplink, or not); "
+        "--time.allreduce=ring|message (how an all-reduce round is priced)",
     }
 
 
@@ -451,9 +463,61 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         except (ValueError, TypeError) as err:
             raise ValueError(f"final_merge={merge!r} on {topo.name}: {err}") from None
     model_options = check_model_options(config.model, dict(config.model_options))
+    check_time(config, topo)
     return dataclasses.replace(
         config, decay_rounds=decay, final_merge=merge, node_batch=node_batch, model_options=model_options
     )
+
+
+def time_model_of(config: TrainConfig, topo):
+    """The :class:`jaxgossip.timing.TimeModel` of a run: ``config.time`` over :data:`TIME_OPTIONS`,
+    the algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering.
+
+    Raises:
+      ValueError: naming the ``--time.*`` option and the rule (unknown key, bad value or shape).
+    """
+    from jaxgossip import timing
+
+    options = config.time
+    if not isinstance(options, dict):
+        raise ValueError(f"time={options!r} must be a mapping, e.g. --time.compute=0.01 --time.bandwidth=1e8")
+    unknown = sorted(set(options) - set(TIME_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"time.{unknown[0]}: unknown time option{did_you_mean(unknown[0], TIME_OPTIONS)}; "
+            f"known: {', '.join(TIME_OPTIONS)}"
+        )
+    values = {**TIME_OPTIONS, **{k: v for k, v in options.items() if v is not None}}
+    if isinstance(values["compute"], (list, tuple)):  # the command line splits stragglers:C,F,S at commas
+        values["compute"] = ",".join(str(v) for v in values["compute"])
+    for key in ("latency", "bandwidth"):
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"--time.{key}={value!r} must be a number ({'s' if key == 'latency' else 'bit/s'})")
+    for key, known in (("mode", timing.LINK_MODES), ("allreduce", timing.ALLREDUCE_MODELS)):
+        if values[key] not in known:
+            raise ValueError(f"--time.{key}={values[key]!r} is unknown; known: {', '.join(known)}")
+    try:
+        return timing.time_model(
+            topo,
+            compute=values["compute"],
+            latency=values["latency"],
+            bandwidth=values["bandwidth"],
+            mode=values["mode"],
+            algorithm=config.algorithm,
+            options=with_trainer_options(config.algorithm, dict(config.algorithm_options)),
+            ordering=config.ordering,
+            allreduce_model=values["allreduce"],
+            names=("--time.latency", "--time.bandwidth"),
+        )
+    except ValueError as err:
+        text = str(err)
+        raise ValueError(text if text.startswith("--time.") else f"--time.compute: {text}") from None
+
+
+def check_time(config: TrainConfig, topo) -> None:
+    """Checks ``config.time`` (see :func:`time_model_of`) before any data is loaded."""
+    time_model_of(config, topo)
 
 
 def gamma_warning(algorithm: str, options: dict, topo) -> str | None:

@@ -1,10 +1,10 @@
 """The cost of configured runs, as the CLI reports it (built on :mod:`jaxgossip.cost`).
 
 :mod:`jaxgossip.cost` prices bits, FLOPs and memory under a network model; this module holds the
-option-level model a user sets (``--link.*``, ``--node.flops``, ``--energy.*``: :data:`COST_OPTIONS`,
+option-level model a user sets (``--time.*`` links and ``--energy.*``: :data:`COST_OPTIONS`,
 :class:`CostModel`) and applies it to whole runs: the cost fields of every evaluation point of a
-training run (:func:`training_cost`) and of one graph of a consensus sweep
-(:func:`consensus_graph_cost`). Host-side NumPy, not jittable; no file I/O.
+training run (:func:`training_cost`, from the times the run recorded) and of one graph of a
+consensus sweep (:func:`consensus_graph_cost`). Host-side NumPy, not jittable; no file I/O.
 """
 
 from __future__ import annotations
@@ -18,9 +18,13 @@ import numpy as np
 
 from jaxgossip.cost import ALLREDUCE_MODELS, MODES, EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
 from jaxgossip.cost import flops_per_step as _flops_per_step
+from jaxgossip.timing import DEFAULT_BANDWIDTH, DEFAULT_LATENCY
 
 __all__ = [
     "COST_OPTIONS",
+    "LINK_OPTIONS",
+    "ENERGY_OPTIONS",
+    "cost_model_of_training",
     "CostModel",
     "cost_model_from_options",
     "simulate_bits",
@@ -31,41 +35,38 @@ __all__ = [
     "consensus_graph_cost",
 ]
 
-# --option: (metavar, help); the defaults live in CostModel. 1 Gbit/s is commodity Ethernet. 100 us
-# per message is an assumption, not a measurement: the order of a small TCP message's one-way
-# latency inside a LAN or data centre (a switch hop plus two kernel network stacks, tens to a few
-# hundred microseconds); wide-area or wireless edge links have 10-100x more.
-COST_OPTIONS = {
-    "link.bandwidth": ("BIT/S", "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)"),
-    "link.latency": (
+# --option: (metavar, help); the defaults live in jaxgossip.timing (DEFAULT_BANDWIDTH, DEFAULT_LATENCY).
+# The commands that train take the time options as TrainConfig.time (--time.*, jaxgossip.run.config)
+# and only the energy options here; the consensus commands take both from here.
+LINK_OPTIONS = {
+    "time.bandwidth": ("BIT/S", "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)"),
+    "time.latency": (
         "S",
         "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
     ),
-    "link.mode": (
+    "time.mode": (
         "serial|parallel",
         "serial: a node's messages of a round share its uplink one after another (default); "
         "parallel: they go out at once on independent links",
     ),
-    "link.allreduce": (
+    "time.allreduce": (
         "ring|message",
         "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one model-sized "
         "message per node",
     ),
-    "node.flops": (
-        "FLOP/S",
-        "compute speed of a node (e.g. 1e12); adds compute time per round and the simulated wall-clock "
-        "of training runs (default: compute not modelled)",
-    ),
+}
+ENERGY_OPTIONS = {
     "energy.flop": ("J", "joules per FLOP computed; with --energy.bit adds energy per node (default 0)"),
     "energy.bit": ("J", "joules per bit sent (default 0)"),
 }
+COST_OPTIONS = {**LINK_OPTIONS, **ENERGY_OPTIONS}
 
 # The unit each numeric option is given in (error messages).
-_UNITS = {"link.bandwidth": "bit/s", "link.latency": "s", "node.flops": "FLOP/s", "energy.flop": "J", "energy.bit": "J"}
+_UNITS = {"time.bandwidth": "bit/s", "time.latency": "s", "energy.flop": "J", "energy.bit": "J"}
 
 
 # Options that must be > 0 (the others must be >= 0).
-_STRICT = ("link.bandwidth", "node.flops")
+_STRICT = ("time.bandwidth",)
 
 
 def _check_number(option: str, value: float | None, text: Any = None) -> None:
@@ -81,35 +82,34 @@ def _check_number(option: str, value: float | None, text: Any = None) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
-    """The cost-model options, validated on construction (units: bit/s, s, FLOP/s, J).
+    """The cost-model options, validated on construction (units: bit/s, s, J): the links of the
+    time model (:mod:`jaxgossip.timing`) and the energy prices.
 
     Raises:
-      ValueError: naming the option (``--link.bandwidth``, ...): not finite, out of range, or an
+      ValueError: naming the option (``--time.bandwidth``, ...): not finite, out of range, or an
         unknown mode.
     """
 
-    bandwidth: float = 1e9
-    latency: float = 1e-4
+    bandwidth: float = DEFAULT_BANDWIDTH
+    latency: float = DEFAULT_LATENCY
     mode: str = "serial"
     allreduce: str = "ring"
-    node_flops: float | None = None
     joules_per_flop: float | None = None
     joules_per_bit: float | None = None
 
     def __post_init__(self):
         for option, value in (
-            ("link.bandwidth", self.bandwidth),
-            ("link.latency", self.latency),
-            ("node.flops", self.node_flops),
+            ("time.bandwidth", self.bandwidth),
+            ("time.latency", self.latency),
             ("energy.flop", self.joules_per_flop),
             ("energy.bit", self.joules_per_bit),
         ):
             _check_number(option, value)
         if self.mode not in MODES:
-            raise ValueError(f"--link.mode={self.mode!r} is unknown; known modes: {', '.join(MODES)}")
+            raise ValueError(f"--time.mode={self.mode!r} is unknown; known modes: {', '.join(MODES)}")
         if self.allreduce not in ALLREDUCE_MODELS:
             raise ValueError(
-                f"--link.allreduce={self.allreduce!r} is unknown; known models: {', '.join(ALLREDUCE_MODELS)}"
+                f"--time.allreduce={self.allreduce!r} is unknown; known models: {', '.join(ALLREDUCE_MODELS)}"
             )
 
     @property
@@ -122,7 +122,7 @@ class CostModel:
 
 
 def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
-    """A :class:`CostModel` from option values keyed by option name (``"link.bandwidth"``, ...).
+    """A :class:`CostModel` from option values keyed by option name (``"time.bandwidth"``, ...).
 
     Args:
       values: option name (a key of :data:`COST_OPTIONS`) -> value as given (str, number) or None
@@ -143,26 +143,40 @@ def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
         _check_number(option, value, text)
         return value
 
-    bandwidth, latency = number("link.bandwidth"), number("link.latency")
+    bandwidth, latency = number("time.bandwidth"), number("time.latency")
     return CostModel(
         bandwidth=CostModel.bandwidth if bandwidth is None else bandwidth,
         latency=CostModel.latency if latency is None else latency,
-        mode=values.get("link.mode") or CostModel.mode,
-        allreduce=values.get("link.allreduce") or CostModel.allreduce,
-        node_flops=number("node.flops"),
+        mode=values.get("time.mode") or CostModel.mode,
+        allreduce=values.get("time.allreduce") or CostModel.allreduce,
         joules_per_flop=number("energy.flop"),
         joules_per_bit=number("energy.bit"),
     )
 
 
-def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, flops: float = 0.0, **kwargs):
-    """:func:`jaxgossip.cost.simulate` of ``bits`` [R, N] under ``model``.
+def cost_model_of_training(config, values: Mapping[str, Any]) -> CostModel:
+    """The cost model of a training run: its links from ``config.time`` (the ``--time.*`` options,
+    checked by :func:`jaxgossip.run.config.check_time`), the energy prices from ``values``."""
+    from jaxgossip.run.config import TIME_OPTIONS
 
-    Compute is timed only with ``node_flops``; the energy of the FLOPs needs no FLOP/s, so the
-    callers add it (``F * joules_per_flop`` per round) and only the bits are priced here.
-    ``kwargs`` go to :func:`~jaxgossip.cost.simulate` (``overlap``, ``start_round``).
+    links = {**TIME_OPTIONS, **{k: v for k, v in dict(config.time).items() if v is not None}}
+    energy = cost_model_from_options({k: values.get(k) for k in ENERGY_OPTIONS})
+    return dataclasses.replace(
+        energy,
+        bandwidth=float(links["bandwidth"]),
+        latency=float(links["latency"]),
+        mode=links["mode"],
+        allreduce=links["allreduce"],
+    )
+
+
+def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, **kwargs):
+    """:func:`jaxgossip.cost.simulate` of ``bits`` [R, N] under ``model`` (communication only).
+
+    The energy of the FLOPs needs no time, so the callers add it (``F * joules_per_flop`` per
+    round) and only the bits are priced here. ``kwargs`` go to :func:`~jaxgossip.cost.simulate`
+    (``start_round``).
     """
-    timed = flops if model.node_flops is not None else 0.0
     return simulate(
         bits,
         None if allreduce else topo,
@@ -170,8 +184,6 @@ def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: i
         mode=model.mode,
         exchanges=1 if allreduce else exchanges,
         allreduce=model.allreduce if allreduce else None,
-        flops_per_step=timed,
-        device_flops=model.node_flops if timed else None,
         energy=EnergyModel(0.0, model.joules_per_bit or 0.0),
         **kwargs,
     )
@@ -240,6 +252,8 @@ def training_cost(
     topo,
     rounds,
     cumulative_bits,
+    sim_time,
+    comm_time,
     *,
     flops: float,
     memory: float,
@@ -247,49 +261,49 @@ def training_cost(
 ) -> list[dict]:
     """Cost fields of every evaluation point of a training run (and of its final merge).
 
+    The times are the ones the run recorded (``Metrics.sim_time`` / ``comm_time``, advanced every
+    round by :mod:`jaxgossip.timing`); only the final merge, which runs after the compiled
+    training, is priced here, by the same time model (:func:`jaxgossip.cost.simulate`).
+
     Args:
-      model: the cost model.
-      config: the run's ``TrainConfig`` (algorithm, options, ordering, final_merge).
+      model: the cost model (links as the run's, energy prices).
+      config: the run's ``TrainConfig`` (algorithm, options, final_merge).
       topo: the run's topology.
       rounds: [M] ``Metrics.round``; cumulative_bits: [M, N] ``Metrics.bits``.
+      sim_time, comm_time: [M] the recorded ``Metrics.sim_time`` and ``Metrics.comm_time``.
       flops: FLOPs of one local step (0: not measured); a round computes ``config.local_steps`` of
         them. memory: bytes per node.
       merge_bits: [N] bits each node sent in the final merge, or None.
 
     Returns:
       M dicts (M + 1 with ``merge_bits``), cumulative up to each point: ``comm_s`` and
-      ``comm_s_per_round`` (its mean over the training rounds so far), ``mem_MB_per_node``, with
-      ``node_flops`` ``compute_s_per_round`` and ``sim_s`` (simulated wall-clock), with energy
-      options ``energy_J_per_node`` (mean over nodes), and ``gflop_per_step`` when measured. The
-      merge adds its rounds (communication only) to ``comm_s``, ``sim_s`` and the energy.
+      ``comm_s_per_round`` (its mean over the rounds so far), ``sim_s`` (simulated seconds),
+      ``mem_MB_per_node``, with energy options ``energy_J_per_node`` (mean over nodes), and
+      ``gflop_per_step`` when measured. The merge adds its rounds (communication only) to
+      ``comm_s``, ``sim_s`` and the energy.
     """
     rounds = np.asarray(rounds).astype(np.int64)
+    sim_time = np.asarray(sim_time, np.float64).reshape(-1)
+    comm_time = np.asarray(comm_time, np.float64).reshape(-1)
+    if sim_time.shape != rounds.shape or comm_time.shape != rounds.shape:
+        raise ValueError(
+            f"sim_time and comm_time must be [M] = {rounds.shape}; got {sim_time.shape}, {comm_time.shape}"
+        )
     allreduce = priced_as_allreduce(config.algorithm)
-    bits = per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
     round_flops = flops * int(getattr(config, "local_steps", 1))
-    report = simulate_bits(
-        model,
-        bits,
-        topo,
-        allreduce=allreduce,
-        exchanges=exchanges_per_round(config.algorithm, config.algorithm_options),
-        flops=round_flops,
-        overlap=config.ordering == "same_iterate",
-    )
-    flop_joules = round_flops * (model.joules_per_flop or 0.0)  # per node and round
-    comm = np.cumsum(report.comm_time)
-    wall = np.cumsum(report.round_time)
-    joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)
+    joules = None
+    if model.energy:
+        bits = per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
+        report = simulate_bits(model, bits, topo, allreduce=allreduce)
+        flop_joules = round_flops * (model.joules_per_flop or 0.0)  # per node and round
+        joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)
     out = []
-    for r in rounds:
-        row = {"comm_s_per_round": float(comm[r - 1] / r), "comm_s": float(comm[r - 1])}
-        if model.node_flops is not None:
-            row["compute_s_per_round"] = float(report.compute_time.max())
-            row["sim_s"] = float(wall[r - 1])
+    for i, r in enumerate(rounds):
+        row = {"comm_s_per_round": float(comm_time[i] / r), "comm_s": float(comm_time[i]), "sim_s": float(sim_time[i])}
         row["mem_MB_per_node"] = memory / 1e6
         if flops:
             row["gflop_per_step"] = flops / 1e9
-        if model.energy:
+        if joules is not None:
             row["energy_J_per_node"] = float(joules[r - 1])
         out.append(row)
     if merge_bits is not None:
@@ -305,8 +319,7 @@ def training_cost(
             extra = simulate_bits(model, spread[start:], topo, allreduce=False, start_round=start)
         row = dict(out[-1])
         row["comm_s"] += float(extra.comm_time.sum())
-        if "sim_s" in row:
-            row["sim_s"] += extra.total_time
+        row["sim_s"] += extra.total_time
         if model.energy:
             row["energy_J_per_node"] += float(extra.energy.sum(axis=0).mean())
         out.append(row)

@@ -55,7 +55,7 @@ class Command:
       defaults: field -> default replacing the dataclass default (e.g. the demo's data set).
       flags: ``--flag`` -> help of on/off switches that are not config fields (``--no-progress``).
       extra: group title -> (option, type, default, help) of further options that are not config
-        fields (``--out``, the cost model's ``--link.*``).
+        fields (``--out``, the cost model's ``--time.*``).
       field_help: field -> one-line meaning.
       epilog: text after the options (per-algorithm hyperparameters, examples).
     """
@@ -333,7 +333,7 @@ def read_config_file(spec: str) -> dict:
 
 def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
     """Checks the keys of a mapping (from a file or Python) against the command's options and
-    returns it with dotted keys (``algorithm_options.gamma: 0.5``, ``link.bandwidth``) nested."""
+    returns it with dotted keys (``algorithm_options.gamma: 0.5``, ``time.bandwidth``) nested."""
     out: dict = {}
     known = [k for k in layout.types if k != "config"]
     for key, value in values.items():
@@ -347,7 +347,7 @@ def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
         if rest and head in layout.types and _is_dict(layout.types[head]):
             out[head] = _merge(out.get(head, {}), rest.split("."), value)
             continue
-        # "link: {bandwidth: ...}" for the dotted options link.bandwidth, ...
+        # "energy: {bit: ...}" for the dotted options energy.bit, ...
         nested = [t for t in layout.types if t.startswith(key + ".")]
         if nested and isinstance(value, dict):
             for sub, sub_value in value.items():
@@ -364,7 +364,7 @@ def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
 
 
 def _to_namespace_dict(values: dict) -> dict:
-    """``{"link.bandwidth": 1}`` -> ``{"link": {"bandwidth": 1}}`` (jsonargparse's nesting)."""
+    """``{"energy.bit": 1}`` -> ``{"energy": {"bit": 1}}`` (jsonargparse's nesting)."""
     out: dict = {}
     for key, value in values.items():
         if "." in key:

@@ -382,7 +382,7 @@ LEGEND = {
     "final rel. error": "||X_R - mean||^2 / ||X_0 - mean||^2 after the last round",
     "final error": "mean squared distance of the nodes to the average after the last round",
     "rounds to tol": "first round with relative error below --tol (mean over seeds; - if never)",
-    "comm s": "simulated communication time (cost model of --link.*)",
+    "comm s": "simulated communication time (time model of --time.*)",
     "comm s/round": "simulated communication time per round",
     "sim s": "simulated wall-clock: compute + communication",
     "status": "ok, or the round where NaN/inf first appeared",

@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, sharding, topology
-from jaxgossip.run.config import TrainConfig, check_train_config, with_trainer_options
+from jaxgossip.run.config import TrainConfig, check_train_config, time_model_of, with_trainer_options
 from jaxgossip.run.watchdog import WatchdogAlarm, check_consensus
 from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
 
@@ -256,6 +256,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
         eval_chunk=min(config.eval_chunk, eval_size),
         node_batch=_node_batch(config),
         local_steps=config.local_steps,
+        time=time_model_of(config, prep.topology),
     )
     return trainer, alg
 
@@ -287,6 +288,8 @@ def metrics_to_rows(metrics: Metrics, local_steps: int = 1) -> list[dict]:
             elif name == "round":
                 row[name] = int(value[i])
                 row["local_step"] = int(value[i]) * int(local_steps)
+            elif value.dtype == object:  # a field the run does not record (None): no sim_time untimed
+                continue
             else:
                 row[name] = float(value[i])
         rows.append(row)
