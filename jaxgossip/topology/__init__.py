@@ -8,7 +8,11 @@
 * :mod:`~jaxgossip.topology.specs`: spec strings (``make``) and the public ``FAMILIES``;
 * :mod:`~jaxgossip.topology.stack`: stacking graphs of one shape for one compile;
 * :mod:`~jaxgossip.topology.stochastic`: graphs drawn every round inside the run
-  (``random_matching``, ``random_out``, ``with_failures``).
+  (``random_matching``, ``random_out``, ``with_failures``);
+* :mod:`~jaxgossip.topology.finite_time`: the Base-(k+1) graph (exact averaging after one period);
+* :mod:`~jaxgossip.topology.equitopo`: EquiTopo (``d_equistatic``, ``u_equistatic``,
+  ``od_equidyn``, ``ou_equidyn``);
+* :mod:`~jaxgossip.topology.trees`: ``chain``, ``binary_tree``, ``spanning_tree``, ``dumbbell``.
 """
 
 from jaxgossip.topology.constructors import (
@@ -27,9 +31,11 @@ from jaxgossip.topology.constructors import (
     star,
     torus,
 )
+from jaxgossip.topology.equitopo import d_equistatic, od_equidyn, ou_equidyn, u_equistatic
+from jaxgossip.topology.finite_time import base_graph
 from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
 from jaxgossip.topology.specs import FAMILIES, make
-from jaxgossip.topology.spectral import optimal_gamma, spectral_gap
+from jaxgossip.topology.spectral import effective_neighbors, optimal_gamma, spectral_gap
 from jaxgossip.topology.stack import buckets, group, signature, stack
 from jaxgossip.topology.stochastic import (
     expected_gram,
@@ -39,6 +45,7 @@ from jaxgossip.topology.stochastic import (
     sample_matrices,
     with_failures,
 )
+from jaxgossip.topology.trees import binary_tree, chain, dumbbell, spanning_tree
 
 __all__ = [
     "Topology",
@@ -53,6 +60,15 @@ __all__ = [
     "star",
     "erdos_renyi",
     "random_directed",
+    "base_graph",
+    "chain",
+    "binary_tree",
+    "dumbbell",
+    "spanning_tree",
+    "d_equistatic",
+    "u_equistatic",
+    "od_equidyn",
+    "ou_equidyn",
     "from_adjacency",
     "from_matrix",
     "schedule",
@@ -64,6 +80,7 @@ __all__ = [
     "expected_gram",
     "mean_out_degree",
     "spectral_gap",
+    "effective_neighbors",
     "optimal_gamma",
     "WEIGHT_SCHEMES",
     "KERNELS",

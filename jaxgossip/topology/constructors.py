@@ -47,7 +47,8 @@ _TOL = 1e-6
 # ---- construction helpers -----------------------------------------------------------------------
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, else a TypeError / ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
@@ -55,7 +56,7 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _from_edges(
+def from_edges(
     name: str, n: int, rounds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], directed: bool | None = None
 ) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
@@ -129,8 +130,8 @@ def ring(n: int) -> Topology:
     Args:
       n: number of nodes N >= 3.
     """
-    n = _check_int("n", n, 3)
-    return _from_edges(f"ring({n})", n, [_circulant(n, (1, -1), 1 / 3)], directed=False)
+    n = check_int("n", n, 3)
+    return from_edges(f"ring({n})", n, [_circulant(n, (1, -1), 1 / 3)], directed=False)
 
 
 def directed_ring(n: int) -> Topology:
@@ -141,8 +142,8 @@ def directed_ring(n: int) -> Topology:
     Args:
       n: number of nodes N >= 2.
     """
-    n = _check_int("n", n, 2)
-    return _from_edges(f"directed_ring({n})", n, [_circulant(n, (1,), 0.5)], directed=n > 2)
+    n = check_int("n", n, 2)
+    return from_edges(f"directed_ring({n})", n, [_circulant(n, (1,), 0.5)], directed=n > 2)
 
 
 def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
@@ -154,7 +155,7 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
       rows, cols: grid sides, each >= 2.
       num_nodes: optional N to check against ``rows * cols``.
     """
-    rows, cols = _check_int("rows", rows, 2), _check_int("cols", cols, 2)
+    rows, cols = check_int("rows", rows, 2), check_int("cols", cols, 2)
     n = rows * cols
     if num_nodes is not None and num_nodes != n:
         raise ValueError(f"torus rows*cols = {rows}*{cols} = {n} does not match num_nodes={num_nodes}")
@@ -168,7 +169,7 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
     ]
     s = np.concatenate([nodes] * 5)
     r = np.concatenate([nodes] + nbrs)
-    return _from_edges(f"torus({rows}x{cols})", n, [(s, r, np.full(s.size, 0.2))], directed=False)
+    return from_edges(f"torus({rows}x{cols})", n, [(s, r, np.full(s.size, 0.2))], directed=False)
 
 
 def hypercube(n: int) -> Topology:
@@ -177,14 +178,14 @@ def hypercube(n: int) -> Topology:
     Args:
       n: number of nodes N, a power of two >= 2.
     """
-    n = _check_int("n", n, 2)
+    n = check_int("n", n, 2)
     if n & (n - 1):
         raise ValueError(f"hypercube needs n to be a power of two, got n={n}")
     k = n.bit_length() - 1
     nodes = np.arange(n)
     s = np.concatenate([nodes] * (k + 1))
     r = np.concatenate([nodes] + [nodes ^ (1 << j) for j in range(k)])
-    return _from_edges(f"hypercube({n})", n, [(s, r, np.full(s.size, 1 / (k + 1)))], directed=False)
+    return from_edges(f"hypercube({n})", n, [(s, r, np.full(s.size, 1 / (k + 1)))], directed=False)
 
 
 def _log2_ceil(n: int) -> int:
@@ -205,11 +206,11 @@ def exponential(n: int) -> Topology:
       Ying et al., "Exponential Graph is Provably Efficient for Decentralized Deep Training",
       NeurIPS 2021 (arXiv:2110.13363).
     """
-    n = _check_int("n", n, 2)
+    n = check_int("n", n, 2)
     tau = _log2_ceil(n)
     offsets = [2**j for j in range(tau)]
     rounds = [_circulant(n, offsets, 1 / (tau + 1))]
-    return _from_edges(f"exponential({n})", n, rounds)
+    return from_edges(f"exponential({n})", n, rounds)
 
 
 def one_peer_exponential(n: int) -> Topology:
@@ -226,10 +227,10 @@ def one_peer_exponential(n: int) -> Topology:
       Assran et al., ICML 2019 (SGP graph type 5 with one peer);
       Ying et al., NeurIPS 2021 (arXiv:2110.13363), exact averaging after log2(n) rounds.
     """
-    n = _check_int("n", n, 2)
+    n = check_int("n", n, 2)
     tau = _log2_ceil(n)
     rounds = [_circulant(n, (2**t,), 0.5) for t in range(tau)]
-    return _from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2)
+    return from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2)
 
 
 def complete(n: int) -> Topology:
@@ -238,13 +239,13 @@ def complete(n: int) -> Topology:
     Args:
       n: number of nodes N >= 2.
     """
-    n = _check_int("n", n, 2)
+    n = check_int("n", n, 2)
     nodes = np.arange(n)
     s, r = np.meshgrid(nodes, nodes)
-    return _from_edges(f"complete({n})", n, [(s, r, np.full(s.size, 1 / n))], directed=False)
+    return from_edges(f"complete({n})", n, [(s, r, np.full(s.size, 1 / n))], directed=False)
 
 
-def _metropolis(adj: np.ndarray) -> np.ndarray:
+def metropolis_weights(adj: np.ndarray) -> np.ndarray:
     """W_ij = 1/(1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_j W_ij (symmetric adj)."""
     a = (adj != 0).astype(np.float64)
     np.fill_diagonal(a, 0.0)
@@ -260,10 +261,10 @@ def star(n: int) -> Topology:
     Args:
       n: number of nodes N >= 3.
     """
-    n = _check_int("n", n, 3)
+    n = check_int("n", n, 3)
     adj = np.zeros((n, n))
     adj[0, 1:] = adj[1:, 0] = 1
-    return from_matrix(_metropolis(adj), name=f"star({n})")
+    return from_matrix(metropolis_weights(adj), name=f"star({n})")
 
 
 def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topology:
@@ -277,7 +278,7 @@ def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topol
     """
     import networkx as nx
 
-    n = _check_int("n", n, 2)
+    n = check_int("n", n, 2)
     p = _check_probability(p, "edge")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
@@ -300,7 +301,7 @@ def random_directed(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> T
       p: arc probability in (0, 1].
       seed: seed of the sampler.
     """
-    n = _check_int("n", n, 2)
+    n = check_int("n", n, 2)
     p = _check_probability(p, "arc")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
@@ -368,7 +369,7 @@ def from_adjacency(adj: Any, weights: str = "metropolis", name: str | None = Non
                 "weights='metropolis' needs an undirected (symmetric) adjacency; for a directed "
                 "graph use weights='column' (push-sum)"
             )
-        w = _metropolis(a)
+        w = metropolis_weights(a)
     elif weights == "uniform":
         w = (a + np.eye(n)) / (a.sum(axis=1, keepdims=True) + 1)
         if not np.allclose(w.sum(axis=0), 1.0, atol=_TOL):
@@ -426,7 +427,7 @@ def from_matrix(w: Any, name: str | None = None, directed: bool | None = None) -
     for m in w:
         r, s = np.nonzero(m)
         rounds.append((s, r, m[r, s]))
-    return _from_edges(name or f"from_matrix(N={n}, T={period})", n, rounds, directed=bool(directed))
+    return from_edges(name or f"from_matrix(N={n}, T={period})", n, rounds, directed=bool(directed))
 
 
 def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topology:
@@ -443,7 +444,7 @@ def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topolog
             rounds.append((topo.senders[t], topo.receivers[t], topo.weights[t]))
     directed = any(t.directed for t in topologies)
     label = name or "schedule(" + ", ".join(t.name for t in topologies) + ")"
-    topo = _from_edges(label, n, rounds, directed)
+    topo = from_edges(label, n, rounds, directed)
     union = (topo.matrices() != 0).any(axis=0).astype(np.float64)
     np.fill_diagonal(union, 0)
     _check_connected(union, True, "union graph of the schedule")

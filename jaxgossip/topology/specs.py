@@ -1,11 +1,12 @@
 """Topology spec strings (``"ring"``, ``"torus:4x8"``, ``"erdos_renyi:0.3"``, ``"random_out:2"``,
-``"ring+drop:0.3"``, ``"torus+drop:0.1+nodedrop:0.05"``) for configs and the CLI."""
+``"base:2"``, ``"u_equistatic:4"``, ``"spanning_tree:torus"``, ``"ring+drop:0.3"``,
+``"torus+drop:0.1+nodedrop:0.05"``) for configs and the CLI."""
 
 from __future__ import annotations
 
 import math
 
-from jaxgossip.topology import constructors, stochastic
+from jaxgossip.topology import constructors, equitopo, finite_time, stochastic, trees
 from jaxgossip.topology.graph import Topology
 
 __all__ = ["FAMILIES", "SUFFIXES", "make"]
@@ -28,8 +29,18 @@ FAMILIES = {
         constructors.random_directed,
         stochastic.random_matching,
         stochastic.random_out,
+        trees.chain,
+        trees.binary_tree,
+        trees.dumbbell,
+        trees.spanning_tree,
+        equitopo.d_equistatic,
+        equitopo.u_equistatic,
+        equitopo.od_equidyn,
+        equitopo.ou_equidyn,
     )
 }
+# The Base-(k+1) graph is written "base:K" (K = the maximum degree k).
+FAMILIES["base"] = finite_time.base_graph
 
 # Spec suffixes that wrap a graph in with_failures, ``BASE+drop:P+nodedrop:Q`` -> their argument.
 SUFFIXES = {
@@ -62,13 +73,31 @@ def _near_square(n: int) -> tuple[int, int]:
     return rows, n // rows
 
 
+def _int_arg(spec: str, arg: str, what: str, default: int | None = None) -> int:
+    """The integer after the colon of ``spec`` (>= 1), else a ValueError naming the spec."""
+    name = spec.partition(":")[0]
+    if not arg and default is not None:
+        return default
+    try:
+        value = int(arg)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise ValueError(f"{name} spec {spec!r}: {what} must be an int >= 1, got {arg!r}")
+    return value
+
+
 def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
     """Topology from a name such as ``"ring"``, ``"torus"``, ``"erdos_renyi:0.3"``,
     ``"random_directed:0.2"`` or ``"torus:4x8"`` (used by configs and the CLI).
 
     ``torus`` without sides picks the most square ``rows x cols = num_nodes``; ``erdos_renyi`` and
     ``random_directed`` take their edge probability after the colon and use ``seed``;
-    ``random_out:S`` takes the out-degree s (default 1); ``random_matching`` takes nothing. A
+    ``random_out:S`` takes the out-degree s (default 1); ``random_matching`` takes nothing;
+    ``base:K`` is the Base-(K+1) graph of maximum degree K >= 1 (default 1);
+    ``d_equistatic:M`` / ``u_equistatic:M`` take M >= 1 basis graphs (default ``ceil(log2 N)``) and
+    use ``seed``; ``od_equidyn`` / ``ou_equidyn`` take an optional eta in (0, 1] (default 0.5);
+    ``spanning_tree:SPEC`` is the BFS tree (root 0) of the graph SPEC. A
     suffix ``+drop:P`` (link failures) and/or ``+nodedrop:Q`` (node failures) wraps the graph in
     :func:`~jaxgossip.topology.with_failures` (e.g. ``"torus:4x4+drop:0.3"``, ``"ring+nodedrop:0.1"``).
     """
@@ -102,6 +131,28 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
         except ValueError:
             raise ValueError(f"random_out spec {spec!r} must look like 'random_out:S' with S an int") from None
         return FAMILIES[name](num_nodes, s)
+    if name == "base":
+        return FAMILIES[name](num_nodes, _int_arg(spec, arg, "K (the maximum degree)", default=1))
+    if name in ("d_equistatic", "u_equistatic"):
+        m = _int_arg(spec, arg, "M (the number of basis graphs)") if arg else None
+        return FAMILIES[name](num_nodes, m, seed)
+    if name in ("od_equidyn", "ou_equidyn"):
+        if not arg:
+            return FAMILIES[name](num_nodes)
+        try:
+            eta = float(arg)
+        except ValueError:
+            raise ValueError(f"{name} spec {spec!r} must look like '{name}:ETA' with ETA in (0, 1]") from None
+        return FAMILIES[name](num_nodes, eta)
+    if name == "spanning_tree":
+        if not arg:
+            raise ValueError(f"spanning_tree spec {spec!r} must name the graph to span, e.g. 'spanning_tree:torus'")
+        inner = arg.partition(":")[0]
+        if inner not in FAMILIES:
+            raise ValueError(
+                f"spanning_tree spec {spec!r}: unknown topology {inner!r}; known topologies: {list(FAMILIES)}"
+            )
+        return FAMILIES[name](make(arg, num_nodes, seed))
     if arg:
         raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
     return FAMILIES[name](num_nodes)

@@ -1,4 +1,5 @@
-"""Spectral tools: how fast a graph's mixing averages, and the relaxation that balances it."""
+"""Spectral tools: how fast a graph's mixing averages, the relaxation that balances it, and the
+effective number of neighbours of "Beyond spectral gap"."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import numpy as np
 
 from jaxgossip.topology.graph import Topology
 
-__all__ = ["spectral_gap", "optimal_gamma"]
+__all__ = ["spectral_gap", "optimal_gamma", "effective_neighbors"]
 
 _TOL = 1e-6
+# Largest N for the dense covariance of a graph that is not circulant ([N, N] float64 matrices).
+_DENSE_LIMIT = 4096
 
 
 def spectral_gap(topo: Topology) -> float:
@@ -65,3 +68,91 @@ def optimal_gamma(topo: Topology) -> float:
         raise ValueError(f"optimal_gamma needs a symmetric W; {topo.name} is not symmetric")
     lam = np.sort(np.linalg.eigvalsh(w))[::-1]
     return float(2.0 / ((1.0 - lam[1]) + (1.0 - lam[-1])))
+
+
+def _circulant_rows(topo: Topology) -> np.ndarray | None:
+    """[T, N] with ``W(t)[i, j] = c[t, (j - i) mod N]`` when every round is circulant, else None."""
+    n = topo.num_nodes
+    rows = np.zeros((topo.period, n))
+    for t in range(topo.period):
+        s, r, w = topo.senders[t], topo.receivers[t], topo.weights[t]
+        keep = w != 0
+        offset = (s[keep].astype(np.int64) - r[keep]) % n
+        np.add.at(rows[t], offset, w[keep])
+        # circulant iff every node has the same in-weights at the same offsets as the mean row
+        if keep.sum() != n * np.count_nonzero(rows[t]) or not np.allclose(w[keep], rows[t][offset] / n, atol=1e-12):
+            return None
+        rows[t] /= n
+    return rows
+
+
+def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> float:
+    """The effective number of neighbours ``n_W(gamma)`` of "Beyond spectral gap" (Vogels et al.).
+
+    Run the random walk ``x <- W(s) (sqrt(gamma) x + xi_s)`` with one scalar per node and fresh
+    i.i.d. standard normal noise ``xi`` every round; its covariance ``Sigma`` settles (periodically,
+    for a schedule) at the fixed point of ``Sigma <- W (gamma Sigma + I) W^T``. Then
+
+    .. math::  n_W(\\gamma) = \\frac{1}{(1 - \\gamma)\\ \\tfrac1N \\operatorname{tr} \\Sigma}
+
+    the number of workers whose noise a node averages: 1 alone (``W = I``), N with exact averaging
+    (``W = J``), and, at fixed gamma, bounded in N for graphs that are sparse in the right way.
+    ``gamma`` plays the role of the decay ``(1 - learning rate * curvature)^2`` of the paper's
+    quadratic model: close to 1 it rewards graphs that average well over many rounds, small it
+    rewards one round's averaging. For a static symmetric W with eigenvalues ``lambda_k``,
+    ``tr Sigma = sum_k lambda_k^2 / (1 - gamma lambda_k^2)``; for circulant rounds (ring,
+    exponential, one-peer exponential, EquiStatic, ...) the same per Fourier mode, in O(T N log N);
+    other graphs solve the discrete Lyapunov equation of one period densely (N <= 4096).
+
+    Args:
+      topo: a fixed doubly stochastic graph (static or a schedule).
+      gamma: the decay, in [0, 1).
+      t: the round the covariance is taken before (after round t - 1; phase ``t mod T``): 0 means
+        after whole periods, the convention of the authors' code.
+
+    Raises:
+      ValueError: for a stochastic graph, weights that are not doubly stochastic, gamma outside
+        [0, 1), or a graph too large for the dense computation.
+
+    References:
+      Vogels, Hendrikx, Jaggi, "Beyond spectral gap: The role of the topology in decentralized
+      learning", NeurIPS 2022 (arXiv:2206.03093); code epfml/topology-in-decentralized-learning.
+    """
+    import scipy.linalg
+
+    if topo.stochastic:
+        raise ValueError(
+            f"effective_neighbors needs a fixed graph; {topo.name} is drawn anew every round (its covariance "
+            "depends on the distribution of W, not one sequence)"
+        )
+    if not topo.is_doubly_stochastic:
+        raise ValueError(f"effective_neighbors needs doubly stochastic weights; {topo.name} is not")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma={gamma!r} must be a decay in [0, 1)")
+    gamma = float(gamma)
+    n, period = topo.num_nodes, topo.period
+    order = [(t + s) % period for s in range(period)]  # the rounds of one period ending before t
+    rows = _circulant_rows(topo)
+    if rows is not None:
+        gain = np.abs(np.fft.fft(rows, axis=1)) ** 2  # [T, N] |lambda_k(W(t))|^2
+        sigma, through = np.zeros(n), np.ones(n)
+        for s in order:
+            sigma, through = gain[s] * (gamma * sigma + 1.0), gain[s] * gamma * through
+        trace = float(np.sum(sigma / (1.0 - through)))
+    else:
+        if n > _DENSE_LIMIT:
+            raise ValueError(
+                f"effective_neighbors of {topo.name}: N={n} > {_DENSE_LIMIT} needs [N, N] dense matrices; "
+                "only circulant graphs are computed beyond that"
+            )
+        if period == 1 and topo.is_symmetric:
+            lam2 = np.linalg.eigvalsh(topo.matrix(0)) ** 2
+            trace = float(np.sum(lam2 / (1.0 - gamma * lam2)))
+        else:
+            noise, phi = np.zeros((n, n)), np.eye(n)
+            for s in order:
+                w = topo.matrix(s)
+                noise, phi = w @ (gamma * noise + np.eye(n)) @ w.T, w @ phi
+            sigma = scipy.linalg.solve_discrete_lyapunov(gamma ** (period / 2) * phi, noise)
+            trace = float(np.trace(sigma))
+    return float(n / ((1.0 - gamma) * trace))

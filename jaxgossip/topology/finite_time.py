@@ -1,0 +1,203 @@
+"""The Base-(k+1) graph: a time-varying graph of maximum degree k whose period averages exactly, for any N.
+
+Takezawa, Sato, Bao, Niwa, Yamada, "Beyond Exponential Graph: Communication-Efficient Topologies for
+Decentralized Learning via Finite-time Convergence", NeurIPS 2023 (arXiv:2305.11420).
+
+Building blocks (each round is a set of disjoint groups that average among themselves):
+
+* the *k-peer hyper-hypercube* of m nodes whose prime factors are all <= k + 1: write
+  ``m = f_1 f_2 ... f_r`` with every ``f_t <= k + 1`` (greedily, largest factor first, as the paper
+  does); label the nodes in mixed radix ``(d_1, ..., d_r)``; round t averages each clique of the
+  ``f_t`` nodes that differ only in digit t (weights ``1 / f_t``, degree ``f_t - 1 <= k``). The
+  product of the r rounds is the tensor product of the ``J_{f_t} / f_t``, i.e. ``J / m``.
+* the *simple Base-(k+1) graph* of any m: write m in base k + 1,
+  ``m = sum_l a_l (k+1)^{p_l}`` (``p_1 > p_2 > ...``, digits ``a_l`` in 1..k), and split the nodes
+  into blocks ``V_l`` of ``a_l (k+1)^{p_l}`` nodes, each cut into ``a_l`` sub-blocks of
+  ``(k+1)^{p_l}``. (1) Every ``V_l`` averages itself with its hyper-hypercube. (2) For l = 1, ...,
+  L - 1 in turn (one round each), every node of ``V_{>l}`` links to one fresh node in each of the
+  ``a_l`` sub-blocks of ``V_l`` (there are enough: ``|V_{>l}| < (k+1)^{p_l}``), with weight
+  ``n_l / (S_l a_l)`` on each link (``n_l = |V_l|``, ``S_l = |V_{>=l}|``). (3) Right after its
+  round, every sub-block of ``V_l`` averages itself with its hyper-hypercube. After round l of
+  (2) the nodes of ``V_{>l}`` hold ``sum_{j<=l} (n_j / m) xbar_j + (S_{l+1} / m) xbar_own``, so
+  ``V_L`` ends at the average, and every sub-block of ``V_l`` then holds the average's mass
+  (checked in the tests to 1e-12); T = ``H_1 + p_1 + 1`` rounds with ``H_1`` the hyper-hypercube
+  length of ``V_1``.
+* the *Base-(k+1) graph* of N: with ``N = N_s N_r``, ``N_s`` the largest divisor of N whose prime
+  factors are <= k + 1, run ``N_s`` simple Base-(k+1) graphs of ``N_r`` consecutive nodes side by
+  side, then ``N_r`` hyper-hypercubes of ``N_s`` nodes (one node from each block); if the simple
+  Base-(k+1) graph of all N nodes has a strictly shorter period, use it instead.
+
+Where we depart from the authors' code (yukiTakezawa/BaseGraph): a block whose hyper-hypercube has
+finished idles (self weight 1) instead of repeating its rounds, and the optional links among the
+unlinked nodes of ``V_l`` in phase (2) are left out; both only average nodes that already hold equal
+values, so the matrices' product is the same, with fewer messages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxgossip.topology.constructors import check_int, from_edges
+from jaxgossip.topology.graph import Topology
+
+__all__ = ["base_graph", "hyper_hypercube_factors", "smooth_part"]
+
+# One round as (senders, receivers, weights) lists of arrays (duplicates summed by from_edges).
+_Round = list
+
+
+def smooth_part(n: int, k: int) -> int:
+    """The largest divisor of n whose prime factors are all <= k + 1."""
+    part, rest = 1, n
+    for p in range(2, k + 2):
+        while rest % p == 0:
+            part, rest = part * p, rest // p
+    return part
+
+
+def hyper_hypercube_factors(m: int, k: int) -> list[int]:
+    """``m = f_1 ... f_r`` with each ``2 <= f_t <= k + 1``, taken greedily largest first, in
+    ascending order (the round lengths of the k-peer hyper-hypercube); [] for m = 1.
+
+    Raises:
+      ValueError: if m has a prime factor > k + 1.
+    """
+    factors, rest = [], m
+    for f in range(k + 1, 1, -1):
+        while rest % f == 0:
+            factors.append(f)
+            rest //= f
+    if rest != 1:
+        raise ValueError(f"m={m} has a prime factor > k + 1 = {k + 1}: no {k}-peer hyper-hypercube")
+    return sorted(factors)
+
+
+def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list[tuple]:
+    """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one (s, r, w) per factor."""
+    idx = np.arange(nodes.size)
+    rounds, stride = [], 1
+    for f in factors:
+        digit = (idx // stride) % f
+        first = idx - digit * stride  # the clique member with digit 0
+        members = first[:, None] + stride * np.arange(f)[None, :]  # [m, f]
+        rounds.append((nodes[members].ravel(), np.repeat(nodes, f), np.full(nodes.size * f, 1.0 / f)))
+        stride *= f
+    return rounds
+
+
+def _base_digits(m: int, k: int) -> list[tuple[int, int]]:
+    """``m = sum a (k+1)^p`` as [(a, p), ...] with p descending and a in 1..k."""
+    digits, p = [], 0
+    while (k + 1) ** (p + 1) <= m:
+        p += 1
+    rest = m
+    for q in range(p, -1, -1):
+        a, rest = divmod(rest, (k + 1) ** q)
+        if a:
+            digits.append((a, q))
+    return digits
+
+
+def _simple_rounds(nodes: np.ndarray, k: int) -> list[_Round]:
+    """The simple Base-(k+1) graph on ``nodes``: a list of rounds, each a list of (s, r, w)."""
+    m = nodes.size
+    if smooth_part(m, k) == m:
+        return [[r] for r in _clique_rounds(nodes, hyper_hypercube_factors(m, k))]
+    digits = _base_digits(m, k)
+    sizes = [a * (k + 1) ** p for a, p in digits]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    blocks = [nodes[starts[i] : starts[i + 1]] for i in range(len(sizes))]
+    head = len(hyper_hypercube_factors(sizes[0], k))
+    p_first = digits[0][1]
+    rounds: list[_Round] = [[] for _ in range(head + p_first + 1)]
+    # (1) every block averages itself
+    for block, size in zip(blocks, sizes):
+        for t, part in enumerate(_clique_rounds(block, hyper_hypercube_factors(size, k))):
+            rounds[t].append(part)
+    for l in range(len(blocks) - 1):
+        a, p = digits[l]
+        sub = (k + 1) ** p
+        later = np.concatenate(blocks[l + 1 :])  # V_{>l}, fewer than sub nodes
+        share = sizes[l] / int(starts[-1] - starts[l])  # n_l / S_l
+        # (2) round head + l: each node of V_{>l} links to node i of every sub-block of V_l
+        partners = blocks[l][(np.arange(a)[:, None] * sub + np.arange(later.size)[None, :])]  # [a, |V_{>l}|]
+        later_rep = np.broadcast_to(later, partners.shape)
+        link = share / a
+        rounds[head + l].append(
+            (
+                np.concatenate([partners.ravel(), later_rep.ravel(), later, partners.ravel()]),
+                np.concatenate([later_rep.ravel(), partners.ravel(), later, partners.ravel()]),
+                np.concatenate(
+                    [
+                        np.full(partners.size, link),
+                        np.full(partners.size, link),
+                        np.full(later.size, 1.0 - share),
+                        np.full(partners.size, 1.0 - link),
+                    ]
+                ),
+            )
+        )
+        # (3) then every sub-block of V_l averages itself
+        for s in range(a):
+            part = blocks[l][s * sub : (s + 1) * sub]
+            for t, piece in enumerate(_clique_rounds(part, [k + 1] * p)):
+                rounds[head + l + 1 + t].append(piece)
+    return rounds
+
+
+def _factored_rounds(n: int, k: int) -> list[_Round]:
+    """The Base-(k+1) schedule of n nodes (see the module docstring)."""
+    nodes = np.arange(n)
+    simple = _simple_rounds(nodes, k)
+    smooth = smooth_part(n, k)
+    rest = n // smooth
+    if rest == 1:
+        return simple
+    grid = nodes.reshape(smooth, rest)  # row b: block b of rest consecutive nodes
+    inner = [_simple_rounds(row, k) for row in grid]
+    across = [_clique_rounds(col, hyper_hypercube_factors(smooth, k)) for col in grid.T]
+    if len(simple) < len(inner[0]) + len(across[0]):
+        return simple
+    rounds = [[part for block in inner for part in block[t]] for t in range(len(inner[0]))]
+    rounds += [[col[t] for col in across] for t in range(len(across[0]))]
+    return rounds
+
+
+def base_graph(n: int, max_degree: int = 1) -> Topology:
+    """The Base-(k+1) graph: T rounds of degree <= k whose product is exactly ``J = 11^T / N``.
+
+    A time-varying undirected graph for any N and any maximum degree k: every ``W(t)`` is symmetric
+    and doubly stochastic, each node has at most k neighbours per round, and
+    ``W(T-1) ... W(0) = J / N`` exactly, so gossip with ``gamma = 1`` reaches the exact average after
+    one period. T is at most about ``2 log_{k+1}(N) + 2``; for N a power of k + 1 it is the
+    hyper-hypercube with ``T = log_{k+1} N``. The construction is in the module docstring.
+
+    .. math::  \\prod_{t=0}^{T-1} W(t) = \\tfrac1N \\mathbf 1 \\mathbf 1^\\top, \\quad
+        \\max_i |\\{j \\ne i : W(t)_{ij} > 0\\}| \\le k
+
+    Args:
+      n: number of nodes N >= 2.
+      max_degree: k >= 1, the most peers a node talks to in a round (``"base:K"`` in specs).
+
+    Returns:
+      A time-varying :class:`Topology` with period T (nodes idle in a round keep weight 1).
+
+    References:
+      Takezawa, Sato, Bao, Niwa, Yamada, "Beyond Exponential Graph: Communication-Efficient
+      Topologies for Decentralized Learning via Finite-time Convergence", NeurIPS 2023
+      (arXiv:2305.11420).
+    """
+    n = check_int("n", n, 2)
+    k = check_int("max_degree", max_degree, 1)
+    nodes = np.arange(n)
+    out = []
+    for parts in _factored_rounds(n, k):
+        busy = np.zeros(n, dtype=bool)
+        for _, r, _ in parts:
+            busy[r] = True
+        idle = nodes[~busy]
+        s = np.concatenate([p[0] for p in parts] + [idle])
+        r = np.concatenate([p[1] for p in parts] + [idle])
+        w = np.concatenate([p[2] for p in parts] + [np.ones(idle.size)])
+        out.append((s, r, w))
+    return from_edges(f"base_graph({n}, k={k})", n, out, directed=False)
