@@ -27,7 +27,7 @@ COMMANDS = ["train", "sweep", "consensus", "topology-sweep", "demo"]
 # The cost options of each command: a training command's --time.* are TrainConfig.time (a field).
 COST = {
     command: ["energy.flop", "energy.bit"] if command != "consensus"
-    else ["time.bandwidth", "time.latency", "time.mode", "time.allreduce", "energy.flop", "energy.bit"]
+    else ["time.bandwidth", "time.latency", "time.mode", "time.allreduce_model", "energy.flop", "energy.bit"]
     for command in COMMANDS
 }
 FIELDS = {

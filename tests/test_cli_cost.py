@@ -225,7 +225,7 @@ def test_training_cost_merge_round_continues_the_graph_sequence():
         ("--time.latency=-1e-3", r"--time.latency=-0.001 must be >= 0"),
         ("--time.latency=fast", r"--time.latency='fast' must be a number \(s\)"),
         ("--time.mode=fast", r"--time.mode='fast' is unknown; known: serial, parallel"),
-        ("--time.allreduce=tree", r"--time.allreduce='tree' is unknown; known: ring, message"),
+        ("--time.allreduce_model=tree", r"--time.allreduce_model='tree' is unknown; known: ring, message"),
         ("--time.compute=stragglers:1.0,2,10", r"--time.compute='stragglers:1.0,2,10': straggler fraction F=2.0 "),
         ("--time.compute=lognormal:-1", r"expected lognormal:MEDIAN,SIGMA"),
         ("--time.computee=1", r"time.computee: unknown time option \(did you mean 'compute'\?\)"),

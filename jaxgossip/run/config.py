@@ -44,7 +44,7 @@ __all__ = [
 
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
 #: the keys of TrainConfig.time (the --time.* options) and their defaults.
-TIME_OPTIONS = {"compute": 0.0, "latency": 1e-4, "bandwidth": 1e9, "mode": "serial", "allreduce": "ring"}
+TIME_OPTIONS = {"compute": 0.0, "latency": 1e-4, "bandwidth": 1e9, "mode": "serial", "allreduce_model": "ring"}
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -192,7 +192,7 @@ def train_field_help() -> dict[str, str]:
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0; "
         "--time.latency=S per message (default 1e-4); --time.bandwidth=BIT/S (default 1e9); "
         "--time.mode=serial|parallel (a node's messages share its uplink, or not); "
-        "--time.allreduce=ring|message (how an all-reduce round is priced)",
+        "--time.allreduce_model=ring|message (how an all-reduce round is priced)",
     }
 
 
@@ -494,7 +494,7 @@ def time_model_of(config: TrainConfig, topo):
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"--time.{key}={value!r} must be a number ({'s' if key == 'latency' else 'bit/s'})")
-    for key, known in (("mode", timing.LINK_MODES), ("allreduce", timing.ALLREDUCE_MODELS)):
+    for key, known in (("mode", timing.LINK_MODES), ("allreduce_model", timing.ALLREDUCE_MODELS)):
         if values[key] not in known:
             raise ValueError(f"--time.{key}={values[key]!r} is unknown; known: {', '.join(known)}")
     try:
@@ -507,7 +507,7 @@ def time_model_of(config: TrainConfig, topo):
             algorithm=config.algorithm,
             options=with_trainer_options(config.algorithm, dict(config.algorithm_options)),
             ordering=config.ordering,
-            allreduce_model=values["allreduce"],
+            allreduce_model=values["allreduce_model"],
             names=("--time.latency", "--time.bandwidth"),
         )
     except ValueError as err:

@@ -49,7 +49,7 @@ LINK_OPTIONS = {
         "serial: a node's messages of a round share its uplink one after another (default); "
         "parallel: they go out at once on independent links",
     ),
-    "time.allreduce": (
+    "time.allreduce_model": (
         "ring|message",
         "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one model-sized "
         "message per node",
@@ -109,7 +109,7 @@ class CostModel:
             raise ValueError(f"--time.mode={self.mode!r} is unknown; known modes: {', '.join(MODES)}")
         if self.allreduce not in ALLREDUCE_MODELS:
             raise ValueError(
-                f"--time.allreduce={self.allreduce!r} is unknown; known models: {', '.join(ALLREDUCE_MODELS)}"
+                f"--time.allreduce_model={self.allreduce!r} is unknown; known models: {', '.join(ALLREDUCE_MODELS)}"
             )
 
     @property
@@ -148,7 +148,7 @@ def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
         bandwidth=CostModel.bandwidth if bandwidth is None else bandwidth,
         latency=CostModel.latency if latency is None else latency,
         mode=values.get("time.mode") or CostModel.mode,
-        allreduce=values.get("time.allreduce") or CostModel.allreduce,
+        allreduce=values.get("time.allreduce_model") or CostModel.allreduce,
         joules_per_flop=number("energy.flop"),
         joules_per_bit=number("energy.bit"),
     )
@@ -166,7 +166,7 @@ def cost_model_of_training(config, values: Mapping[str, Any]) -> CostModel:
         bandwidth=float(links["bandwidth"]),
         latency=float(links["latency"]),
         mode=links["mode"],
-        allreduce=links["allreduce"],
+        allreduce=links["allreduce_model"],
     )
 
 
