@@ -288,7 +288,7 @@ def test_nan_loss_stops_with_hint_and_keeps_metrics(tmp_path):
     "changes, match",
     [
         ({"dataset": "imagenet"}, "unknown dataset|known"),
-        ({"model": "transformer"}, "unknown model"),
+        ({"model": "perceiver"}, "unknown model"),
         ({"algorithm": "telepathy"}, "unknown algorithm"),
         ({"partition": "zipf:2"}, "unknown|scheme"),
         ({"num_nodes": 5000}, "exceeds"),

@@ -89,6 +89,8 @@ def run(argv: list[str]) -> int:
     plots.plot_training({name: rows}, out, title=result.built.topology.name)
     last = dict(rows[-1], name=name, wall_time=result.wall_time, watchdog=common.watchdog_cell(result.watchdog))
     columns = common.with_cost([c for c in TRAIN_COLUMNS if c[0] != "reduction"], cost, training=True)
+    if "perplexity" in last:  # a next-token model
+        columns[1:1] = [("perplexity", "ppl(avg)", ".2f"), ("node_perplexity", "ppl(nodes)", ".2f")]
     print(plots.format_table([last], columns))
     print(f"wrote {out}/metrics.json, metrics.csv, config.json and plots")
     return 0

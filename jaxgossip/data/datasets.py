@@ -29,39 +29,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import NamedTuple
 
 import numpy as np
 
-from jaxgossip.data import builders, raw
+from jaxgossip.data import builders, raw, text
+from jaxgossip.data.base import Dataset
 
 #: Names accepted by :func:`load_dataset`.
-DATASET_NAMES = ("auto", "digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASET_NAMES = ("auto", "digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "cifar100", "python_docs")
 
 _NUM_CLASSES = {"mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100}
-
-
-class Dataset(NamedTuple):
-    """An image-classification dataset held as host NumPy arrays.
-
-    Attributes:
-        x_train: float32 [M, H, W, C] (normalized, see :func:`load_dataset`).
-        y_train: int32 [M], labels in [0, num_classes).
-        x_test: float32 [M_test, H, W, C].
-        y_test: int32 [M_test].
-        num_classes: number of classes C.
-        name: which dataset this is ("digits", "fashion_mnist", ...), after
-            resolving "auto".
-        source: one human-readable line saying where the data came from.
-    """
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-    name: str
-    source: str
 
 
 def standardize(x_train: np.ndarray, x_test: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -368,6 +345,7 @@ def load_dataset(
     seed: int = 0,
     normalize: bool = True,
     download: bool = False,
+    context: int = 64,
 ) -> Dataset:
     """Loads a dataset by name as host NumPy arrays.
 
@@ -376,7 +354,8 @@ def load_dataset(
             "synthetic" (seeded blobs, see :func:`make_synthetic`), "mnist",
             "fashion_mnist", "cifar10", "cifar100", or "auto" (Fashion-MNIST if
             prepared or its raw files are found, else digits); or ``npz:PATH``, a
-            ``.npz`` file of user arrays (:func:`load_npz`).
+            ``.npz`` file of user arrays (:func:`load_npz`); or a next-token text data set,
+            "python_docs" (embedded) or ``text:PATH`` (:func:`jaxgossip.data.load_text`).
         data_dir: tfds data folder where prepared datasets live and are written
             (None: tfds's default, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``).
             Raw files placed directly in it or in ``data_dir/downloads/manual``
@@ -390,6 +369,7 @@ def load_dataset(
         download: only if nothing is found locally: fall back to tfds's
             built-in builder with ``tfds.load(name, download=True)``, which
             needs TensorFlow and internet.
+        context: T, tokens per example of a text data set (ignored otherwise).
 
     Returns:
         Dataset; ``dataset.source`` says which data was used and from where.
@@ -404,6 +384,8 @@ def load_dataset(
     """
     if isinstance(name, str) and name.startswith(NPZ_PREFIX):
         return load_npz(name[len(NPZ_PREFIX) :])
+    if text.is_text_dataset(name):
+        return text.load_text(name, context, seed=seed)
     if name not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}, npz:PATH")
     if name == "digits":

@@ -26,7 +26,8 @@ class NodeShards(NamedTuple):
 
     Attributes:
         x: [N, M_max, ...] inputs; rows ``counts[i]:`` of node i are padding.
-        y: [N, M_max] int32 labels; padding rows hold ``-1``.
+        y: [N, M_max, ...] int32 labels (``[N, M_max, T]`` next-token targets of text); padding rows
+            hold ``-1``.
         counts: [N] int32 number of real samples per node (>= 1).
     """
 
@@ -47,14 +48,14 @@ def make_node_shards(
 
     Args:
         x: [M, ...] inputs (e.g. ``dataset.x_train``).
-        y: [M] integer labels.
+        y: [M, ...] integer labels ([M] classes, or [M, T] next-token targets).
         parts: N index arrays into ``range(M)`` (e.g. from
             :func:`jaxgossip.data.partition`), each non-empty.
         pad_value: value of padding inputs.
         pad_label: value of padding labels (-1: not a class).
 
     Returns:
-        NodeShards with x [N, M_max, ...] (dtype of ``x``), y [N, M_max] int32
+        NodeShards with x [N, M_max, ...] (dtype of ``x``), y [N, M_max, ...] int32
         and counts [N] int32, as device arrays.
     """
     x = np.asarray(x)
@@ -68,7 +69,7 @@ def make_node_shards(
         raise ValueError(f"node {int(np.argmin(counts))} has no samples; every node needs at least one")
     max_count = int(counts.max())
     xs = np.full((len(parts), max_count, *x.shape[1:]), pad_value, dtype=x.dtype)
-    ys = np.full((len(parts), max_count), pad_label, dtype=np.int32)
+    ys = np.full((len(parts), max_count, *y.shape[1:]), pad_label, dtype=np.int32)
     for i, p in enumerate(parts):
         p = np.asarray(p, dtype=np.int64)
         xs[i, : p.shape[0]] = x[p]

@@ -16,7 +16,12 @@ scheme string          partitioner
 ``"dirichlet:ALPHA"``  :func:`dirichlet` (ALPHA > 0; 0.01 very skewed, 10 ~IID)
 ``"shards:PER_NODE"``  :func:`shards` (McMahan et al.; PER_NODE >= 1)
 ``"skew:S"``           :func:`skew` (Aketi et al.; S in [0, 1])
+``"by_source"``        :func:`by_source` (whole labels per node: sources of text)
 =====================  ========================================================
+
+For a text data set the labels given to a partitioner are the sources of the training windows
+(:func:`jaxgossip.data.partition_labels`), so ``dirichlet`` and ``skew`` skew the mixture of sources
+and ``by_source`` gives every node whole sources.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 #: Scheme names accepted by :func:`partition`, with their parameter.
-SCHEMES = ("iid", "dirichlet:ALPHA", "shards:PER_NODE", "skew:S")
+SCHEMES = ("iid", "dirichlet:ALPHA", "shards:PER_NODE", "skew:S", "by_source")
 
 
 def _check_inputs(labels, num_nodes: int) -> np.ndarray:
@@ -270,13 +275,53 @@ def skew(labels, num_nodes: int, s: float, *, seed: int = 0) -> list[np.ndarray]
     return _finish([np.concatenate(pair) for pair in zip(sorted_parts, random_parts)], f"skew:{s}")
 
 
+def by_source(labels, num_nodes: int, *, seed: int = 0) -> list[np.ndarray]:
+    """Whole sources per node: every value of ``labels`` (a source, e.g. a document) goes to one node.
+
+    Balanced greedily by size (longest processing time first): the sources, in decreasing size with
+    ties in seeded random order, each go to the node holding the fewest samples so far (ties to the
+    first in a seeded random order of the nodes). No source is split, so nodes differ in size by at
+    most the largest source; with text this is the non-IID-by-source split.
+
+    Args:
+        labels: int [M], the source of every sample.
+        num_nodes: N, at most the number of distinct sources S.
+        seed: NumPy seed.
+
+    Returns:
+        N sorted int64 index arrays, disjoint, covering range(M).
+
+    Raises:
+        ValueError: fewer sources than nodes.
+    """
+    labels = _check_inputs(labels, num_nodes)
+    sources, sizes = np.unique(labels, return_counts=True)
+    if sources.shape[0] < num_nodes:
+        raise ValueError(
+            f"by_source: {sources.shape[0]} sources cannot give each of num_nodes={num_nodes} nodes a whole "
+            "source; use fewer nodes, or partition=iid / dirichlet:ALPHA"
+        )
+    rng = np.random.default_rng(seed)
+    shuffled = rng.permutation(sources.shape[0])
+    order = shuffled[np.argsort(-sizes[shuffled], kind="stable")]
+    node_order = rng.permutation(num_nodes)
+    load = np.zeros(num_nodes, np.int64)
+    owner = np.empty(sources.shape[0], np.int64)
+    for s in order:
+        node = node_order[np.argmin(load[node_order])]
+        owner[s] = node
+        load[node] += sizes[s]
+    node_of = owner[np.searchsorted(sources, labels)]
+    return _finish([np.flatnonzero(node_of == i) for i in range(num_nodes)], "by_source")
+
+
 def partition(labels, num_nodes: int, scheme: str = "iid", seed: int = 0) -> list[np.ndarray]:
     """Splits ``labels`` over ``num_nodes`` nodes with a scheme given as a string.
 
     Args:
         labels: int [M].
         num_nodes: N.
-        scheme: "iid", "dirichlet:ALPHA", "shards:PER_NODE" or "skew:S",
+        scheme: "iid", "dirichlet:ALPHA", "shards:PER_NODE", "skew:S" or "by_source",
             e.g. "dirichlet:0.1", "shards:2", "skew:0.8".
         seed: NumPy seed.
 
@@ -296,6 +341,10 @@ def partition(labels, num_nodes: int, scheme: str = "iid", seed: int = 0) -> lis
         if sep and arg:
             raise ValueError(f"scheme 'iid' takes no parameter, got {scheme!r}")
         return iid(labels, num_nodes, seed=seed)
+    if name == "by_source":
+        if sep and arg:
+            raise ValueError(f"scheme 'by_source' takes no parameter, got {scheme!r}")
+        return by_source(labels, num_nodes, seed=seed)
     if name not in ("dirichlet", "shards", "skew"):
         raise ValueError(f"unknown partition scheme {scheme!r}; known: {known}")
     if not arg:

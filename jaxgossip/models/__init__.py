@@ -1,4 +1,4 @@
-"""Flax models for jaxgossip: MLP, small CNN, CIFAR ResNet-20/110, VGG-11/16, plus helpers.
+"""Flax models for jaxgossip: MLP, small CNN, CIFAR ResNet-20/110, VGG-11/16, a transformer LM, plus helpers.
 
 Every model is a flax linen module with pure `init`/`apply`, so N workers stack as
 `jax.vmap(model.init, in_axes=(0, None))(keys, x)` (see `init_stacked`). Convolutional models take
@@ -20,8 +20,9 @@ from jaxgossip.models.params import (
     matrix_shapes,
 )
 from jaxgossip.models.pool import max_pool
-from jaxgossip.models.registry import REGISTRY, make_model
+from jaxgossip.models.registry import REGISTRY, SEQUENCE_MODELS, is_sequence_model, make_model
 from jaxgossip.models.resnet import BasicBlock, ResNet, resnet20, resnet110
+from jaxgossip.models.transformer import POSITIONS, Transformer, causal_mask, rotary
 from jaxgossip.models.vgg import VGG, VGG_CONFIGS, vgg11, vgg16
 
 __all__ = [
@@ -31,15 +32,20 @@ __all__ = [
     "Conv",
     "MLP",
     "NORMS",
+    "POSITIONS",
     "REGISTRY",
     "ResNet",
+    "SEQUENCE_MODELS",
+    "Transformer",
     "VGG",
     "VGG_CONFIGS",
     "as_matrix",
+    "causal_mask",
     "conv_output_pads",
     "count_params",
     "from_matrix",
     "init_stacked",
+    "is_sequence_model",
     "make_model",
     "make_norm",
     "matrix_shapes",
@@ -48,6 +54,7 @@ __all__ = [
     "nnx_init_stacked",
     "resnet110",
     "resolve_conv_impl",
+    "rotary",
     "resnet20",
     "vgg11",
     "vgg16",

@@ -9,9 +9,10 @@ from flax import linen as nn
 from jaxgossip.models.cnn import CNN
 from jaxgossip.models.mlp import MLP
 from jaxgossip.models.resnet import resnet20, resnet110
+from jaxgossip.models.transformer import Transformer
 from jaxgossip.models.vgg import vgg11, vgg16
 
-__all__ = ["REGISTRY", "make_model"]
+__all__ = ["REGISTRY", "SEQUENCE_MODELS", "is_sequence_model", "make_model"]
 
 
 def _mlp(num_classes: int = 10, **options) -> MLP:
@@ -22,6 +23,20 @@ def _cnn(num_classes: int = 10, **options) -> CNN:
     return CNN(num_classes=num_classes, **options)
 
 
+def _transformer(num_classes: int = 256, **options) -> Transformer:
+    # The data set's number of classes is its vocabulary; a larger vocab only adds unused rows.
+    vocab = options.pop("vocab", num_classes)
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab < num_classes:
+        raise ValueError(f"vocab={vocab} is smaller than the data's vocabulary of {num_classes} tokens")
+    if options.get("dropout", 0.0) not in (0, 0.0) and not isinstance(options.get("dropout"), bool):
+        # The trainer's model functions pass no dropout keys (ModelFns.apply takes none).
+        raise ValueError(
+            f"dropout={options['dropout']!r}: the trainer runs the model without dropout keys, so only "
+            "dropout=0 trains (Transformer(dropout=...) with apply(..., rngs={'dropout': key}) outside it)"
+        )
+    return Transformer(vocab=vocab, **options)
+
+
 REGISTRY: dict[str, Callable[..., nn.Module]] = {
     "mlp": _mlp,
     "cnn": _cnn,
@@ -29,15 +44,26 @@ REGISTRY: dict[str, Callable[..., nn.Module]] = {
     "resnet110": resnet110,
     "vgg11": vgg11,
     "vgg16": vgg16,
+    "transformer": _transformer,
 }
+
+#: Models that read token sequences [B, T] and return next-token logits [B, T, V]; they train on
+#: text data sets (jaxgossip.data.text) and have a ``context`` attribute, the example length.
+SEQUENCE_MODELS = ("transformer",)
+
+
+def is_sequence_model(name: str) -> bool:
+    """Whether registered model ``name`` is a next-token model (:data:`SEQUENCE_MODELS`)."""
+    return name in SEQUENCE_MODELS
 
 
 def make_model(name: str, num_classes: int = 10, **options) -> nn.Module:
     """Builds a registered flax linen model by name.
 
     Args:
-      name: one of `REGISTRY` ("mlp", "cnn", "resnet20", "resnet110", "vgg11", "vgg16").
-      num_classes: output logits.
+      name: one of `REGISTRY` ("mlp", "cnn", "resnet20", "resnet110", "vgg11", "vgg16",
+        "transformer").
+      num_classes: output logits (the transformer's vocab, unless `vocab` is given).
       **options: model attributes, e.g. `hidden=(128,)` for the MLP, or `norm="group"` and
         `conv_impl="matmul"` for the convolutional models.
 

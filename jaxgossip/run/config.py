@@ -26,6 +26,7 @@ __all__ = [
     "train_field_help",
     "ORDERINGS",
     "WEIGHT_DECAY_MASKS",
+    "LR_SCHEDULES",
     "OPTIMIZERS",
     "check_train_config",
     "check_optimizer_options",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
+#: learning-rate schedules after the warm-up (runner.make_schedule).
+LR_SCHEDULES = ("step", "cosine")
 #: the keys of TrainConfig.time (the --time.* options) and their defaults.
 TIME_OPTIONS = {"compute": 0.0, "latency": 1e-4, "bandwidth": 1e9, "mode": "serial", "allreduce_model": "ring"}
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
@@ -78,6 +81,8 @@ class TrainConfig:
     warmup_from: float = 0.0
     decay_rounds: tuple[int, ...] = ()
     decay_factor: float = 0.1
+    lr_schedule: str = "step"
+    final_lr: float = 0.0
     optimizer: str = "sgd"
     optimizer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     grad_clip: float | None = None
@@ -135,12 +140,15 @@ def train_field_help() -> dict[str, str]:
     values = allowed_values()
     return {
         "dataset": "data set: " + ", ".join(values["dataset"]) + " (auto: fashion_mnist if available, else digits), "
-        "or npz:PATH, a .npz file with arrays x_train, y_train, x_test, y_test (labels 0..C-1)",
+        "or npz:PATH, a .npz file with arrays x_train, y_train, x_test, y_test (labels 0..C-1); "
+        "python_docs (CPython's documentation topics) and text:PATH (a .txt file or a folder of them, one "
+        "source each) are next-token text for model=transformer (byte tokens, examples of its context)",
         "data_dir": "folder of prepared data sets (tfds builders); default: ~/tensorflow_datasets",
         "raw_dir": "folder with raw data files (MNIST/Fashion-MNIST IDX .gz files or the CIFAR python tarball)",
         "download": "download MNIST / Fashion-MNIST / CIFAR when not found locally (never by default)",
         "partition": "how data is split over nodes: iid, dirichlet:ALPHA (ALPHA > 0, e.g. dirichlet:0.1), "
-        "shards:K (K label shards per node), skew:S (S in [0, 1], e.g. skew:0.8)",
+        "shards:K (K label shards per node), skew:S (S in [0, 1], e.g. skew:0.8), by_source (whole labels, the "
+        "sources of a text data set, per node); text is partitioned by its sources",
         "num_nodes": "N, the number of simulated workers (>= 1)",
         "topology": "graph spec: "
         + ", ".join(values["topology"])
@@ -165,6 +173,9 @@ def train_field_help() -> dict[str, str]:
         "warmup_from": "learning rate at round 0 of the warm-up (>= 0)",
         "decay_rounds": "rounds where the learning rate is multiplied by decay_factor, e.g. 100,150 or [100,150]",
         "decay_factor": "factor of each learning-rate decay (> 0)",
+        "lr_schedule": "after the warm-up: step (lr times decay_factor at each of decay_rounds) or cosine (cosine "
+        "decay from lr to final_lr over the remaining rounds)",
+        "final_lr": "learning rate at the last round of lr_schedule=cosine (0 <= final_lr <= lr)",
         "optimizer": "local optimizer: " + ", ".join(values["optimizer"]) + " (sgd: with momentum and nesterov)",
         "optimizer_options": "options of adam/adamw: b1, b2 in [0, 1), eps > 0, e.g. --optimizer_options.b2=0.99",
         "grad_clip": "clip each node's gradient to this global L2 norm (> 0; null: no clipping)",
@@ -212,12 +223,12 @@ def check_partition(spec: str, field: str = "partition") -> None:
     if not isinstance(spec, str):
         raise ValueError(f"{field}={spec!r} must be a string such as iid, dirichlet:0.1, shards:2 or skew:0.8")
     name, sep, arg = spec.strip().partition(":")
-    kinds = {"iid": None, "dirichlet": "ALPHA > 0", "shards": "an int K >= 1", "skew": "S in [0, 1]"}
+    kinds = {"iid": None, "by_source": None, "dirichlet": "ALPHA > 0", "shards": "an int K >= 1", "skew": "S in [0, 1]"}
     if name not in kinds:
-        raise _unknown(field, name, ["iid", "dirichlet:ALPHA", "shards:K", "skew:S"])
-    if name == "iid":
+        raise _unknown(field, name, ["iid", "dirichlet:ALPHA", "shards:K", "skew:S", "by_source"])
+    if kinds[name] is None:
         if sep:
-            raise ValueError(f"{field}={spec!r}: iid takes no parameter")
+            raise ValueError(f"{field}={spec!r}: {name} takes no parameter")
         return
     try:
         value = int(arg) if name == "shards" else float(arg)
@@ -395,8 +406,13 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         path = config.dataset[len(data.NPZ_PREFIX):]
         if not os.path.isfile(path):
             raise ValueError(f"dataset={config.dataset!r}: no file {path!r} (npz:PATH names a .npz file)")
+    elif isinstance(config.dataset, str) and config.dataset.startswith(data.TEXT_PREFIX):
+        path = config.dataset[len(data.TEXT_PREFIX):]
+        if not os.path.exists(path):
+            raise ValueError(f"dataset={config.dataset!r}: no file or folder {path!r} (text:PATH names a .txt file "
+                             "or a folder of them)")
     elif config.dataset not in data.DATASET_NAMES:
-        raise _unknown("dataset", config.dataset, [*data.DATASET_NAMES, "npz:PATH"])
+        raise _unknown("dataset", config.dataset, [*data.DATASET_NAMES, "npz:PATH", "text:PATH"])
     for field in ("data_dir", "raw_dir"):
         value = getattr(config, field)
         if value is not None and not isinstance(value, str):
@@ -416,6 +432,20 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     _number(config, "weight_decay", 0)
     _number(config, "warmup_from", 0)
     _number(config, "decay_factor", 0, strict=True)
+    if config.lr_schedule not in LR_SCHEDULES:
+        raise _unknown("lr_schedule", config.lr_schedule, LR_SCHEDULES)
+    _number(config, "final_lr", 0)
+    if config.lr_schedule == "cosine":
+        if config.decay_rounds:
+            raise ValueError(f"decay_rounds={config.decay_rounds!r}: lr_schedule=cosine decays every round; "
+                             "give decay_rounds with lr_schedule=step")
+        if config.final_lr > config.lr:
+            raise ValueError(f"final_lr={config.final_lr} must be <= lr={config.lr} (cosine decays from lr to it)")
+        if config.warmup_rounds >= config.num_rounds:
+            raise ValueError(f"warmup_rounds={config.warmup_rounds} leaves no round of lr_schedule=cosine "
+                             f"(num_rounds={config.num_rounds})")
+    elif config.final_lr:
+        raise ValueError(f"final_lr={config.final_lr} applies to lr_schedule=cosine only (lr_schedule=step)")
     if config.grad_clip is not None:
         _number(config, "grad_clip", 0, strict=True)
     check_optimizer_options(config.optimizer, dict(config.optimizer_options))
@@ -463,6 +493,14 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         except (ValueError, TypeError) as err:
             raise ValueError(f"final_merge={merge!r} on {topo.name}: {err}") from None
     model_options = check_model_options(config.model, dict(config.model_options))
+    from jaxgossip import models
+
+    if models.is_sequence_model(config.model) != data.is_text_dataset(config.dataset):
+        raise ValueError(
+            f"model={config.model!r} with dataset={config.dataset!r}: next-token models "
+            f"({', '.join(models.SEQUENCE_MODELS)}) train on text data sets ({', '.join(data.TEXT_DATASETS)}, "
+            "text:PATH), the other models on the image and array data sets"
+        )
     check_time(config, topo)
     return dataclasses.replace(
         config, decay_rounds=decay, final_merge=merge, node_batch=node_batch, model_options=model_options

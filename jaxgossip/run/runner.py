@@ -82,16 +82,24 @@ def _is_norm_key(entry: Any) -> bool:
 
 def make_schedule(config: TrainConfig) -> optax.Schedule:
     """The learning rate as a function of the optimizer's step count: linear warm-up from
-    ``warmup_from`` over ``warmup_rounds``, then ``lr`` multiplied by ``decay_factor`` at each of
-    ``decay_rounds``. All are counted in communication rounds: with ``local_steps = H > 1`` the
+    ``warmup_from`` over ``warmup_rounds``, then (``lr_schedule="step"``) ``lr`` multiplied by
+    ``decay_factor`` at each of ``decay_rounds``, or (``"cosine"``) the cosine decay
+    ``final_lr + (lr - final_lr) (1 + cos(pi r / R')) / 2`` at round r after the warm-up, over the
+    R' = ``num_rounds - warmup_rounds`` remaining rounds (Loshchilov & Hutter, SGDR, ICLR 2017,
+    arXiv:1608.03983). All are counted in communication rounds: with ``local_steps = H > 1`` the
     schedule is evaluated at ``count // H`` (the H local steps of a round share its rate); with
     H = 1 it is the plain per-step schedule."""
     if _concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
         raise ValueError(f"lr={config.lr} must be a positive number")
-    boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
-    if any(b <= 0 for b in boundaries):
-        raise ValueError(f"decay_rounds={config.decay_rounds} must come after warmup_rounds={config.warmup_rounds}")
-    schedule = optax.piecewise_constant_schedule(config.lr, boundaries)
+    if config.lr_schedule == "cosine":
+        # optax's cosine runs from lr to alpha * lr over decay_steps, then stays there.
+        decay = max(int(config.num_rounds) - int(config.warmup_rounds), 1)
+        schedule = optax.cosine_decay_schedule(config.lr, decay, alpha=config.final_lr / config.lr)
+    else:
+        boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
+        if any(b <= 0 for b in boundaries):
+            raise ValueError(f"decay_rounds={config.decay_rounds} must come after warmup_rounds={config.warmup_rounds}")
+        schedule = optax.piecewise_constant_schedule(config.lr, boundaries)
     if config.warmup_rounds > 0:
         warm = optax.linear_schedule(config.warmup_from, config.lr, config.warmup_rounds)
         schedule = optax.join_schedules([warm, schedule], [config.warmup_rounds])
@@ -187,13 +195,15 @@ class Prepared:
 def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
     """Loads and partitions the data and builds the topology and the model."""
     if dataset is None:
-        dataset = data.load_dataset(config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download)
+        dataset = data.load_dataset(
+            config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
+        )
     if config.num_nodes > dataset.y_train.shape[0]:
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
         )
     data_seed = config.resolved_data_seed
-    parts = data.partition(dataset.y_train, config.num_nodes, config.partition, seed=data_seed)
+    parts = data.partition(data.partition_labels(dataset)[0], config.num_nodes, config.partition, seed=data_seed)
     shards = data.shard_dataset(dataset, parts)
     mesh = None
     if jax.process_count() > 1 and config.devices != jax.device_count():
@@ -209,6 +219,13 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
     model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
     return Prepared(dataset, parts, shards, topo, model, mesh)
+
+
+def _context(config: TrainConfig) -> int:
+    """The example length of a text data set: the sequence model's ``context`` (64 otherwise)."""
+    if not models.is_sequence_model(config.model):
+        return 64
+    return models.make_model(config.model, **dict(config.model_options)).context
 
 
 def _model_options(config: TrainConfig) -> dict:
@@ -269,13 +286,17 @@ def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
     trainer, alg = make_trainer(config, prep)
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
     num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))
-    hist = data.label_histograms(prep.dataset.y_train, prep.parts, prep.dataset.num_classes)
+    labels, num_labels = data.partition_labels(prep.dataset)  # sources of a text data set
+    hist = data.label_histograms(labels, prep.parts, num_labels)
     return Built(config, trainer, prep.dataset, prep.topology, alg, hist, num_params, prep.mesh)
 
 
-def metrics_to_rows(metrics: Metrics, local_steps: int = 1) -> list[dict]:
+def metrics_to_rows(metrics: Metrics, local_steps: int = 1, perplexity: bool = False) -> list[dict]:
     """Metrics (stacked over evaluation points) as a list of flat dict rows for CSV/JSON; each row
-    also says ``local_step = round * local_steps``, the local optimizer steps each node has done."""
+    also says ``local_step = round * local_steps``, the local optimizer steps each node has done.
+    With ``perplexity`` (next-token models) each row has ``perplexity = exp(test_loss)`` of the
+    averaged model and ``node_perplexity = exp(node_loss_mean)`` (exp of the nodes' mean loss, the
+    geometric mean of their perplexities)."""
     arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
     rows = []
     for i in range(arrays["round"].shape[0]):
@@ -292,6 +313,9 @@ def metrics_to_rows(metrics: Metrics, local_steps: int = 1) -> list[dict]:
                 continue
             else:
                 row[name] = float(value[i])
+        if perplexity:
+            row["perplexity"] = math.exp(min(row["test_loss"], 700.0))
+            row["node_perplexity"] = math.exp(min(row["node_loss_mean"], 700.0))
         rows.append(row)
     return rows
 
@@ -403,7 +427,9 @@ def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[Tr
     from jaxgossip.sharding import to_host
 
     point = to_host(jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss)))
-    row = metrics_to_rows(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point), built.trainer.local_steps)[0]
+    lm = models.is_sequence_model(built.config.model)
+    point = jax.tree_util.tree_map(lambda x: np.asarray(x)[None], point)
+    row = metrics_to_rows(point, built.trainer.local_steps, lm)[0]
     return state, row
 
 
@@ -442,6 +468,7 @@ def run_training(
         write_dir = out_dir
     built = build(config, dataset)
     trainer = built.trainer
+    lm = models.is_sequence_model(config.model)  # rows get perplexities
     config_dict = config.to_dict()
     ckpt_dir = os.path.join(out_dir, "checkpoint") if out_dir else None
     saved = checkpoint.latest(ckpt_dir) if ckpt_dir and resume else None
@@ -512,20 +539,20 @@ def run_training(
                     log(f"warning: {alarm.message}")
                     extra["watchdog"] = alarm.to_dict()
             if write_dir:
-                rows = _with_wall(metrics_to_rows(_concat(parts), trainer.local_steps), walls)
+                rows = _with_wall(metrics_to_rows(_concat(parts), trainer.local_steps, lm), walls)
                 write_metrics(out_dir, rows, {**extra, "wall_time": wall})
             check_finite(chunk_metrics)
             if ckpt_dir:
                 checkpoint.save(ckpt_dir, state, _concat(parts), walls, config_dict)
             if bar is not None:
-                last = metrics_to_rows(chunk_metrics, trainer.local_steps)[-1]
+                last = metrics_to_rows(chunk_metrics, trainer.local_steps, lm)[-1]
                 bar.set_postfix(loss=f"{last['train_loss']:.3f}", acc=f"{last['test_acc']:.3f}")
                 bar.update(n * config.eval_every)
     finally:
         if bar is not None:
             bar.close()
     metrics = _concat(parts) if parts else None
-    rows = _with_wall(metrics_to_rows(metrics, trainer.local_steps), walls) if metrics is not None else []
+    rows = _with_wall(metrics_to_rows(metrics, trainer.local_steps, lm), walls) if metrics is not None else []
     for row in rows:
         row["phase"] = "train"
     if done_evals >= total and built.config.final_merge is not None and rows:  # None, R rounds or "exact"
