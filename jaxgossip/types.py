@@ -129,7 +129,16 @@ class AlgorithmInfo:
         (:data:`GRAPH_REQUIREMENTS`: ``"mixing"``, ``"time_varying"``, ``"stackable"``,
         ``"stochastic_graphs"``); :func:`jaxgossip.algorithms.check_graph` puts the reason in its
         refusal (a generic one when none is given). E.g. Choco's ``time_varying=False`` because
-        ``s_i = sum_j W_ij x_hat_j`` assumes a fixed W.
+        ``s_i = sum_j W_ij x_hat_j`` assumes a fixed W. The key ``"receive"`` says why an algorithm
+        without :attr:`receive` cannot be attacked.
+      receive: for an algorithm whose messages are its models (each node sends its current model
+        to every out-neighbour): ``receive(topology, **options) -> round_fn`` with
+        ``params, state, info = round_fn(params, state, received, key)``, the round as a function
+        of the models each receiver reads per in-neighbour slot
+        (:class:`jaxgossip.algorithms.messages.Received`). The Byzantine wrapper
+        (:func:`jaxgossip.algorithms.byzantine`) replaces what attackers send through it. None:
+        the messages are not plain models (compressed differences, push-sum pairs, factors), and
+        the algorithm cannot be attacked.
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -146,6 +155,7 @@ class AlgorithmInfo:
     step_size: str | None = None
     public_init: bool = False
     reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    receive: Callable[..., Callable] | None = None
 
     def __post_init__(self):
         if not callable(self.factory):
@@ -163,6 +173,8 @@ class AlgorithmInfo:
             raise TypeError(f"step_size={self.step_size!r} must be None or the name of an option, e.g. 'gamma'")
         if not callable(self.exchanges):
             raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
+        if self.receive is not None and not callable(self.receive):
+            raise TypeError(f"receive={self.receive!r} must be None or a function receive(topology, **options)")
         if (
             not isinstance(self.orderings, tuple)
             or not self.orderings
@@ -172,12 +184,11 @@ class AlgorithmInfo:
         for field in ("shape_options", "trainer_options", "reasons"):
             if not isinstance(getattr(self, field), Mapping):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")
-        unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS))
+        unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS) - {"receive"})
         if unknown or not all(isinstance(why, str) and why for why in self.reasons.values()):
             raise ValueError(
                 f"reasons={dict(self.reasons)!r} must map graph requirements ({', '.join(GRAPH_REQUIREMENTS)}) "
-                "to non-empty strings"
-                + (f"; unknown: {unknown}" if unknown else "")
+                "or 'receive' to non-empty strings" + (f"; unknown: {unknown}" if unknown else "")
             )
 
     def exchanges_per_round(self, options: Mapping[str, Any]) -> int:

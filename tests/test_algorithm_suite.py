@@ -40,12 +40,19 @@ KWARGS = {
     "qgm": {"lr": 0.1},
     # theta bounds the spread of the suite's N(0, 1) models (max |x_i - x_j| about 6).
     "moniqua": {"theta": 8.0, "bits": 8, "gamma": 0.5},
+    # The suite's N(0, 1) models lie within 100 of each other: nothing is clipped, ClippedGossip is
+    # gossip here (its clipping is checked in tests/test_robust.py); trim=0 is the neighbourhood mean.
+    "clipped_gossip": {"tau": 100.0},
+    "trimmed_mean": {"trim": 0},
 }
 # Consensus after CONVERGE_STEPS rounds must fall below this fraction of the initial error.
 # DeepSqueeze with a biased compressor provably stops in a neighbourhood of the average (its
 # docstring), so it only has to decrease substantially; so does Moniqua, whose rounding of the
 # differences to the grid delta * B leaves a floor of order (gamma delta B)^2 (its docstring).
 CONVERGE_STEPS = 200
+# Rules whose fixed points include states that are not a consensus: a coordinate-wise median over a
+# ring's neighbourhoods keeps every locally monotone sequence (a root signal of the median filter).
+NO_CONSENSUS = {"median": "a median over neighbourhoods keeps locally monotone models (root signals)"}
 CONVERGE_FACTOR = {"deepsqueeze": 1e-2, "moniqua": 1e-3}
 DEFAULT_CONVERGE_FACTOR = 1e-6
 
@@ -206,6 +213,8 @@ def test_vmap_over_seeds_and_inputs(name):
 
 
 def test_consensus_converges(name):
+    if name in NO_CONSENSUS:
+        pytest.skip(f"{name} does not reach consensus from every start: {NO_CONSENSUS[name]}")
     h = harness(name)
     x0 = make_x0(seed=3)
     result = jg.run_consensus(h.alg, x0, CONVERGE_STEPS, jax.random.key(7))

@@ -11,22 +11,36 @@ from __future__ import annotations
 
 from jaxgossip.algorithms import allreduce as _allreduce
 from jaxgossip.algorithms import choco as _choco
+from jaxgossip.algorithms import clipped_gossip as _clipped_gossip
 from jaxgossip.algorithms import d2 as _d2
 from jaxgossip.algorithms import deepsqueeze as _deepsqueeze
 from jaxgossip.algorithms import gossip as _gossip
 from jaxgossip.algorithms import gradient_tracking as _gradient_tracking
+from jaxgossip.algorithms import median as _median
 from jaxgossip.algorithms import moniqua as _moniqua
 from jaxgossip.algorithms import power_gossip as _power_gossip
 from jaxgossip.algorithms import push_sum as _push_sum
 from jaxgossip.algorithms import qgm as _qgm
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
+from jaxgossip.algorithms import trimmed_mean as _trimmed_mean
 from jaxgossip.algorithms.allreduce import allreduce
+from jaxgossip.algorithms.byzantine import (
+    ATTACKS,
+    ByzantineState,
+    attackers,
+    byzantine,
+    honest_consensus_distance,
+    honest_mask,
+    honest_mean,
+)
 from jaxgossip.algorithms.choco import choco
+from jaxgossip.algorithms.clipped_gossip import clipped_gossip
 from jaxgossip.algorithms.d2 import d2
 from jaxgossip.algorithms.deepsqueeze import deepsqueeze
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.gradient_tracking import gradient_tracking
+from jaxgossip.algorithms.median import median
 from jaxgossip.algorithms.merge import make_merge, merge
 from jaxgossip.algorithms.moniqua import moniqua
 from jaxgossip.algorithms.power_gossip import power_gossip
@@ -45,6 +59,7 @@ from jaxgossip.algorithms.registry import (
 )
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
+from jaxgossip.algorithms.trimmed_mean import trimmed_mean
 from jaxgossip.types import AlgorithmInfo
 
 # One line per algorithm: its name and the metadata its file declares next to the factory.
@@ -60,6 +75,9 @@ register_builtin("gradient_tracking", _gradient_tracking.INFO)
 register_builtin("d2", _d2.INFO)
 register_builtin("qgm", _qgm.INFO)
 register_builtin("moniqua", _moniqua.INFO)
+register_builtin("clipped_gossip", _clipped_gossip.INFO)
+register_builtin("trimmed_mean", _trimmed_mean.INFO)
+register_builtin("median", _median.INFO)
 
 __all__ = [
     "REGISTRY",
@@ -83,6 +101,16 @@ __all__ = [
     "d2",
     "qgm",
     "moniqua",
+    "clipped_gossip",
+    "trimmed_mean",
+    "median",
+    "byzantine",
+    "attackers",
+    "honest_mask",
+    "honest_mean",
+    "honest_consensus_distance",
+    "ATTACKS",
+    "ByzantineState",
     "merge",
     "make_merge",
 ]

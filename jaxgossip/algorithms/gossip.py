@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
+from jaxgossip.algorithms.messages import check_fixed_graph, read_slot
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
-__all__ = ["gossip", "INFO"]
+__all__ = ["gossip", "gossip_receive", "INFO"]
 
 
 def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
@@ -64,6 +66,31 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip", orderings=INFO.orderings)
 
 
+def gossip_receive(topology: Topology, gamma: Any = 1.0):
+    """The round of :func:`gossip` as a function of the models each receiver reads per
+    in-neighbour slot (``AlgorithmInfo.receive``, :class:`~jaxgossip.algorithms.messages.Received`):
+    ``x_i + gamma (sum_k w_ik r_ik - x_i)``. Fixed or time-varying graphs with host tables."""
+    check_graph("gossip", INFO, topology)
+    check_fixed_graph(topology, "gossip")
+    check_positive("gamma", gamma)
+
+    def round_fn(params, state, received, key):
+        del key
+        t = state.count
+        mixed = None
+        for k in range(received.neighbors.shape[1]):
+            w = received.weights[:, k]
+            term = jax.tree_util.tree_map(
+                lambda r, w=w: jnp.reshape(w, (-1,) + (1,) * (r.ndim - 1)).astype(r.dtype) * r, read_slot(received, k)
+            )
+            mixed = term if mixed is None else jax.tree_util.tree_map(jnp.add, term, mixed)
+        new_params = relax(params, mixed, gamma)
+        bits = per_round(topology.out_degree, t) * leaf_bits(params)
+        return new_params, CountState(count=t + 1), StepInfo(bits=bits)
+
+    return round_fn
+
+
 INFO = AlgorithmInfo(
     gossip,
     mixing="doubly_stochastic",
@@ -71,4 +98,5 @@ INFO = AlgorithmInfo(
     relaxation_gamma=True,
     stochastic_graphs="any",
     step_size="gamma",
+    receive=gossip_receive,
 )
