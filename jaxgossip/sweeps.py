@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxgossip import algorithms, topology
 from jaxgossip.consensus import consensus_scan
-from jaxgossip.topology import Topology, spectral_gap
+from jaxgossip.topology import Topology, effective_neighbors, spectral_gap
 from jaxgossip.types import GossipAlgorithm, Params
 
 __all__ = [
@@ -364,10 +364,15 @@ def sweep_topologies(
     return TopologySweep(topologies, seeds, error, bits, plan, seconds, per_node if node_bits else None)
 
 
-def topology_rows(result: TopologySweep, tol: float = 1e-4) -> list[dict]:
-    """One row per graph: name, N, spectral gap, mean degree, final relative error (mean and std over
-    seeds), rounds and MB per node until the relative error ``error_r / error_0`` first drops below
-    ``tol`` (seed mean; NaN if a seed never gets there), total MB per node, compile group."""
+def topology_rows(result: TopologySweep, tol: float = 1e-4, gamma: float = 0.99) -> list[dict]:
+    """One row per graph: name, N, spectral gap, effective number of neighbours at decay ``gamma``
+    (:func:`jaxgossip.topology.effective_neighbors`; NaN for stochastic or only column-stochastic
+    graphs, and for non-circulant graphs beyond its dense size limit), mean degree, final relative
+    error (mean and std over seeds), rounds and MB per node until the relative error
+    ``error_r / error_0`` first drops below ``tol`` (seed mean; NaN if a seed never gets there),
+    total MB per node, compile group."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma={gamma!r} must be a decay in [0, 1) (the effective number of neighbours)")
     rows = []
     group_of = {i: g for g, members in enumerate(result.groups) for i in members}
     for i, topo in enumerate(result.topologies):
@@ -380,11 +385,16 @@ def topology_rows(result: TopologySweep, tol: float = 1e-4) -> list[dict]:
             gap = spectral_gap(topo)
         except ValueError:  # column-stochastic only: no doubly stochastic gap
             gap = float("nan")
+        try:
+            neighbors = effective_neighbors(topo, gamma)
+        except ValueError:  # stochastic, column-stochastic only, or too large for the dense covariance
+            neighbors = float("nan")
         rows.append(
             {
                 "name": topo.name,
                 "N": topo.num_nodes,
                 "spectral_gap": gap,
+                "effective_neighbors": neighbors,
                 "mean_degree": topology.mean_out_degree(topo),
                 "final_error": float(rel[:, -1].mean()),
                 "final_error_std": float(rel[:, -1].std()),
