@@ -121,6 +121,23 @@ def test_train_cost_counts_the_final_merge(tmp_path, capsys):
     assert rows[-1]["comm_s_per_round"] == pytest.approx(one, rel=RECORDED)
 
 
+def test_train_reports_the_time_to_a_target_accuracy(tmp_path, capsys):
+    out = str(tmp_path / "target")
+    assert _train(tmp_path, out, "--time.compute=1e-3", "--target_acc=0.15") == 0
+    table = capsys.readouterr().out
+    rows = read_json(os.path.join(out, "metrics.json"))["rows"]
+    first = next(r for r in rows if r["test_acc"] >= 0.15)  # tiny_config's synthetic data: 10 classes
+    assert "sim s to acc 0.15" in table and format(first["sim_s"], ".4g") in table.splitlines()[-2]
+    assert os.path.exists(os.path.join(out, "accuracy_vs_time.png"))
+    assert _train(tmp_path, str(tmp_path / "never"), "--target_acc=1.0", "--num_rounds=5", "--eval_every=5") == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, row = lines[-4], lines[-2]  # header, rule, the one row, then the "wrote" line
+    at = header.index("sim s to acc 1")
+    assert row[at:].split()[0] == "-"  # never reached: no time
+    assert _train(tmp_path, str(tmp_path / "bad"), "--target_acc=1.5") == 2
+    assert "--target_acc=1.5 must be a test accuracy in (0, 1]" in capsys.readouterr().err
+
+
 def _cumulative(per_round, rounds):
     return np.cumsum(per_round, axis=0)[np.asarray(rounds) - 1]
 

@@ -222,6 +222,7 @@ def test_cli_writes_every_promised_file(tmp_path, capsys):
         "config.json",
         "accuracy_vs_rounds.png",
         "accuracy_vs_bits.png",
+        "accuracy_vs_time.png",
         "consensus.png",
         "checkpoint/10/meta",  # the checkpoint of the last round (jaxgossip.run.checkpoint)
     ):

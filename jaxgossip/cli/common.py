@@ -34,6 +34,10 @@ __all__ = [
     "cost_model",
     "cost_columns",
     "with_cost",
+    "TARGET_OPTION",
+    "target_acc",
+    "time_to_target",
+    "rows_time_to_target",
     "prepare_out",
     "warn",
     "diverged_at",
@@ -86,21 +90,58 @@ def cost_model(values: dict, config: Any = None) -> CostModel:
     return cost_model_from_options({option: values.get(option) for option in COST_OPTIONS})
 
 
-def cost_columns(model: CostModel, training: bool) -> list[tuple[str, str, str]]:
-    """Table columns of the cost fields that ``model`` produces."""
+#: The ``--target_acc`` option of the training commands (a report: the run does not depend on it).
+TARGET_OPTION = (
+    "target_acc",
+    typing.Optional[float],
+    None,
+    "report the simulated time at which the averaged model's test accuracy first reaches this value "
+    "(column 'sim s to acc'; in (0, 1])",
+)
+
+
+def target_acc(values: dict) -> float | None:
+    """The checked ``--target_acc`` (UsageError naming the option), or None."""
+    target = values.get("target_acc")
+    if target is None:
+        return None
+    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target <= 1:
+        raise UsageError(f"--target_acc={target!r} must be a test accuracy in (0, 1]")
+    return float(target)
+
+
+def time_to_target(acc: Any, sim_s: Any, target: float) -> float | None:
+    """The simulated seconds of the first evaluation point whose accuracy reaches ``target``, or
+    None if none does (``acc``, ``sim_s``: [M] values at the points, in order)."""
+    acc, sim_s = np.asarray(acc, dtype=np.float64), np.asarray(sim_s, dtype=np.float64)
+    reached = np.flatnonzero(acc >= target)
+    return float(sim_s[reached[0]]) if reached.size else None
+
+
+def rows_time_to_target(rows: list[dict], target: float) -> float | None:
+    """:func:`time_to_target` of a run's metric rows (the training rows; a final merge's row counts
+    with its own accuracy and time)."""
+    return time_to_target([r["test_acc"] for r in rows], [r["sim_s"] for r in rows], target)
+
+
+def cost_columns(model: CostModel, training: bool, target: float | None = None) -> list[tuple[str, str, str]]:
+    """Table columns of the cost fields that ``model`` produces (and the time to ``target``)."""
     columns = [("comm_s_per_round", "comm s/round", ".3g"), ("comm_s", "comm s", ".4g")]
     if training:
-        columns += [("sim_s", "sim s", ".4g"), ("mem_MB_per_node", "mem MB/node", ".3g")]
+        columns.append(("sim_s", "sim s", ".4g"))
+        if target is not None:
+            columns.append(("sim_s_to_target", f"sim s to acc {target:g}", ".4g"))
+        columns.append(("mem_MB_per_node", "mem MB/node", ".3g"))
     if model.energy:
         columns.append(("energy_J_per_node", "J/node", ".4g"))
     return columns
 
 
-def with_cost(columns: list, model: CostModel, training: bool) -> list:
+def with_cost(columns: list, model: CostModel, training: bool, target: float | None = None) -> list:
     """``columns`` with the cost columns inserted after the MB column (and its "vs gossip" ratio)."""
     keys = [c[0] for c in columns]
     at = keys.index("reduction") + 1 if "reduction" in keys else keys.index(next(k for k in keys if "MB" in k)) + 1
-    return columns[:at] + cost_columns(model, training) + columns[at:]
+    return columns[:at] + cost_columns(model, training, target) + columns[at:]
 
 
 def prepare_out(out: str) -> str:

@@ -135,7 +135,7 @@ def command(quick: bool = False) -> Command:
                     "the first is the baseline of the reduction column",
                 ),
             ],
-            "output": [("out", str | None, None, "output folder (default runs/demo)")],
+            "output": [("out", str | None, None, "output folder (default runs/demo)"), common.TARGET_OPTION],
             "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=help_text,
@@ -168,6 +168,7 @@ def run(argv: list[str]) -> int:
         )
     base = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values, base)
+    target = common.target_acc(parsed.values)
     common.require_tensorboard(base)
     chosen = parsed.values.get("algorithms")
     runs = demo_runs(parsed.flags["quick"], chosen)
@@ -223,6 +224,7 @@ def run(argv: list[str]) -> int:
                 wall_time=result.wall_time,
                 status="ok",
                 watchdog=common.watchdog_cell(result.watchdog),
+                sim_s_to_target=None if target is None else common.rows_time_to_target(rows, target),
             )
         )
         print(
@@ -236,7 +238,7 @@ def run(argv: list[str]) -> int:
     for row in table:
         if baseline_mb and row.get("MB_per_node"):
             row["reduction"] = baseline_mb / row["MB_per_node"]
-    columns = common.with_cost(TRAIN_COLUMNS, cost, training=True)
+    columns = common.with_cost(TRAIN_COLUMNS, cost, training=True, target=target)
     if baseline != _default_runs()[0]["name"]:  # the header names the baseline when it is not the default
         columns = [(k, f"vs {baseline}" if k == "reduction" else h, f) for k, h, f in columns]
     if any(r["status"] != "ok" for r in table):
@@ -260,6 +262,6 @@ def run(argv: list[str]) -> int:
     )
     print(
         f"wrote {out}/comparison.md, comparison.json and plots "
-        "(accuracy_vs_rounds.png, accuracy_vs_bits.png, consensus.png)"
+        "(accuracy_vs_rounds.png, accuracy_vs_bits.png, accuracy_vs_time.png, consensus.png)"
     )
     return 0

@@ -48,7 +48,7 @@ def command() -> Command:
         classes=[(SweepOptions, "sweep"), (TrainConfig, "training config (config file keys or --field=value)")],
         flags=dict(common.PROGRESS_FLAG),
         extra={
-            "output": [("out", typing.Optional[str], None, "output folder (default runs/sweep)")],
+            "output": [("out", typing.Optional[str], None, "output folder (default runs/sweep)"), common.TARGET_OPTION],
             "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=_help(),
@@ -141,6 +141,7 @@ def run(argv: list[str]) -> int:
     axes = sweep_axes(options.sweep)
     config = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values, config)
+    target = common.target_acc(parsed.values)
     for message in _check_points(config, axes):
         common.warn("sweep", message)
     common.warn_gamma("sweep", config)
@@ -178,6 +179,10 @@ def run(argv: list[str]) -> int:
             for s in range(bits.shape[1])
         ]
         row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})
+        if target is not None:  # the mean over the seeds, reported only when every seed reaches the target
+            acc = np.asarray(metrics.test_acc)[g]
+            hit = [common.time_to_target(acc[s], sim_time[g, s], target) for s in range(bits.shape[1])]
+            row["sim_s_to_target"] = None if None in hit else float(np.mean(hit))
         where = common.diverged_at(watched[:, g], rounds[g, 0])
         row["diverged_at_round"] = where
         row["status"] = "ok" if where is None else f"diverged at round {where}"
@@ -200,7 +205,10 @@ def run(argv: list[str]) -> int:
         ("consensus", "consensus", ".3g"),
         ("MB_per_node", "MB/node", ".2f"),
     ]
-    columns = common.with_cost(columns, cost, training=True) + [("status", "status", ""), ("watchdog", "watchdog", "")]
+    columns = common.with_cost(columns, cost, training=True, target=target) + [
+        ("status", "status", ""),
+        ("watchdog", "watchdog", ""),
+    ]
     print(plots.format_table(rows, columns))
     summary = f"{len(rows)} grid points x {len(seeds)} seeds in one compile: {wall:.1f}s"
     print(summary)

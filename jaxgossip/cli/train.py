@@ -45,7 +45,7 @@ def command() -> Command:
         classes=[(TrainConfig, "training config (config file keys or --field=value)")],
         flags={**common.PROGRESS_FLAG, "no-resume": "ignore an existing checkpoint in --out"},
         extra={
-            "output": [out_option("runs/NAME, NAME = --name or --algorithm")],
+            "output": [out_option("runs/NAME, NAME = --name or --algorithm"), common.TARGET_OPTION],
             "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=train_field_help(),
@@ -62,6 +62,7 @@ def run(argv: list[str]) -> int:
         return 0
     config = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values, config)
+    target = common.target_acc(parsed.values)
     common.warn_gamma("train", config)
     common.require_tensorboard(config)
     if common.print_config(parsed, config.to_dict()):
@@ -88,7 +89,9 @@ def run(argv: list[str]) -> int:
     name = config.name or config.algorithm
     plots.plot_training({name: rows}, out, title=result.built.topology.name)
     last = dict(rows[-1], name=name, wall_time=result.wall_time, watchdog=common.watchdog_cell(result.watchdog))
-    columns = common.with_cost([c for c in TRAIN_COLUMNS if c[0] != "reduction"], cost, training=True)
+    if target is not None:
+        last["sim_s_to_target"] = common.rows_time_to_target(rows, target)
+    columns = common.with_cost([c for c in TRAIN_COLUMNS if c[0] != "reduction"], cost, training=True, target=target)
     if "perplexity" in last:  # a next-token model
         columns[1:1] = [("perplexity", "ppl(avg)", ".2f"), ("node_perplexity", "ppl(nodes)", ".2f")]
     print(plots.format_table([last], columns))

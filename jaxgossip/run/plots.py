@@ -46,6 +46,7 @@ def _save(fig, path: str) -> str:
 TRAINING_PANELS = {
     "accuracy_vs_rounds": ("round", "test_acc", "rounds", "test accuracy (averaged model)", False),
     "accuracy_vs_bits": ("MB_per_node", "test_acc", "MB sent per node", "test accuracy (averaged model)", True),
+    "accuracy_vs_time": ("sim_s", "test_acc", "simulated seconds", "test accuracy (averaged model)", False),
     "consensus": ("round", "consensus", "rounds", "consensus distance", False),
 }
 
@@ -122,20 +123,22 @@ def _mark_merges(ax, merges: list[tuple[str, str, float, float]]) -> None:
 
 
 def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str = "") -> list[str]:
-    """Writes accuracy vs rounds, accuracy vs MB sent per node, and consensus distance vs rounds
-    (:func:`training_figure`: a final merge is marked, not drawn as the curve's last point).
+    """Writes accuracy vs rounds, vs MB sent per node and vs simulated time, and consensus distance
+    vs rounds (:func:`training_figure`: a final merge is marked, not drawn as the curve's last point).
 
     Args:
-      runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``).
-      out_dir: folder for ``accuracy_vs_rounds.png``, ``accuracy_vs_bits.png``, ``consensus.png``.
+      runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``, with the cost fields of
+        ``jaxgossip.cli.common.run_cost`` for the time panel).
+      out_dir: folder for ``accuracy_vs_rounds.png``, ``accuracy_vs_bits.png``,
+        ``accuracy_vs_time.png`` (only when every row has ``sim_s``) and ``consensus.png``.
 
     Returns:
       The paths written.
     """
     os.makedirs(out_dir, exist_ok=True)
-    return [
-        _save(training_figure(runs, panel, title), os.path.join(out_dir, panel + ".png")) for panel in TRAINING_PANELS
-    ]
+    timed = all("sim_s" in row for rows in runs.values() for row in rows)
+    panels = [p for p in TRAINING_PANELS if timed or TRAINING_PANELS[p][0] != "sim_s"]
+    return [_save(training_figure(runs, panel, title), os.path.join(out_dir, panel + ".png")) for panel in panels]
 
 
 def plot_consensus(
