@@ -159,9 +159,10 @@ def lm_config(**changes):
 
 @pytest.mark.slow
 def test_transformer_learns_python_docs_split_by_source_through_the_runner():
-    result = run_training(lm_config(), progress=False, log=lambda message: None)
+    config = lm_config(num_rounds=60, eval_every=20, evals_per_chunk=3)
+    result = run_training(config, progress=False, log=lambda message: None)
     rows = result.rows
-    assert [r["round"] for r in rows] == [10, 20]
+    assert [r["round"] for r in rows] == [20, 40, 60]
     losses = [r["test_loss"] for r in rows]
     assert losses[-1] < losses[0] < math.log(256), losses  # below the uniform guess, and falling
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
@@ -169,7 +170,7 @@ def test_transformer_learns_python_docs_split_by_source_through_the_runner():
         assert r["perplexity"] == pytest.approx(math.exp(r["test_loss"]), rel=1e-12)
         assert r["node_perplexity"] == pytest.approx(math.exp(r["node_loss_mean"]), rel=1e-12)
         assert 0.0 < r["test_acc"] < 1.0  # a mean over tokens, not over windows
-    assert rows[-1]["perplexity"] < 64  # the uniform guess is 256
+    assert rows[-1]["perplexity"] < 40  # the uniform guess is 256
     # Every node holds whole topics: the per-node source histogram has one owner per source.
     assert (np.count_nonzero(result.built.histograms, axis=0) == 1).all()
     assert "python_docs" in result.built.dataset.source
