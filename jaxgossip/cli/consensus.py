@@ -3,6 +3,7 @@ x0 ~ N(0, 1) and the algorithms average it; error and bits per round, table, JSO
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -13,6 +14,7 @@ import numpy as np
 
 from jaxgossip.cli import common
 from jaxgossip.run.config import did_you_mean
+from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["ConsensusRun", "ConsensusConfig", "command", "run", "check_consensus_config"]
@@ -146,6 +148,11 @@ def check_consensus_config(config: ConsensusConfig) -> tuple[list[ConsensusRun],
 
 
 def run(argv: list[str]) -> int:
+    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
+        return _locked_run(argv, held)
+
+
+def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     spec = command()
     parsed = parse_argv(spec, argv)
     if parsed is None:
@@ -161,6 +168,7 @@ def run(argv: list[str]) -> int:
     if common.print_config(parsed, resolved):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "consensus"))
+    held.enter_context(hold_out(out, "jaxgossip consensus", log=lambda m: common.warn("consensus", m)))
 
     import jax
     from tqdm.auto import tqdm

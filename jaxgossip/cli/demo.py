@@ -3,11 +3,13 @@ one table and plots; ``--algorithms`` picks the compared methods, a user's plug-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
 from jaxgossip.cli import common
 from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["command", "run", "demo_runs", "DEMO_DEFAULTS"]
@@ -156,6 +158,11 @@ def _run_dir(out: str, name: str) -> str:
 
 
 def run(argv: list[str]) -> int:
+    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
+        return _locked_run(argv, held)
+
+
+def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     spec = command(quick="--quick" in argv)
     parsed = parse_argv(spec, argv)
     if parsed is None:
@@ -191,6 +198,7 @@ def run(argv: list[str]) -> int:
     if common.print_config(parsed, resolved):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
+    held.enter_context(hold_out(out, "jaxgossip demo", log=lambda m: common.warn("demo", m)))
 
     from jaxgossip.cli.train import TRAIN_COLUMNS
     from jaxgossip.run import plots

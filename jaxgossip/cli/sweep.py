@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -14,6 +15,7 @@ import numpy as np
 
 from jaxgossip.cli import common
 from jaxgossip.run.config import TrainConfig, check_train_config, did_you_mean, train_field_help
+from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
@@ -132,6 +134,11 @@ def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str
 
 
 def run(argv: list[str]) -> int:
+    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
+        return _locked_run(argv, held)
+
+
+def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     spec = command()
     parsed = parse_argv(spec, argv)
     if parsed is None:
@@ -151,6 +158,7 @@ def run(argv: list[str]) -> int:
     if common.print_config(parsed, {"seeds": seeds, "sweep": axes, **config.to_dict()}):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "sweep"))
+    held.enter_context(hold_out(out, "jaxgossip sweep", log=lambda m: common.warn("sweep", m)))
 
     import jax
 

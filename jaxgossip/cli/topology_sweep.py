@@ -3,6 +3,7 @@ group of same-shape graphs (consensus mode by default, training with ``--train``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -14,6 +15,7 @@ import numpy as np
 from jaxgossip.cli import common
 from jaxgossip.cli.sweep import seed_list
 from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["TopologySweepOptions", "command", "run"]
@@ -108,6 +110,11 @@ def command() -> Command:
 
 
 def run(argv: list[str]) -> int:
+    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
+        return _locked_run(argv, held)
+
+
+def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     spec = command()
     parsed = parse_argv(spec, argv)
     if parsed is None:
@@ -129,17 +136,17 @@ def run(argv: list[str]) -> int:
                 f"--{wrong[0]} is an option of the consensus mode; with --train the graphs have --num_nodes nodes, "
                 "run --num_rounds rounds and random graphs use the config's data_seed"
             )
-        return _training(parsed, argv, options, specs, seeds, cost)
+        return _training(parsed, argv, options, specs, seeds, cost, held)
     wrong = sorted(config_keys & parsed.given)
     if wrong:
         raise UsageError(
             f"--{wrong[0]} is not an option of the consensus mode (it takes --algorithm, --algorithm_options.*, "
             f"{', '.join('--' + o for o in CONSENSUS_ONLY)}); training config keys need --train"
         )
-    return _consensus(parsed, argv, options, specs, seeds, cost)
+    return _consensus(parsed, argv, options, specs, seeds, cost, held)
 
 
-def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
+def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
     from jaxgossip import sweeps
     from jaxgossip.run import plots
     from jaxgossip.run.config import check_algorithm, gamma_warning
@@ -164,6 +171,7 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
     if common.print_config(parsed, resolved):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep"))
+    held.enter_context(hold_out(out, "jaxgossip topology-sweep", log=lambda m: common.warn("topology-sweep", m)))
     no_stack = parsed.flags["no_stack"]
     start = time.perf_counter()
     result = sweeps.sweep_topologies(
@@ -225,7 +233,7 @@ def _consensus(parsed, argv, options, specs, seeds, cost) -> int:
     return 0
 
 
-def _training(parsed, argv, options, specs, seeds, cost) -> int:
+def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
     from jaxgossip import topology
     from jaxgossip.run import experiment_sweeps, plots
     from jaxgossip.run.config import check_algorithm
@@ -243,6 +251,7 @@ def _training(parsed, argv, options, specs, seeds, cost) -> int:
     if common.print_config(parsed, resolved):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep_train"))
+    held.enter_context(hold_out(out, "jaxgossip topology-sweep", log=lambda m: common.warn("topology-sweep", m)))
     no_stack = parsed.flags["no_stack"]
     dataset = common.load_data(config)
     start = time.perf_counter()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
 
 from jaxgossip.cli import common
 from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.lock import hold_out_of_run
 from jaxgossip.run.parsing import Command, parse_argv
 
 __all__ = ["command", "run", "TRAIN_COLUMNS"]
@@ -54,6 +56,11 @@ def command() -> Command:
 
 
 def run(argv: list[str]) -> int:
+    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
+        return _locked_run(argv, held)
+
+
+def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     import sys
 
     spec = command()
@@ -68,6 +75,7 @@ def run(argv: list[str]) -> int:
     if common.print_config(parsed, config.to_dict()):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", config.name or config.algorithm))
+    held.enter_context(hold_out_of_run(out, "jaxgossip train", log=lambda m: common.warn("train", m)))
 
     from jaxgossip.run import plots
     from jaxgossip.run.runner import run_training

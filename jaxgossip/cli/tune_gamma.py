@@ -3,11 +3,13 @@ contracts on a graph and model, from one vmapped consensus sweep; table, recomme
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any
 
 from jaxgossip.cli import common
+from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["TuneGammaConfig", "command", "run", "check_tune_config"]
@@ -136,6 +138,11 @@ def check_tune_config(config: TuneGammaConfig):
 
 
 def run(argv: list[str]) -> int:
+    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
+        return _locked_run(argv, held)
+
+
+def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     spec = command()
     parsed = parse_argv(spec, argv)
     if parsed is None:
@@ -145,6 +152,7 @@ def run(argv: list[str]) -> int:
     if common.print_config(parsed, dataclasses.asdict(config)):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "tune_gamma"))
+    held.enter_context(hold_out(out, "jaxgossip tune-gamma", log=lambda m: common.warn("tune-gamma", m)))
 
     import numpy as np
 
