@@ -53,6 +53,13 @@ SWEEPABLE = (
     "algorithm_options.gamma",
     "algorithm_options.vector_gamma",
     "algorithm_options.target_residual",
+    # the time model (jaxgossip.timing): links, and the numbers of the --time.compute spec (seconds
+    # C, median or mean; a straggler fraction F and slowdown S)
+    "time.latency",
+    "time.bandwidth",
+    "time.compute",
+    "time.fraction",
+    "time.slowdown",
 )
 
 # Why a common request cannot be swept in one compile (algorithm options: the algorithms' metadata,

@@ -229,3 +229,47 @@ def test_bad_links_and_traces_are_refused(tmp_path):
     np.save(tmp_path / "bad.npy", np.ones(5, np.float32))
     with pytest.raises(ValueError, match=r"\[steps, N\]"):
         timing.parse_compute(f"trace:{tmp_path / 'bad.npy'}")
+
+
+def test_sweep_over_time_values_is_one_compile_and_equals_separate_runs():
+    from tiny import tiny_config
+
+    from jaxgossip.run.experiment_sweeps import sweep_training
+    from jaxgossip.run.runner import run_training
+
+    config = tiny_config(time={"compute": "stragglers:0.01,0.25,2", "latency": 1e-3, "bandwidth": 1e6})
+    axes = {"time.bandwidth": [1e6, 1e8], "time.slowdown": [2.0, 10.0]}
+    points, metrics = sweep_training(config, axes, [0])
+    assert np.asarray(metrics.sim_time).shape == (4, 1, 4)
+    for g in range(4):
+        bandwidth, slowdown = float(points["time.bandwidth"][g]), float(points["time.slowdown"][g])
+        alone = run_training(
+            config.replace(time={**config.time, "bandwidth": bandwidth, "compute": f"stragglers:0.01,0.25,{slowdown}"}),
+            progress=False,
+            log=lambda m: None,
+        )
+        np.testing.assert_allclose(np.asarray(metrics.sim_time)[g, 0], alone.metrics.sim_time, rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(metrics.test_acc)[g, 0], alone.metrics.test_acc)
+    # the straggler (one of 4) sets the pace: 20 rounds of S x 10 ms plus 2 messages per round
+    d = 64 * 8 + 8 + 8 * 10 + 10
+    expected = 20 * (points["time.slowdown"] * 0.01 + 2 * (1e-3 + 32 * d / points["time.bandwidth"]))
+    np.testing.assert_allclose(np.asarray(metrics.sim_time)[:, 0, -1], expected, rtol=1e-5)
+
+
+def test_sweep_command_over_time_values_and_bad_ones(tmp_path, capsys):
+    from tiny import TINY_FLAGS
+
+    from jaxgossip.cli import main
+
+    out = str(tmp_path / "sweep")
+    argv = ["sweep", *TINY_FLAGS, "--no-progress", "--out", out, "--time.compute=0.01"]
+    assert main([*argv, "--sweep.time.bandwidth=1e6,1e9"]) == 0
+    table = capsys.readouterr().out
+    assert "bandwidth" in table and "sim s" in table
+    assert main([*argv, "--sweep.time.bandwidth=0,1e6"]) == 2
+    assert "--sweep.time.bandwidth: --time.bandwidth=0.0 must be > 0" in capsys.readouterr().err
+    assert main([*argv, "--sweep.time.fraction=0.5"]) == 2  # a constant compute has no straggler fraction
+    assert "sweep axis 'time.fraction' sets a number of --time.compute=stragglers" in capsys.readouterr().err
+    argv[-1] = "--time.compute=stragglers:0.01,0.25,4"
+    assert main([*argv, "--sweep.time.fraction=0.5,2"]) == 2
+    assert "straggler fraction F=2.0 must be <= 1" in capsys.readouterr().err

@@ -126,8 +126,10 @@ def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str
                     if message:
                         warnings.append(message)
             else:
+                from jaxgossip.run.experiment_sweeps import apply_point
+
                 try:
-                    check_train_config(config.replace(**{name: value}))
+                    check_train_config(apply_point(config, {name: value}))
                 except ValueError as err:
                     raise UsageError(f"--sweep.{name}: {err}") from None
     return warnings

@@ -38,6 +38,7 @@ __all__ = [
     "TIME_OPTIONS",
     "check_time",
     "time_model_of",
+    "normalise_time",
     "gamma_warning",
     "did_you_mean",
     "allowed_values",
@@ -503,7 +504,12 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         )
     check_time(config, topo)
     return dataclasses.replace(
-        config, decay_rounds=decay, final_merge=merge, node_batch=node_batch, model_options=model_options
+        config,
+        decay_rounds=decay,
+        final_merge=merge,
+        node_batch=node_batch,
+        model_options=model_options,
+        time=normalise_time(config.time),
     )
 
 
@@ -525,12 +531,11 @@ def time_model_of(config: TrainConfig, topo):
             f"time.{unknown[0]}: unknown time option{did_you_mean(unknown[0], TIME_OPTIONS)}; "
             f"known: {', '.join(TIME_OPTIONS)}"
         )
-    values = {**TIME_OPTIONS, **{k: v for k, v in options.items() if v is not None}}
-    if isinstance(values["compute"], (list, tuple)):  # the command line splits stragglers:C,F,S at commas
-        values["compute"] = ",".join(str(v) for v in values["compute"])
+    values = {**TIME_OPTIONS, **{k: v for k, v in normalise_time(options).items() if v is not None}}
     for key in ("latency", "bandwidth"):
         value = values[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        traced = hasattr(value, "shape") and not isinstance(value, np.ndarray)  # a sweep's traced value
+        if not traced and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"--time.{key}={value!r} must be a number ({'s' if key == 'latency' else 'bit/s'})")
     for key, known in (("mode", timing.LINK_MODES), ("allreduce_model", timing.ALLREDUCE_MODELS)):
         if values[key] not in known:
@@ -551,6 +556,14 @@ def time_model_of(config: TrainConfig, topo):
     except ValueError as err:
         text = str(err)
         raise ValueError(text if text.startswith("--time.") else f"--time.compute: {text}") from None
+
+
+def normalise_time(options: Any) -> Any:
+    """``config.time`` with a compute spec the command line split at its commas
+    (``stragglers:C,F,S`` -> a list) joined back into one string."""
+    if isinstance(options, dict) and isinstance(options.get("compute"), (list, tuple)):
+        return {**options, "compute": ",".join(str(v) for v in options["compute"])}
+    return options
 
 
 def check_time(config: TrainConfig, topo) -> None:

@@ -24,16 +24,36 @@ from jaxgossip.topology import Topology
 __all__ = ["sweep_training", "sweep_topologies_training", "apply_point"]
 
 
+# Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.timing.Compute.
+_COMPUTE_FIELDS = {"time.compute": "seconds", "time.fraction": "fraction", "time.slowdown": "slowdown"}
+
+
 def apply_point(config, point: Mapping[str, Any]):
     """``config`` with the values of one grid point (``"algorithm_options.gamma"`` style names
-    set inside ``algorithm_options``); values may be traced."""
-    changes, options = {}, dict(config.algorithm_options)
+    set inside ``algorithm_options``, ``"time.bandwidth"`` inside ``time``, and the numbers of the
+    compute spec, ``"time.slowdown"`` the S of ``stragglers:C,F,S``, inside its parsed
+    :class:`jaxgossip.timing.Compute`); values may be traced."""
+    from jaxgossip import timing
+    from jaxgossip.run.config import TIME_OPTIONS
+
+    changes, options, time = {}, dict(config.algorithm_options), dict(config.time)
     for name, value in point.items():
         if name.startswith("algorithm_options."):
             options[name.split(".", 1)[1]] = value
+        elif name in _COMPUTE_FIELDS:
+            compute = timing.parse_compute(time.get("compute", TIME_OPTIONS["compute"]))
+            kinds = ("stragglers",) if name != "time.compute" else ("constant", "stragglers", "lognormal", "exponential")
+            if compute.kind not in kinds:
+                raise ValueError(
+                    f"sweep axis {name!r} sets a number of --time.compute={'|'.join(kinds)}:...; this run's "
+                    f"compute is {compute.kind}"
+                )
+            time["compute"] = dataclasses.replace(compute, **{_COMPUTE_FIELDS[name]: value})
+        elif name.startswith("time."):
+            time[name.split(".", 1)[1]] = value
         else:
             changes[name] = value
-    return config.replace(algorithm_options=options, **changes)
+    return config.replace(algorithm_options=options, time=time, **changes)
 
 
 def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], dataset=None):
