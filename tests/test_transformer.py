@@ -313,3 +313,40 @@ def test_documented_language_model_command_trains(capsys, tmp_path):
     assert "ppl(avg)" in out
     rows = json.load(open(tmp_path / "lm" / "metrics.json"))["rows"]
     assert rows[-1]["test_loss"] < rows[0]["test_loss"] and rows[-1]["perplexity"] < rows[0]["perplexity"]
+
+
+def test_every_command_loads_text_in_the_models_context():
+    from jaxgossip.cli import common
+
+    config = runner.check_train_config(lm_config())  # context 16
+    for dataset in (runner.load_data(config), common.load_data(config), runner.prepare(config).dataset):
+        assert dataset.x_train.shape[1:] == dataset.x_test.shape[1:] == (16,)
+
+
+@pytest.mark.slow
+def test_language_model_resumes_bitwise(tmp_path):
+    from pydoc_data import topics
+
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for name in ("compound", "specialnames", "types"):
+        (folder / f"{name}.txt").write_text(topics.topics[name], encoding="utf-8")
+    config = lm_config(
+        dataset=f"text:{folder}",
+        num_nodes=3,
+        topology="complete",
+        algorithm="power_gossip",
+        algorithm_options={"rank": 2},
+        model_options={"depth": 1, "width": 32, "heads": 2, "context": 32, "positions": "rotary"},
+        num_rounds=40,
+        eval_every=10,
+    )
+    quiet = {"progress": False, "log": lambda message: None}
+    whole = run_training(config, str(tmp_path / "a"), **quiet)
+    run_training(config, str(tmp_path / "b"), stop_after_chunks=2, **quiet)
+    resumed = run_training(config, str(tmp_path / "b"), **quiet)
+    assert resumed.start_round == 20
+    keys = ("round", "test_loss", "perplexity", "node_perplexity", "consensus", "bits_mean")
+    assert [[r[k] for k in keys] for r in resumed.rows] == [[r[k] for k in keys] for r in whole.rows]
+    for a, b in zip(jax.tree_util.tree_leaves(whole.state.params), jax.tree_util.tree_leaves(resumed.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

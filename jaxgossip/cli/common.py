@@ -248,10 +248,10 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
 
 
 def load_data(config):
-    """The data set of a training config (data_dir, raw_dir, download)."""
-    from jaxgossip import data
+    """The data set of a training config (``jaxgossip.run.runner.load_data``)."""
+    from jaxgossip.run import runner
 
-    return data.load_dataset(config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download)
+    return runner.load_data(config)
 
 
 def algorithm_epilog() -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "build",
     "Prepared",
     "prepare",
+    "load_data",
     "make_trainer",
     "make_optimizer",
     "make_schedule",
@@ -195,9 +196,7 @@ class Prepared:
 def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
     """Loads and partitions the data and builds the topology and the model."""
     if dataset is None:
-        dataset = data.load_dataset(
-            config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
-        )
+        dataset = load_data(config)
     if config.num_nodes > dataset.y_train.shape[0]:
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
@@ -219,6 +218,14 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
     model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
     return Prepared(dataset, parts, shards, topo, model, mesh)
+
+
+def load_data(config: TrainConfig) -> data.Dataset:
+    """The data set of a training config (``dataset``, ``data_dir``, ``raw_dir``, ``download``; a
+    text data set in examples of the sequence model's ``context``)."""
+    return data.load_dataset(
+        config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
+    )
 
 
 def _context(config: TrainConfig) -> int:
