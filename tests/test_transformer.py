@@ -235,7 +235,7 @@ def test_every_algorithm_trains_the_transformer_on_python_docs_by_source(alg_nam
     assert np.all(np.diff(np.asarray(metrics.bits), axis=0) > 0)
 
 
-def test_rows_carry_perplexities_of_next_token_models_only():
+def test_rows_and_plots_carry_perplexities_of_next_token_models_only(tmp_path):
     metrics = jg.training.Metrics(
         *[np.array([v, v / 2]) for v in (10.0, 3.0, 2.0, 0.3, 0.3, 0.2, 0.4, 2.5, 1e-3)],
         bits=np.ones((2, 4)),
@@ -245,6 +245,12 @@ def test_rows_carry_perplexities_of_next_token_models_only():
     assert [r["perplexity"] for r in rows] == [math.exp(2.0), math.exp(1.0)]
     assert [r["node_perplexity"] for r in rows] == [math.exp(2.5), math.exp(1.25)]
     assert "perplexity" not in runner.metrics_to_rows(metrics)[0]
+    from jaxgossip.run import plots
+
+    written = [p.rsplit("/", 1)[1] for p in plots.plot_training({"lm": rows}, str(tmp_path / "lm"))]
+    assert {"perplexity_vs_rounds.png", "perplexity_vs_bits.png"} <= set(written)
+    written = [p.rsplit("/", 1)[1] for p in plots.plot_training({"cnn": runner.metrics_to_rows(metrics)}, str(tmp_path))]
+    assert not any(name.startswith("perplexity") for name in written)
 
 
 def test_cosine_schedule_follows_the_formula():

@@ -48,6 +48,8 @@ TRAINING_PANELS = {
     "accuracy_vs_bits": ("MB_per_node", "test_acc", "MB sent per node", "test accuracy (averaged model)", True),
     "accuracy_vs_time": ("sim_s", "test_acc", "simulated seconds", "test accuracy (averaged model)", False),
     "consensus": ("round", "consensus", "rounds", "consensus distance", False),
+    "perplexity_vs_rounds": ("round", "perplexity", "rounds", "perplexity (averaged model)", False),
+    "perplexity_vs_bits": ("MB_per_node", "perplexity", "MB sent per node", "perplexity (averaged model)", True),
 }
 
 
@@ -130,14 +132,21 @@ def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str =
       runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``, with the cost fields of
         ``jaxgossip.cli.common.run_cost`` for the time panel).
       out_dir: folder for ``accuracy_vs_rounds.png``, ``accuracy_vs_bits.png``,
-        ``accuracy_vs_time.png`` (only when every row has ``sim_s``) and ``consensus.png``.
+        ``accuracy_vs_time.png`` (only when every row has ``sim_s``), ``consensus.png``, and for
+        next-token models (rows with ``perplexity``) ``perplexity_vs_rounds.png`` and
+        ``perplexity_vs_bits.png``.
 
     Returns:
       The paths written.
     """
     os.makedirs(out_dir, exist_ok=True)
     timed = all("sim_s" in row for rows in runs.values() for row in rows)
-    panels = [p for p in TRAINING_PANELS if timed or TRAINING_PANELS[p][0] != "sim_s"]
+    perplexity = all("perplexity" in row for rows in runs.values() for row in rows)
+    panels = [
+        p
+        for p in TRAINING_PANELS
+        if (timed or TRAINING_PANELS[p][0] != "sim_s") and (perplexity or TRAINING_PANELS[p][1] != "perplexity")
+    ]
     return [_save(training_figure(runs, panel, title), os.path.join(out_dir, panel + ".png")) for panel in panels]
 
 
