@@ -58,6 +58,8 @@ from jaxgossip.types import Array, PRNGKey
 __all__ = [
     "COMPUTE_KINDS",
     "LINK_MODES",
+    "AVAILABILITY_KINDS",
+    "availability",
     "ALLREDUCE_MODELS",
     "TIME_STREAM",
     "Compute",
@@ -191,7 +193,7 @@ def parse_compute(spec: Any) -> Compute:
         (mean,) = _spec_numbers(spec, args, 1, "exponential:MEAN (> 0 s)")
         return _checked(spec, "exponential", mean)
     if kind == "trace":
-        return _checked(spec, "trace", trace=_load_trace(spec, args))
+        return _checked(spec, "trace", trace=_load_trace(f"--time.compute={spec!r}", args))
     raise ValueError(
         f"--time.compute={spec!r}: unknown kind {kind!r}; known: a number, stragglers:C,F,S, "
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH"
@@ -205,23 +207,74 @@ def _checked(spec: str, kind: str, seconds: Any = 0.0, **fields: Any) -> Compute
         raise ValueError(f"--time.compute={spec!r}: {err}") from None
 
 
-def _load_trace(spec: str, path: str) -> np.ndarray:
+def _load_trace(prefix: str, path: str) -> np.ndarray:
+    """A numeric ``[rows, N]`` array from a .npy or .csv file; errors start with ``prefix`` (the option)."""
     if not path or not os.path.isfile(path):
-        raise ValueError(f"--time.compute={spec!r}: no trace file {path!r}")
+        raise ValueError(f"{prefix}: no trace file {path!r}")
     try:
         if path.endswith(".npy"):
             arr = np.load(path, allow_pickle=False)
         elif path.endswith(".csv"):
             arr = np.loadtxt(path, delimiter=",", ndmin=2)
         else:
-            raise ValueError(f"--time.compute={spec!r}: a trace must be a .npy or .csv file")
+            raise ValueError(f"{prefix}: a trace must be a .npy or .csv file")
     except (OSError, ValueError) as err:
-        if "--time.compute" in str(err):
+        if prefix in str(err):
             raise
-        raise ValueError(f"--time.compute={spec!r}: cannot read {path!r} as a [steps, N] array: {err}") from None
+        raise ValueError(f"{prefix}: cannot read {path!r} as a [steps, N] array: {err}") from None
     if arr.ndim != 2 or arr.size == 0 or arr.dtype.kind not in "iuf":
-        raise ValueError(f"--time.compute={spec!r}: a trace must be a numeric [steps, N] array; got {arr.shape}")
+        raise ValueError(f"{prefix}: a trace must be a numeric [steps, N] array; got {arr.shape}")
     return arr.astype(np.float32)
+
+
+AVAILABILITY_KINDS = ("always", "markov", "trace")
+
+
+def availability(spec: Any, num_rounds: int, num_nodes: int, seed: int) -> np.ndarray | None:
+    """The ``[R, N]`` 0/1 online mask of a run from the ``--time.availability`` grammar, or None
+    for ``always``.
+
+    * ``always``: every node online in every round (None: nothing is masked);
+    * ``markov:P_OFF,P_ON``: per node a two-state chain, all online before round 0; before every
+      round an online node goes offline with probability P_OFF and an offline one comes back with
+      probability P_ON (drawn on the host from ``seed``: the same seed gives the same mask);
+    * ``trace:PATH``: a ``.npy`` / ``.csv`` of shape ``[rounds, N]`` of 0/1, cycled.
+
+    Raises:
+      ValueError: naming the spec and the rule it breaks.
+    """
+    name = f"--time.availability={spec!r}"
+    if spec is None or spec == "always":
+        return None
+    if not isinstance(spec, str):
+        raise ValueError(f"{name} must be always, markov:P_OFF,P_ON or trace:PATH")
+    kind, _, args = spec.partition(":")
+    if kind == "markov":
+        parts = args.split(",")
+        try:
+            p_off, p_on = (float(v) for v in parts) if len(parts) == 2 else (None, None)
+        except ValueError:
+            p_off = p_on = None
+        if p_off is None or not (0 <= p_off <= 1 and 0 < p_on <= 1):
+            raise ValueError(f"{name}: expected markov:P_OFF,P_ON with P_OFF in [0, 1] and P_ON in (0, 1]")
+        rng = np.random.default_rng(seed)
+        online = np.ones(num_nodes, bool)
+        out = np.empty((num_rounds, num_nodes), np.float32)
+        for r in range(num_rounds):  # a loop over rounds (the chain), vectorized over nodes
+            u = rng.random(num_nodes)
+            online = np.where(online, u >= p_off, u < p_on)
+            out[r] = online
+        return out
+    if kind == "trace":
+        arr = _load_trace(name, args)
+        if arr.shape[1] != num_nodes:
+            raise ValueError(
+                f"{name}: a trace of shape {arr.shape} does not fit N = {num_nodes}: it must be [rounds, {num_nodes}]"
+            )
+        if not np.all((arr == 0) | (arr == 1)):
+            raise ValueError(f"{name}: a trace must hold 0 (offline) or 1 (online) only")
+        return arr.astype(np.float32)
+    raise ValueError(f"{name}: unknown kind {kind!r}; known: always, markov:P_OFF,P_ON, trace:PATH")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,14 +481,18 @@ class TimeModel:
       compute: :class:`Compute`.
       links: :class:`Links` (:func:`make_links`).
       overlap: static bool, whether a node sends while it computes (the ``same_iterate`` ordering).
+      available: ``[R, N]`` 0/1, which nodes are online in round ``t mod R`` (:func:`availability`),
+        or None (always online). An offline node computes nothing and sends nothing (its graph is
+        :func:`jaxgossip.topology.with_availability`), and the round waits only for online nodes.
     """
 
     compute: Compute
     links: Links
     overlap: bool = False
+    available: Any = None
 
 
-jax.tree_util.register_dataclass(TimeModel, data_fields=["compute", "links"], meta_fields=["overlap"])
+jax.tree_util.register_dataclass(TimeModel, data_fields=["compute", "links", "available"], meta_fields=["overlap"])
 
 # The default links: 1 Gbit/s is commodity Ethernet; 100 us per message is an assumption, not a
 # measurement: the order of a small TCP message's one-way latency inside a LAN or data centre (a
@@ -447,6 +504,7 @@ DEFAULT_LATENCY = 1e-4
 def time_model(
     topology: Any,
     *,
+    available: Any = None,
     compute: Any = 0.0,
     latency: Any = DEFAULT_LATENCY,
     bandwidth: Any = DEFAULT_BANDWIDTH,
@@ -472,6 +530,8 @@ def time_model(
       ordering: ``"atc"`` (compute, then send) or ``"same_iterate"`` (overlap).
       exchanges, allreduce: explicit values instead of the metadata's (an unregistered algorithm).
       names: how error messages call latency and bandwidth (e.g. the command-line options).
+      available: ``[R, N]`` online mask (:func:`availability`) or None; the run's graph must then
+        be :func:`jaxgossip.topology.with_availability` of the same mask.
     """
     if algorithm is not None:
         from jaxgossip import algorithms
@@ -491,7 +551,11 @@ def time_model(
             f"--time.compute: a trace of shape {np.shape(compute.trace)} does not fit N = {topology.num_nodes} "
             f"nodes: it must be [steps, {topology.num_nodes}]"
         )
-    return TimeModel(compute, links, overlap=ordering == "same_iterate")
+    if available is not None:
+        available = np.asarray(available, np.float32)
+        if available.ndim != 2 or available.shape[1] != topology.num_nodes:
+            raise ValueError(f"available must be [rounds, N] = [R, {topology.num_nodes}]; got {available.shape}")
+    return TimeModel(compute, links, overlap=ordering == "same_iterate", available=available)
 
 
 class Clock(NamedTuple):
@@ -538,6 +602,9 @@ def round_seconds(model: TimeModel, key: PRNGKey, bits: Array, t: Any, local_ste
     else:
         first = jnp.asarray(t, jnp.int32) * local_steps
         work = sum(compute_seconds(model.compute, key, first + h, n) for h in range(local_steps)).astype(comm.dtype)
+    if model.available is not None:  # an offline node computes nothing; the round does not wait for it
+        avail = jnp.asarray(model.available)
+        work = work * avail[jnp.asarray(t, jnp.int32) % avail.shape[0]].astype(work.dtype)
     node = jnp.maximum(work, comm) if model.overlap else work + comm
     return jnp.max(node), jnp.max(comm)
 

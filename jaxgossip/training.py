@@ -257,6 +257,17 @@ class Metrics(NamedTuple):
     comm_time: Any = None
 
 
+def online_nodes(time: TimeModel, t: Array) -> Array:
+    """``[N]`` bool: the nodes online in round ``t`` under ``time.available``."""
+    available = jnp.asarray(time.available)
+    return available[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0
+
+
+def _keep_offline(online: Array, new: Any, old: Any) -> Any:
+    """``new`` for the online nodes, ``old`` for the others (leaves ``[N, ...]``)."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(online.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
+
+
 class _LocalCarry(NamedTuple):
     """What the H local steps of one round carry (leaves [N, ...])."""
 
@@ -506,6 +517,12 @@ def make_train(
     def round_fn(data, state: TrainState, _) -> tuple[TrainState, Array]:
         key, (key_batch, key_aug, key_comm) = next_keys(jax.random.wrap_key_data(state.key), 3)
         (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(data, state, key_batch, key_aug)
+        if time is not None and time.available is not None:
+            # An offline node computes nothing: its model, statistics and optimizer state stay.
+            online = online_nodes(time, state.round)
+            old = (state.params, state.batch_stats, state.opt_state)
+            y, stats, opt_state = _keep_offline(online, (y, stats, opt_state), old)
+            updates = _keep_offline(online, updates, jax.tree_util.tree_map(jnp.zeros_like, updates))
         if ordering == "atc":
             params, comm_state, info = algorithm.step(y, comm_state, key_comm)
         else:

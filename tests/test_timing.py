@@ -1,6 +1,8 @@
 """The time model (jaxgossip.timing) against a plain per-node / per-edge NumPy loop, its exactness
 cases inside the compiled runs, and its errors."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -273,3 +275,80 @@ def test_sweep_command_over_time_values_and_bad_ones(tmp_path, capsys):
     argv[-1] = "--time.compute=stragglers:0.01,0.25,4"
     assert main([*argv, "--sweep.time.fraction=0.5,2"]) == 2
     assert "straggler fraction F=2.0 must be <= 1" in capsys.readouterr().err
+
+
+def test_availability_masks_are_seeded_and_checked(tmp_path):
+    assert timing.availability("always", 10, 4, 0) is None
+    a = timing.availability("markov:0.2,0.5", 2000, 16, 3)
+    np.testing.assert_array_equal(a, timing.availability("markov:0.2,0.5", 2000, 16, 3))
+    assert not np.array_equal(a, timing.availability("markov:0.2,0.5", 2000, 16, 4))
+    # the chain's stationary online share is P_ON / (P_OFF + P_ON) = 5/7
+    assert abs(a[100:].mean() - 5 / 7) < 0.02
+    off_to_on = ((a[:-1] == 0) & (a[1:] == 1)).sum() / (a[:-1] == 0).sum()
+    assert abs(off_to_on - 0.5) < 0.03
+    trace = np.array([[1, 0, 1], [0, 1, 1]], np.float32)
+    np.save(tmp_path / "a.npy", trace)
+    np.testing.assert_array_equal(timing.availability(f"trace:{tmp_path / 'a.npy'}", 2, 3, 0), trace)
+    for spec, message in (
+        ("markov:0.2", "expected markov:P_OFF,P_ON"),
+        ("markov:0.2,0", r"P_ON in \(0, 1\]"),
+        ("sometimes", "unknown kind 'sometimes'"),
+        (f"trace:{tmp_path / 'a.npy'}", r"does not fit N = 4"),
+    ):
+        with pytest.raises(ValueError, match="--time.availability") as err:
+            timing.availability(spec, 5, 4, 0)
+        assert re.search(message, str(err.value)), err.value
+    np.save(tmp_path / "b.npy", np.full((2, 3), 0.5, np.float32))
+    with pytest.raises(ValueError, match="0 \\(offline\\) or 1 \\(online\\)"):
+        timing.availability(f"trace:{tmp_path / 'b.npy'}", 2, 3, 0)
+
+
+def test_offline_nodes_neither_compute_nor_send_and_the_round_waits_only_for_online_ones():
+    from tiny import tiny_config
+
+    from jaxgossip.run.runner import build, run_training
+
+    # node 0 is offline in odd rounds
+    available = np.ones((20, 4), np.float32)
+    available[1::2, 0] = 0
+    n = 4
+    topo = T.with_availability(T.ring(n), available)
+    w = T.sample_matrices(topo, jg.rounds.round_keys(jax.random.key(0), 4))
+    np.testing.assert_allclose(w[1, 0], np.eye(n)[0])  # round 1: node 0 keeps its own model, takes nothing
+    np.testing.assert_allclose(w[1, :, 0], np.eye(n)[0])  # and nobody takes from it
+    np.testing.assert_allclose(w[1].sum(axis=1), 1.0)  # repaired: still doubly stochastic
+    np.testing.assert_allclose(w[0], T.ring(n).matrix(0), rtol=1e-6)
+
+    compute = timing.parse_compute("stragglers:0.01,0.25,10")
+    clock_key = jax.random.wrap_key_data(timing.init_clock(jax.random.key(0)).key)
+    straggler = int(np.argmax(np.asarray(timing.compute_seconds(compute, clock_key, 0, n))))
+    available = np.ones((20, n), np.float32)
+    available[1::2, straggler] = 0
+    model = timing.time_model(T.ring(n), compute=compute, latency=0.0, bandwidth=1e18, available=available)
+    taus = [float(timing.round_seconds(model, clock_key, jnp.ones(n), t, 1)[0]) for t in range(4)]
+    np.testing.assert_allclose(taus, [0.1, 0.01, 0.1, 0.01], rtol=1e-6)  # odd rounds: the straggler is off
+
+    # through the command-line config: an always-offline node keeps its initial model and sends nothing
+    config = tiny_config(time={"availability": "markov:0.0,1.0"}, num_rounds=10, eval_every=5)
+    result = run_training(config, progress=False, log=lambda m: None)
+    assert np.all(np.asarray(result.metrics.bits) > 0)  # markov with P_OFF = 0: always online
+    built = build(config)
+    assert "availability" in built.topology.name
+    trace_config = tiny_config(time={"availability": "markov:1.0,1e-9"}, num_rounds=10, eval_every=5, seed=1)
+    result = run_training(trace_config, progress=False, log=lambda m: None)
+    assert np.all(np.asarray(result.metrics.bits) == 0)  # everyone offline from round 0: nothing sent
+    start = build(trace_config).trainer.init(jax.random.key(1)).params
+    for a, b in zip(jax.tree_util.tree_leaves(result.state.params), jax.tree_util.tree_leaves(start)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # and nothing computed
+    assert float(result.metrics.sim_time[-1]) == 0.0
+
+
+def test_availability_refuses_algorithms_that_cannot_drop_nodes():
+    from tiny import tiny_config
+
+    from jaxgossip.run.config import check_train_config
+
+    with pytest.raises(ValueError, match="gradient hook"):
+        check_train_config(tiny_config(algorithm="gradient_tracking", time={"availability": "markov:0.1,0.5"}))
+    with pytest.raises(ValueError, match="--time.availability='markov:2,0.5'"):
+        check_train_config(tiny_config(time={"availability": "markov:2,0.5"}))

@@ -39,6 +39,7 @@ __all__ = [
     "check_time",
     "time_model_of",
     "normalise_time",
+    "availability_of",
     "gamma_warning",
     "did_you_mean",
     "allowed_values",
@@ -48,7 +49,14 @@ WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
 #: learning-rate schedules after the warm-up (runner.make_schedule).
 LR_SCHEDULES = ("step", "cosine")
 #: the keys of TrainConfig.time (the --time.* options) and their defaults.
-TIME_OPTIONS = {"compute": 0.0, "latency": 1e-4, "bandwidth": 1e9, "mode": "serial", "allreduce_model": "ring"}
+TIME_OPTIONS = {
+    "compute": 0.0,
+    "latency": 1e-4,
+    "bandwidth": 1e9,
+    "mode": "serial",
+    "allreduce_model": "ring",
+    "availability": "always",
+}
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -204,7 +212,9 @@ def train_field_help() -> dict[str, str]:
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0; "
         "--time.latency=S per message (default 1e-4); --time.bandwidth=BIT/S (default 1e9); "
         "--time.mode=serial|parallel (a node's messages share its uplink, or not); "
-        "--time.allreduce_model=ring|message (how an all-reduce round is priced)",
+        "--time.allreduce_model=ring|message (how an all-reduce round is priced); "
+        "--time.availability=always|markov:P_OFF,P_ON|trace:PATH (offline nodes neither compute nor send; a round "
+        "waits only for online nodes)",
     }
 
 
@@ -480,7 +490,17 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     merge = _final_merge(config.final_merge)
     node_batch = _node_batch(config.node_batch)
     topo = check_topology(config.topology, config.num_nodes, config.resolved_data_seed)
+    available = availability_of(config)
+    if available is not None:  # offline nodes drop out of the graph: the algorithm must accept failures
+        from jaxgossip import topology as topologies
+
+        topo = topologies.with_availability(topo, available)
     alg = check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
+    if available is not None and alg.gradient is not None:
+        raise ValueError(
+            f"--time.availability={config.time['availability']!r}: {config.algorithm} has a gradient hook "
+            "(its state would see an offline node's gradient); use an algorithm without one"
+        )
     from jaxgossip import algorithms
 
     if config.ordering not in alg.orderings:
@@ -551,11 +571,22 @@ def time_model_of(config: TrainConfig, topo):
             options=with_trainer_options(config.algorithm, dict(config.algorithm_options)),
             ordering=config.ordering,
             allreduce_model=values["allreduce_model"],
+            available=availability_of(config),
             names=("--time.latency", "--time.bandwidth"),
         )
     except ValueError as err:
         text = str(err)
         raise ValueError(text if text.startswith("--time.") else f"--time.compute: {text}") from None
+
+
+def availability_of(config: TrainConfig) -> np.ndarray | None:
+    """The run's ``[num_rounds, N]`` online mask from ``--time.availability`` (None: always online),
+    drawn from ``config.seed``: the runner's graph and its clock use this same mask."""
+    from jaxgossip import timing
+
+    options = config.time if isinstance(config.time, dict) else {}
+    spec = options.get("availability") or TIME_OPTIONS["availability"]
+    return timing.availability(spec, int(config.num_rounds), int(config.num_nodes), int(config.seed))
 
 
 def normalise_time(options: Any) -> Any:

@@ -26,6 +26,8 @@ __all__ = ["sweep_training", "sweep_topologies_training", "apply_point"]
 
 # Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.timing.Compute.
 _COMPUTE_FIELDS = {"time.compute": "seconds", "time.fraction": "fraction", "time.slowdown": "slowdown"}
+# The compute kinds whose seconds (C, median or mean) time.compute sets (a trace has none).
+_SCALED_KINDS = ("constant", "stragglers", "lognormal", "exponential")
 
 
 def apply_point(config, point: Mapping[str, Any]):
@@ -42,7 +44,7 @@ def apply_point(config, point: Mapping[str, Any]):
             options[name.split(".", 1)[1]] = value
         elif name in _COMPUTE_FIELDS:
             compute = timing.parse_compute(time.get("compute", TIME_OPTIONS["compute"]))
-            kinds = ("stragglers",) if name != "time.compute" else ("constant", "stragglers", "lognormal", "exponential")
+            kinds = _SCALED_KINDS if name == "time.compute" else ("stragglers",)
             if compute.kind not in kinds:
                 raise ValueError(
                     f"sweep axis {name!r} sets a number of --time.compute={'|'.join(kinds)}:...; this run's "

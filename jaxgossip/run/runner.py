@@ -19,7 +19,13 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, sharding, topology
-from jaxgossip.run.config import TrainConfig, check_train_config, time_model_of, with_trainer_options
+from jaxgossip.run.config import (
+    TrainConfig,
+    availability_of,
+    check_train_config,
+    time_model_of,
+    with_trainer_options,
+)
 from jaxgossip.run.watchdog import WatchdogAlarm, check_consensus
 from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
 
@@ -29,7 +35,6 @@ __all__ = [
     "build",
     "Prepared",
     "prepare",
-    "load_data",
     "make_trainer",
     "make_optimizer",
     "make_schedule",
@@ -196,7 +201,9 @@ class Prepared:
 def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
     """Loads and partitions the data and builds the topology and the model."""
     if dataset is None:
-        dataset = load_data(config)
+        dataset = data.load_dataset(
+            config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
+        )
     if config.num_nodes > dataset.y_train.shape[0]:
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
@@ -216,16 +223,11 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
         mesh = sharding.node_mesh(config.num_nodes, config.devices)
         shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
+    available = availability_of(config)
+    if available is not None:  # the same mask as the run's clock (config.time_model_of)
+        topo = topology.with_availability(topo, available)
     model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
     return Prepared(dataset, parts, shards, topo, model, mesh)
-
-
-def load_data(config: TrainConfig) -> data.Dataset:
-    """The data set of a training config (``dataset``, ``data_dir``, ``raw_dir``, ``download``; a
-    text data set in examples of the sequence model's ``context``)."""
-    return data.load_dataset(
-        config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
-    )
 
 
 def _context(config: TrainConfig) -> int:

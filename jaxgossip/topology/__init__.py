@@ -43,6 +43,7 @@ from jaxgossip.topology.stochastic import (
     random_matching,
     random_out,
     sample_matrices,
+    with_availability,
     with_failures,
 )
 from jaxgossip.topology.trees import binary_tree, chain, dumbbell, spanning_tree
@@ -75,6 +76,7 @@ __all__ = [
     "random_matching",
     "random_out",
     "with_failures",
+    "with_availability",
     "GraphRound",
     "sample_matrices",
     "expected_gram",

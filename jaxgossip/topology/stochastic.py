@@ -40,6 +40,7 @@ __all__ = [
     "random_matching",
     "random_out",
     "with_failures",
+    "with_availability",
     "sample_matrices",
     "expected_gram",
     "mean_out_degree",
@@ -315,6 +316,9 @@ class _FailureSampler:
         link_drop, node_drop = draw_args["link_drop"], draw_args["node_drop"]
         key_link, key_node, key_base = jax.random.split(key, 3)
         alive = jax.random.uniform(key_node, (n,)) >= node_drop
+        available = draw_args.get("available")
+        if available is not None:  # the nodes online in round t (with_availability), row t mod R
+            alive = alive & (jnp.asarray(available)[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0)
         if base.stochastic:
             inner = base.sampler.draw(key_base, t, base.draw_args)
             graph, idx = inner.graph, 0
@@ -364,6 +368,42 @@ class _FailureSampler:
             a, b = self.pair_ends
             pair_keep = coins & alive[a] & alive[b]
         return GraphRound(out, alive, pair_keep, _one_round(lost, *facts, False, False))
+
+
+def with_availability(topology: Topology, available: Any) -> Topology:
+    """A graph whose nodes are online only in the rounds ``available`` says: an offline node sends
+    and receives nothing, its weights repaired as for a node that is down in :func:`with_failures`.
+
+    Args:
+      topology: a graph :func:`with_failures` accepts, or failures of one (its drops are kept).
+      available: ``[R, N]`` 0/1 (or bool), node i online in round t iff ``available[t mod R, i]``
+        (e.g. :func:`jaxgossip.timing.availability`).
+
+    Returns:
+      A stochastic :class:`Topology` (failures with ``available`` among its ``draw_args``).
+    """
+    if not isinstance(topology, Topology):
+        raise TypeError(f"with_availability needs a jaxgossip Topology, got {type(topology).__name__}")
+    mask = np.asarray(available)
+    n = topology.num_nodes
+    if mask.ndim != 2 or mask.shape[1] != n or mask.shape[0] < 1:
+        raise ValueError(f"available must be [rounds, N] = [R, {n}] of 0/1; got shape {mask.shape}")
+    if not np.all((mask == 0) | (mask == 1)):
+        raise ValueError("available must hold 0 (offline) or 1 (online) only")
+    mask = jnp.asarray(mask, jnp.float32)
+    if not isinstance(topology.sampler, _FailureSampler):
+        topology = with_failures(topology)
+    args = dict(topology.draw_args, available=mask)
+    return Topology.from_sampler(
+        topology.sampler,
+        draw_args=args,
+        name=f"{topology.name}+availability",
+        num_nodes=n,
+        directed=topology.directed,
+        layout=topology.resolved_kernel,
+        row_stochastic=topology.is_row_stochastic,
+        column_stochastic=topology.is_column_stochastic,
+    )
 
 
 def _slot_edges(topology: Topology) -> np.ndarray:
