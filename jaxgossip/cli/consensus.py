@@ -16,6 +16,7 @@ from jaxgossip.cli import common
 from jaxgossip.run.config import did_you_mean
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.watchdog import consensus_diverged_at
 
 __all__ = ["ConsensusRun", "ConsensusConfig", "command", "run", "check_consensus_config"]
 
@@ -189,7 +190,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         node_bits = np.asarray(result.node_bits, dtype=np.float64)
         error = np.asarray(result.error, dtype=np.float64)
         wall = time.perf_counter() - start
-        where = common.diverged_at(error, np.arange(error.size))
+        where = consensus_diverged_at(error)  # NaN/inf, or 1e3x its first value
         # The node mean of x0 ~ N(0, 1) is close to 0, so only the growth rule means something here.
         alarm = check_consensus(error)
         shown = error if where is None else error[:where]
@@ -214,7 +215,8 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             row["energy_J_per_node"] = float(report.total_energy.mean())
         rows.append(dict(row, time=wall))
         if where is not None:
-            common.warn("consensus", f"{r.name} diverged at round {where} (error NaN/inf); the others are kept")
+            message = f"{r.name} diverged at round {where} (error NaN/inf or blow-up); the others are kept"
+            common.warn("consensus", message)
         elif alarm is not None:
             common.warn("consensus", f"{r.name}: {alarm.message}")
     title = f"{n} nodes, x of shape {list(config.shape)}, {steps} rounds"

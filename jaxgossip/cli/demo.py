@@ -219,9 +219,11 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
                 dataset=dataset,
                 log=lambda s: None,
             )
-        except FloatingPointError as err:
-            common.warn("demo", f"{config.name} diverged: {err}")
-            table.append({"name": config.name, "status": "diverged"})
+        except FloatingPointError as err:  # a NaN or a blow-up (jaxgossip.run.watchdog.check_divergence)
+            common.warn("demo", f"{config.name}: {err}")
+            found = getattr(err, "divergence", None)
+            status = "diverged" if found is None else f"diverged at round {found.round}"
+            table.append({"name": config.name, "status": status, "diverged_at_round": getattr(found, "round", None)})
             continue
         rows = common.run_cost(cost, result, out_dir=run_dir)
         results[config.name] = rows

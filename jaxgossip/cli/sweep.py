@@ -17,6 +17,7 @@ from jaxgossip.cli import common
 from jaxgossip.run.config import TrainConfig, check_train_config, did_you_mean, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.watchdog import check_divergence
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
 
@@ -193,7 +194,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             acc = np.asarray(metrics.test_acc)[g]
             hit = [common.time_to_target(acc[s], sim_time[g, s], target) for s in range(bits.shape[1])]
             row["sim_s_to_target"] = None if None in hit else float(np.mean(hit))
-        where = common.diverged_at(watched[:, g], rounds[g, 0])
+        where = _diverged_at(metrics, g, watched[:, g], rounds[g, 0])
         row["diverged_at_round"] = where
         row["status"] = "ok" if where is None else f"diverged at round {where}"
         # The watchdog's earliest alarm over the seeds of this grid point.
@@ -207,7 +208,8 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             for key in [k for k in row if k.startswith(("test_", "train_", "node_acc", "consensus"))]:
                 row[key] = None
             point = ", ".join(f"{name}={points[name][g]:.4g}" for name in points)
-            common.warn("sweep", f"grid point {point} diverged at round {where} (NaN/inf); the others are kept")
+            message = f"grid point {point} diverged at round {where} (NaN/inf or blow-up); the others are kept"
+            common.warn("sweep", message)
     columns = [(name, name.split(".")[-1], ".4g") for name in points]
     columns += [
         ("test_acc", "acc(avg)", ".4f"),
@@ -249,6 +251,22 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         _write_tensorboard(out, points, metrics)
     print(f"wrote {out}/sweep.json, sweep.md and sweep.png" + (" and tensorboard/" if config.tensorboard else ""))
     return 0
+
+
+def _diverged_at(metrics, g: int, watched, rounds) -> int | None:
+    """The first round at which any seed of grid point ``g`` is NaN/inf (``watched`` [K, S, M]) or
+    blows up (:func:`jaxgossip.run.watchdog.check_divergence`, the model's norm against its first
+    recorded value), or None."""
+    hits = [common.diverged_at(watched, rounds)]
+    for s in range(np.shape(metrics.round)[1]):
+        found = check_divergence(
+            np.asarray(metrics.round)[g, s],
+            train_loss=np.asarray(metrics.train_loss)[g, s],
+            model_sq_norm=np.asarray(metrics.model_sq_norm)[g, s],
+            consensus=np.asarray(metrics.consensus)[g, s],
+        )
+        hits.append(None if found is None else found.round)
+    return min((h for h in hits if h is not None), default=None)
 
 
 def _tensorboard_writer():

@@ -17,6 +17,7 @@ from jaxgossip.cli.sweep import seed_list
 from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.watchdog import check_divergence, consensus_diverged_at
 
 __all__ = ["TopologySweepOptions", "command", "run"]
 
@@ -188,15 +189,14 @@ def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitS
             )
         )
         error = np.asarray(result.error[g], np.float64)
-        where = common.diverged_at(error, np.arange(error.shape[-1]))
+        where = consensus_diverged_at(error)  # NaN/inf, or 1e3x its first value, in any seed
         row["diverged_at_round"] = where
         row["status"] = "ok" if where is None else f"diverged at round {where}"
         if where is not None:
             for key in ("final_error", "final_error_std", "rounds_to_tol", "MB_to_tol", "comm_s_to_tol"):
                 row[key] = None
-            common.warn(
-                "topology-sweep", f"{row['name']} diverged at round {where} (error NaN/inf); the others are kept"
-            )
+            message = f"{row['name']} diverged at round {where} (error NaN/inf or blow-up); the others are kept"
+            common.warn("topology-sweep", message)
     cost_columns = common.cost_columns(cost, training=False)
     at = [c[0] for c in cost_columns].index("comm_s") + 1
     cost_columns.insert(at, ("comm_s_to_tol", "comm s to tol", ".4g"))
@@ -294,12 +294,21 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
         row.update({key: float(np.mean([c[key] for c in per_seed])) for key in per_seed[0]})
         watched = np.stack([np.asarray(getattr(m, k), np.float64) for k in ("train_loss", "test_loss", "consensus")])
         where = common.diverged_at(watched, rounds[0])
+        blowups = [
+            check_divergence(
+                rounds[s], train_loss=np.asarray(m.train_loss)[s], model_sq_norm=np.asarray(m.model_sq_norm)[s],
+                consensus=np.asarray(m.consensus)[s],
+            )
+            for s in range(len(seeds))
+        ]  # fmt: skip
+        where = min([b.round for b in blowups if b is not None] + ([] if where is None else [where]), default=None)
         row["diverged_at_round"] = where
         row["status"] = "ok" if where is None else f"diverged at round {where}"
         if where is not None:
             for key in ("test_acc", "test_acc_std", "test_loss", "consensus"):
                 row[key] = None
-            common.warn("topology-sweep", f"{topo.name} diverged at round {where} (NaN/inf); the others are kept")
+            message = f"{topo.name} diverged at round {where} (NaN/inf or blow-up); the others are kept"
+            common.warn("topology-sweep", message)
         rows.append(row)
     columns = common.with_cost(_TOPOLOGY_TRAIN_COLUMNS, cost, training=True) + [("status", "status", "")]
     title = (

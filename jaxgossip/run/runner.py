@@ -19,14 +19,8 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, sharding, topology
-from jaxgossip.run.config import (
-    TrainConfig,
-    availability_of,
-    check_train_config,
-    time_model_of,
-    with_trainer_options,
-)
-from jaxgossip.run.watchdog import WatchdogAlarm, check_consensus
+from jaxgossip.run.config import TrainConfig, check_train_config, time_model_of, with_trainer_options
+from jaxgossip.run.watchdog import DivergenceError, WatchdogAlarm, check_consensus, check_divergence
 from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
 
 __all__ = [
@@ -35,6 +29,7 @@ __all__ = [
     "build",
     "Prepared",
     "prepare",
+    "load_data",
     "make_trainer",
     "make_optimizer",
     "make_schedule",
@@ -201,9 +196,7 @@ class Prepared:
 def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
     """Loads and partitions the data and builds the topology and the model."""
     if dataset is None:
-        dataset = data.load_dataset(
-            config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
-        )
+        dataset = load_data(config)
     if config.num_nodes > dataset.y_train.shape[0]:
         raise ValueError(
             f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
@@ -223,11 +216,16 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
         mesh = sharding.node_mesh(config.num_nodes, config.devices)
         shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
-    available = availability_of(config)
-    if available is not None:  # the same mask as the run's clock (config.time_model_of)
-        topo = topology.with_availability(topo, available)
     model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
     return Prepared(dataset, parts, shards, topo, model, mesh)
+
+
+def load_data(config: TrainConfig) -> data.Dataset:
+    """The data set of a training config (``dataset``, ``data_dir``, ``raw_dir``, ``download``; a
+    text data set in examples of the sequence model's ``context``)."""
+    return data.load_dataset(
+        config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
+    )
 
 
 def _context(config: TrainConfig) -> int:
@@ -442,6 +440,12 @@ def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[Tr
     return state, row
 
 
+def _sq_norm_of_mean(params) -> float:
+    """``||mean_i x_i||^2`` summed over leaves [N, ...] (the initial averaged model's squared norm)."""
+    means = (jnp.mean(leaf.astype(jnp.float32), axis=0) for leaf in jax.tree_util.tree_leaves(params))
+    return float(sum(jnp.sum(jnp.square(mean)) for mean in means))
+
+
 def run_training(
     config: TrainConfig,
     out_dir: str | None = None,
@@ -499,6 +503,7 @@ def run_training(
     state = trainer.init(jax.random.key(config.seed))
     if built.mesh is not None:
         state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
+    initial_sq_norm = _sq_norm_of_mean(state.params)  # the reference of the divergence check, also on resume
     done_evals, parts, wall, walls = 0, [], 0.0, []
     if saved is not None:
         restored = checkpoint.restore(ckpt_dir, state, config_dict)
@@ -550,6 +555,16 @@ def run_training(
             if write_dir:
                 rows = _with_wall(metrics_to_rows(_concat(parts), trainer.local_steps, lm), walls)
                 write_metrics(out_dir, rows, {**extra, "wall_time": wall})
+            so_far = _concat(parts)
+            divergence = check_divergence(
+                so_far.round,
+                train_loss=so_far.train_loss,
+                model_sq_norm=so_far.model_sq_norm,
+                consensus=so_far.consensus,
+                initial_sq_norm=initial_sq_norm,
+            )
+            if divergence is not None:  # before the save: the last good checkpoint stays the newest
+                raise DivergenceError(divergence)
             check_finite(chunk_metrics)
             if ckpt_dir:
                 checkpoint.save(ckpt_dir, state, _concat(parts), walls, config_dict)
