@@ -19,7 +19,13 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, sharding, topology
-from jaxgossip.run.config import TrainConfig, check_train_config, time_model_of, with_trainer_options
+from jaxgossip.run.config import (
+    TrainConfig,
+    availability_of,
+    check_train_config,
+    time_model_of,
+    with_trainer_options,
+)
 from jaxgossip.run.watchdog import DivergenceError, WatchdogAlarm, check_consensus, check_divergence
 from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
 
@@ -216,6 +222,9 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
         mesh = sharding.node_mesh(config.num_nodes, config.devices)
         shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
     topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
+    available = availability_of(config)
+    if available is not None:  # the same mask as the run's clock (config.time_model_of)
+        topo = topology.with_availability(topo, available)
     model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
     return Prepared(dataset, parts, shards, topo, model, mesh)
 
