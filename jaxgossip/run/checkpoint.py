@@ -44,6 +44,7 @@ __all__ = [
     "save",
     "restore",
     "clear",
+    "foreign_files",
 ]
 
 # Fields that may change between the interrupted and the resumed run: they change neither the
@@ -233,11 +234,44 @@ def restore(ckpt_dir: str, like_state, config: dict) -> Restored:
     return Restored(items.state, metrics, saved.wall_time, saved.walls)
 
 
+def _is_ours(name: str) -> bool:
+    """A name orbax gives a step of this module's manager: ``<R>``, ``<R>.orbax-checkpoint-tmp*``
+    (unfinished), or ``<R>.damaged*`` (set aside by :func:`restore`)."""
+    step = name.split(".", 1)[0]
+    rest = name[len(step) :]
+    return step.isdigit() and (rest == "" or rest.startswith((".orbax-checkpoint-tmp", ".damaged")))
+
+
+def foreign_files(ckpt_dir: str) -> list[str]:
+    """The entries of ``ckpt_dir`` that jaxgossip did not write (sorted names; [] if none or no folder)."""
+    if not os.path.isdir(ckpt_dir):
+        return []
+    return sorted(name for name in os.listdir(ckpt_dir) if not _is_ours(name))
+
+
 def clear(ckpt_dir: str) -> None:
     """Deletes every checkpoint in ``ckpt_dir`` (a run started over with ``--no-resume``; in a
-    multi-process run process 0 calls it)."""
-    if os.path.isdir(ckpt_dir):
-        shutil.rmtree(ckpt_dir)
+    multi-process run process 0 calls it), and the folder if nothing else is left.
+
+    Raises:
+      CheckpointError: ``ckpt_dir`` holds entries jaxgossip did not write (named in the message);
+        nothing is deleted then.
+    """
+    if not os.path.isdir(ckpt_dir):
+        return
+    foreign = foreign_files(ckpt_dir)
+    if foreign:
+        raise CheckpointError(
+            f"--no-resume would delete the checkpoints in {ckpt_dir}, which also holds files jaxgossip did not "
+            f"write: {', '.join(foreign)}; move them elsewhere or give another --out (nothing was deleted)"
+        )
+    for name in os.listdir(ckpt_dir):
+        path = os.path.join(ckpt_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    os.rmdir(ckpt_dir)
 
 
 def _norm(value):
