@@ -79,8 +79,11 @@ def _circulant_rows(topo: Topology) -> np.ndarray | None:
         keep = w != 0
         offset = (s[keep].astype(np.int64) - r[keep]) % n
         np.add.at(rows[t], offset, w[keep])
-        # circulant iff every node has the same in-weights at the same offsets as the mean row
-        if keep.sum() != n * np.count_nonzero(rows[t]) or not np.allclose(w[keep], rows[t][offset] / n, atol=1e-12):
+        # circulant iff every node has each offset once, with the mean row's weight
+        distinct = np.unique(r[keep].astype(np.int64) * n + offset).size == offset.size
+        if not distinct or offset.size != n * np.count_nonzero(rows[t]):
+            return None
+        if not np.allclose(w[keep], rows[t][offset] / n, atol=1e-12):
             return None
         rows[t] /= n
     return rows
