@@ -77,7 +77,7 @@ class GossipAlgorithm(NamedTuple):
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
 # The metadata fields that state a graph requirement (checked by jaxgossip.algorithms.check_graph);
 # AlgorithmInfo.reasons says why, keyed by these.
-GRAPH_REQUIREMENTS = ("mixing", "time_varying", "stackable", "stochastic_graphs")
+GRAPH_REQUIREMENTS = ("mixing", "time_varying", "stackable", "stochastic_graphs", "tree")
 # Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
 # of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
 STOCHASTIC_GRAPHS = ("none", "failures", "any")
@@ -127,7 +127,7 @@ class AlgorithmInfo:
         ``public_init="zero" | "model"`` (start them at 0 or at the initial models).
       reasons: why the algorithm has a graph requirement, keyed by the requirement's field
         (:data:`GRAPH_REQUIREMENTS`: ``"mixing"``, ``"time_varying"``, ``"stackable"``,
-        ``"stochastic_graphs"``); :func:`jaxgossip.algorithms.check_graph` puts the reason in its
+        ``"stochastic_graphs"``, ``"tree"``); :func:`jaxgossip.algorithms.check_graph` puts the reason in its
         refusal (a generic one when none is given). E.g. Choco's ``time_varying=False`` because
         ``s_i = sum_j W_ij x_hat_j`` assumes a fixed W. The key ``"receive"`` says why an algorithm
         without :attr:`receive` cannot be attacked.
@@ -139,6 +139,9 @@ class AlgorithmInfo:
         (:func:`jaxgossip.algorithms.byzantine`) replaces what attackers send through it. None:
         the messages are not plain models (compressed differences, push-sum pairs, factors), and
         the algorithm cannot be attacked.
+      tree: it needs an undirected tree (connected, N - 1 links) and relays messages along it
+        (RelaySum); :func:`jaxgossip.algorithms.check_graph` refuses any other graph, naming its
+        cycle, its disconnection or a link without its reverse. The mixing weights are not read.
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -156,6 +159,7 @@ class AlgorithmInfo:
     public_init: bool = False
     reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
     receive: Callable[..., Callable] | None = None
+    tree: bool = False
 
     def __post_init__(self):
         if not callable(self.factory):
@@ -166,7 +170,7 @@ class AlgorithmInfo:
             raise ValueError(
                 f"stochastic_graphs={self.stochastic_graphs!r} is unknown; known: {', '.join(STOCHASTIC_GRAPHS)}"
             )
-        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma", "public_init"):
+        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma", "public_init", "tree"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
         if self.step_size is not None and (not isinstance(self.step_size, str) or not self.step_size):

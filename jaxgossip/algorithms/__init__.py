@@ -21,6 +21,8 @@ from jaxgossip.algorithms import moniqua as _moniqua
 from jaxgossip.algorithms import power_gossip as _power_gossip
 from jaxgossip.algorithms import push_sum as _push_sum
 from jaxgossip.algorithms import qgm as _qgm
+from jaxgossip.algorithms import relaysgd as _relaysgd
+from jaxgossip.algorithms import relaysum_grad as _relaysum_grad
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
 from jaxgossip.algorithms import trimmed_mean as _trimmed_mean
@@ -57,6 +59,8 @@ from jaxgossip.algorithms.registry import (
     resolve,
     unregister,
 )
+from jaxgossip.algorithms.relaysgd import relaysgd
+from jaxgossip.algorithms.relaysum_grad import relaysum_grad
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
 from jaxgossip.algorithms.trimmed_mean import trimmed_mean
@@ -78,6 +82,8 @@ register_builtin("moniqua", _moniqua.INFO)
 register_builtin("clipped_gossip", _clipped_gossip.INFO)
 register_builtin("trimmed_mean", _trimmed_mean.INFO)
 register_builtin("median", _median.INFO)
+register_builtin("relaysgd", _relaysgd.INFO)
+register_builtin("relaysum_grad", _relaysum_grad.INFO)
 
 __all__ = [
     "REGISTRY",
@@ -104,6 +110,8 @@ __all__ = [
     "clipped_gossip",
     "trimmed_mean",
     "median",
+    "relaysgd",
+    "relaysum_grad",
     "byzantine",
     "attackers",
     "honest_mask",

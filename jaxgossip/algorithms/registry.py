@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from jaxgossip.algorithms.pair_tables import require_symmetric
+from jaxgossip.algorithms.tree_tables import require_tree
 from jaxgossip.topology import Topology
 from jaxgossip.types import ORDERINGS, AlgorithmInfo, GossipAlgorithm
 
@@ -263,7 +264,7 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
     the metadata asks nothing of the weights (``mixing="any"``: then a node count serves too);
     stochastic graphs (``stochastic_graphs``); host tables (``stackable=False``); the mixing
     matrix (``mixing``; ``"symmetric"`` also checks every W(t) = W(t)^T, on the fixed support of
-    a stochastic graph); the period (``time_varying``).
+    a stochastic graph); the period (``time_varying``); an undirected tree (``tree``).
 
     Raises:
       TypeError: not a Topology where one is needed, or a stacked Topology (traced tables) for an
@@ -272,7 +273,7 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
     """
     reasons = entry.reasons
     if not isinstance(topology, Topology):
-        if entry.mixing != "any":
+        if entry.mixing != "any" or entry.tree:
             raise TypeError(f"{name} needs a jaxgossip Topology, got {type(topology).__name__}")
         return
     if topology.stochastic:
@@ -320,6 +321,12 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
             f"{topology.name} is time-varying with T = {topology.period}. Algorithms for time-varying graphs: "
             f"{', '.join(n for n, i in INFOS.items() if i.time_varying)}"
         )
+    if entry.tree:
+        try:
+            require_tree(topology, name)
+        except ValueError as err:
+            why = f": {reasons['tree']}" if "tree" in reasons else ""
+            raise ValueError(f"{err} ({name} is registered with tree=True{why})") from None
 
 
 def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
