@@ -140,3 +140,55 @@ def test_command_line_refuses_base_0_with_exit_2(capsys):
     err = capsys.readouterr().err
     assert code == 2 and "base:0" in err and "K (the maximum degree) must be an int >= 1" in err
     assert "Traceback" not in err
+
+
+GOOD_SPECS = [
+    "ring",
+    "torus:2x4",
+    "erdos_renyi:0.5",
+    "random_out:2",
+    "base",
+    "base:3",
+    "u_equistatic:2",
+    "d_equistatic",
+    "od_equidyn:1",
+    "ou_equidyn",
+    "chain",
+    "dumbbell",
+    "spanning_tree:erdos_renyi:0.6",
+    "spanning_tree:spanning_tree:torus",
+    "base:2+drop:0.2",
+    "ring+nodedrop:0.1",
+]
+BAD_SPECS = [
+    ("base:0", "K .* must be an int >= 1"),
+    ("base:two", "K .* must be an int >= 1"),
+    ("u_equistatic:0", "M .* must be an int >= 1"),
+    ("d_equistatic:-1", "M .* must be an int >= 1"),
+    ("od_equidyn:0", "ETA must lie in"),
+    ("ou_equidyn:nan", "ETA must lie in"),
+    ("spanning_tree", "must name the graph to span"),
+    ("spanning_tree:rnig", "unknown topology 'rnig'"),
+    ("spanning_tree:base:0", "K .* must be an int >= 1"),
+    ("erdos_renyi:0", "P must be a probability"),
+    ("random_out:0", "S .* must be an int >= 1"),
+    ("torus:1x8", "ROWSxCOLS"),
+    ("chain:2", "takes no argument"),
+    ("base:2+drop:1.5", r"link_drop=1.5 must be a probability in \[0, 1\)"),
+    ("ring+loss:0.1", "unknown topology suffix"),
+]
+
+
+@pytest.mark.parametrize("spec", GOOD_SPECS)
+def test_check_spec_accepts_what_make_builds(spec):
+    T.check_spec(spec)
+    assert T.make(spec, 8, seed=1).num_nodes == 8
+
+
+@pytest.mark.parametrize("spec, message", BAD_SPECS)
+def test_check_spec_refuses_without_a_size_and_make_agrees(spec, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        T.check_spec(spec)
+    assert repr(spec) in str(caught.value) or repr(spec.split(":", 1)[1]) in str(caught.value)
+    with pytest.raises(ValueError):
+        T.make(spec, 8)

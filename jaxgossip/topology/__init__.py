@@ -34,7 +34,7 @@ from jaxgossip.topology.constructors import (
 from jaxgossip.topology.equitopo import d_equistatic, od_equidyn, ou_equidyn, u_equistatic
 from jaxgossip.topology.finite_time import base_graph
 from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
-from jaxgossip.topology.specs import FAMILIES, make
+from jaxgossip.topology.specs import FAMILIES, check_spec, make
 from jaxgossip.topology.spectral import effective_neighbors, optimal_gamma, spectral_gap
 from jaxgossip.topology.stack import buckets, group, signature, stack
 from jaxgossip.topology.stochastic import (
@@ -88,6 +88,7 @@ __all__ = [
     "KERNELS",
     "FAMILIES",
     "make",
+    "check_spec",
     "signature",
     "group",
     "buckets",

@@ -9,7 +9,7 @@ import math
 from jaxgossip.topology import constructors, equitopo, finite_time, stochastic, trees
 from jaxgossip.topology.graph import Topology
 
-__all__ = ["FAMILIES", "SUFFIXES", "make"]
+__all__ = ["FAMILIES", "SUFFIXES", "make", "check_spec"]
 
 
 # Graph families reachable by name from configs and the CLI (from_adjacency / from_matrix need
@@ -156,3 +156,63 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
     if arg:
         raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
     return FAMILIES[name](num_nodes)
+
+
+def _check_range(spec: str, arg: str, kind: type, low: float, high: float, closed_high: bool, what: str) -> None:
+    name = spec.partition(":")[0]
+    try:
+        value = kind(arg)
+    except ValueError:
+        value = None
+    ok = value is not None and low <= value and (value <= high if closed_high else value < high)
+    if not ok:
+        raise ValueError(f"{name} spec {spec!r}: {what}, got {arg!r}")
+
+
+def check_spec(spec: str) -> None:
+    """Checks a spec's family names and arguments without building a graph (no N needed), so a
+    command line can refuse ``base:0`` or ``u_equistatic:0`` before any work even when other sizes
+    or specs are fine. What depends on N (a hypercube's power of two, a torus's sides) is left to
+    :func:`make`.
+
+    Raises:
+      ValueError: naming the spec, for an unknown family or suffix, or a malformed or out-of-range
+        argument.
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"topology spec must be a string, got {spec!r}")
+    base, *suffixes = spec.split("+")
+    for kind, value in _failures(spec, suffixes).items():
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"topology spec {spec!r}: {kind}={value!r} must be a probability in [0, 1)")
+    name, _, arg = base.partition(":")
+    if name not in FAMILIES:
+        raise ValueError(f"unknown topology {name!r}; known topologies: {list(FAMILIES)}")
+    if name == "spanning_tree":
+        if not arg:
+            raise ValueError(f"spanning_tree spec {spec!r} must name the graph to span, e.g. 'spanning_tree:torus'")
+        return check_spec(arg)
+    if not arg:
+        return
+    if name == "torus":
+        try:
+            sides = [int(v) for v in arg.lower().split("x")]
+        except ValueError:
+            sides = []
+        if len(sides) != 2 or min(sides) < 2:
+            raise ValueError(f"torus spec {spec!r} must look like 'torus:ROWSxCOLS' with sides >= 2")
+    elif name in ("erdos_renyi", "random_directed"):
+        _check_range(base, arg, float, 0.0, 1.0, True, "P must be a probability in (0, 1]")
+        if float(arg) == 0.0:
+            raise ValueError(f"{name} spec {spec!r}: P must be a probability in (0, 1], got {arg!r}")
+    elif name in ("random_out", "base", "d_equistatic", "u_equistatic"):
+        what = {"random_out": "S (the out-degree)", "base": "K (the maximum degree)"}.get(
+            name, "M (the number of basis graphs)"
+        )
+        _int_arg(base, arg, what)
+    elif name in ("od_equidyn", "ou_equidyn"):
+        _check_range(base, arg, float, 0.0, 1.0, True, "ETA must lie in (0, 1]")
+        if float(arg) == 0.0:
+            raise ValueError(f"{name} spec {spec!r}: ETA must lie in (0, 1], got {arg!r}")
+    else:
+        raise ValueError(f"topology {name!r} takes no argument, got {spec!r}")
