@@ -56,8 +56,8 @@ def relaysgd(topology: Topology) -> GossipAlgorithm:
 
     with ``m^{-1} = 0, c^{-1} = 0``. Unrolled: ``x_i^{t+1} = (1/N) sum_j x_j^{(t + 1 - max(1, d_ij)) + 1/2}``,
     a uniform average over all nodes of models delayed by the tree distance ``d_ij`` (own model and
-    neighbours' with delay 0), where a model from before round 0 reads as the initial model. After
-    D rounds (D the tree's diameter) every ``n_i = N``. Shapes: messages ``[E, ...]`` with
+    neighbours' with delay 0), where a model from before round 0 reads as i's own initial model. After
+    ``diam`` rounds (the tree's diameter) every ``n_i = N``. Shapes: messages ``[E, ...]`` with
     E = 2 (N - 1) directed edges, counts ``[E]``, models ``[N, ...]``.
 
     The mean of the models is not preserved; what is: with one common initial model x^0 (the

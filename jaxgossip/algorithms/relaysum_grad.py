@@ -54,20 +54,21 @@ def relaysum_grad(topology: Topology) -> GossipAlgorithm:
         x_i^{t+1} &= x_i^{t} + \\frac{1}{N}\\Big(\\Delta_i^{t} + \\sum_{j \\in N(i)} m_{j \\to i}^{t}
             - (n_i^{t} - n_i^{t-1})\\, x_i^{0}\\Big),\\qquad n_i^{t} = \\sum_{j \\in N(i)} c_{j \\to i}^{t}
 
-    Unrolled: ``x_i^{t+1} = (1/N) (sum of x_k^0 over the nodes heard from + (N - 1 - n_i^t) x_i^0)
-    + (1/N) sum_k sum_{s <= t + 1 - max(1, d_ik)} Delta_k^s``: every update reaches every model
-    exactly once, with weight 1/N, delayed by the tree distance (delay 0 for a node's own and its
-    neighbours' updates). So once updates stop, all models agree after D rounds (D the diameter)
-    on ``mean(x^0) + mean(sum Delta)``, what all-reduce SGD reaches; with a constant update per
-    node every model moves by exactly ``mean(Delta)`` per round from round D on.
+    Unrolled: ``x_i^{t+1} = (1/N) (sum of x_k^0 over the nodes heard from, i included,
+    + (N - 1 - n_i^t) x_i^0) + (1/N) sum_k sum_{s <= t + 1 - max(1, d_ik)} Delta_k^s``: every
+    update reaches every model exactly once, with weight 1/N, delayed by the tree distance (delay 0
+    for a node's own and its neighbours' updates). So once updates stop, all models agree after
+    ``diam`` rounds (the tree's diameter) on ``mean(x^0) + mean(sum Delta)``, what all-reduce SGD
+    reaches; with a constant update per node every model moves by exactly ``mean(Delta)`` per round
+    from round ``diam`` on.
 
     Where we depart from the paper: its rule (``x_i += (Delta_i + sum_j m_{j->i}) / N``, no counts
     used) assumes one common initial model x^0 and leaves different initial models apart forever.
     Here each initial model travels once, with the node's first update, and counts let a node stand
     in its own x_i^0 for the nodes not heard from yet. With a common start the two rules are the
     same (the x^0 terms cancel), and the iterates equal the reference simulator's; from different
-    starts the models are the exact average after D rounds (``run_consensus``). Shapes: messages
-    ``[E, ...]`` (E = 2 (N - 1)), counts ``[E]``, models ``[N, ...]``.
+    starts the models are the exact average after ``diam`` rounds (``run_consensus``). Shapes:
+    messages ``[E, ...]`` (E = 2 (N - 1)), counts ``[E]``, models ``[N, ...]``.
 
     Ordering ``atc`` only: the update is read as ``params - x`` at the start of ``step``; under
     ``same_iterate`` the runner adds the update after ``step`` as well, so a node would apply its

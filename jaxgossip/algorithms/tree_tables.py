@@ -53,7 +53,7 @@ class TreeTables(NamedTuple):
     dst: np.ndarray  # [E] int32, receiver (sorted ascending)
     rev: np.ndarray  # [E] int32, index of the edge dst -> src
     distance: np.ndarray  # [N, N] int64, hops between nodes on the tree
-    diameter: int  # D, the largest distance
+    diameter: int  # the largest distance (hops)
 
 
 def _links(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
