@@ -402,3 +402,21 @@ def test_command_line_refuses_a_non_tree_and_trains_on_a_chain(tmp_path, capsys)
         )
         assert code == 0, capsys.readouterr().err
         assert (out / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("name", ["relaysgd", "relaysum_grad"])
+def test_resumed_run_equals_uninterrupted(name, tmp_path):
+    """The edge-axis state [E, ...] goes through checkpoints: interrupted + resumed == one run."""
+    from tiny import tiny_config
+
+    from jaxgossip.run.runner import run_training
+
+    config = tiny_config(algorithm=name, topology="binary_tree")
+    full = run_training(config, str(tmp_path / "a"), progress=False, log=lambda s: None)
+    part = run_training(config, str(tmp_path / "b"), progress=False, stop_after_chunks=2, log=lambda s: None)
+    assert not part.finished
+    rest = run_training(config, str(tmp_path / "b"), progress=False, log=lambda s: None)
+    assert rest.finished
+    for a, b in zip(jax.tree_util.tree_leaves(full.state), jax.tree_util.tree_leaves(rest.state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert [r["test_acc"] for r in full.rows] == [r["test_acc"] for r in rest.rows]
