@@ -395,13 +395,10 @@ def test_command_line_refuses_a_non_tree_and_trains_on_a_chain(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and "cycle 0-1-2-3-0" in err and "Traceback" not in err
     assert not (tmp_path / "ring" / "metrics.json").exists()
-    for name in ("relaysgd", "relaysum_grad"):
-        out = tmp_path / name
-        code = main(
-            ["train", "--out", str(out), "--no-progress", *TINY_FLAGS, f"--algorithm={name}", "--topology=chain"]
-        )
-        assert code == 0, capsys.readouterr().err
-        assert (out / "metrics.json").exists()
+    out = tmp_path / "chain"  # relaysum_grad trains through the same runner in the resume test below
+    code = main(["train", "--out", str(out), "--no-progress", *TINY_FLAGS, "--algorithm=relaysgd", "--topology=chain"])
+    assert code == 0, capsys.readouterr().err
+    assert (out / "metrics.json").exists()
 
 
 @pytest.mark.parametrize("name", ["relaysgd", "relaysum_grad"])
