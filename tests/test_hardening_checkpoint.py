@@ -1,13 +1,24 @@
 """Checkpoint folders under --no-resume and damage: --no-resume deletes only what jaxgossip wrote
-(or refuses with exit 2 naming the other files, deleting nothing)."""
+(or refuses with exit 2 naming the other files, deleting nothing); a damaged newest checkpoint
+(a data file truncated or with a byte flipped, or unreadable metadata) is reported in one line, set
+aside as <R>.damaged and the run resumes from the newest intact one, bit-identical to an
+uninterrupted run; with no intact one the resume is refused and no file changes."""
 
+import glob
 import hashlib
 import os
+import shutil
 
-from tiny import TINY_FLAGS
+import jax
+import numpy as np
+import pytest
+from tiny import TINY_FLAGS, tiny_config
 
 from jaxgossip.cli import main
 from jaxgossip.run import checkpoint
+from jaxgossip.run.runner import run_training
+
+CONFIG = tiny_config()  # 20 rounds, a checkpoint every 5, the two newest kept
 
 
 def _hashes(folder):
@@ -41,3 +52,73 @@ def test_no_resume_refuses_to_delete_a_users_file_and_deletes_only_checkpoints(t
     (ckpt / "15.orbax-checkpoint-tmp-3").mkdir()
     checkpoint.clear(str(ckpt))
     assert not ckpt.exists() and (out / "metrics.json").exists()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return run_training(CONFIG, None, progress=False, log=lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A run stopped after 3 chunks: checkpoints of rounds 10 and 15."""
+    out = str(tmp_path_factory.mktemp("interrupted") / "run")
+    run_training(CONFIG, out, progress=False, log=lambda s: None, stop_after_chunks=3)
+    assert sorted(os.listdir(os.path.join(out, "checkpoint"))) == ["10", "15"]
+    return out
+
+
+def _copy(interrupted, tmp_path):
+    out = str(tmp_path / "run")
+    shutil.copytree(interrupted, out)
+    return out
+
+
+def _damage(step_dir, how):
+    if how == "metadata":
+        with open(os.path.join(step_dir, "meta", "metadata"), "w") as f:
+            f.write("{not json")
+        return
+    largest = max(glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*")), key=os.path.getsize)
+    data = bytearray(open(largest, "rb").read())
+    if how == "truncate":
+        data = data[: len(data) // 2]
+    else:  # one byte flipped: the storage layer reads it without complaint, the SHA-256 in meta does not match
+        data[len(data) // 2] ^= 0xFF
+    with open(largest, "wb") as f:
+        f.write(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip", "metadata"])
+def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_bit_identical(
+    interrupted, tmp_path, reference, how
+):
+    out = _copy(interrupted, tmp_path)
+    ckpt = os.path.join(out, "checkpoint")
+    _damage(os.path.join(ckpt, "15"), how)
+    lines = []
+    result = run_training(CONFIG, out, progress=False, log=lines.append)
+    assert result.start_round == 10 and result.finished
+    for a, b in zip(jax.tree_util.tree_leaves(result.state), jax.tree_util.tree_leaves(reference.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    timeless = [[{k: v for k, v in r.items() if k != "wall_time"} for r in x.rows] for x in (result, reference)]
+    assert timeless[0] == timeless[1]
+    notes = [line for line in lines if "is damaged" in line]
+    assert len(notes) == 1 and "round 15 is damaged" in notes[0] and "set aside as 15.damaged" in notes[0]
+    assert "resuming from round 10" in notes[0] and len(notes[0]) < 400 and "\n" not in notes[0]
+    assert os.listdir(os.path.join(ckpt, "15.damaged"))  # renamed with its files, never deleted
+    assert sorted(os.listdir(ckpt)) == ["15", "15.damaged", "20"]
+
+
+def test_no_intact_checkpoint_refuses_and_leaves_every_file_unchanged(interrupted, tmp_path, capsys):
+    out = _copy(interrupted, tmp_path)
+    for step in ("10", "15"):
+        _damage(os.path.join(out, "checkpoint", step), "truncate")
+    before = _hashes(out)
+    flags = [*TINY_FLAGS, "--lr=0.05", "--evals_per_chunk=1", "--no-progress", "--out", out]
+    assert main(["train", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"no checkpoint in {out}/checkpoint could be restored (round 15: " in err and "round 10: " in err
+    assert "--no-resume" in err
+    assert _hashes(out) == before  # config.json not rewritten, nothing renamed

@@ -23,10 +23,12 @@ check only reads, so a refused resume leaves the folder as it was.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -65,6 +67,7 @@ class Saved(NamedTuple):
     config: dict  # the run's config (TrainConfig.to_dict())
     wall_time: float  # s, cumulative compute time of the run so far
     walls: list  # [M] s, cumulative wall time at each evaluation point
+    digest: str | None = None  # SHA-256 of the saved arrays (:func:`_digest`); None in older checkpoints
 
 
 class Restored(NamedTuple):
@@ -74,6 +77,8 @@ class Restored(NamedTuple):
     metrics: Any  # Metrics, numpy leaves [M] (bits [M, N])
     wall_time: float
     walls: list
+    round: int = 0  # rounds done in the restored checkpoint (older than the newest if that was damaged)
+    set_aside: tuple = ()  # names the damaged newer steps were renamed to (``<R>.damaged``)
 
 
 @contextlib.contextmanager
@@ -113,28 +118,59 @@ def exists(ckpt_dir: str) -> bool:
     return latest(ckpt_dir) is not None
 
 
-def latest(ckpt_dir: str) -> Saved | None:
-    """The newest complete checkpoint's :class:`Saved`, or None if there is none. Only reads.
+def _short(err: BaseException) -> str:
+    """The first line of an error, cut to 160 characters (storage-layer errors run to many lines)."""
+    text = (str(err).strip().splitlines() or [""])[0].split(" See full TensorStore details")[0]
+    return f"{type(err).__name__}: {text[:160]}{'...' if len(text) > 160 else ''}"
 
-    Raises:
-      CheckpointError: the newest checkpoint's metadata is unreadable, or an old-format checkpoint.
-    """
+
+def _read_saved(manager, step: int) -> Saved:
     import orbax.checkpoint as ocp
 
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    return Saved(
+        int(meta["round"]), dict(meta["config"]), float(meta["wall_time"]), list(meta["walls"]), meta.get("digest")
+    )
+
+
+def _digest(state, history: dict) -> str:
+    """SHA-256 over the dtype, shape and bytes of every host leaf of ``state`` (tree order) and of
+    ``history`` (by name): a restored checkpoint must reproduce it bit for bit, which catches an
+    altered data file that the storage layer reads without complaint."""
+    h = hashlib.sha256()
+    named = [np.asarray(history[name]) for name in sorted(history)]
+    leaves = jax.tree_util.tree_leaves(state) + [a for a in named if a.dtype != object]  # no None fields
+    for leaf in leaves:
+        array = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{array.dtype.str}{array.shape}".encode())
+        h.update(array.tobytes())
+    return h.hexdigest()
+
+
+def _steps(manager) -> list[int]:
+    return sorted((int(s) for s in manager.all_steps()), reverse=True)
+
+
+def latest(ckpt_dir: str) -> Saved | None:
+    """The :class:`Saved` of the newest complete checkpoint whose metadata reads, or None if there is
+    no checkpoint. Only reads (a damaged newer step is skipped here and set aside by :func:`restore`).
+
+    Raises:
+      CheckpointError: no step's metadata is readable, or an old-format checkpoint.
+    """
     if not os.path.isdir(ckpt_dir):
         return None
     _check_legacy(ckpt_dir)
+    errors = []
     with _manager(ckpt_dir, read_only=True) as manager:
-        step = manager.latest_step()
-        if step is None:
-            return None
-        try:
-            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-            return Saved(int(meta["round"]), dict(meta["config"]), float(meta["wall_time"]), list(meta["walls"]))
-        except Exception as err:  # orbax raises a variety of errors on damaged files
-            raise CheckpointError(
-                f"checkpoint {ckpt_dir} is unreadable (metadata of round {step}): {type(err).__name__}: {err}; {_HINT}"
-            ) from None
+        for step in _steps(manager):
+            try:
+                return _read_saved(manager, step)
+            except Exception as err:  # orbax raises a variety of errors on damaged files
+                errors.append(f"round {step}: {_short(err)}")
+    if not errors:
+        return None
+    raise CheckpointError(f"checkpoint {ckpt_dir} is unreadable ({'; '.join(errors)}); {_HINT}")
 
 
 def check_resume(saved: Saved, config: dict, ckpt_dir: str) -> None:
@@ -174,16 +210,23 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
     from jaxgossip import sharding
 
     step = int(np.asarray(state.round))
-    meta = {"config": config, "round": step, "wall_time": float(walls[-1]) if walls else 0.0, "walls": list(walls)}
     arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
+    # Host copies (gathered from every process in a multi-process run): the files then do not
+    # depend on the mesh, so any device count can restore them. orbax writes NumPy arrays from
+    # process 0 only, while all processes take part.
+    host = sharding.to_host(state)
+    meta = {
+        "config": config,
+        "round": step,
+        "wall_time": float(walls[-1]) if walls else 0.0,
+        "walls": list(walls),
+        "digest": _digest(host, arrays),
+    }
     with _manager(ckpt_dir, read_only=False) as manager:
         manager.save(
             step,
             args=ocp.args.Composite(
-                # Host copies (gathered from every process in a multi-process run): the files
-                # then do not depend on the mesh, so any device count can restore them. orbax
-                # writes NumPy arrays from process 0 only, while all processes take part.
-                state=ocp.args.StandardSave(sharding.to_host(state)),
+                state=ocp.args.StandardSave(host),
                 history=ocp.args.StandardSave(arrays),
                 meta=ocp.args.JsonSave(meta),
             ),
@@ -192,46 +235,89 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
         manager.wait_until_finished()
 
 
-def restore(ckpt_dir: str, like_state, config: dict) -> Restored:
-    """Restores the newest complete checkpoint after :func:`check_resume` of ``config``.
+def restore(
+    ckpt_dir: str, like_state, config: dict, *, set_aside: bool = True, log: Callable[[str], None] | None = None
+) -> Restored:
+    """Restores the newest intact checkpoint after :func:`check_resume` of ``config``.
+
+    A newer step that fails to restore (a truncated or altered file, unreadable metadata) is
+    skipped for the next older one; once one restores, each damaged step is renamed to
+    ``<R>.damaged`` (never deleted; orbax no longer lists it) and reported in one line to ``log``.
+    If none restores, or the config check refuses the run, nothing is renamed.
 
     Args:
       ckpt_dir: the checkpoint folder.
       like_state: a state of the same structure (e.g. ``trainer.init(key)``): the restored leaves
         get its shapes, dtypes and shardings.
       config: the current run's config dict.
+      set_aside: rename the damaged steps (process 0 of a multi-process run; the others only skip).
+      log: receives one line per damaged step.
 
     Raises:
-      CheckpointError: no checkpoint, unreadable files, or a run that cannot be resumed.
+      CheckpointError: no checkpoint, no intact one, or a run that cannot be resumed.
     """
     import orbax.checkpoint as ocp
 
+    from jaxgossip import sharding
     from jaxgossip.training import Metrics
 
-    saved = latest(ckpt_dir)
-    if saved is None:
+    if not os.path.isdir(ckpt_dir):
         raise CheckpointError(f"{ckpt_dir} holds no complete checkpoint")
-    check_resume(saved, config, ckpt_dir)
+    _check_legacy(ckpt_dir)
     target = jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None)), like_state
     )
+    damaged, items, saved = [], None, None
     with _manager(ckpt_dir, read_only=True) as manager:
-        try:
-            items = manager.restore(
-                saved.round,
-                args=ocp.args.Composite(state=ocp.args.StandardRestore(target), history=ocp.args.StandardRestore()),
-            )
-        except Exception as err:  # orbax raises a variety of errors on damaged or mismatched trees
-            raise CheckpointError(
-                f"checkpoint {ckpt_dir} (round {saved.round}) could not be restored: {type(err).__name__}: {err}; "
-                f"{_HINT}"
-            ) from None
+        steps = _steps(manager)
+        for step in steps:
+            try:
+                saved = _read_saved(manager, step)
+            except Exception as err:  # orbax raises a variety of errors on damaged files
+                damaged.append((step, _short(err)))
+                continue
+            check_resume(saved, config, ckpt_dir)  # a refusal renames nothing
+            try:
+                items = manager.restore(
+                    step,
+                    args=ocp.args.Composite(state=ocp.args.StandardRestore(target), history=ocp.args.StandardRestore()),
+                )
+            except Exception as err:  # damaged or mismatched arrays
+                damaged.append((step, _short(err)))
+                continue
+            if saved.digest is not None and _digest(sharding.to_host(items.state), items.history) != saved.digest:
+                damaged.append((step, "its arrays differ from the ones saved (SHA-256 mismatch)"))
+                items = None
+                continue
+            break
+    if not steps:
+        raise CheckpointError(f"{ckpt_dir} holds no complete checkpoint")
+    if items is None:
+        details = "; ".join(f"round {step}: {why}" for step, why in damaged)
+        raise CheckpointError(f"no checkpoint in {ckpt_dir} could be restored ({details}); {_HINT}")
+    names = []
+    for step, why in damaged:
+        name = _set_aside(ckpt_dir, step) if set_aside else str(step)
+        names.append(name)
+        if log is not None:
+            kept = f"set aside as {name}" if set_aside else "skipped"
+            log(f"checkpoint {ckpt_dir} round {step} is damaged ({why}); {kept}, resuming from round {saved.round}")
     # A metric added after the checkpoint was written (e.g. model_sq_norm) comes back as NaN, so an
     # older run still resumes; the rounds it trains from here on record it.
     missing = np.full(np.shape(items.history["round"]), np.nan, np.float32)
     history = {name: np.asarray(items.history.get(name, missing)) for name in Metrics._fields}
     metrics = Metrics(**history)
-    return Restored(items.state, metrics, saved.wall_time, saved.walls)
+    return Restored(items.state, metrics, saved.wall_time, saved.walls, saved.round, tuple(names))
+
+
+def _set_aside(ckpt_dir: str, step: int) -> str:
+    """Renames the step folder ``<step>`` to the first free ``<step>.damaged[-K]``; returns the name."""
+    name, k = f"{step}.damaged", 1
+    while os.path.exists(os.path.join(ckpt_dir, name)):
+        k += 1
+        name = f"{step}.damaged-{k}"
+    os.rename(os.path.join(ckpt_dir, str(step)), os.path.join(ckpt_dir, name))
+    return name
 
 
 def _is_ours(name: str) -> bool:

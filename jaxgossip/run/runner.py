@@ -501,6 +501,16 @@ def run_training(
         f"run: {config.algorithm} on {built.topology.name}, {config.num_nodes} nodes, model {config.model} "
         f"({built.num_params:,} params/node), partition {config.partition}, {config.num_rounds} rounds"
     )
+    state = trainer.init(jax.random.key(config.seed))
+    if built.mesh is not None:
+        state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
+    initial_sq_norm = _sq_norm_of_mean(state.params)  # the reference of the divergence check, also on resume
+    done_evals, parts, wall, walls = 0, [], 0.0, []
+    if saved is not None:  # before any write: a failed restore leaves the folder as it was
+        restored = checkpoint.restore(ckpt_dir, state, config_dict, set_aside=primary, log=log)
+        state, parts, wall, walls = restored.state, [restored.metrics], restored.wall_time, list(restored.walls)
+        done_evals = restored.round // config.eval_every
+        log(f"resumed from {ckpt_dir} at round {restored.round}")
     if out_dir:
         if write_dir:
             os.makedirs(out_dir, exist_ok=True)
@@ -508,17 +518,6 @@ def run_training(
                 checkpoint.clear(ckpt_dir)
             _replace_file(os.path.join(out_dir, "config.json"), lambda f: json.dump(config_dict, f, indent=1))
         distributed.barrier("jaxgossip_run_training_out_dir")
-
-    state = trainer.init(jax.random.key(config.seed))
-    if built.mesh is not None:
-        state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
-    initial_sq_norm = _sq_norm_of_mean(state.params)  # the reference of the divergence check, also on resume
-    done_evals, parts, wall, walls = 0, [], 0.0, []
-    if saved is not None:
-        restored = checkpoint.restore(ckpt_dir, state, config_dict)
-        state, parts, wall, walls = restored.state, [restored.metrics], restored.wall_time, list(restored.walls)
-        done_evals = saved.round // config.eval_every
-        log(f"resumed from {ckpt_dir} at round {saved.round}")
     start_round = done_evals * config.eval_every
 
     per_chunk = max(1, config.evals_per_chunk)
