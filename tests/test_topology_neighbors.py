@@ -49,6 +49,13 @@ def test_the_authors_numbers_for_32_nodes(name):
     np.testing.assert_allclose(got, AUTHORS[name], rtol=0, atol=2e-6)
 
 
+def _permutation_mix(n):
+    """A directed doubly stochastic W that is not circulant: a mix of I and two random permutations."""
+    rng = np.random.default_rng(0)
+    w = 0.4 * np.eye(n) + sum(0.3 * np.eye(n)[rng.permutation(n)] for _ in range(2))
+    return T.from_matrix(w, name="permutation_mix")
+
+
 def _reference(topo, gamma, t=0, rounds=6000):
     """Iterates Sigma <- W(s) (gamma Sigma + I) W(s)^T from 0 until it settles, stopping before round t."""
     n = topo.num_nodes
@@ -73,6 +80,8 @@ def _reference(topo, gamma, t=0, rounds=6000):
         T.base_graph(12, 2),  # periodic, not circulant: the periodic Lyapunov equation
         T.one_peer_exponential(8),  # periodic circulant
         T.u_equistatic(12, 2, seed=0),  # symmetric circulant
+        _permutation_mix(9),  # static, directed, not circulant: the Lyapunov route with T = 1
+        T.schedule([T.ring(8), T.torus(2, 4), T.hypercube(8)]),  # periodic, slow mixing
     ],
     ids=str,
 )
