@@ -414,6 +414,7 @@ def _build_graphs(specs: list[str], sizes: list[int], seed: int) -> tuple[list, 
     from jaxgossip import topology
 
     graphs, graph_specs, notes = [], [], []
+    failures: dict[str, list[str]] = {spec: [] for spec in specs}
     for n in sizes:
         for spec in specs:
             try:
@@ -421,10 +422,14 @@ def _build_graphs(specs: list[str], sizes: list[int], seed: int) -> tuple[list, 
                 graph_specs.append(spec)
             except (ValueError, TypeError) as err:
                 notes.append(f"note: skipped {spec} at N={n}: {err}")
-    for note in notes:
-        print(note)
+                failures[spec].append(str(err))
     if not graphs:
         raise ValueError(f"no graph of --topologies={','.join(specs)} could be built at N in {sizes}")
+    for spec, errors in failures.items():  # a spec no size can build is a bad spec, not a skip
+        if len(errors) == len(sizes):
+            raise UsageError(f"--topologies: {spec!r} cannot be built at any of the sizes {sizes}: {errors[0]}")
+    for note in notes:
+        print(note)
     return graphs, graph_specs, notes
 
 

@@ -183,7 +183,6 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         rule = f"largest contracting {largest:.4g} / {result.safety:g}"
         print(f"recommended {result.option}: {result.recommended:g} ({rule})")
     os.makedirs(out, exist_ok=True)
-    plots.plot_gamma_tuning(result, os.path.join(out, "tune_gamma.png"), title=title)
     common.write_json(
         os.path.join(out, "tune_gamma.json"),
         {
@@ -209,5 +208,13 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             plots.table_legend(columns),
         ],
     )
+    error = np.asarray(result.error, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        final = error[:, -1] / error[:, 0]
+    if not np.any(np.isfinite(final) & (final > 0)):  # every step size overflowed: nothing for a log scale
+        common.warn("tune-gamma", "every step size's error overflowed to inf/NaN; tune_gamma.png not drawn")
+        print(f"wrote {out}/tune_gamma.json and tune_gamma.md")
+        return 0
+    plots.plot_gamma_tuning(result, os.path.join(out, "tune_gamma.png"), title=title)
     print(f"wrote {out}/tune_gamma.json, tune_gamma.md and tune_gamma.png")
     return 0
