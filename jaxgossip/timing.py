@@ -375,17 +375,22 @@ def make_links(
         degree = max(float(mean_out_degree(topology)), 1e-9)
         lat, bw = _as_node_array(lat_name, latency, n), _as_node_array(bw_name, bandwidth, n)
         return Links(lat, bw, None, None, np.float64(degree), "mean", mode, int(exchanges), n)
-    senders = np.asarray(topology.senders, np.int32)
-    real = (np.asarray(topology.weights) != 0) & (senders != np.asarray(topology.receivers))
+    # Host tables stay NumPy (constants of the compiled run); traced ones (a member of a stack of
+    # graphs inside a topology sweep) stay traced.
+    xp = np if topology.host_tables else jnp
+    senders = xp.asarray(topology.senders, xp.int32)
+    real = (xp.asarray(topology.weights) != 0) & (senders != xp.asarray(topology.receivers))
 
     def per_edge(name, value):
         if np.ndim(value) == 2:
-            if np.shape(value) != senders.shape:
-                raise ValueError(f"{name} per edge must have shape [T, E] = {senders.shape}; got {np.shape(value)}")
+            if np.shape(value) != np.shape(senders):
+                raise ValueError(
+                    f"{name} per edge must have shape [T, E] = {np.shape(senders)}; got {np.shape(value)}"
+                )
             return jnp.asarray(value, jnp.result_type(float))
         return _as_node_array(name, value, n)[senders]
 
-    degree = np.asarray(topology.out_degree, np.float64)
+    degree = xp.asarray(topology.out_degree, np.float64 if xp is np else jnp.result_type(float))
     return Links(
         per_edge(lat_name, latency),
         per_edge(bw_name, bandwidth),
