@@ -30,3 +30,16 @@ def test_tune_gamma_with_no_contracting_gamma_writes_its_results_and_exits_0(tmp
     assert [r["contracts"] for r in saved["rows"]] == [False, False]
     assert (out / "tune_gamma.md").exists() and not (out / "tune_gamma.png").exists()
     assert f"wrote {out}/tune_gamma.json and tune_gamma.md" in printed
+
+
+def test_sweep_refuses_an_algorithm_option_train_refuses(tmp_path, capsys):
+    out = tmp_path / "sw"
+    flags = ["--dataset=synthetic", "--num_nodes=4", "--model=mlp", "--algorithm=choco"]
+    flags += ["--algorithm_options.compressor=top_k", "--algorithm_options.compressor_options.fraction=0.1"]
+    assert main(["train", *flags, "--algorithm_options.gamma=-1", "--out", str(out)]) == 2
+    train_err = capsys.readouterr().err
+    assert main(["sweep", *flags, "--sweep.algorithm_options.gamma=0.5,-1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxgossip sweep: error: --sweep.algorithm_options.gamma=-1: ") and err.count("\n") == 1
+    assert "gamma=-1.0 must be > 0" in err and "gamma=-1 must be > 0" in train_err  # the same rule as train
+    assert not out.exists()

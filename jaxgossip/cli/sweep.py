@@ -111,6 +111,16 @@ def sweep_axes(sweep: dict) -> dict[str, list[float]]:
     return axes
 
 
+def _with_option(options: dict, path: list[str], value: float) -> dict:
+    """``options`` with the nested key ``path`` (``["compressor_options", "fraction"]``) set."""
+    out = dict(options)
+    if len(path) == 1:
+        out[path[0]] = value
+    else:
+        out[path[0]] = _with_option(dict(out.get(path[0]) or {}), path[1:], value)
+    return out
+
+
 def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str]:
     """Checks every axis value as a config value; returns gamma warnings."""
     from jaxgossip.run.config import check_topology, gamma_warning
@@ -121,7 +131,11 @@ def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str
     for name, values in axes.items():
         for value in values:
             if name.startswith("algorithm_options."):
-                options = {**config.algorithm_options, name.split(".", 1)[1]: value}
+                options = _with_option(config.algorithm_options, name.split(".")[1:], value)
+                try:  # the same rules and messages as train's --algorithm_options.*
+                    check_train_config(config.replace(algorithm_options=options))
+                except ValueError as err:
+                    raise UsageError(f"--sweep.{name}={value:g}: {err}") from None
                 if name.endswith(".gamma"):
                     message = gamma_warning(config.algorithm, options, topo)
                     if message:
