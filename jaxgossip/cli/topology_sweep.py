@@ -357,6 +357,7 @@ _TOPOLOGY_COLUMNS = [
     ("name", "graph", ""),
     ("N", "N", "d"),
     ("spectral_gap", "gap", ".4f"),
+    ("effective_neighbors", "eff. neighbours", ".1f"),
     ("mean_degree", "mean deg", ".1f"),
     ("final_error", "final rel. error", ".2e"),
     ("final_error_std", "+-", ".1e"),

@@ -391,6 +391,8 @@ LEGEND = {
     "vs gossip": "MB per node of gossip divided by this run's (x-fold saving)",
     "+-": "standard deviation over seeds",
     "gap": "spectral gap 1 - |lambda_2| of the mixing matrix",
+    "eff. neighbours": "effective number of neighbours at gamma = 0.99 (Vogels et al., NeurIPS 2022; "
+    "jaxgossip.topology.effective_neighbors; - where it is not defined)",
     "final rel. error": "||X_R - mean||^2 / ||X_0 - mean||^2 after the last round",
     "final error": "mean squared distance of the nodes to the average after the last round",
     "rounds to tol": "first round with relative error below --tol (mean over seeds; - if never)",
