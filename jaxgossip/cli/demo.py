@@ -72,7 +72,9 @@ def _plugin_run(entry: str) -> dict:
         meta = algorithms.resolve(entry)
     except (ValueError, TypeError) as err:
         raise UsageError(f"--algorithms: entry {entry!r}: {err}") from None
-    if meta.mixing == "column_stochastic":
+    if meta.tree:  # RelaySum needs a spanning tree
+        topology = "binary_tree"
+    elif meta.mixing == "column_stochastic":
         topology = "one_peer_exponential" if meta.time_varying else "directed_ring"
     else:
         topology = "ring"
