@@ -47,6 +47,7 @@ import numpy as np
 import optax
 
 from jaxgossip import timing
+from jaxgossip.algorithms.byzantine import honest_consensus_distance, honest_mean
 from jaxgossip.local_step import check_ordering, local_update
 from jaxgossip.mixing import check_params, consensus_distance, node_mean
 from jaxgossip.rounds import next_keys, run_rounds
@@ -542,21 +543,37 @@ def make_train(
 
     def evaluate(state: TrainState, train_loss: Array) -> Metrics:
         z = algorithm.debias(state.params, state.comm_state)
-        z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
+        # Under attack (jaxgossip.algorithms.byzantine: the state carries the [N] honest mask) every
+        # metric is over the honest nodes only.
+        honest = getattr(state.comm_state, "honest", None)
+        if honest is None:
+            z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
+        else:
+            z_bar, stats_bar = honest_mean(z, honest), honest_mean(state.batch_stats, honest)
         test_loss, test_acc = _batched_eval(model.apply, z_bar, stats_bar, x_eval, y_eval, eval_chunk, loss_fn)
         node_loss, node_acc = jax.vmap(
             lambda p, s: _batched_eval(model.apply, p, s, x_eval, y_eval, eval_chunk, loss_fn)
         )(z, state.batch_stats)
+        if honest is None:
+            acc_mean, acc_min, acc_max, loss_mean = node_acc.mean(), node_acc.min(), node_acc.max(), node_loss.mean()
+            consensus = consensus_distance(z)
+        else:
+            count = jnp.sum(honest)
+            acc_mean = jnp.sum(jnp.where(honest, node_acc, 0.0)) / count
+            acc_min = jnp.min(jnp.where(honest, node_acc, jnp.inf))
+            acc_max = jnp.max(jnp.where(honest, node_acc, -jnp.inf))
+            loss_mean = jnp.sum(jnp.where(honest, node_loss, 0.0)) / count
+            consensus = honest_consensus_distance(z, honest)
         return Metrics(
             round=state.round,
             train_loss=train_loss,
             test_loss=test_loss,
             test_acc=test_acc,
-            node_acc_mean=node_acc.mean(),
-            node_acc_min=node_acc.min(),
-            node_acc_max=node_acc.max(),
-            node_loss_mean=node_loss.mean(),
-            consensus=consensus_distance(z),
+            node_acc_mean=acc_mean,
+            node_acc_min=acc_min,
+            node_acc_max=acc_max,
+            node_loss_mean=loss_mean,
+            consensus=consensus,
             bits=state.bits,
             model_sq_norm=sum(
                 jnp.sum(jnp.square(leaf.astype(jnp.float32))) for leaf in jax.tree_util.tree_leaves(z_bar)

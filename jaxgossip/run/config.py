@@ -37,6 +37,9 @@ __all__ = [
     "with_trainer_options",
     "TIME_OPTIONS",
     "check_time",
+    "check_byzantine",
+    "byzantine_args",
+    "BYZANTINE_OPTIONS",
     "time_model_of",
     "normalise_time",
     "availability_of",
@@ -57,6 +60,9 @@ TIME_OPTIONS = {
     "allreduce_model": "ring",
     "availability": "always",
 }
+#: the keys of TrainConfig.byzantine (the --byzantine.* options) and their defaults: K attackers
+#: drawn from the seed (nodes) or explicit ids, the attack and its options.
+BYZANTINE_OPTIONS = {"nodes": 0, "ids": None, "attack": "gaussian", "attack_options": {}}
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -113,6 +119,7 @@ class TrainConfig:
     final_merge: int | str | None = None
     tensorboard: bool = False
     time: dict[str, Any] = dataclasses.field(default_factory=dict)
+    byzantine: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -523,6 +530,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
             "text:PATH), the other models on the image and array data sets"
         )
     check_time(config, topo)
+    check_byzantine(config, topo)
     return dataclasses.replace(
         config,
         decay_rounds=decay,
@@ -635,3 +643,60 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
             f"{topo.name} (2 / (1 - lambda_min(W)), lambda_min = {lam_min:.4g}); the run will likely diverge"
         )
     return None
+
+
+def byzantine_args(config: TrainConfig) -> dict | None:
+    """The keyword arguments of :func:`jaxgossip.algorithms.byzantine` for ``config.byzantine``
+    (``ids`` or ``num`` with the run's seed as key, ``attack`` and its options), None without
+    attackers.
+
+    Raises:
+      ValueError: naming the ``--byzantine.*`` option and the rule.
+    """
+    options = config.byzantine
+    if not isinstance(options, dict):
+        raise ValueError(f"byzantine={options!r} must be a mapping, e.g. --byzantine.nodes=2 --byzantine.attack=alie")
+    unknown = sorted(set(options) - set(BYZANTINE_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"byzantine.{unknown[0]}: unknown option{did_you_mean(unknown[0], BYZANTINE_OPTIONS)}; "
+            f"known: {', '.join(BYZANTINE_OPTIONS)}"
+        )
+    values = {**BYZANTINE_OPTIONS, **options}
+    nodes, ids = values["nodes"], values["ids"]
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ValueError(f"--byzantine.nodes={nodes!r} must be an int K >= 0 (attackers drawn by the seed)")
+    if isinstance(ids, str):
+        try:
+            ids = [int(part) for part in ids.split(",") if part.strip()]
+        except ValueError:
+            raise ValueError(f"--byzantine.ids={values['ids']!r} must be node ids, e.g. 0,5") from None
+    elif isinstance(ids, int) and not isinstance(ids, bool):
+        ids = [ids]
+    if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) for i in ids)):
+        raise ValueError(f"--byzantine.ids={values['ids']!r} must be node ids, e.g. 0,5")
+    if ids is not None and nodes:
+        raise ValueError("--byzantine.nodes and --byzantine.ids: give one of them (K drawn by the seed, or the ids)")
+    if not isinstance(values["attack_options"], dict):
+        raise ValueError(f"--byzantine.attack_options={values['attack_options']!r} must be a mapping, e.g. "
+                         "--byzantine.attack_options.sigma=10")
+    if not nodes and not ids:
+        return None
+    who = {"ids": list(ids)} if ids else {"num": nodes, "key": config.seed}
+    return {**who, "attack": values["attack"], **values["attack_options"]}
+
+
+def check_byzantine(config: TrainConfig, topo) -> None:
+    """Checks ``config.byzantine`` on the run's graph before any data is loaded (the wrapper is
+    built: attack names and options, K < N, an honest graph that stays connected, an algorithm
+    whose messages are models)."""
+    from jaxgossip import algorithms
+
+    args = byzantine_args(config)
+    if args is None:
+        return
+    try:
+        options = with_trainer_options(config.algorithm, dict(config.algorithm_options))
+        algorithms.byzantine(config.algorithm, topo, options=options, **args)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--byzantine: {err}") from None

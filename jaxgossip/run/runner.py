@@ -22,6 +22,7 @@ from jaxgossip import algorithms, data, models, sharding, topology
 from jaxgossip.run.config import (
     TrainConfig,
     availability_of,
+    byzantine_args,
     check_train_config,
     time_model_of,
     with_trainer_options,
@@ -256,7 +257,11 @@ def _model_options(config: TrainConfig) -> dict:
 
 def make_algorithm(config: TrainConfig, topo: topology.Topology):
     # The algorithm's trainer defaults (its metadata's trainer_options) under the user's options.
-    return algorithms.make(config.algorithm, topo, **with_trainer_options(config.algorithm, config.algorithm_options))
+    options = with_trainer_options(config.algorithm, config.algorithm_options)
+    attack = byzantine_args(config)
+    if attack is not None:  # --byzantine.*: the algorithm with attackers; the trainer's metrics skip them
+        return algorithms.byzantine(config.algorithm, topo, options=options, **attack)
+    return algorithms.make(config.algorithm, topo, **options)
 
 
 def _node_batch(config: TrainConfig) -> int | None:
