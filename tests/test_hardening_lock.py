@@ -133,3 +133,10 @@ def test_second_train_on_a_running_folder_exits_2_then_a_killed_runs_lock_is_tak
     assert f"took over the lock of {out} from jaxgossip train (PID {first.pid}), which no longer runs" in stderr
     assert not lock_file.exists()
     assert os.path.exists(out / "consensus.json")
+
+
+def test_an_out_that_cannot_be_created_is_refused_before_any_data_is_loaded(capsys):
+    assert main(["train", *TINY_FLAGS, "--out", "/proc/jaxgossip_no_such_dir/run"]) == 2
+    printed, err = capsys.readouterr()
+    assert err.startswith("jaxgossip train: error: --out='/proc/jaxgossip_no_such_dir/run' ") and err.count("\n") == 1
+    assert "data:" not in printed  # refused before the data set is loaded

@@ -129,12 +129,24 @@ def hold_out(out: str, command: str, *, log: Callable[[str], None] | None = None
       ``out``.
 
     Raises:
-      OutLockError: another process holds the lock (the message names the folder and its PID).
+      OutLockError: another process holds the lock (the message names the folder and its PID), or
+        the folder or its lock file cannot be created.
     """
-    created = _make_folder(out)
+    try:
+        created = _make_folder(out)
+    except OSError as err:  # e.g. under /proc, or a read-only file system
+        raise OutLockError(
+            f"--out={out!r} cannot be created: {err.strerror or err}; give a folder you can write to"
+        ) from None
     path = os.path.join(out, LOCK_NAME)
     try:
         fd, previous = _take(path, out)
+    except OutLockError:
+        _remove_empty(created)
+        raise
+    except OSError as err:
+        _remove_empty(created)
+        raise OutLockError(f"--out={out!r}: cannot create its lock file: {err.strerror or err}") from None
     except BaseException:
         _remove_empty(created)
         raise
