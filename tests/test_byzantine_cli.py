@@ -95,3 +95,15 @@ def test_metrics_are_over_the_honest_nodes_only():
     # towards the honest models either) are not in the honest consensus distance
     everyone = float(algorithms.honest_consensus_distance(z, np.ones(16, bool)))
     assert everyone != pytest.approx(want, rel=1e-3)
+
+
+def test_the_train_table_says_its_metrics_are_over_honest_nodes(tmp_path, capsys):
+    from tiny import TINY_FLAGS
+
+    from jaxgossip.cli import main
+
+    argv = ["train", *TINY_FLAGS, "--no-progress", "--out", str(tmp_path / "run"), "--algorithm=clipped_gossip"]
+    assert main([*argv, "--byzantine.ids=0", "--byzantine.attack=signflip"]) == 0
+    assert "over the honest nodes only" in capsys.readouterr().out
+    assert main([*argv[:-3], "--out", str(tmp_path / "plain"), "--algorithm=clipped_gossip"]) == 0
+    assert "honest" not in capsys.readouterr().out

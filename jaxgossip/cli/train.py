@@ -103,7 +103,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     if "perplexity" in last:  # a next-token model
         columns[1:1] = [("perplexity", "ppl(avg)", ".2f"), ("node_perplexity", "ppl(nodes)", ".2f")]
     print(plots.format_table([last], columns))
-    if config.byzantine.get("nodes") or config.byzantine.get("ids"):
+    if config.byzantine.get("nodes") or config.byzantine.get("ids") not in (None, [], ""):
         print("accuracies, losses and consensus are over the honest nodes only (--byzantine.*)")
     print(f"wrote {out}/metrics.json, metrics.csv, config.json and plots")
     return 0
