@@ -97,7 +97,7 @@ def graph_copies(topology: Topology, public_copies: str = "per_graph") -> np.nda
         return table
     seen: dict[bytes, int] = {}
     for t in range(topology.period):
-        # _from_edges sorts each round's edges and pads them alike, so identical graphs have
+        # from_edges sorts each round's edges and pads them alike, so identical graphs have
         # identical rows; compare them as bytes.
         signature = b"".join(
             np.ascontiguousarray(a[t]).tobytes() for a in (topology.senders, topology.receivers, topology.weights)
