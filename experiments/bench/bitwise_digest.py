@@ -64,6 +64,8 @@ def digest(tree) -> str:
 
 def topology_for(name: str):
     info = jg.algorithms.info(name)
+    if getattr(info, "tree", False):  # RelaySum runs on trees only
+        return jg.topology.binary_tree(N)
     return jg.topology.one_peer_exponential(N) if info.mixing == "column_stochastic" else jg.topology.ring(N)
 
 
@@ -143,10 +145,17 @@ def optimization_digests() -> dict:
     return out
 
 
+# Row fields the digest leaves out: the measured wall time (varies between runs) and the simulated
+# time model's columns (sim_time, comm_time and the cost report's comm_s / sim_s), whose formula
+# and precision are the time model's, not the training's: the iterates, losses, accuracies and
+# bits are compared.
+_SCRUBBED = ("wall", "sim_", "comm_")
+
+
 def scrub(row):
-    """The row without its measured wall-clock fields (``wall_time``), the only ones that vary between runs."""
+    """The row without its measured wall-clock and time-model fields (see _SCRUBBED)."""
     if isinstance(row, dict):
-        return {k: scrub(v) for k, v in row.items() if "wall" not in k}
+        return {k: scrub(v) for k, v in row.items() if not any(part in k for part in _SCRUBBED)}
     if isinstance(row, list):
         return [scrub(v) for v in row]
     return row
@@ -159,7 +168,7 @@ def training_digests() -> dict:
         for name in names:
             run_dir = os.path.join(tmp, name)
             opts = [f"--algorithm_options.{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in OPTIONS.get(name, {}).items()]
-            topo = "one_peer_exponential" if jg.algorithms.info(name).mixing == "column_stochastic" else "ring"
+            topo = topology_for(name).name.split("(")[0]
             cmd = [
                 sys.executable, "-m", "jaxgossip.cli", "train", "--dataset=digits", "--model=mlp", f"--algorithm={name}",
                 f"--topology={topo}", f"--num_nodes={N}", "--num_rounds=12", "--eval_every=6", "--batch_size=16",
@@ -187,11 +196,14 @@ def main() -> None:
             a = json.load(f)
         with open(args.compare[1]) as f:
             b = json.load(f)
-        keys = sorted(set(a) | set(b))
-        diff = [k for k in keys if a.get(k) != b.get(k)]
+        keys = sorted(set(a) & set(b))
+        diff = [k for k in keys if a[k] != b[k]]
         for k in keys:
-            print(f"{'DIFF' if k in diff else 'same'}  {k}  {a.get(k)}  {b.get(k)}")
+            print(f"{'DIFF' if k in diff else 'same'}  {k}  {a[k]}  {b[k]}")
         print(f"{len(keys) - len(diff)} of {len(keys)} digests equal")
+        only = sorted(set(a) ^ set(b))
+        if only:  # runs of algorithms one checkout does not have
+            print(f"{len(only)} digests exist in one file only: {', '.join(only)}")
         sys.exit(1 if diff else 0)
     print(f"jaxgossip from {os.path.dirname(jg.__file__)}", file=sys.stderr)
     digests = {**consensus_digests(), **steps_digests(), **optimization_digests()}
