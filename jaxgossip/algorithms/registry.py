@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -204,14 +206,36 @@ def register_builtin(name: str, entry: AlgorithmInfo) -> None:
     _BUILTIN[name] = entry
 
 
+def _where(err: BaseException) -> str:
+    """``"Kind: message at file:line"`` for an exception raised by a plug-in: the innermost frame
+    outside jaxgossip (the user's code; the import machinery and jaxgossip's frames are skipped)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [
+        f
+        for f in traceback.extract_tb(err.__traceback__)
+        if not os.path.abspath(f.filename).startswith(package + os.sep) and not f.filename.startswith("<frozen")
+    ]
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(err).__name__}: {err}{at}"
+
+
 def _import(path: str) -> AlgorithmInfo:
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise ValueError(f"algorithm={path!r}: an import path is 'package.module:factory'")
     try:
         module = importlib.import_module(module_name)
+    except SyntaxError as err:  # the user's file and line, not the import machinery's frames
+        raise ValueError(
+            f"algorithm={path!r}: module {module_name!r} has a syntax error at {err.filename}:{err.lineno}: "
+            f"{err.msg}; fix that line"
+        ) from None
     except ImportError as err:
         raise ValueError(f"algorithm={path!r}: cannot import module {module_name!r} ({err})") from None
+    except Exception as err:  # noqa: BLE001 - the plug-in's own code raised while it was imported
+        raise ValueError(
+            f"algorithm={path!r}: importing module {module_name!r} raised {_where(err)}; fix the plug-in"
+        ) from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -355,7 +379,15 @@ def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
             raise TypeError(f"algorithm {name!r} does not take {unknown}; it takes {accepted}")
     if _BUILTIN.get(name) is not entry:  # a built-in factory checks its own metadata itself
         check_graph(name, entry, topology)
-    alg = factory(topology, **hyperparameters)
+    if _BUILTIN.get(name) is entry:
+        alg = factory(topology, **hyperparameters)
+    else:
+        try:
+            alg = factory(topology, **hyperparameters)
+        except (ValueError, TypeError):
+            raise  # the factory's own refusal of its hyperparameters or graph, already a message
+        except Exception as err:  # noqa: BLE001 - a bug in the plug-in: name its file and line
+            raise ValueError(f"algorithm {name!r}: its factory raised {_where(err)}; fix the plug-in") from None
     if not isinstance(alg, GossipAlgorithm):
         raise TypeError(f"algorithm {name!r}: the factory returned a {type(alg).__name__}, not a GossipAlgorithm")
     orderings = tuple(o for o in ORDERINGS if o in alg.orderings and o in entry.orderings)

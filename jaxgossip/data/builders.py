@@ -325,9 +325,37 @@ def prepare(
         max_examples_per_split=max_examples_per_split,
         try_download_gcs=False,
     )
-    with _quiet_progress():
-        builder.download_and_prepare(download_config=config)
+    root = os.path.dirname(os.path.dirname(os.fspath(builder.data_dir)))
+    before = _dirs_near(root)
+    try:
+        with _quiet_progress():
+            builder.download_and_prepare(download_config=config)
+    except BaseException:
+        _remove_new_empty_dirs(root, before)
+        raise
     return os.fspath(builder.data_dir)
+
+
+def _dirs_near(root: str) -> set[str]:
+    """The folders ``root`` and its entries two levels down (where tfds creates ``<builder>/<version>``
+    and ``downloads/extracted``)."""
+    found = set()
+    if os.path.isdir(root):
+        found.add(root)
+        for entry in os.scandir(root):
+            if entry.is_dir(follow_symlinks=False):
+                found.add(entry.path)
+                found.update(e.path for e in os.scandir(entry.path) if e.is_dir(follow_symlinks=False))
+    return found
+
+
+def _remove_new_empty_dirs(root: str, before: set[str]) -> None:
+    # A failed prepare (a damaged raw file) leaves the folders tfds made on the way empty: they are
+    # removed so the data folder is as it was. Files are never deleted, nor folders that hold any.
+    for path in sorted(_dirs_near(root) - before, key=len, reverse=True):
+        for folder, _, _ in os.walk(path, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # fails, and is kept, when not empty
 
 
 def source_to_numpy(source) -> raw.RawSplit:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -238,11 +240,23 @@ def load_npz(path: str | os.PathLike) -> Dataset:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise raw.DatasetNotFoundError(f"dataset file {path!r} does not exist (dataset=npz:PATH needs a .npz file)")
+    fix = "write it with numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)"
+    # Anything but a zip archive (a truncated copy, a .npy, random bytes) is refused before numpy
+    # reads it: numpy would take it for a pickle and advise allow_pickle=True.
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"dataset file {path!r} is not a .npz archive (it is not a complete zip file: truncated, or "
+            f"another format); {fix}"
+        )
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"dataset file {path!r} is not a readable .npz file: {err}") from None
+    except ValueError as err:  # an object (pickled) array, refused: loading it could run code
+        raise ValueError(
+            f"dataset file {path!r} is not a readable .npz file: {err}; {fix} from numeric arrays"
+        ) from None
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise ValueError(f"dataset file {path!r} is a damaged .npz archive ({err}); {fix}") from None
     missing = [k for k in NPZ_KEYS if k not in arrays]
     if missing:
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 from flax import linen as nn
@@ -13,6 +14,27 @@ from jaxgossip.models.transformer import Transformer
 from jaxgossip.models.vgg import vgg11, vgg16
 
 __all__ = ["REGISTRY", "SEQUENCE_MODELS", "is_sequence_model", "make_model"]
+
+
+def _is_size(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _check_sizes(default: nn.Module, options: dict) -> None:
+    # Every integer attribute of the registered models is a size or a count (widths, depth, heads,
+    # groups, ...), and every tuple attribute a list of layer sizes: 0, a negative or a non-integer
+    # would otherwise fail deep inside flax (a ZeroDivisionError in the initializer, a shape error).
+    for key, value in options.items():
+        if not hasattr(default, key):
+            continue  # the model's own constructor names an unknown attribute
+        ref = getattr(default, key)
+        if isinstance(ref, numbers.Integral) and not isinstance(ref, bool) and not _is_size(value):
+            raise ValueError(f"{key}={value!r} must be a positive integer")
+        if isinstance(ref, tuple) and not (isinstance(value, (tuple, list)) and all(_is_size(v) for v in value)):
+            raise ValueError(
+                f"{key}={value!r} must be a positive integer or a list of positive integers "
+                f"(layer sizes, e.g. {key}=128 or {key}=[256,128])"
+            )
 
 
 def _mlp(num_classes: int = 10, **options) -> MLP:
@@ -71,8 +93,11 @@ def make_model(name: str, num_classes: int = 10, **options) -> nn.Module:
       An `nn.Module` with pure `init(key, x)` / `apply(variables, x, train=...)`.
 
     Raises:
-      ValueError: unknown name (the message lists the known ones).
+      ValueError: unknown name (the message lists the known ones), or a size attribute (an integer
+        or a tuple of layer sizes) given a value that is not a positive integer (tuple of them).
     """
     if name not in REGISTRY:
         raise ValueError(f"unknown model name {name!r}; known models: {sorted(REGISTRY)}")
+    if options:
+        _check_sizes(REGISTRY[name](num_classes=num_classes), options)
     return REGISTRY[name](num_classes=num_classes, **options)
