@@ -80,10 +80,12 @@ def _option_reason(name: str) -> str | None:
     prefix = "algorithm_options."
     if not name.startswith(prefix):
         return None
-    option = name[len(prefix) :]
-    for entry in algorithms.INFOS.values():
-        if option in entry.shape_options:
-            return entry.shape_options[option]
+    # a nested option (compressor_options.fraction) takes the reason of the option that holds it
+    parts = name[len(prefix) :].split(".")
+    for option in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
+        for entry in algorithms.INFOS.values():
+            if option in entry.shape_options:
+                return entry.shape_options[option]
     return None
 
 

@@ -279,7 +279,7 @@ def _bad_inputs(tmp, make=False):
         ("train", ["--no-progress=1"], "--no-progress is a switch and takes no value"),
         ("sweep", ["--sweep.lr=abc"], "--sweep.lr=['abc'] must be a list of finite numbers"),
         ("sweep", ["--sweep.batch_size=4,8"], "--sweep.batch_size: sweep axis 'batch_size' would change array shapes"),
-        ("sweep", ["--sweep.lrr=0.1"], "--sweep.lrr (did you mean 'lr'?)"),
+        ("sweep", ["--sweep.lrr=0.1"], "--sweep.lrr: unknown sweep axis 'lrr' (did you mean 'lr'?)"),
         ("sweep", ["--lr=0.1"], "a sweep needs at least one axis"),
         ("sweep", ["--sweep.lr=0.1,-1"], "--sweep.lr: lr=-1.0 must be a number > 0"),
         ("sweep", ["--sweep.lr=0.1", "--seeds=0"], "--seeds=0 must be a count >= 1"),

@@ -247,7 +247,7 @@ def test_training_cost_merge_round_continues_the_graph_sequence():
         ("--time.compute=lognormal:-1", r"expected lognormal:MEDIAN,SIGMA"),
         ("--time.computee=1", r"time.computee: unknown time option \(did you mean 'compute'\?\)"),
         ("--node.flops=1e9", r"node.flops"),
-        ("--energy.bit=nan", r"--energy.bit='nan' is not valid: expected float"),
+        ("--energy.bit=nan", r"--energy.bit='nan' is not valid: it must be finite \(a number, not inf or nan\)"),
     ],
 )
 def test_bad_cost_options(flag, match, tmp_path, capsys):

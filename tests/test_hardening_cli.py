@@ -12,8 +12,8 @@ def test_topology_sweep_refuses_a_spec_no_size_can_build(tmp_path, capsys):
     assert main(["topology-sweep", "--topologies=ring,erdos_renyi:1.7", "--sizes=8", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (
-        "jaxgossip topology-sweep: error: --topologies: 'erdos_renyi:1.7' cannot be built at any of the sizes [8]: "
-        "p=1.7 must be an edge probability in (0, 1]"
+        "jaxgossip topology-sweep: error: --topologies: erdos_renyi spec 'erdos_renyi:1.7': "
+        "P must be a probability in (0, 1], got '1.7'"
     )
     assert not out.exists()
 

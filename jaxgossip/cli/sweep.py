@@ -90,6 +90,37 @@ def _flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _axis_names() -> list[str]:
+    """Every option name a training run knows (config fields, options of the registered algorithms
+    and compressors, time options): what a sweep axis is checked and matched against."""
+    import inspect
+
+    from jaxgossip import algorithms, compress
+    from jaxgossip.run.config import TIME_OPTIONS
+
+    options = {"compressor_options"}
+    for factory in algorithms.REGISTRY.values():
+        options.update(list(inspect.signature(factory).parameters)[1:])
+    for info in algorithms.INFOS.values():
+        options.update(info.shape_options)
+    compressor = {p for f in compress.REGISTRY.values() for p in inspect.signature(f).parameters}
+    return [
+        *(f.name for f in dataclasses.fields(TrainConfig)),
+        *(f"algorithm_options.{o}" for o in sorted(options)),
+        *(f"algorithm_options.compressor_options.{o}" for o in sorted(compressor)),
+        *(f"time.{o}" for o in TIME_OPTIONS),
+    ]
+
+
+def _known_axis(name: str, names: list[str]) -> bool:
+    """Whether ``name`` is an option of a training run at all, so a misspelling is told apart from
+    an option that cannot share one compile."""
+    head = name.split(".")[0]
+    if head in ("algorithm_options", "time") and "." in name:
+        return name in names
+    return head in names  # other nested options (model_options.*, ...) are checked by the run itself
+
+
 def sweep_axes(sweep: dict) -> dict[str, list[float]]:
     """``--sweep.*`` as axis name -> list of finite numbers (a single value is a one-point axis)."""
     from jaxgossip import sweeps
@@ -98,10 +129,16 @@ def sweep_axes(sweep: dict) -> dict[str, list[float]]:
     for name, values in _flatten(sweep or {}).items():
         values = list(values) if isinstance(values, (list, tuple)) else [values]
         if name not in sweeps.SWEEPABLE:
+            names = _axis_names()
+            if not _known_axis(name, names):
+                raise UsageError(
+                    f"--sweep.{name}: unknown sweep axis {name!r}{did_you_mean(name, [*sweeps.SWEEPABLE, *names])}; "
+                    f"axes that share one compile: {', '.join(sweeps.SWEEPABLE)}"
+                )
             try:
                 sweeps.check_axes({name: [0.0]})
             except ValueError as err:  # names the reason (a static shape, ...) and the axes that work
-                raise UsageError(f"--sweep.{name}{did_you_mean(name, sweeps.SWEEPABLE)}: {err}") from None
+                raise UsageError(f"--sweep.{name}: {err}") from None
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         if not values or not ok:
             raise UsageError(f"--sweep.{name}={values!r} must be a list of finite numbers, e.g. 0.01,0.1")

@@ -383,7 +383,8 @@ _TOPOLOGY_TRAIN_COLUMNS = [
 
 
 def _topology_specs(text: str) -> list[str]:
-    """``--topologies`` as a list of specs; an unknown family name is a ValueError naming it."""
+    """``--topologies`` as a list of specs; an unknown family name or a bad argument (checked by
+    :func:`jaxgossip.topology.check_spec`, no graph built) is a ValueError naming the spec."""
     from jaxgossip import topology
 
     specs = [s.strip() for s in text.split(",") if s.strip()]
@@ -397,6 +398,10 @@ def _topology_specs(text: str) -> list[str]:
                 "(with an argument: erdos_renyi:P, random_directed:P, torus:ROWSxCOLS, random_out:S; failures: "
                 "SPEC+drop:P, SPEC+nodedrop:Q)"
             )
+        try:  # the grammar and ranges of the arguments, before any graph is built
+            topology.check_spec(spec)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"--topologies: {err}") from None
     return specs
 
 

@@ -308,10 +308,32 @@ def check_algorithm(name: str, options: dict, topo, *, trainer_defaults: bool = 
     if trainer_defaults:  # the trainer's defaults (runner.make_algorithm)
         options = with_trainer_options(name, options)
     options = dict(options)
+    _check_compressor_options(options, params)
     try:
         return algorithms.make(name, topo, **options)
     except (ValueError, TypeError) as err:
         raise ValueError(f"algorithm={name!r} on {topo.name} with algorithm_options={options}: {err}") from None
+
+
+def _check_compressor_options(options: dict, params) -> None:
+    """Names the first ``compressor_options`` key the named compressor does not take, with a
+    suggestion, so a misspelled key is not reported together with the correct ones."""
+    from jaxgossip import compress
+
+    given = options.get("compressor_options")
+    if not isinstance(given, dict) or not given:
+        return
+    default = params["compressor"].default if "compressor" in params else None
+    compressor = options.get("compressor", default)
+    if not isinstance(compressor, str) or compressor not in compress.REGISTRY:
+        return  # an unknown compressor or a spec mapping: the factory's own error names it
+    takes = list(inspect.signature(compress.REGISTRY[compressor]).parameters)
+    for key in given:
+        if key not in takes:
+            raise ValueError(
+                f"algorithm_options.compressor_options.{key}: compressor {compressor!r} has no option {key!r}"
+                f"{did_you_mean(key, takes)}; it takes: {', '.join(takes) or 'no options'}"
+            )
 
 
 def with_trainer_options(name: str, options: dict) -> dict:
@@ -401,7 +423,8 @@ def _number(config: TrainConfig, field: str, low: float, *, strict: bool = False
         bound = f"> {low}" if strict else f">= {low}"
         if high is not None:
             bound += f" and < {high}"
-        raise ValueError(f"{field}={value!r} must be {kind} {bound}")
+        finite = "" if math.isfinite(value) else "finite, "
+        raise ValueError(f"{field}={value!r} must be {finite}{kind} {bound}")
 
 
 def check_train_config(config: TrainConfig) -> TrainConfig:

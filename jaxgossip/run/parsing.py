@@ -25,6 +25,7 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import textwrap
@@ -375,6 +376,14 @@ def _to_namespace_dict(values: dict) -> dict:
     return out
 
 
+def _non_finite(text: str) -> bool:
+    """Whether ``text`` spells inf or nan (which Python's float() reads, but no option takes)."""
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
 def _explain(err: Exception, source: str | None = None) -> UsageError:
     """A jsonargparse error as one line naming the option and the expected type."""
     text = str(err)
@@ -387,6 +396,8 @@ def _explain(err: Exception, source: str | None = None) -> UsageError:
         kinds = [a or b for a, b in expected] if expected else []
         value = given[-1].strip() if given else "?"
         what = " or ".join(dict.fromkeys(kinds)) if kinds else "a valid value"
+        if "float" in kinds and _non_finite(value):
+            return UsageError(f"{prefix}--{key}={value!r} is not valid: it must be finite (a number, not inf or nan)")
         return UsageError(f"{prefix}--{key}={value!r} is not valid: expected {what}".replace("NoneType", "null"))
     return UsageError(prefix + text.strip().splitlines()[0])
 
