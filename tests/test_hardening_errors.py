@@ -104,6 +104,20 @@ def test_make_model_refuses_non_positive_and_non_integer_sizes(model, options):
         models.make_model(model, num_classes=10, **options)
 
 
+def test_group_count_and_fixed_resnet_depth_are_refused_naming_the_option():
+    import jax
+    import jax.numpy as jnp
+
+    cnn = models.make_model("cnn", features=(6,), norm="group", norm_groups=4)
+    with pytest.raises(ValueError, match=r"norm_groups=4 must divide the 6 channels"):
+        cnn.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))
+    ok = models.make_model("cnn", features=(6,), norm="group", norm_groups=3)
+    norm = ok.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))["params"]["norm1"]  # the path stays
+    assert norm["scale"].shape == norm["bias"].shape == (6,)
+    with pytest.raises(ValueError, match=r"depth=21: resnet20's depth is fixed"):
+        models.make_model("resnet20", depth=21)
+
+
 def test_make_model_keeps_valid_sizes():
     assert models.make_model("mlp", hidden=(8, 4)).hidden == (8, 4)
     assert models.make_model("cnn", features=(4,), hidden=()).hidden == ()

@@ -46,7 +46,18 @@ def make_norm(norm: str, train: bool, *, groups: int = 2, name: str | None = Non
     if norm == "batch":
         return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name)
     if norm == "group":
-        return nn.GroupNorm(num_groups=groups, epsilon=1e-5, name=name)
+        layer = nn.GroupNorm(num_groups=groups, epsilon=1e-5, name=name)
+
+        def group_norm(x: jax.Array) -> jax.Array:
+            # flax's own error names neither the option nor the layer.
+            if x.shape[-1] % groups:
+                raise ValueError(
+                    f"norm_groups={groups} must divide the {x.shape[-1]} channels of the normalized layer "
+                    f"{name or 'GroupNorm'}; choose a divisor of every layer width (e.g. norm_groups=1, 2 or 4)"
+                )
+            return layer(x)
+
+        return group_norm
     if norm == "none":
         return lambda x: x
     raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")

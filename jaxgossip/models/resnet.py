@@ -117,11 +117,21 @@ class ResNet(nn.Module):
         return nn.Dense(self.num_classes, name="fc")(x)
 
 
+def _no_depth(name: str, options: dict) -> None:
+    if "depth" in options:
+        raise ValueError(
+            f"depth={options['depth']!r}: {name}'s depth is fixed (its name); use model resnet20 or resnet110, "
+            "or jaxgossip.models.resnet.ResNet(depth=6n + 2) in Python"
+        )
+
+
 def resnet20(num_classes: int = 10, **options) -> ResNet:
     """ResNet-20 (Choco/PowerGossip variant; 272,474 parameters for 10 classes). See `ResNet`."""
+    _no_depth("resnet20", options)
     return ResNet(depth=20, num_classes=num_classes, **options)
 
 
 def resnet110(num_classes: int = 10, **options) -> ResNet:
     """ResNet-110 (18 blocks per stage; 1,730,714 parameters for 10 classes). See `ResNet`."""
+    _no_depth("resnet110", options)
     return ResNet(depth=110, num_classes=num_classes, **options)
