@@ -73,6 +73,15 @@ def test_a_shape_changing_sweep_axis_gets_its_reason_not_a_suggestion(tmp_path, 
     assert not out.exists()
 
 
+def test_a_plugin_algorithms_option_is_not_called_unknown(tmp_path, capsys):
+    out = tmp_path / "sw"
+    argv = ["sweep", "--algorithm=my_plugin_module:make", "--sweep.algorithm_options.rate=0.1,0.2"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = _error(capsys)
+    assert "sweep axis 'algorithm_options.rate' would change array shapes" in err and "unknown" not in err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity"])
 @pytest.mark.parametrize("field", ["lr", "weight_decay", "momentum", "grad_clip", "final_lr"])
 def test_non_finite_floats_are_refused_as_not_finite(capsys, field, value):

@@ -112,25 +112,29 @@ def _axis_names() -> list[str]:
     ]
 
 
-def _known_axis(name: str, names: list[str]) -> bool:
+def _known_axis(name: str, names: list[str], plugin: bool = False) -> bool:
     """Whether ``name`` is an option of a training run at all, so a misspelling is told apart from
-    an option that cannot share one compile."""
+    an option that cannot share one compile. A plug-in algorithm's options are not known here."""
     head = name.split(".")[0]
+    if plugin and head == "algorithm_options" and not name.startswith("algorithm_options.compressor_options."):
+        return True
     if head in ("algorithm_options", "time") and "." in name:
         return name in names
     return head in names  # other nested options (model_options.*, ...) are checked by the run itself
 
 
-def sweep_axes(sweep: dict) -> dict[str, list[float]]:
-    """``--sweep.*`` as axis name -> list of finite numbers (a single value is a one-point axis)."""
-    from jaxgossip import sweeps
+def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[float]]:
+    """``--sweep.*`` as axis name -> list of finite numbers (a single value is a one-point axis);
+    ``algorithm`` (the run's) tells a plug-in's options apart from misspelled ones."""
+    from jaxgossip import algorithms, sweeps
 
     axes = {}
     for name, values in _flatten(sweep or {}).items():
         values = list(values) if isinstance(values, (list, tuple)) else [values]
         if name not in sweeps.SWEEPABLE:
             names = _axis_names()
-            if not _known_axis(name, names):
+            plugin = isinstance(algorithm, str) and algorithm not in algorithms.REGISTRY
+            if not _known_axis(name, names, plugin):
                 raise UsageError(
                     f"--sweep.{name}: unknown sweep axis {name!r}{did_you_mean(name, [*sweeps.SWEEPABLE, *names])}; "
                     f"axes that share one compile: {', '.join(sweeps.SWEEPABLE)}"
@@ -199,7 +203,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         return 0
     options = parsed.build(SweepOptions)
     seeds = seed_list(options.seeds)
-    axes = sweep_axes(options.sweep)
+    axes = sweep_axes(options.sweep, parsed.values.get("algorithm"))
     config = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values, config)
     target = common.target_acc(parsed.values)
