@@ -127,3 +127,15 @@ def test_a_random_bytes_npz_is_named_as_not_an_npz_without_pickle_advice(tmp_pat
     err = _error(capsys)
     assert err.startswith(f"jaxgossip train: error: dataset file {str(path)!r} is not a .npz archive")
     assert "pickle" not in err
+
+
+def test_labels_all_minus_one_name_the_labels_rule(tmp_path, capsys):
+    path = tmp_path / "neg.npz"
+    x = np.zeros((8, 3), np.float32)
+    np.savez(path, x_train=x, y_train=np.full(8, -1), x_test=x[:4], y_test=np.full(4, -1))
+    out = tmp_path / "run"
+    argv = ["train", f"--dataset=npz:{path}", "--model=mlp", "--num_nodes=4", "--num_rounds=1", "--eval_every=1"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = _error(capsys)
+    assert "labels must be class indices 0..C-1; found -1 (negative)" in err and "num_classes" not in err
+    assert not out.exists()

@@ -208,6 +208,8 @@ def from_arrays(
             f"x_train samples have shape {xs['x_train'].shape[1:]} but x_test samples {xs['x_test'].shape[1:]}"
         )
     labels = np.concatenate([ys["y_train"], ys["y_test"]]).astype(np.int64)
+    if num_classes is None and labels.min() < 0:  # before C is read off the labels (all -1: C = 0)
+        raise ValueError(f"labels must be class indices 0..C-1; found {labels.min()} (negative)")
     if num_classes is None:
         num_classes = int(labels.max()) + 1
     if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
