@@ -564,6 +564,19 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     )
 
 
+def _option_group(field: str, options: Any, known: Any, what: str, example: str) -> dict:
+    """``options`` of a mapping field of dotted options (``--time.*``, ``--byzantine.*``), checked:
+    a mapping whose keys are all ``known`` (ValueError naming the first unknown key, with did you mean)."""
+    if not isinstance(options, dict):
+        raise ValueError(f"{field}={options!r} must be a mapping, e.g. {example}")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{field}.{unknown[0]}: unknown {what}{did_you_mean(unknown[0], known)}; known: {', '.join(known)}"
+        )
+    return options
+
+
 def time_model_of(config: TrainConfig, topo):
     """The :class:`jaxgossip.timing.TimeModel` of a run: ``config.time`` over :data:`TIME_OPTIONS`,
     the algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering.
@@ -573,15 +586,8 @@ def time_model_of(config: TrainConfig, topo):
     """
     from jaxgossip import timing
 
-    options = config.time
-    if not isinstance(options, dict):
-        raise ValueError(f"time={options!r} must be a mapping, e.g. --time.compute=0.01 --time.bandwidth=1e8")
-    unknown = sorted(set(options) - set(TIME_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"time.{unknown[0]}: unknown time option{did_you_mean(unknown[0], TIME_OPTIONS)}; "
-            f"known: {', '.join(TIME_OPTIONS)}"
-        )
+    example = "--time.compute=0.01 --time.bandwidth=1e8"
+    options = _option_group("time", config.time, TIME_OPTIONS, "time option", example)
     values = {**TIME_OPTIONS, **{k: v for k, v in normalise_time(options).items() if v is not None}}
     for key in ("latency", "bandwidth"):
         value = values[key]
@@ -676,15 +682,9 @@ def byzantine_args(config: TrainConfig) -> dict | None:
     Raises:
       ValueError: naming the ``--byzantine.*`` option and the rule.
     """
-    options = config.byzantine
-    if not isinstance(options, dict):
-        raise ValueError(f"byzantine={options!r} must be a mapping, e.g. --byzantine.nodes=2 --byzantine.attack=alie")
-    unknown = sorted(set(options) - set(BYZANTINE_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"byzantine.{unknown[0]}: unknown option{did_you_mean(unknown[0], BYZANTINE_OPTIONS)}; "
-            f"known: {', '.join(BYZANTINE_OPTIONS)}"
-        )
+    options = _option_group(
+        "byzantine", config.byzantine, BYZANTINE_OPTIONS, "option", "--byzantine.nodes=2 --byzantine.attack=alie"
+    )
     values = {**BYZANTINE_OPTIONS, **options}
     nodes, ids = values["nodes"], values["ids"]
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
