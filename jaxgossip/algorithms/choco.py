@@ -160,7 +160,6 @@ def choco(
             gamma,
             request,
             xla_round=lambda: xla_round(params, state, key),
-            parts=lambda out: (out[0], out[1].x_hat, out[1].s, out[2]),
             finish=lambda x, x_hat, s, bits: (x, ChocoState(x_hat=x_hat, s=s, count=t + 1), bits),
         )
         return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * msg_bits)

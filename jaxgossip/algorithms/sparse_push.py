@@ -209,7 +209,6 @@ def compressed_push_sum(
             gamma,
             request,
             xla_round=lambda: xla_round(params, state, key),
-            parts=lambda out: (out[0], out[1].x_hat, out[1].s, out[2]),
             finish=finish,
         )
         return new_params, new_state, StepInfo(bits=per_round(support.out_degree, t) * message_bits)

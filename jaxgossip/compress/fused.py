@@ -260,7 +260,6 @@ def dispatch(
     gamma: Any,
     request: FusedRequest | None,
     xla_round: Callable[[], Any],
-    parts: Callable[[Any], tuple[Params, Params, Params, Array]],
     finish: Callable[[Params, Params, Params, Array], Any],
 ) -> Any:
     """One round of a top-k algorithm with public copies: the one place that chooses between the
@@ -277,8 +276,8 @@ def dispatch(
       params, x_hat, s: the round's inputs (leaves ``[N, ...]``; ``[P, N, ...]``).
       t: round counter; gamma: consensus step size.
       request: what the kernel needs (:class:`FusedRequest`), or None for an XLA-only round.
-      xla_round: ``() -> R``, the algorithm's round in XLA.
-      parts: ``R -> (params, x_hat, s, message_bits)``, the fused round's share of an XLA result.
+      xla_round: ``() -> (params, state, message_bits)``, the algorithm's round in XLA; ``state``
+        has the fields ``x_hat`` and ``s`` (the parts the fused round also produces).
       finish: ``(params, x_hat, s, message_bits) -> R``, the algorithm's result from those parts.
 
     Returns:
@@ -305,7 +304,11 @@ def dispatch(
         bits = payload if request.header_bits is None else payload + request.header_bits
         return out.params, out.x_hat, out.s, bits
 
-    return finish(*on_cpu_or(native, lambda: parts(xla_round())))
+    def xla():
+        new_params, state, bits = xla_round()
+        return new_params, state.x_hat, state.s, bits
+
+    return finish(*on_cpu_or(native, xla))
 
 
 def on_cpu_or(fused: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
