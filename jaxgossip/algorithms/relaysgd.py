@@ -1,10 +1,7 @@
 """RelaySGD: RelaySum over the models of a spanning tree (RelaySum/Model).
 
-Every node sends one message to each tree neighbour per round: its own value plus the sum of what
-its *other* neighbours sent it the round before. Along a tree each value then reaches every node
-exactly once, over the unique path between them, so node i sums the values of all nodes, that of
-node j delayed by the tree distance. A count travels with each message (how many nodes' values it
-sums), so a node knows how many values have reached it and stands in for the others.
+The relay (one message per tree neighbour per round, each value reaching every node once, delayed by
+the tree distance, with a count) is :mod:`jaxgossip.algorithms.tree_tables`.
 
 References:
   Vogels, He, Koloskova, Lin, Karimireddy, Stich, Jaggi, "RelaySum for Decentralized Deep Learning

@@ -8,6 +8,12 @@ tables are host NumPy arrays built once at construction (not jittable, like ever
 * ``rev`` [E]: the index of the reverse edge ``dst -> src``;
 * ``distance`` [N, N]: tree distances (hops), for references and the delay tables of the docs.
 
+The relay: every node sends one message to each tree neighbour per round, its own value plus the
+sum of what its *other* neighbours sent it the round before. Along a tree each value then reaches
+every node exactly once, over the unique path between them, so node i sums the values of all nodes,
+that of node j delayed by the tree distance. A count travels with each message (how many nodes'
+values it sums), so a node knows how many values have reached it and stands in for the others.
+
 :func:`require_tree` is the graph requirement ``AlgorithmInfo.tree``: it names the cycle, the
 disconnection or the missing reverse edge of a graph that is not an undirected tree. :func:`relay`
 is one RelaySum round on these tables (Vogels et al., NeurIPS 2021, arXiv:2110.04175).
