@@ -35,9 +35,13 @@ from jaxgossip.topology.equitopo import d_equistatic, od_equidyn, ou_equidyn, u_
 from jaxgossip.topology.finite_time import base_graph
 from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
 from jaxgossip.topology.specs import FAMILIES, check_spec, make
-from jaxgossip.topology.spectral import effective_neighbors, optimal_gamma, spectral_gap
+from jaxgossip.topology.spectral import effective_neighbors, gap_estimate, optimal_gamma, spectral_gap
 from jaxgossip.topology.stack import buckets, group, signature, stack
 from jaxgossip.topology.stochastic import (
+    ExchangeableGram,
+    GapEstimate,
+    exact_gram,
+    expected_gap,
     expected_gram,
     mean_out_degree,
     random_matching,
@@ -82,6 +86,11 @@ __all__ = [
     "expected_gram",
     "mean_out_degree",
     "spectral_gap",
+    "gap_estimate",
+    "GapEstimate",
+    "ExchangeableGram",
+    "exact_gram",
+    "expected_gap",
     "effective_neighbors",
     "optimal_gamma",
     "WEIGHT_SCHEMES",

@@ -6,12 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from jaxgossip.topology.graph import Topology
+from jaxgossip.topology.stochastic import GapEstimate
 
-__all__ = ["spectral_gap", "optimal_gamma", "effective_neighbors"]
+__all__ = ["spectral_gap", "gap_estimate", "GapEstimate", "optimal_gamma", "effective_neighbors"]
 
 _TOL = 1e-6
 # Largest N for the dense covariance of a graph that is not circulant ([N, N] float64 matrices).
 _DENSE_LIMIT = 4096
+# Fixed graphs up to this N take their spectral gap from dense eigenvalues; larger ones by Lanczos.
+_EIGSH_FROM = 256
 
 
 def spectral_gap(topo: Topology) -> float:
@@ -23,31 +26,88 @@ def spectral_gap(topo: Topology) -> float:
 
     For a stochastic graph (:mod:`jaxgossip.topology.stochastic`) it is the expected per-round gap
     ``1 - sqrt(lambda_2(E[W^T W]))``, the rate at which ``E ||x - mean||^2`` contracts per round
-    (Boyd et al., 2006), with ``E[W^T W]`` estimated by Monte Carlo over 512 rounds drawn with the
-    fixed key ``jax.random.key(0)`` (:func:`jaxgossip.topology.stochastic.expected_gram`), so the
-    value is reproducible. For a static symmetric W this formula gives back ``1 - |lambda_2(W)|``.
+    (Boyd et al., 2006): exact where the sampler knows ``E[W^T W]`` in closed form
+    (``random_matching``), else a reproducible sampled estimate
+    (:func:`jaxgossip.topology.stochastic.expected_gap`); :func:`gap_estimate` returns it with
+    its standard error. For a static symmetric W this formula gives back ``1 - |lambda_2(W)|``.
 
     Raises:
       ValueError: if W is not doubly stochastic (the gap then does not measure convergence to the
         average; push-sum graphs need the debiased analysis instead).
     """
+    return gap_estimate(topo).value
+
+
+def gap_estimate(topo: Topology) -> GapEstimate:
+    """:func:`spectral_gap` with its error bar, a :class:`GapEstimate` ``(value, stderr, exact)``.
+
+    Fixed graphs are exact: circulant rounds (ring, exponential, one-peer exponential, ...) by the
+    FFT of their rows in O(T N log N); other graphs with N <= 256 by dense eigenvalues; larger
+    ones by Lanczos/Arnoldi (``scipy.sparse.linalg``) on ``W - J`` (the period's product for a
+    schedule) applied from the sparse tables, to about 1e-9. Stochastic graphs:
+    :func:`jaxgossip.topology.stochastic.expected_gap` (exact for a closed form, else sampled with
+    a standard error).
+
+    Raises:
+      ValueError: if W is not doubly stochastic.
+    """
     if not topo.is_doubly_stochastic:
         raise ValueError(f"spectral_gap needs doubly stochastic weights; {topo.name} is not")
     if topo.stochastic:
-        from jaxgossip.topology.stochastic import expected_gram
+        from jaxgossip.topology.stochastic import expected_gap
 
-        lam = np.sort(np.linalg.eigvalsh(expected_gram(topo)))[::-1]
-        lam2 = max(float(lam[1]), 0.0) if lam.size > 1 else 0.0
-        return float(1.0 - np.sqrt(lam2))
-    prod = np.eye(topo.num_nodes)
-    for t in range(topo.period):
-        prod = topo.matrix(t) @ prod
-    mags = np.sort(np.abs(np.linalg.eigvals(prod)))[::-1]
-    lam2 = mags[1] if mags.size > 1 else 0.0
+        return expected_gap(topo)
+    lam2 = _second_magnitude(topo)
     # A period that averages exactly leaves |lambda_2| at rounding level; its 1/T-th root would
     # inflate 1e-16 to ~1e-5.
     lam2 = 0.0 if lam2 < 1e-12 else lam2
-    return float(1.0 - lam2 ** (1.0 / topo.period))
+    return GapEstimate(float(1.0 - lam2 ** (1.0 / topo.period)), 0.0, True)
+
+
+def _sparse_round(topo: Topology, t: int):
+    import scipy.sparse
+
+    n = topo.num_nodes
+    keep = topo.weights[t] != 0
+    return scipy.sparse.csr_matrix(
+        (topo.weights[t][keep], (topo.receivers[t][keep], topo.senders[t][keep])), shape=(n, n)
+    )
+
+
+def _second_magnitude(topo: Topology) -> float:
+    """``|lambda_2|`` of the period's product ``Phi = W(T-1) ... W(0)`` of a doubly stochastic
+    fixed graph. Doubly stochastic rounds commute with J, so ``Phi - J`` has Phi's eigenvalues
+    with the 1 of the all-ones vector replaced by 0: its largest magnitude is ``|lambda_2|``."""
+    n = topo.num_nodes
+    if n == 1:
+        return 0.0
+    rows = _circulant_rows(topo)
+    if rows is not None:  # circulant rounds share the Fourier basis: eigenvalues multiply per mode
+        modes = np.prod(np.fft.fft(rows, axis=1), axis=0)
+        return float(np.max(np.abs(modes[1:])))
+    if n <= _EIGSH_FROM:
+        prod = np.eye(n)
+        for t in range(topo.period):
+            prod = topo.matrix(t) @ prod
+        return float(np.sort(np.abs(np.linalg.eigvals(prod)))[::-1][1])
+    import scipy.sparse.linalg
+
+    rounds = [_sparse_round(topo, t) for t in range(topo.period)]
+
+    def apply(x):
+        x = np.asarray(x, dtype=np.float64).ravel()
+        x = x - x.mean()  # (Phi - J) x = Phi (I - J) x
+        for w in rounds:
+            x = w @ x
+        return x
+
+    v0 = np.cos(np.arange(n) + 0.5)
+    op = scipy.sparse.linalg.LinearOperator((n, n), matvec=apply, dtype=np.float64)
+    if topo.period == 1 and topo.is_symmetric:
+        vals = scipy.sparse.linalg.eigsh(op, k=2, which="BE", v0=v0, tol=1e-12, return_eigenvectors=False)
+    else:
+        vals = scipy.sparse.linalg.eigs(op, k=2, which="LM", v0=v0, tol=1e-12, return_eigenvectors=False)
+    return float(np.max(np.abs(vals)))
 
 
 def optimal_gamma(topo: Topology) -> float:

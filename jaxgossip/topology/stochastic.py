@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import numbers
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,8 +43,49 @@ __all__ = [
     "with_availability",
     "sample_matrices",
     "expected_gram",
+    "exact_gram",
+    "expected_gap",
+    "ExchangeableGram",
+    "GapEstimate",
     "mean_out_degree",
 ]
+
+
+class ExchangeableGram(NamedTuple):
+    """An exact ``E[W(t)^T W(t)]`` that is the same under every relabelling of the nodes:
+    ``diagonal * I + off_diagonal * (J - I)`` with ``J`` the all-ones [N, N] matrix.
+
+    Its eigenvalues are ``diagonal + (N - 1) off_diagonal`` on the all-ones vector and
+    :attr:`perp` (N - 1 times) on the vectors orthogonal to it.
+    """
+
+    num_nodes: int
+    diagonal: float
+    off_diagonal: float
+
+    @property
+    def perp(self) -> float:
+        """The eigenvalue on the vectors orthogonal to 1: ``E ||W x||^2 = perp ||x||^2`` there."""
+        return self.diagonal - self.off_diagonal
+
+    def matrix(self) -> np.ndarray:
+        """The dense [N, N] matrix (small N: tests and analysis)."""
+        n = self.num_nodes
+        return np.full((n, n), self.off_diagonal) + np.eye(n) * (self.diagonal - self.off_diagonal)
+
+
+class GapEstimate(NamedTuple):
+    """A spectral gap with its sampling error.
+
+    Attributes:
+      value: the gap ``1 - sqrt(lambda_2(E[W^T W]))`` (fixed graph: ``1 - |lambda_2(W)|``).
+      stderr: one standard error of ``value`` from sampling; 0 when ``exact``.
+      exact: whether ``value`` is computed exactly (closed form or eigenvalues), not sampled.
+    """
+
+    value: float
+    stderr: float
+    exact: bool
 
 
 def _check_n(n: Any, minimum: int) -> int:
@@ -113,6 +154,20 @@ class _MatchingSampler:
             "slot_weights": jnp.stack([self_w, other_w], axis=1),
         }
         return GraphRound(_one_round(tables, n, self.name, "slots", False, True, True))
+
+    def exact_gram(self, draw_args=None) -> ExchangeableGram:
+        """``E[W^T W]`` in closed form. ``W = (I + P) / 2`` with P a symmetric involution, so
+        ``W^T W = W^2 = (I + 2P + P^2) / 4 = W`` and ``E[W^T W] = E[W] = (I + E[P]) / 2``. N even:
+        node i is paired with each other node with probability ``1 / (N - 1)``, so
+        ``E[W] = I / 2 + (J - I) / (2 (N - 1))`` and ``perp = 1/2 - 1 / (2 (N - 1))``. N odd:
+        node i sits out (``P_ii = 1``) with probability ``1 / N`` and is paired with a given other
+        node with probability ``(N - 1) / N * 1 / (N - 1) = 1 / N``, so ``E[P] = J / N`` and
+        ``perp = 1/2`` exactly."""
+        del draw_args
+        n = self.n
+        if n % 2 == 0:
+            return ExchangeableGram(n, 0.5, 0.5 / (n - 1))
+        return ExchangeableGram(n, 0.5 + 0.5 / n, 0.5 / n)
 
 
 def random_matching(n: int) -> Topology:
@@ -189,6 +244,17 @@ class _OutSampler:
             "weights": jnp.full((n * (s + 1),), 1.0 / (s + 1), jnp.float32),
         }
         return GraphRound(_one_round(tables, n, self.name, self.layout, True, False, True))
+
+    def exact_gram(self, draw_args=None) -> ExchangeableGram:
+        """``E[W^T W]`` in closed form, with ``a = 1 / (s + 1)`` and ``r = s / (N - 1)`` (the
+        probability that j pushes to a given other node). Column j of W has ``s + 1`` entries ``a``,
+        so ``(W^T W)_jj = a``. Columns ``j != k`` are independent, ``E[W_ij] = a`` for ``i = j`` and
+        ``a r`` otherwise, so ``E[(W^T W)_jk] = sum_i E[W_ij] E[W_ik]
+        = a^2 (2 r + (N - 2) r^2)``."""
+        del draw_args
+        n, a = self.n, 1.0 / (self.s + 1)
+        r = self.s / (n - 1)
+        return ExchangeableGram(n, a, a * a * (2 * r + (n - 2) * r * r))
 
 
 def random_out(n: int, s: int = 1) -> Topology:
@@ -577,3 +643,102 @@ def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -
     w = sample_matrices(topology, jax.random.split(jax.random.key(seed), num_samples))
     off = (w != 0) & ~np.eye(topology.num_nodes, dtype=bool)[None]
     return float(off.sum() / (num_samples * topology.num_nodes))
+
+
+def exact_gram(topology: Topology) -> ExchangeableGram | None:
+    """``E[W(t)^T W(t)]`` in closed form where the graph's sampler knows it (``random_matching``,
+    ``random_out``: :meth:`exact_gram` of their samplers), else None (failures: sample it)."""
+    exact = getattr(topology.sampler, "exact_gram", None) if topology.stochastic else None
+    return None if exact is None else exact(topology.draw_args)
+
+
+@functools.lru_cache(maxsize=64)
+def _table_rounds(graph: TopologyKey):
+    """Jitted ``(keys [R], rounds [R]) -> (senders, receivers, weights) [R, E]`` of one stochastic
+    graph: the sparse rounds, for matrix-free analysis at large N."""
+    topology = graph.topology
+
+    def tables(key, t):
+        g = topology.draw(key, t).graph
+        return g.senders[0], g.receivers[0], g.weights[0]
+
+    return jax.jit(jax.vmap(tables))
+
+
+def _gram_apply(senders, receivers, weights, n: int, v: np.ndarray) -> np.ndarray:
+    """``[R, N]`` rows ``W_r v`` (v: [N]) from the sparse rounds [R, E], no [N, N] matrix."""
+    rounds = senders.shape[0]
+    offset = (np.arange(rounds, dtype=np.int64) * n)[:, None]
+    wv = np.bincount((offset + receivers).ravel(), (weights * v[senders]).ravel(), minlength=rounds * n)
+    return wv.reshape(rounds, n)
+
+
+def expected_gap(topology: Topology, num_samples: int = 512, seed: int = 0) -> GapEstimate:
+    """The expected per-round gap ``1 - sqrt(lambda_2(E[W^T W]))`` of a stochastic graph.
+
+    Exact where the sampler gives ``E[W^T W]`` in closed form (:func:`exact_gram`). Otherwise
+    sampled, matrix free, over ``num_samples`` rounds drawn with the fixed key
+    ``jax.random.key(seed)`` (rounds 0, 1, ...), cross-fitted: the first half estimates the
+    eigenvector v of ``lambda_2`` (Lanczos on ``(1/R) sum_r W_r^T W_r`` restricted to the vectors
+    orthogonal to 1), the second, independent half estimates ``v^T E[W^T W] v`` by the mean of
+    ``||W_r v||^2``. That mean is an unbiased estimate of the Rayleigh quotient at v (at most
+    ``lambda_2``, equal when v is exact), with a standard error from the spread of
+    ``||W_r v||^2``; the gap's error bar follows by the delta method. (The top eigenvalue of a
+    sampled Gram matrix itself is biased upward, so its gap is biased low.)
+
+    Args:
+      topology: a stochastic graph with doubly stochastic rounds.
+      num_samples: rounds drawn, R >= 4 (sampled case only).
+      seed: the key of the rounds (sampled case only).
+
+    Returns:
+      A :class:`GapEstimate` (``stderr = 0`` and ``exact = True`` for a closed form).
+    """
+    if not topology.stochastic:
+        raise ValueError(f"expected_gap needs a stochastic graph; {topology.name} is fixed (use spectral_gap)")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 4:
+        raise ValueError(f"num_samples={num_samples!r} must be an int >= 4 (two halves of at least 2 rounds)")
+    n = topology.num_nodes
+    exact = exact_gram(topology)
+    if exact is not None:
+        lam2 = max(exact.perp, 0.0) if n > 1 else 0.0
+        return GapEstimate(float(1.0 - np.sqrt(lam2)), 0.0, True)
+    keys = jax.random.split(jax.random.key(seed), num_samples)
+    draw = _table_rounds(TopologyKey.of(topology))
+    senders, receivers, weights = (np.asarray(a) for a in draw(keys, jnp.arange(num_samples, dtype=jnp.int32)))
+    weights = weights.astype(np.float64)
+    half = num_samples // 2
+    fit = (senders[:half], receivers[:half], weights[:half])
+    test = (senders[half:], receivers[half:], weights[half:])
+
+    def gram(v):  # P (1/R sum W^T W) P v, P the projection orthogonal to 1
+        v = v - v.mean()
+        wv = _gram_apply(*fit, n, v)  # [R, N]
+        rounds = wv.shape[0]
+        offset = (np.arange(rounds, dtype=np.int64) * n)[:, None]
+        back = (
+            np.bincount(
+                (offset + fit[0]).ravel(), (fit[2] * np.take_along_axis(wv, fit[1], 1)).ravel(), minlength=rounds * n
+            )
+            .reshape(rounds, n)
+            .mean(0)
+        )
+        return back - back.mean()
+
+    if n <= 64:
+        dense = np.stack([gram(e) for e in np.eye(n)], axis=1)
+        _, vecs = np.linalg.eigh((dense + dense.T) / 2)
+        v = vecs[:, -1]
+    else:
+        import scipy.sparse.linalg
+
+        op = scipy.sparse.linalg.LinearOperator((n, n), matvec=gram, dtype=np.float64)
+        _, vecs = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=np.cos(np.arange(n) + 0.5), tol=1e-8)
+        v = vecs[:, 0]
+    v = v - v.mean()
+    v = v / np.linalg.norm(v)
+    norms = np.sum(_gram_apply(*test, n, v) ** 2, axis=1)  # [R/2] ||W_r v||^2
+    lam2 = max(float(norms.mean()), 0.0)
+    lam_err = float(norms.std(ddof=1) / np.sqrt(norms.size))
+    root = np.sqrt(lam2)
+    return GapEstimate(float(1.0 - root), float(lam_err / (2 * root) if root > 0 else lam_err), False)

@@ -1,0 +1,113 @@
+"""Exact spectral gaps: closed forms of the stochastic graphs, sparse eigenvalues of large fixed
+graphs, and the error bar of the sampled estimate."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import jaxgossip.topology as T
+
+
+def _dense_gap(topo):
+    n = topo.num_nodes
+    prod = np.eye(n)
+    for t in range(topo.period):
+        prod = topo.matrix(t) @ prod
+    lam2 = np.sort(np.abs(np.linalg.eigvals(prod)))[::-1][1]
+    lam2 = 0.0 if lam2 < 1e-12 else lam2
+    return 1.0 - lam2 ** (1.0 / topo.period)
+
+
+@pytest.mark.parametrize("n, expected", [(1024, 0.2932), (16, 0.3169)])
+def test_random_matching_gap_is_the_closed_form(n, expected):
+    est = T.gap_estimate(T.random_matching(n))
+    assert est.exact and est.stderr == 0.0
+    assert est.value == pytest.approx(1 - np.sqrt(0.5 - 0.5 / (n - 1)), abs=1e-12)
+    assert est.value == pytest.approx(expected, abs=1e-4)
+    assert T.spectral_gap(T.random_matching(n)) == est.value
+
+
+def test_random_matching_odd_n_gap_is_one_minus_sqrt_half():
+    assert T.spectral_gap(T.random_matching(15)) == pytest.approx(1 - np.sqrt(0.5), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "topo", [T.random_matching(6), T.random_matching(7), T.random_out(6, 2), T.random_out(7, 1)], ids=lambda t: t.name
+)
+def test_exact_gram_matches_a_large_monte_carlo(topo):
+    exact = T.exact_gram(topo).matrix()
+    sampled = T.expected_gram(topo, num_samples=8192, seed=3)
+    # entries are means of values in [0, 1]: standard error <= 0.5 / sqrt(8192) ~ 0.0055
+    np.testing.assert_allclose(sampled, exact, atol=0.025)
+    np.testing.assert_allclose(np.linalg.eigvalsh(exact)[:-1], T.exact_gram(topo).perp, atol=1e-12)
+
+
+def test_exact_gram_is_none_for_failures():
+    assert T.exact_gram(T.with_failures(T.ring(8), 0.3)) is None
+
+
+def test_sampled_gap_brackets_the_enumerated_expectation():
+    """ring(8), each of its 8 links down with p = 0.5: E[W^T W] by enumerating all 256 patterns."""
+    ring = T.ring(8)
+    w = ring.matrix(0)
+    p = 0.5
+    gram = np.zeros((8, 8))
+    for up in itertools.product([0, 1], repeat=8):
+        wt = w.copy()
+        for i, keep in enumerate(up):
+            j = (i + 1) % 8
+            if not keep:
+                wt[i, i] += wt[i, j]
+                wt[j, j] += wt[j, i]
+                wt[i, j] = wt[j, i] = 0.0
+        prob = np.prod([(1 - p) if k else p for k in up])
+        gram += prob * wt.T @ wt
+    exact = 1 - np.sqrt(np.sort(np.linalg.eigvalsh(gram))[-2])
+    est = T.gap_estimate(T.with_failures(ring, p))
+    assert not est.exact and 0 < est.stderr < 0.01
+    assert abs(est.value - exact) < 4 * est.stderr + 1e-3
+    assert T.gap_estimate(T.with_failures(ring, p)) == est  # fixed key: reproducible
+
+
+def test_sampled_gap_without_failures_is_the_fixed_gap():
+    est = T.gap_estimate(T.with_failures(T.torus(4, 4), 0.0))
+    assert est.value == pytest.approx(T.spectral_gap(T.torus(4, 4)), abs=1e-6) and est.stderr < 1e-9
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: T.torus(20, 15),
+        lambda: T.erdos_renyi(300, 0.1, seed=0),
+        lambda: T.hypercube(512),
+        lambda: T.schedule([T.torus(20, 15), T.erdos_renyi(300, 0.05, seed=1)]),
+        lambda: T.ring(300),
+        lambda: T.exponential(300),
+        lambda: T.one_peer_exponential(300),
+    ],
+)
+def test_large_fixed_graph_gap_equals_dense_eigenvalues(make):
+    topo = make()
+    assert topo.num_nodes > 256  # past the dense path
+    est = T.gap_estimate(topo)
+    assert est.exact and est.stderr == 0.0
+    assert est.value == pytest.approx(_dense_gap(topo), abs=1e-6)
+
+
+@pytest.mark.parametrize("make", [T.ring, T.exponential, T.one_peer_exponential])
+def test_small_fixed_graph_gap_equals_dense_eigenvalues(make):
+    for n in (5, 8, 12):
+        assert T.spectral_gap(make(n)) == pytest.approx(_dense_gap(make(n)), abs=1e-9)
+
+
+def test_16384_node_ring_and_exponential():
+    n = 16384
+    # ring(n): weights 1/3 on self and both neighbours, lambda_2 = (1 + 2 cos(2 pi / n)) / 3
+    assert T.spectral_gap(T.ring(n)) == pytest.approx(2 / 3 * (1 - np.cos(2 * np.pi / n)), rel=1e-6)
+    # exponential(2^14): 15 equal weights on offsets 0, 1, 2, 4, ..., 2^13; its eigenvalues are
+    # the mean of exp(2 pi i k o / n) over those offsets
+    offsets = np.array([0] + [2**j for j in range(14)])
+    modes = np.exp(2j * np.pi * np.outer(np.arange(1, n), offsets) / n).mean(axis=1)
+    assert T.spectral_gap(T.exponential(n)) == pytest.approx(1 - np.abs(modes).max(), abs=1e-9)
+    assert T.spectral_gap(T.one_peer_exponential(n)) == pytest.approx(1.0, abs=1e-9)
