@@ -8,7 +8,7 @@ import pytest
 
 from jaxgossip import topology as T
 from jaxgossip.algorithms import choco, scsp, sparse_push
-from jaxgossip.algorithms.scsp import leaf_budget
+from jaxgossip.algorithms.scsp import budget_steps, leaf_budget, ratio_budget
 from jaxgossip.compress import fused, native
 
 pytestmark = pytest.mark.skipif(not native.load().available, reason="native CPU kernels unavailable")
@@ -124,14 +124,20 @@ def test_kernel_on_graphs_with_many_in_neighbours_matches_numpy_loop(graph):
     for seed in range(4):
         params, x_hat, s, kept = _case(seed, n, 1, SHAPES, per_node_k=True)
         edges = fused.round_edges(topology, 0)
-        out = jax.jit(
-            lambda a, b, c: fused.top_k_round(a, b, c, 0, edges, 0.3, kept, self_in_s=False)
-        )(params, [jnp.asarray(a[0]) for a in x_hat], [jnp.asarray(a[0]) for a in s])
+        out = jax.jit(lambda a, b, c: fused.top_k_round(a, b, c, 0, edges, 0.3, kept, self_in_s=False))(
+            params, [jnp.asarray(a[0]) for a in x_hat], [jnp.asarray(a[0]) for a in s]
+        )
         for leaf in range(len(SHAPES)):
             d = int(np.prod(SHAPES[leaf]))
             want_x, want_h, want_s = _reference(
-                params[leaf].reshape(n, d), x_hat[leaf].reshape(1, n, d), s[leaf].reshape(1, n, d), 0,
-                _edges(topology, 0), 0.3, kept[leaf], False,
+                params[leaf].reshape(n, d),
+                x_hat[leaf].reshape(1, n, d),
+                s[leaf].reshape(1, n, d),
+                0,
+                _edges(topology, 0),
+                0.3,
+                kept[leaf],
+                False,
             )
             np.testing.assert_array_equal(np.asarray(out.x_hat[leaf]).reshape(n, d), want_h[0])
             np.testing.assert_allclose(np.asarray(out.s[leaf]).reshape(n, d), want_s[0], rtol=1e-5, atol=1e-5)
@@ -186,6 +192,12 @@ def test_bad_input_is_refused_with_the_reason():
         jax.block_until_ready(fused.top_k_round([x], [x + 0], [x + 0], 0, edges, 0.5, [11], self_in_s=True))
     with pytest.raises(Exception, match=r"copy index out of range"):
         jax.block_until_ready(fused.top_k_round([x], [x + 0], [x + 0], 1, edges, 0.5, [1], self_in_s=True))
+    with pytest.raises(ValueError, match=r"growth must be \[L, M\] with L = 1 leaves, got shape \(2, 3\)"):
+        fused.top_k_round([x], [x], [x], 0, edges, 0.5, [1], self_in_s=True, growth=jnp.zeros((2, 3)))
+    with pytest.raises(Exception, match=r"kept count 8 plus 3 budget steps exceeds the leaf's 10 entries"):
+        jax.block_until_ready(
+            fused.top_k_round([x], [x + 0], [x + 0], 0, edges, 0.5, [8], self_in_s=True, growth=jnp.ones((1, 3)))
+        )
 
 
 def test_fusable_only_for_float32_trees_on_fixed_graphs_with_the_switch_on(monkeypatch):
@@ -257,7 +269,9 @@ def test_scsp_nan_model_takes_the_base_budget_on_both_rounds(monkeypatch):
         params["dense"] = params["dense"].at[3, 0, 0].set(jnp.nan)
         step = jax.jit(alg.step)
         _, _, info = step(params, alg.init(params), jax.random.key(0))
-        assert ("jaxgossip_fused_top_k_f32" in step.lower(params, alg.init(params), jax.random.key(0)).as_text()) == fused_on
+        assert (
+            "jaxgossip_fused_top_k_f32" in step.lower(params, alg.init(params), jax.random.key(0)).as_text()
+        ) == fused_on
         sent[fused_on] = np.asarray(info.bits)
     np.testing.assert_array_equal(sent[True], sent[False])
     # round 1: x_hat = 0, rho = 1 > tau, every leaf at K_max except node 3's NaN leaf at K
@@ -302,7 +316,7 @@ def test_fused_choco_step_copies_no_model_buffer():
 
 
 def test_scsp_budget_in_the_kernel_matches_numpy():
-    """max_boost >= 1: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) per leaf and node."""
+    """SCSP's steps in the kernel: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) per leaf and node."""
     n, base, boost, tau = 8, 5, 4, 0.3
     rng = np.random.default_rng(3)
     shapes = [(300,), (2000,)]
@@ -315,7 +329,15 @@ def test_scsp_budget_in_the_kernel_matches_numpy():
     edges = fused.round_edges(topology, 0)
     out = jax.jit(
         lambda a, b, c: fused.top_k_round(
-            a, b, c, 0, edges, 0.5, [base, base], self_in_s=False, max_boost=boost, target_residual=tau
+            a,
+            b,
+            c,
+            0,
+            edges,
+            0.5,
+            [base, base],
+            self_in_s=False,
+            growth=budget_steps([(base, min(d, boost * base)) for d in (300, 2000)], tau),
         )
     )(x, [jnp.asarray(a) for a in h], [jnp.asarray(a) for a in s])
     for leaf, (xi, hi) in enumerate(zip(x, h)):
@@ -329,6 +351,24 @@ def test_scsp_budget_in_the_kernel_matches_numpy():
         np.testing.assert_array_equal(np.asarray(out.x_hat[leaf]), want_h)
         np.testing.assert_allclose(np.asarray(out.s[leaf]), want_s, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(np.asarray(out.params[leaf]), want_x, rtol=1e-6, atol=1e-6)
+
+
+def test_budget_steps_reproduce_the_rule_at_every_float32_ratio():
+    """K + #{steps <= rho} equals ratio_budget(rho) on a dense grid of ratios, on both sides of
+    every step (the step itself and the float32 just below it) and for NaN and inf."""
+    bounds = [(3, 12), (1, 1), (7, 9)]
+    for tau in (0.05, 0.3, 1.0 / 3.0):
+        steps = np.asarray(budget_steps(bounds, tau))
+        assert steps.shape == (3, 9)
+        for row, (base, k_max) in zip(steps, bounds):
+            finite = row[~np.isnan(row)]
+            assert finite.size == k_max - base and np.all(np.diff(finite) >= 0)
+            below = np.nextafter(finite, np.float32(0))
+            grid = np.concatenate([np.geomspace(1e-6, 10, 2001).astype(np.float32), finite, below, [0, np.inf, np.nan]])
+            grid = grid.astype(np.float32)
+            want = np.asarray(ratio_budget(jnp.asarray(grid), base, k_max, tau))
+            got = base + (finite[None, :] <= grid[:, None]).sum(axis=1)
+            np.testing.assert_array_equal(got, want)
 
 
 def test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactly():
@@ -346,8 +386,15 @@ def test_scsp_budget_row_whose_sampled_threshold_keeps_too_few_falls_back_exactl
     topology = T.directed_ring(n)
     out = jax.jit(
         lambda a, b, c: fused.top_k_round(
-            a, b, c, 0, fused.round_edges(topology, 0), 0.5, [base], self_in_s=False, max_boost=boost,
-            target_residual=0.05,
+            a,
+            b,
+            c,
+            0,
+            fused.round_edges(topology, 0),
+            0.5,
+            [base],
+            self_in_s=False,
+            growth=budget_steps([(base, boost * base)], 0.05),
         )
     )([x], [jnp.asarray(h)], [jnp.asarray(s)])
     np.testing.assert_array_equal(np.asarray(out.kept[0]), [boost * base] * n)

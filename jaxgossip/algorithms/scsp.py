@@ -22,6 +22,7 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -36,19 +37,37 @@ from jaxgossip.compress import selection
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm
 
-__all__ = ["scsp", "adaptive_budget", "leaf_budget", "INFO"]
+__all__ = ["scsp", "ratio_budget", "adaptive_budget", "budget_steps", "leaf_budget", "INFO"]
 
 _TINY = float(np.finfo(np.float32).tiny)
 
 
-def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: int, target_residual: Any) -> Array:
-    """Per-node top-k budget ``clip(ceil(K rho / tau), K, K_max)`` with ``rho = ||r|| / ||x||``.
+def ratio_budget(rho: Array, base: Any, k_max: Any, target_residual: Any) -> Array:
+    """SCSP's budget rule, ``k = clip(ceil(K rho / tau), K, K_max)`` of a relative residual ``rho``.
 
-    The XLA round takes its budgets from here. The fused CPU round (:mod:`jaxgossip.compress.fused`)
-    applies the same rule inside its kernel, to the norms it sums in the selection's own pass (one
-    read of the row instead of two; experiments/studies/fused_topk.md measures both);
-    ``tests/test_fused.py`` checks that the kernel's counts equal this function's, NaN included. A
-    NaN ``rho`` (a NaN model) takes K.
+    The one place the rule is written: the XLA round applies it to the norms (:func:`adaptive_budget`),
+    the fused CPU round (:mod:`jaxgossip.compress.fused`) to the steps :func:`budget_steps` finds in
+    it. A NaN ``rho`` (a NaN model) takes K.
+
+    Args:
+      rho: relative residuals ``||x_i - x_hat_i|| / ||x_i||`` (any shape, float32).
+      base: K >= 1 (int, or an int array broadcasting with ``rho``).
+      k_max: K_max >= K (likewise).
+      target_residual: tau > 0 (traced or float).
+
+    Returns:
+      int32 budgets in ``[K, K_max]``, shaped like ``rho``.
+    """
+    base = jnp.asarray(base, jnp.float32)
+    want = jnp.ceil(base * rho / jnp.asarray(target_residual, jnp.float32))
+    # where(want >= K, ...) rather than clip: a NaN fails the comparison and takes K.
+    return jnp.where(want >= base, jnp.minimum(want, jnp.asarray(k_max, jnp.float32)), base).astype(jnp.int32)
+
+
+def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: int, target_residual: Any) -> Array:
+    """Per-node top-k budget :func:`ratio_budget` of ``rho = ||r|| / max(||x||, FLT_MIN)``.
+
+    ``tests/test_fused.py`` checks that the fused kernel's counts equal this function's, NaN included.
 
     Args:
       residual_norm: [N] ``||x_i - x_hat_i||`` of one leaf.
@@ -61,9 +80,48 @@ def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: i
       [N] int32 budgets ``k_i`` in ``[K, K_max]``.
     """
     rho = residual_norm / jnp.maximum(model_norm, _TINY)
-    want = jnp.ceil(base * rho / jnp.asarray(target_residual, jnp.float32))
-    # where(want >= K, ...) rather than clip: a NaN fails the comparison and takes K.
-    return jnp.where(want >= base, jnp.minimum(want, k_max), base).astype(jnp.int32)
+    return ratio_budget(rho, base, k_max, target_residual)
+
+
+def budget_steps(bounds: Sequence[tuple[int, int]], target_residual: Any) -> Array:
+    """Where :func:`ratio_budget` steps up, per leaf: the table the fused kernel reads.
+
+    Row l holds ``t_m = min {rho >= 0 : ratio_budget(rho) >= K_l + m}`` for ``m = 1 .. K_max,l - K_l``
+    (NaN past that), so ``ratio_budget(rho) = K_l + #{m : t_m <= rho}`` for every float32 ``rho``
+    (the rule is non-decreasing in ``rho``). Found by bisection over the bit patterns of non-negative
+    float32 values, 31 halvings of ``[0, inf]``, evaluating the rule itself.
+
+    Args:
+      bounds: static ``(K_l, K_max,l)`` per leaf.
+      target_residual: tau > 0 (traced or float).
+
+    Returns:
+      [L, M] float32 with ``M = max_l (K_max,l - K_l)``.
+    """
+    # One bisection over the steps of the distinct (K, K_max) pairs, laid end to end (leaves of one
+    # shape share theirs), then gathered into the NaN-padded table.
+    distinct = sorted({(int(b), int(m)) for b, m in bounds})
+    base = np.concatenate([np.full(m - b, b, np.int32) for b, m in distinct] + [np.zeros(0, np.int32)])
+    k_max = np.concatenate([np.full(m - b, m, np.int32) for b, m in distinct] + [np.zeros(0, np.int32)])
+    target = np.concatenate([np.arange(b + 1, m + 1, dtype=np.int32) for b, m in distinct] + [np.zeros(0, np.int32)])
+    lo = jnp.zeros(target.shape, jnp.int32)  # rho = 0 takes K < target
+    hi = jnp.full(target.shape, np.float32(np.inf).view(np.int32))  # rho = inf takes K_max >= target
+
+    def halve(_, bracket):
+        lo, hi = bracket
+        mid = lo + (hi - lo) // 2
+        ok = ratio_budget(jax.lax.bitcast_convert_type(mid, jnp.float32), base, k_max, target_residual) >= target
+        return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
+
+    # A rolled loop: unrolled, XLA fuses the bisection into the gather below and redoes it per entry.
+    _, hi = jax.lax.fori_loop(0, 31, halve, (lo, hi))
+    flat = jnp.append(jax.lax.bitcast_convert_type(hi, jnp.float32), jnp.float32(np.nan))
+    start = dict(zip(distinct, np.cumsum([0] + [m - b for b, m in distinct])))
+    width = max((m - b for b, m in bounds), default=0)
+    gather = np.full((len(bounds), width), target.size, np.int32)  # the NaN at the end
+    for row, (b, m) in enumerate(bounds):
+        gather[row, : m - b] = start[(int(b), int(m))] + np.arange(m - b)
+    return flat[gather]
 
 
 def leaf_budget(r: Array, x: Array, base: int, k_max: int, target_residual: Any) -> Array:
@@ -184,11 +242,13 @@ def scsp(
         del params
         return compress.compress_tree(comp, residual, key)
 
-    def bounds(r):
-        """(K, K_max) of a leaf ``[N, ...]`` (static)."""
-        size = int(np.prod(r.shape[1:], dtype=np.int64))
+    def bounds_of(size):
+        """(K, K_max) of a leaf of D = ``size`` entries per node (static)."""
         base = compress.num_kept(size, fraction_, k_)
         return base, min(size, max_boost * base)
+
+    def bounds(r):
+        return bounds_of(int(np.prod(r.shape[1:], dtype=np.int64)))
 
     def adaptive(residual, params, key):
         del key
@@ -201,7 +261,10 @@ def scsp(
             total = bits if total is None else total + bits
         return jax.tree_util.tree_unflatten(treedef, outs), total
 
-    budget = TopKBudget(comp.top_k, max_boost if compensation else 0, target_residual)
+    def growth(sizes):
+        return budget_steps([bounds_of(d) for d in sizes], target_residual)
+
+    budget = TopKBudget(comp.top_k, growth if compensation and max_boost > 1 else None)
     compress_fn = adaptive if compensation else plain
     alg = compressed_push_sum(topology, "scsp", compress_fn, gamma, public_copies, public_init, budget)
     return alg._replace(orderings=INFO.orderings)

@@ -22,7 +22,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -60,8 +60,9 @@ class TopKBudget(NamedTuple):
     """The budget of a ``compress_fn`` that is an exact top-k, for the fused round (:mod:`jaxgossip.compress.fused`)."""
 
     spec: compress.TopKSpec  # K per leaf and the index bits
-    max_boost: int = 0  # SCSP: k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)); 0: k_i = K
-    target_residual: Any = 1.0  # tau of that growth
+    # SCSP's budget growth: leaf sizes D_l -> the [L, M] steps of jaxgossip.compress.fused.top_k_round's
+    # growth (None: k_i = K)
+    growth: Callable[[Sequence[int]], Array] | None = None
 
 
 class SparsePushState(NamedTuple):
@@ -76,6 +77,9 @@ class SparsePushState(NamedTuple):
     s: Params  # leaves [P, N, ...], s_i^(p): sum of the weighted messages received over graph p (init 0 or
     # sum_{j != i} W_ij(p) x^0_j)
     count: Array  # [] int32, communication rounds done so far
+    # SCSP: the [L, M] steps of its budget rule for the fused round (jaxgossip.compress.fused.top_k_round's
+    # growth), fixed for the run, so drawn once at init; None without a budget growth
+    budget_steps: Array | None = None
 
 
 def check_public_copies(public_copies: str) -> str:
@@ -167,6 +171,11 @@ def compressed_push_sum(
         a = per_round(support.self_weights, t)
         return jax.tree_util.tree_map(lambda m, x: m - per_node(a, x) * x, mix(support, params, t), params)
 
+    def growth_steps(params):
+        if top_k_budget is None or top_k_budget.growth is None:
+            return None
+        return top_k_budget.growth([leaf[0].size for leaf in jax.tree_util.tree_leaves(params)])
+
     def init_fn(params):
         check_params(topology, params)
         if public_init == "model":
@@ -180,6 +189,7 @@ def compressed_push_sum(
             x_hat=x_hat,
             s=s,
             count=jnp.zeros([], jnp.int32),
+            budget_steps=growth_steps(params),
         )
 
     def step_fn(params, state, key):
@@ -190,15 +200,14 @@ def compressed_push_sum(
                 top_k_budget.spec,
                 copy=copy_index(t),
                 self_in_s=False,
-                max_boost=top_k_budget.max_boost,
-                target_residual=top_k_budget.target_residual,
+                growth=None if top_k_budget.growth is None else state.budget_steps,
                 header_bits=compress.WEIGHT_BITS,
             )
 
         def finish(new_params, all_x_hat, all_s, message_bits):
             mixed_w = mix(support, state.w, t)
             w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-            return new_params, SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1), message_bits
+            return new_params, SparsePushState(w, all_x_hat, all_s, t + 1, state.budget_steps), message_bits
 
         new_params, new_state, message_bits = fused.dispatch(
             topology,
@@ -254,7 +263,7 @@ def compressed_push_sum(
             new_params = jax.tree_util.tree_map(correct, params, s, x_hat)
         # w_i + gamma (mu_i + W_ii w_i - w_i) with mu_i + W_ii w_i = sum_j W_ij w_j.
         w = state.w + jnp.asarray(gamma, jnp.float32) * (mixed_w - state.w)
-        new_state = SparsePushState(w=w, x_hat=all_x_hat, s=all_s, count=t + 1)
+        new_state = SparsePushState(w, all_x_hat, all_s, t + 1, state.budget_steps)
         return new_params, new_state, message_bits
 
     def debias_fn(params, state):

@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxgossip.compress import compressors as compress
 from jaxgossip.compress import native, selection
@@ -75,8 +74,7 @@ class FusedRequest(NamedTuple):
     spec: compress.TopKSpec  # the exact top-k compressor's K per leaf and index bits
     copy: Any = 0  # int32 scalar in [0, P), the public-copy set of the round
     self_in_s: bool = True  # s sums the node's own message too (Choco) or not (Sparse-Push)
-    max_boost: int = 0  # SCSP's budget cap (see top_k_round); 0: k_i = K
-    target_residual: Any = 1.0  # SCSP's tau
+    growth: Array | None = None  # top_k_round's growth, [L, M] float32 (None: k_i = K)
     header_bits: Any = None  # bits every message carries besides its entries (None: none)
 
 
@@ -151,8 +149,7 @@ def top_k_round(
     kept: Sequence[Any],
     *,
     self_in_s: bool,
-    max_boost: int = 0,
-    target_residual: Any = 1.0,
+    growth: Any = None,
 ) -> CopyRound:
     """One fused round (module docstring) with the native CPU kernel; call it on the CPU only
     (see :func:`on_cpu_or`).
@@ -168,11 +165,11 @@ def top_k_round(
         fails at run time with the kernel's error.
       self_in_s: whether ``s`` sums the node's own message too (Choco) or only its in-neighbours'
         (Sparse-Push).
-      max_boost: 0 (``k_i`` = ``kept``) or SCSP's cap ``>= 1``: then ``kept`` is the base budget K
-        and every node sends ``k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K))`` entries
-        with ``rho_i = ||x_i - x_hat_i|| / ||x_i||`` of the leaf, computed in the kernel (float32
-        sums; see :func:`jaxgossip.algorithms.scsp.adaptive_budget`).
-      target_residual: tau > 0 of that budget (scalar, traced or not); unused when max_boost = 0.
+      growth: None (``k_i`` = ``kept``) or a budget that grows with the relative residual
+        ``rho_i = ||x_i - x_hat_i|| / max(||x_i||, FLT_MIN)`` of the leaf (computed in the kernel,
+        float32 sums): ``[L, M]`` float32 steps, row l non-decreasing and NaN past its own length
+        M_l, and node i sends ``kept + #{m : growth[l, m] <= rho_i}`` entries of leaf l (at most
+        ``D_l``). SCSP's rule gives its steps with :func:`jaxgossip.algorithms.scsp.budget_steps`.
     """
     n, _ = _check(params, x_hat, s, kept)
     status = native.load()
@@ -181,15 +178,16 @@ def top_k_round(
     leaves, treedef = jax.tree_util.tree_flatten(params)
     hat_leaves, s_leaves = treedef.flatten_up_to(x_hat), treedef.flatten_up_to(s)
     counts = jnp.stack([jnp.broadcast_to(jnp.asarray(k, jnp.int32), (n,)) for k in kept])  # [L, N]
-    if isinstance(max_boost, bool) or not isinstance(max_boost, int) or max_boost < 0:
-        raise ValueError(f"top_k_round max_boost must be an int >= 0, got {max_boost!r}")
+    steps = jnp.zeros((len(leaves), 0), jnp.float32) if growth is None else jnp.asarray(growth, jnp.float32)
+    if steps.ndim != 2 or steps.shape[0] != len(leaves):
+        raise ValueError(f"top_k_round growth must be [L, M] with L = {len(leaves)} leaves, got shape {steps.shape}")
     operands = (
         jnp.asarray(copy, jnp.int32),
         jnp.asarray(edges.senders, jnp.int32),
         jnp.asarray(edges.receivers, jnp.int32),
         jnp.asarray(edges.weights, jnp.float32),
         jnp.asarray(gamma, jnp.float32),
-        jnp.asarray(target_residual, jnp.float32),
+        steps,
         counts,
         *leaves,
         *hat_leaves,
@@ -205,7 +203,7 @@ def top_k_round(
         vmap_method="broadcast_all",
         input_output_aliases={first + i: i for i in range(3 * num)},
     )
-    out = call(*operands, self_in_s=bool(self_in_s), max_boost=np.int64(max_boost))
+    out = call(*operands, self_in_s=bool(self_in_s))
     unflat = lambda part: jax.tree_util.tree_unflatten(treedef, list(out[part * num : (part + 1) * num]))  # noqa: E731
     return CopyRound(unflat(0), unflat(1), unflat(2), out[3 * num])
 
@@ -221,11 +219,10 @@ def spec_round(
     spec: compress.TopKSpec,
     *,
     self_in_s: bool,
-    max_boost: int = 0,
-    target_residual: Any = 1.0,
+    growth: Array | None = None,
 ) -> tuple[CopyRound, Array]:
     """:func:`top_k_round` on round ``t`` of the fixed graph ``topology`` with the budget of an exact
-    top-k compressor (K per leaf from ``spec``; ``max_boost``, ``target_residual`` as there).
+    top-k compressor (K per leaf from ``spec``; ``growth`` as there).
 
     Returns the round and the payload bits ``[N]`` float32 of one node's message: the sum over
     leaves of ``k_i (value bits + index bits)``, leaf by leaf (as :func:`jaxgossip.compress.compress_tree`).
@@ -241,8 +238,7 @@ def spec_round(
         gamma,
         [spec.kept(d) for d in sizes],
         self_in_s=self_in_s,
-        max_boost=max_boost,
-        target_residual=target_residual,
+        growth=growth,
     )
     payload = None
     for counts, d, leaf in zip(out.kept, sizes, leaves):
@@ -298,8 +294,7 @@ def dispatch(
             gamma,
             request.spec,
             self_in_s=request.self_in_s,
-            max_boost=request.max_boost,
-            target_residual=request.target_residual,
+            growth=request.growth,
         )
         bits = payload if request.header_bits is None else payload + request.header_bits
         return out.params, out.x_hat, out.s, bits

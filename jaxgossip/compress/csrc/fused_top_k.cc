@@ -21,22 +21,27 @@
 // gamma ((s + sum_j W_ij q_j) - h); s gets the messages one by one, where XLA adds their sum. Both
 // differ from XLA's result by float32 round-off only; the kept set and h are bitwise XLA's.
 //
-// SCSP's budget (max_boost >= 1): k_i = clip(ceil(K rho_i / tau), K, min(D, max_boost K)) with
-// rho_i = ||x_i - h_i|| / max(||x_i||, FLT_MIN) of the row, computed in phase A from the row it
-// selects on (float32 sums: the norms, hence k_i at an exact ceil boundary, may differ from XLA's
-// reduction order by round-off; a NaN budget takes K). On rows of the sampled path the norms come
-// from the selection's own pass, whose threshold is set for min(D, max_boost K) (a superset of the
-// k_i best); the k_i best are then kept from those candidates.
+// SCSP's budget growth: a row of thresholds t_1 <= ... <= t_M per leaf (NaN-padded past its own
+// M) gives k_i = K + #{m : t_m <= rho_i}, rho_i = ||x_i - h_i|| / max(||x_i||, FLT_MIN) of the row,
+// computed in phase A from the row it selects on. The thresholds are the points where SCSP's rule
+// (jaxgossip/algorithms/scsp.py, the only place it is written) steps up, so the kernel applies that
+// rule without restating it; a NaN rho passes no threshold and takes K. Float32 sums: the norms,
+// hence k_i at an exact step, may differ from XLA's reduction order by round-off. On rows of the
+// sampled path the norms come from the selection's own pass, whose threshold is set for K + M (a
+// superset of the k_i best); the k_i best are then kept from those candidates.
 //
 // Handler jaxgossip_fused_top_k_f32 (B... batch dims from vmap, possibly none; L leaves):
 //   args: copy s32 [B...], senders s32 [B..., E], receivers s32 [B..., E], weights f32 [B..., E],
-//         gamma f32 [B...], tau f32 [B...], kept s32 [B..., L, N] (K, or SCSP's base K), then
+//         gamma f32 [B...], growth f32 [B..., L, M] (M >= 0; see above), kept s32 [B..., L, N] (K,
+//         or SCSP's base K), then
 //         x_l f32 [B..., N, ...] (L of them), h_l f32 [B..., P, N, ...] (L), s_l (L, as h_l);
 //   rets: x_l, h_l, s_l (3 L), aliased to the last 3 L args (updated in place), then the counts
 //         s32 [B..., L, N] actually sent;
-//   attrs: self_in_s (bool), max_boost (int64; 0: k_i = kept, no budget growth).
+//   attrs: self_in_s (bool).
 // Edges of weight 0 (padding) carry nothing. A kept count outside [1, D_l], a copy index outside
 // [0, P) or an edge endpoint outside [0, N) is an error.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -105,13 +110,10 @@ void SumSquares(const float* x, const float* h, int64_t n, float* rr, float* xx)
   SumSquaresBase(x, h, n, rr, xx);
 }
 
-// SCSP's k_i (see the header) from the row's squared norms.
-int64_t Budget(float rr, float xx, int64_t base, int64_t k_max, float tau) {
+// Steps of SCSP's budget (see the header) that the row's squared norms pass.
+int64_t Growth(float rr, float xx, const float* steps, int64_t m) {
   const float rho = std::sqrt(rr) / std::max(std::sqrt(xx), std::numeric_limits<float>::min());
-  const float want = std::ceil(float(base) * rho / tau);
-  if (!(want >= float(base))) return base;  // also NaN
-  if (want >= float(k_max)) return k_max;
-  return int64_t(want);
+  return std::partition_point(steps, steps + m, [rho](float t) { return t <= rho; }) - steps;
 }
 
 // x += g (s - h) (kSelfInS), else x += g ((s + a h) - h), in that order of operations.
@@ -164,29 +166,39 @@ struct Leaf {
 ffi::Error Fail(const std::string& what) { return ffi::Error::InvalidArgument("fused_top_k: " + what); }
 
 template <bool kSelfInS>
-ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::RemainingRets& rets, int64_t max_boost) {
+ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
   const int64_t num_args = int64_t(args.size());
   constexpr int64_t kFirst = 7;  // the first leaf operand
   if (num_args < kFirst + 3 || (num_args - kFirst) % 3 != 0) return Fail("expected 7 + 3 L operands");
   const int64_t num_leaves = (num_args - kFirst) / 3;
   if (int64_t(rets.size()) != 3 * num_leaves + 1) return Fail("expected 3 L + 1 results");
-  if (max_boost < 0) return Fail("max_boost must be >= 0");
   auto arg = [&](int64_t i) { return args.get<ffi::AnyBuffer>(i).value(); };
   ffi::AnyBuffer copy = arg(0), senders = arg(1), receivers = arg(2), weights = arg(3), gamma = arg(4),
-                 tau = arg(5), kept = arg(6);
+                 growth = arg(5), kept = arg(6);
   if (copy.element_type() != ffi::S32 || senders.element_type() != ffi::S32 ||
       receivers.element_type() != ffi::S32 || weights.element_type() != ffi::F32 ||
-      gamma.element_type() != ffi::F32 || tau.element_type() != ffi::F32 || kept.element_type() != ffi::S32) {
-    return Fail("operand dtypes must be s32 copy, s32 senders/receivers, f32 weights/gamma/tau, s32 kept");
+      gamma.element_type() != ffi::F32 || growth.element_type() != ffi::F32 || kept.element_type() != ffi::S32) {
+    return Fail("operand dtypes must be s32 copy, s32 senders/receivers, f32 weights/gamma/growth, s32 kept");
   }
   const int64_t batch = int64_t(gamma.element_count());
-  if (int64_t(copy.element_count()) != batch || int64_t(tau.element_count()) != batch) {
-    return Fail("copy, gamma and tau need the same batch shape");
-  }
+  if (int64_t(copy.element_count()) != batch) return Fail("copy and gamma need the same batch shape");
   const auto kdims = kept.dimensions();
   if (kdims.size() < 2 || kdims[kdims.size() - 2] != num_leaves) return Fail("kept must be [B..., L, N]");
   const int64_t n = kdims.back();
   if (n < 1 || int64_t(kept.element_count()) != batch * num_leaves * n) return Fail("kept must be [B..., L, N]");
+  const auto gdims = growth.dimensions();
+  const int64_t num_steps = gdims.size() == 0 ? 0 : gdims.back();
+  if (gdims.size() < 2 || gdims[gdims.size() - 2] != num_leaves ||
+      int64_t(growth.element_count()) != batch * num_leaves * num_steps) {
+    return Fail("growth must be [B..., L, M]");
+  }
+  // Each (batch, leaf) row's own M: its thresholds before the NaN padding.
+  const float* growth_d = growth.typed_data<float>();
+  std::vector<int64_t> steps(batch * num_leaves, 0);
+  for (int64_t u = 0; u < batch * num_leaves; ++u) {
+    const float* g = growth_d + u * num_steps;
+    while (steps[u] < num_steps && !std::isnan(g[steps[u]])) ++steps[u];
+  }
   const int64_t e = senders.dimensions().size() == 0 ? 0 : senders.dimensions().back();
   if (int64_t(senders.element_count()) != batch * e || int64_t(receivers.element_count()) != batch * e ||
       int64_t(weights.element_count()) != batch * e) {
@@ -197,7 +209,6 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
   const int32_t* rcv = receivers.typed_data<int32_t>();
   const float* wgt = weights.typed_data<float>();
   const float* gam = gamma.typed_data<float>();
-  const float* tau_d = tau.typed_data<float>();
   const int32_t* kd = kept.typed_data<int32_t>();
   auto counts_out = rets.get<ffi::AnyBuffer>(3 * num_leaves).value();
   if (counts_out->element_type() != ffi::S32 || int64_t(counts_out->element_count()) != batch * num_leaves * n) {
@@ -229,8 +240,13 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t k = kd[(b * num_leaves + l) * n + i];
+        const int64_t grown = k + steps[b * num_leaves + l];
         if (k < 1 || k > d) return Fail("kept count " + std::to_string(k) + " out of range [1, " + std::to_string(d) + "]");
-        kmax = std::max(kmax, max_boost > 0 ? std::min(d, max_boost * k) : k);
+        if (grown > d) {
+          return Fail("kept count " + std::to_string(k) + " plus " + std::to_string(grown - k) +
+                      " budget steps exceeds the leaf's " + std::to_string(d) + " entries");
+        }
+        kmax = std::max(kmax, grown);
       }
     }
     leaves[l] = Leaf{ptrs[0], ptrs[1], ptrs[2], d, kmax, per_batch};
@@ -322,8 +338,10 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
     const float* s = leaf.s + ((b * num_copies + c) * n + i) * d;
     int64_t k = kd[(b * num_leaves + l) * n + i];
     const Residual r{x, h};
-    if (max_boost > 0) {
-      const int64_t k_max = std::min(d, max_boost * k);
+    const int64_t m = steps[b * num_leaves + l];
+    if (m > 0) {
+      const float* g = growth_d + (b * num_leaves + l) * num_steps;
+      const int64_t k_max = k + m;
       float rr, xx;
       if (HasAvx2() && d >= kSampleMinN && k_max * 16 <= d) {
         // One read of the row for the norms and the candidates: a threshold for k_max >= k_i
@@ -331,11 +349,11 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
         const int32_t t = SampledThreshold</*kMagnitude=*/true>(r, d, k_max, sample);
         if (int64_t(words.size()) < d) words.resize(d);
         const int64_t count = ResidualPassAvx2</*kNorms=*/true>(x, h, d, t, words.data(), &rr, &xx);
-        k = Budget(rr, xx, k, k_max, tau_d[b]);
+        k += Growth(rr, xx, g, m);
         KeepFromCandidates</*kMagnitude=*/true>(r, d, k, count, words);
       } else {
         SumSquares(x, h, d, &rr, &xx);
-        k = Budget(rr, xx, k, k_max, tau_d[b]);
+        k += Growth(rr, xx, g, m);
         SelectRow</*kMagnitude=*/true>(r, d, k, /*sorted=*/false, words, sample);
       }
     } else {
@@ -387,9 +405,8 @@ ffi::Error Round(ffi::ThreadPool& pool, ffi::RemainingArgs& args, ffi::Remaining
   return ffi::Error::Success();
 }
 
-ffi::Error FusedTopK(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, bool self_in_s,
-                     int64_t max_boost) {
-  return self_in_s ? Round<true>(pool, args, rets, max_boost) : Round<false>(pool, args, rets, max_boost);
+ffi::Error FusedTopK(ffi::ThreadPool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, bool self_in_s) {
+  return self_in_s ? Round<true>(pool, args, rets) : Round<false>(pool, args, rets);
 }
 
 }  // namespace
@@ -399,5 +416,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxgossip_fused_top_k_f32, FusedTopK,
                                   .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()
                                   .RemainingRets()
-                                  .Attr<bool>("self_in_s")
-                                  .Attr<int64_t>("max_boost"));
+                                  .Attr<bool>("self_in_s"));
