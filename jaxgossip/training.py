@@ -18,6 +18,11 @@ orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, sectio
 An algorithm's optional gradient hook runs on every gradient before the optimizer
 (:func:`jaxgossip.local_step.local_update`, shared with :mod:`jaxgossip.optimization`).
 
+With an outer optimizer (:mod:`jaxgossip.outer`, decentralized DiLoCo; ``"atc"`` only) the
+algorithm communicates the pseudo-gradient ``x^k - y^{k,H}`` instead of ``y^{k,H}``, and each node
+applies its outer optimizer step to the mixed pseudo-gradient:
+``x^{k+1} = x^k - outer_opt(comm(x^k - y^{k,H}))``.
+
 Local steps do not communicate, so bits per round do not depend on H. Keys: the driver's key schedule
 (:func:`jaxgossip.rounds.next_keys`) from the second half of ``split(key)`` (the first initialises
 the models), three keys per round: ``(key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
@@ -46,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgossip import outer as outer_lib
 from jaxgossip import timing
 from jaxgossip.algorithms.byzantine import honest_consensus_distance, honest_mean
 from jaxgossip.local_step import check_ordering, local_update
@@ -212,6 +218,7 @@ class TrainState(NamedTuple):
       bits: [N] float32, cumulative bits each node has sent.
       clock: the simulated clock (:class:`jaxgossip.timing.Clock`), or None for a run without a
         time model.
+      outer: the outer optimizer's state (:class:`jaxgossip.outer.OuterState`), or None without one.
     """
 
     params: Params
@@ -222,6 +229,7 @@ class TrainState(NamedTuple):
     round: Array
     bits: Array
     clock: Any = None
+    outer: Any = None
 
 
 class Metrics(NamedTuple):
@@ -379,6 +387,7 @@ def make_train(
     local_steps: int = 1,
     loss_fn: Callable[[Array, Array], Array] | None = None,
     time: TimeModel | None = None,
+    outer: optax.GradientTransformation | None = None,
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
@@ -415,6 +424,10 @@ def make_train(
         state then carries a simulated clock advanced every round from the bits the round sent
         (the ordering sets the model's overlap), and every :class:`Metrics` point has
         ``sim_time`` and ``comm_time``. The iterates are those of the same run untimed.
+      outer: optional outer optax transformation (:func:`jaxgossip.outer.make_outer_optimizer`):
+        the algorithm then mixes pseudo-gradients and each node takes an outer step on them
+        (decentralized DiLoCo, module docstring); ``"atc"`` ordering only. None: the models are
+        communicated.
 
     Returns:
       A :class:`Trainer`.
@@ -436,6 +449,8 @@ def make_train(
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive int")
+    if outer is not None and ordering != "atc":
+        raise ValueError(f"ordering={ordering!r}: an outer optimizer needs ordering='atc' (it mixes y^(H) - x)")
     if num_rounds % eval_every:
         raise ValueError(f"num_rounds={num_rounds} must be a multiple of eval_every={eval_every}")
     sampler = sampler or _data.sample_batch
@@ -479,6 +494,7 @@ def make_train(
             round=jnp.zeros([], jnp.int32),
             bits=jnp.zeros([num_nodes], jnp.float32),
             clock=None if time is None else timing.init_clock(key),
+            outer=None if outer is None else outer_lib.outer_init(outer, params),
         )
 
     # The data shards travel as an argument (``data``) rather than a closure: a multi-process run
@@ -524,7 +540,12 @@ def make_train(
             old = (state.params, state.batch_stats, state.opt_state)
             y, stats, opt_state = _keep_offline(online, (y, stats, opt_state), old)
             updates = _keep_offline(online, updates, jax.tree_util.tree_map(jnp.zeros_like, updates))
-        if ordering == "atc":
+        outer_state = state.outer
+        if outer is not None:
+            delta = outer_lib.pseudo_gradient(state.params, y)
+            mixed, comm_state, info = algorithm.step(delta, comm_state, key_comm)
+            params, outer_state = outer_lib.outer_step(outer, state.outer, state.params, mixed)
+        elif ordering == "atc":
             params, comm_state, info = algorithm.step(y, comm_state, key_comm)
         else:
             params, comm_state, info = algorithm.step(state.params, comm_state, key_comm)
@@ -538,6 +559,7 @@ def make_train(
             round=state.round + 1,
             bits=state.bits + info.bits,
             clock=None if time is None else timing.advance(state.clock, time, info.bits, local_steps),
+            outer=outer_state,
         )
         return new_state, loss
 

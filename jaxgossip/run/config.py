@@ -102,6 +102,9 @@ class TrainConfig:
     optimizer_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     grad_clip: float | None = None
     local_steps: int = 1
+    outer_optimizer: str = "none"
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
     batch_size: int = 32
     num_rounds: int = 200
     eval_every: int = 20
@@ -197,6 +200,11 @@ def train_field_help() -> dict[str, str]:
         "grad_clip": "clip each node's gradient to this global L2 norm (> 0; null: no clipping)",
         "local_steps": "H, local optimizer steps per round, each on a fresh batch (>= 1; the learning-rate "
         "schedule still counts rounds)",
+        "outer_optimizer": "decentralized DiLoCo: none (the models are communicated), sgd or nesterov (the "
+        "algorithm mixes the pseudo-gradients x - x^(H) of the local_steps inner steps and each node takes an "
+        "outer step on them; with local_steps=1 the pseudo-gradient is the one inner update; ordering=atc only)",
+        "outer_lr": "learning rate of the outer optimizer (> 0; DiLoCo: 0.7)",
+        "outer_momentum": "Nesterov momentum of outer_optimizer=nesterov, in [0, 1) (DiLoCo: 0.9)",
         "batch_size": "B, samples per node and local step (>= 1)",
         "num_rounds": "training rounds (local_steps local steps + one communication each; a multiple of eval_every)",
         "eval_every": "rounds between evaluations (>= 1)",
@@ -469,6 +477,17 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     if config.data_seed is not None:
         _number(config, "data_seed", 0, integer=True)
     _number(config, "lr", 0, strict=True)
+    from jaxgossip import outer
+
+    if config.outer_optimizer not in outer.OUTER_OPTIMIZERS:
+        raise _unknown("outer_optimizer", config.outer_optimizer, outer.OUTER_OPTIMIZERS)
+    _number(config, "outer_lr", 0, strict=True)
+    _number(config, "outer_momentum", 0, high=1)
+    if config.outer_optimizer != "none" and config.ordering != "atc":
+        raise ValueError(
+            f"outer_optimizer={config.outer_optimizer!r} with ordering={config.ordering!r}: the outer "
+            "optimizer mixes the pseudo-gradient of the local steps; use --ordering=atc"
+        )
     _number(config, "momentum", 0, high=1)
     _number(config, "weight_decay", 0)
     _number(config, "warmup_from", 0)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import algorithms, data, models, sharding, topology
+from jaxgossip import algorithms, data, models, outer, sharding, topology
 from jaxgossip.run.config import (
     TrainConfig,
     availability_of,
@@ -295,6 +295,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
         node_batch=_node_batch(config),
         local_steps=config.local_steps,
         time=time_model_of(config, prep.topology),
+        outer=outer.make_outer_optimizer(config.outer_optimizer, config.outer_lr, config.outer_momentum),
     )
     return trainer, alg
 
