@@ -27,7 +27,7 @@ def spectral_gap(topo: Topology) -> float:
     For a stochastic graph (:mod:`jaxgossip.topology.stochastic`) it is the expected per-round gap
     ``1 - sqrt(lambda_2(E[W^T W]))``, the rate at which ``E ||x - mean||^2`` contracts per round
     (Boyd et al., 2006): exact where the sampler knows ``E[W^T W]`` in closed form
-    (``random_matching``), else a reproducible sampled estimate
+    (``random_matching``, failures of a static symmetric graph), else a reproducible sampled estimate
     (:func:`jaxgossip.topology.stochastic.expected_gap`); :func:`gap_estimate` returns it with
     its standard error. For a static symmetric W this formula gives back ``1 - |lambda_2(W)|``.
 

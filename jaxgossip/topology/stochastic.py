@@ -46,6 +46,7 @@ __all__ = [
     "exact_gram",
     "expected_gap",
     "ExchangeableGram",
+    "SparseGram",
     "GapEstimate",
     "mean_out_degree",
 ]
@@ -68,10 +69,51 @@ class ExchangeableGram(NamedTuple):
         """The eigenvalue on the vectors orthogonal to 1: ``E ||W x||^2 = perp ||x||^2`` there."""
         return self.diagonal - self.off_diagonal
 
+    def second_eigenvalue(self) -> float:
+        """``lambda_2``, the largest eigenvalue on the vectors orthogonal to 1."""
+        return self.perp if self.num_nodes > 1 else 0.0
+
     def matrix(self) -> np.ndarray:
         """The dense [N, N] matrix (small N: tests and analysis)."""
         n = self.num_nodes
         return np.full((n, n), self.off_diagonal) + np.eye(n) * (self.diagonal - self.off_diagonal)
+
+
+class SparseGram(NamedTuple):
+    """An exact ``E[W(t)^T W(t)]`` as a sparse [N, N] matrix that has 1 as an eigenvector
+    (eigenvalue 1): ``sparse``, a ``scipy.sparse`` CSR matrix."""
+
+    sparse: Any
+
+    @property
+    def num_nodes(self) -> int:
+        return self.sparse.shape[0]
+
+    def second_eigenvalue(self) -> float:
+        """``lambda_2``: the largest eigenvalue on the vectors orthogonal to 1 (dense up to
+        N = 256, else Lanczos on ``G - J``)."""
+        n = self.num_nodes
+        if n <= 1:
+            return 0.0
+        if n <= 256:
+            proj = np.eye(n) - 1.0 / n
+            return float(np.linalg.eigvalsh(proj @ self.sparse.toarray() @ proj)[-1])
+        import scipy.sparse.linalg
+
+        def apply(x):
+            x = np.asarray(x, dtype=np.float64).ravel()
+            y = self.sparse @ (x - x.mean())
+            return y - y.mean()
+
+        op = scipy.sparse.linalg.LinearOperator((n, n), matvec=apply, dtype=np.float64)
+        vals = scipy.sparse.linalg.eigsh(
+            op, k=1, which="LA", v0=np.cos(np.arange(n) + 0.5), tol=1e-12, return_eigenvectors=False
+        )
+        return float(vals[0])
+
+    def matrix(self) -> np.ndarray:
+        """The dense [N, N] matrix (small N: tests and analysis)."""
+        return self.sparse.toarray()
 
 
 class GapEstimate(NamedTuple):
@@ -376,6 +418,40 @@ class _FailureSampler:
     def symmetric(self) -> bool:
         return self.repair == "symmetric"
 
+    def exact_gram(self, draw_args) -> SparseGram | None:
+        """``E[W(t)^T W(t)]`` in closed form for a static symmetric base with independent drops
+        (None otherwise: a stochastic base, a schedule, sender repair, an availability mask, traced
+        probabilities). Write the base ``W = I - L``, L the weighted Laplacian
+        ``sum_e w_e L_e`` over undirected pairs e (``L_e = (e_i - e_j)(e_i - e_j)^T``), so that
+        ``W(t) = I - sum_e w_e k_e L_e`` with ``k_e = c_e a_i a_j``. Then ``E[k_e] = pi
+        = (1 - p)(1 - q)^2``, ``E[k_e k_f] = sigma = (1 - p)^2 (1 - q)^3`` for pairs sharing one
+        node, and ``L_e L_f = 0`` for disjoint pairs, ``L_e^2 = 2 L_e``; summing,
+
+        .. math::  E[W(t)^T W(t)] = I - 2 \\pi L + \\sigma L^2 + 2 (\\pi - \\sigma) L_{w^2}
+
+        with ``L_{w^2}`` the Laplacian of the squared weights (p = q = 0 gives ``W^2``)."""
+        base = self.base
+        if base.stochastic or base.period != 1 or self.repair != "symmetric" or "available" in draw_args:
+            return None
+        if any(isinstance(draw_args[k], jax.core.Tracer) for k in ("link_drop", "node_drop")):
+            return None
+        import scipy.sparse
+
+        p, q = float(draw_args["link_drop"]), float(draw_args["node_drop"])
+        pi, sigma = (1 - p) * (1 - q) ** 2, (1 - p) ** 2 * (1 - q) ** 3
+        n = base.num_nodes
+        s, r, w = (np.asarray(a[0]) for a in (base.senders, base.receivers, base.weights))
+        off = (s != r) & (w != 0)
+        s, r, w = s[off], r[off], w[off].astype(np.float64)
+
+        def laplacian(values):
+            adj = scipy.sparse.csr_matrix((values, (r, s)), shape=(n, n))
+            return scipy.sparse.diags(np.asarray(adj.sum(axis=1)).ravel()) - adj
+
+        lap, lap_sq = laplacian(w), laplacian(w * w)
+        gram = scipy.sparse.identity(n) - 2 * pi * lap + sigma * (lap @ lap) + 2 * (pi - sigma) * lap_sq
+        return SparseGram(scipy.sparse.csr_matrix(gram))
+
     def draw(self, key, t, draw_args):
         base = self.base
         n = base.num_nodes
@@ -645,9 +721,10 @@ def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -
     return float(off.sum() / (num_samples * topology.num_nodes))
 
 
-def exact_gram(topology: Topology) -> ExchangeableGram | None:
-    """``E[W(t)^T W(t)]`` in closed form where the graph's sampler knows it (``random_matching``,
-    ``random_out``: :meth:`exact_gram` of their samplers), else None (failures: sample it)."""
+def exact_gram(topology: Topology) -> ExchangeableGram | SparseGram | None:
+    """``E[W(t)^T W(t)]`` in closed form where the graph's sampler knows it (the ``exact_gram``
+    method of the samplers of ``random_matching``, ``random_out`` and ``with_failures`` of a static
+    symmetric graph), else None (sample it: :func:`expected_gap`)."""
     exact = getattr(topology.sampler, "exact_gram", None) if topology.stochastic else None
     return None if exact is None else exact(topology.draw_args)
 
@@ -701,7 +778,7 @@ def expected_gap(topology: Topology, num_samples: int = 512, seed: int = 0) -> G
     n = topology.num_nodes
     exact = exact_gram(topology)
     if exact is not None:
-        lam2 = max(exact.perp, 0.0) if n > 1 else 0.0
+        lam2 = max(exact.second_eigenvalue(), 0.0)
         return GapEstimate(float(1.0 - np.sqrt(lam2)), 0.0, True)
     keys = jax.random.split(jax.random.key(seed), num_samples)
     draw = _table_rounds(TopologyKey.of(topology))
