@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,7 @@ from jaxgossip.run.runner import make_trainer, prepare
 from jaxgossip.sweeps import check_axes, grid, map_topologies
 from jaxgossip.topology import Topology
 
-__all__ = ["sweep_training", "sweep_topologies_training", "apply_point"]
+__all__ = ["SweepProgram", "sweep_training", "sweep_program", "sweep_topologies_training", "apply_point"]
 
 
 # Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.timing.Compute.
@@ -75,9 +75,32 @@ def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[in
       ``(points, metrics)``: points name -> [G] values; metrics a ``Metrics`` whose leaves are
       ``[G, S, num_evals, ...]``.
     """
+    program = sweep_program(config, axes, seeds, dataset)
+    return program.points, program.run(*program.args)
+
+
+class SweepProgram(NamedTuple):
+    """The compiled-to-be program of :func:`sweep_training` and its arguments.
+
+    Attributes:
+      points: name -> [G] grid values.
+      run: the jitted ``run(keys [S], values {name: [G]}) -> Metrics`` (leaves [G, S, ...]).
+      args: ``(keys, values)``: ``run(*args)`` is the sweep; ``jax.export.export(run, ...)(*args)``
+        lowers it for another platform.
+    """
+
+    points: dict
+    run: Callable
+    args: tuple
+
+
+def sweep_program(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], dataset=None, platform=None):
+    """The program of :func:`sweep_training` (same arguments) built for ``platform`` (one of
+    :data:`jaxgossip.platforms.PLATFORMS`; None: the backend JAX runs on), not yet run: a
+    :class:`SweepProgram`."""
     check_axes(axes)
     points = grid(axes)
-    prep = prepare(config, dataset)
+    prep = prepare(config, dataset, platform)
 
     def one(key, point):
         trainer, _ = make_trainer(apply_point(config, point), prep)
@@ -85,8 +108,7 @@ def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[in
 
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
-    metrics = run(keys, {k: jnp.asarray(v) for k, v in points.items()})
-    return points, metrics
+    return SweepProgram(points, run, (keys, {k: jnp.asarray(v) for k, v in points.items()}))
 
 
 def sweep_topologies_training(

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import algorithms, data, models, outer, sharding, topology
+from jaxgossip import algorithms, data, models, outer, platforms, sharding, topology
 from jaxgossip.run.config import (
     TrainConfig,
     availability_of,
@@ -190,7 +190,8 @@ class Built:
 
 @dataclasses.dataclass
 class Prepared:
-    """The parts of a run that fix array shapes: data, shards, graph, model (built once per sweep)."""
+    """The parts of a run that fix array shapes: data, shards, graph, model (built once per sweep),
+    and the build-time choices of the target platform (:class:`jaxgossip.platforms.BuildChoices`)."""
 
     dataset: data.Dataset
     parts: list
@@ -198,10 +199,13 @@ class Prepared:
     topology: topology.Topology
     model: Any
     mesh: Any
+    choices: platforms.BuildChoices
 
 
-def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepared:
-    """Loads and partitions the data and builds the topology and the model."""
+def prepare(config: TrainConfig, dataset: data.Dataset | None = None, platform: str | None = None) -> Prepared:
+    """Loads and partitions the data and builds the topology and the model for ``platform`` (one
+    of :data:`jaxgossip.platforms.PLATFORMS`; None: the backend JAX runs on)."""
+    choices = platforms.resolve(config.model, config.node_batch, platform)
     if dataset is None:
         dataset = load_data(config)
     if config.num_nodes > dataset.y_train.shape[0]:
@@ -226,8 +230,8 @@ def prepare(config: TrainConfig, dataset: data.Dataset | None = None) -> Prepare
     available = availability_of(config)
     if available is not None:  # the same mask as the run's clock (config.time_model_of)
         topo = topology.with_availability(topo, available)
-    model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config))
-    return Prepared(dataset, parts, shards, topo, model, mesh)
+    model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config, choices))
+    return Prepared(dataset, parts, shards, topo, model, mesh, choices)
 
 
 def load_data(config: TrainConfig) -> data.Dataset:
@@ -245,13 +249,12 @@ def _context(config: TrainConfig) -> int:
     return models.make_model(config.model, **dict(config.model_options)).context
 
 
-def _model_options(config: TrainConfig) -> dict:
-    """The user's model options; a conv model's `conv_impl="auto"` is resolved here, where the
-    node batching is known (the fastest formulation depends on it; models.resolve_conv_impl)."""
+def _model_options(config: TrainConfig, choices: platforms.BuildChoices) -> dict:
+    """The user's model options; a conv model's `conv_impl="auto"` is the platform's choice
+    (the fastest formulation depends on the platform and the node batching)."""
     options = dict(config.model_options)
-    default = models.make_model(config.model)
-    if hasattr(default, "conv_impl") and options.get("conv_impl", default.conv_impl) == "auto":
-        options["conv_impl"] = models.resolve_conv_impl("auto", node_batch=_node_batch(config))
+    if choices.conv_impl is not None and options.get("conv_impl", "auto") == "auto":
+        options["conv_impl"] = choices.conv_impl
     return options
 
 
@@ -262,16 +265,6 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
     if attack is not None:  # --byzantine.*: the algorithm with attackers; the trainer's metrics skip them
         return algorithms.byzantine(config.algorithm, topo, options=options, **attack)
     return algorithms.make(config.algorithm, topo, **options)
-
-
-def _node_batch(config: TrainConfig) -> int | None:
-    """The trainer's ``node_batch`` for the config's ("auto" or an int >= 0, as
-    ``check_train_config`` normalises it): "auto" is 1 for conv models on CPU and a full vmap
-    (None) otherwise; 0 is a full vmap."""
-    value = config.node_batch
-    if value == "auto":
-        return 1 if config.model != "mlp" and jax.default_backend() == "cpu" else None
-    return value or None
 
 
 def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
@@ -292,19 +285,22 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
         identical_init=config.identical_init,
         augment=data.augment_cifar if config.augment else None,
         eval_chunk=min(config.eval_chunk, eval_size),
-        node_batch=_node_batch(config),
+        node_batch=prep.choices.node_batch,
         local_steps=config.local_steps,
         time=time_model_of(config, prep.topology),
         outer=outer.make_outer_optimizer(config.outer_optimizer, config.outer_lr, config.outer_momentum),
+        outer_message=config.outer_message,
     )
     return trainer, alg
 
 
-def build(config: TrainConfig, dataset: data.Dataset | None = None) -> Built:
+def build(config: TrainConfig, dataset: data.Dataset | None = None, platform: str | None = None) -> Built:
     """Checks the config (``check_train_config``), loads data, partitions it, builds topology,
-    algorithm, model, optimizer and trainer."""
+    algorithm, model, optimizer and trainer for ``platform`` (:func:`prepare`; None: the backend
+    JAX runs on; another platform's build lowers and exports, e.g. ``jax.export`` for ``"cuda"``,
+    but runs only there)."""
     config = check_train_config(config)
-    prep = prepare(config, dataset)
+    prep = prepare(config, dataset, platform)
     trainer, alg = make_trainer(config, prep)
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
     num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))
