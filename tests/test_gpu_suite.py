@@ -65,6 +65,16 @@ def test_smoke_runs_every_section(suite, tmp_path):
     # The one-peer exponential schedule averages exactly after log2 N rounds.
     assert cons["rows"][1]["relative_error_after_log2N"] < 1e-5
 
+    lm = report["sections"]["transformer"]["result"]
+    assert [r["nodes"] for r in lm["rows"]] == list(suite.SMOKE.lm_nodes)
+    for row in lm["rows"]:
+        for key in ("params_per_node", "ms_per_round", "tokens_per_s", "peak_MB", "compile_s"):
+            _positive(row[key], key)
+    many = report["sections"]["many_nodes"]["result"]
+    assert many["nodes"] == suite.SMOKE.many_nodes and many["topology"].startswith("one_peer_exponential")
+    for key in ("params_per_node", "ms_per_round", "peak_MB", "compile_s"):
+        _positive(many[key], key)
+
 
 def test_budget_guard_skips_and_still_writes_the_report(suite, tmp_path):
     report = suite.run_suite(str(tmp_path), smoke=True, budget_s=1e-3, log=lambda message: None)

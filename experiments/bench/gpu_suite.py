@@ -24,6 +24,11 @@ timed on its own, then one warm-up call is excluded and the median of ``reps`` c
 * ``consensus``: ``jaxgossip.consensus_scan`` (the core of ``run_consensus``) of gossip on
   ``ring(1024)`` and ``one_peer_exponential(1024)``, D = 10 000 floats per node, S = 100 rounds,
   whole scan timed; the one-peer schedule must reach exact averaging (error ~ 0) after 10 rounds.
+* ``transformer``: the byte-level decoder-only LM (depth 4, width 256, 4 heads, context 128) on
+  ``python_docs`` split by source, AdamW, gossip on ``exponential(N)``, N = 8 and 32, batch 16
+  sequences per node: ms/round, tokens/s, peak memory.
+* ``many_nodes``: 1,024 nodes of the default MLP on the embedded digits (batch 1 per node), gossip on
+  ``one_peer_exponential(1024)``: a run whose node axis, not its model, is large.
 
 A time budget guards the lent machine (``--budget``, default 420 s of the script's own time): before
 each section its estimated cost is compared with the time left, and a section that would overrun is
@@ -71,7 +76,7 @@ from jaxgossip.run.cost_report import step_flops_and_memory  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, make_trainer, prepare  # noqa: E402
 from jaxgossip.training import linen_model_fns  # noqa: E402
 
-SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus")
+SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus", "transformer", "many_nodes")
 BYTES = 4  # float32
 
 
@@ -91,6 +96,12 @@ class Sizes(NamedTuple):
     consensus_nodes: int
     consensus_dim: int
     consensus_steps: int
+    lm_nodes: tuple  # node counts of the transformer section
+    lm_options: dict  # the transformer's model options
+    lm_batch: int
+    lm_rounds: int
+    many_nodes: int  # the small-model run with many nodes
+    many_rounds: int
     reps: int
     estimate_s: dict  # section -> seconds it is expected to take (compile included), for the budget
 
@@ -109,9 +120,22 @@ FULL = Sizes(
     consensus_nodes=1024,
     consensus_dim=10_000,
     consensus_steps=100,
+    lm_nodes=(8, 32),
+    lm_options={"depth": 4, "width": 256, "heads": 4, "context": 128},
+    lm_batch=16,
+    lm_rounds=20,
+    many_nodes=1024,
+    many_rounds=50,
     reps=5,
     # Design estimates for one H200 (compile dominates); not measured yet.
-    estimate_s={"training": 150.0, "mix_bandwidth": 40.0, "compressed": 90.0, "consensus": 40.0},
+    estimate_s={
+        "training": 150.0,
+        "mix_bandwidth": 40.0,
+        "compressed": 90.0,
+        "consensus": 40.0,
+        "transformer": 60.0,
+        "many_nodes": 40.0,
+    },
 )
 
 SMOKE = Sizes(
@@ -128,8 +152,21 @@ SMOKE = Sizes(
     consensus_nodes=16,
     consensus_dim=8,
     consensus_steps=5,
+    lm_nodes=(2,),
+    lm_options={"depth": 1, "width": 16, "heads": 2, "context": 8},
+    lm_batch=2,
+    lm_rounds=2,
+    many_nodes=16,
+    many_rounds=2,
     reps=2,
-    estimate_s={"training": 5.0, "mix_bandwidth": 2.0, "compressed": 3.0, "consensus": 1.0},
+    estimate_s={
+        "training": 5.0,
+        "mix_bandwidth": 2.0,
+        "compressed": 3.0,
+        "consensus": 1.0,
+        "transformer": 5.0,
+        "many_nodes": 3.0,
+    },
 )
 
 
@@ -227,6 +264,79 @@ def section_training(s: Sizes) -> dict:
         "peak_MB": peak / 1e6 if peak is not None else None,
         "state_MB_per_node": memory_per_node / 1e6,
     }
+
+
+def _chunk_timing(config: TrainConfig, dataset, reps: int) -> dict:
+    """ms per round of the trainer's chunk of ``config.num_rounds`` rounds (one evaluation at its
+    end, timed apart and subtracted as in :func:`section_training`), compile time and peak memory."""
+    prep = prepare(config, dataset)
+    trainer, _ = make_trainer(config, prep)
+    state = jax.block_until_ready(jax.jit(trainer.init)(jax.random.key(0)))
+    chunk = timed(lambda st: trainer.run_chunk(st, 1), (state,), reps)
+    evaluate = timed(trainer.evaluate, (state, jnp.float32(0.0)), reps)
+    eval_subtracted = chunk.median_s - evaluate.median_s > 0.1 * chunk.median_s
+    per_round = (chunk.median_s - evaluate.median_s if eval_subtracted else chunk.median_s) / config.num_rounds
+    peak = compiled_bytes(chunk.compiled)
+    return {
+        "topology": prep.topology.name,
+        "nodes": config.num_nodes,
+        "params_per_node": sum(int(leaf[0].size) for leaf in jax.tree_util.tree_leaves(state.params)),
+        "compile_s": chunk.compile_s + evaluate.compile_s,
+        "ms_per_round": per_round * 1e3,
+        "rounds_per_s": 1.0 / per_round,
+        "eval_subtracted": eval_subtracted,
+        "peak_MB": peak / 1e6 if peak is not None else None,
+    }
+
+
+def section_transformer(s: Sizes) -> dict:
+    """The byte-level transformer LM on python_docs split by source, gossip on ``exponential(N)``,
+    AdamW, at each N of ``lm_nodes``."""
+    dataset = data.load_dataset("python_docs", context=s.lm_options["context"])
+    rows = []
+    for n in s.lm_nodes:
+        config = TrainConfig(
+            dataset="python_docs",
+            num_nodes=n,
+            partition="by_source",
+            topology="exponential",
+            algorithm="gossip",
+            model="transformer",
+            model_options=dict(s.lm_options),
+            optimizer="adamw",
+            lr=1e-3,
+            batch_size=s.lm_batch,
+            num_rounds=s.lm_rounds,
+            eval_every=s.lm_rounds,
+            eval_size=64,
+            eval_chunk=64,
+            seed=0,
+        )
+        row = _chunk_timing(config, dataset, s.reps)
+        row["tokens_per_s"] = n * s.lm_batch * s.lm_options["context"] * row["rounds_per_s"]
+        rows.append(row)
+    return {"options": dict(s.lm_options), "batch_per_node": s.lm_batch, "rows": rows}
+
+
+def section_many_nodes(s: Sizes) -> dict:
+    """A small-model run with many nodes: the default MLP on the embedded digits, gossip on
+    ``one_peer_exponential(N)``, batch 1 per node (1,437 digits over 1,024 nodes: the node axis,
+    not the model, is large)."""
+    config = TrainConfig(
+        dataset="digits",
+        num_nodes=s.many_nodes,
+        topology="one_peer_exponential",
+        algorithm="gossip",
+        model="mlp",
+        batch_size=1,
+        num_rounds=s.many_rounds,
+        eval_every=s.many_rounds,
+        eval_size=256,
+        eval_chunk=256,
+        lr=0.05,
+        seed=0,
+    )
+    return _chunk_timing(config, None, s.reps)
 
 
 def _round_loop(round_fn: Callable, rounds: int) -> Callable:
@@ -465,6 +575,13 @@ def markdown(report: dict) -> str:
                     "compile_s",
                 ],
             )
+        elif name == "transformer":
+            lines.append(f"transformer {r['options']}, batch {r['batch_per_node']} sequences per node, gossip.")
+            lines += _table(
+                r["rows"], ["nodes", "params_per_node", "ms_per_round", "tokens_per_s", "peak_MB", "compile_s"]
+            )
+        elif name == "many_nodes":
+            lines += _table([r], ["nodes", "topology", "params_per_node", "ms_per_round", "peak_MB", "compile_s"])
     lines += ["", "Notes:"] + [f"- {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -522,6 +639,8 @@ def run_suite(out: str, *, smoke: bool, budget_s: float, sections=SECTIONS, reps
         "mix_bandwidth": lambda: section_mix_bandwidth(sizes),
         "compressed": lambda: section_compressed(sizes, smoke),
         "consensus": lambda: section_consensus(sizes),
+        "transformer": lambda: section_transformer(sizes),
+        "many_nodes": lambda: section_many_nodes(sizes),
     }
     for name in sections:
         elapsed = time.perf_counter() - start
