@@ -1,21 +1,47 @@
 """Decentralized DiLoCo: an outer optimizer over the pseudo-gradients of H local steps.
 
-Each round r every node i starts from its anchor ``x_r,i``, takes H inner (local) optimizer steps
-to ``x_r,i^{(H)}``, and forms the pseudo-gradient ``Delta_r,i = x_r,i - x_r,i^{(H)}``. The
-communication algorithm mixes the pseudo-gradients instead of the models (gossip, compressed
-gossip, PowerGossip, push-sum; ``allreduce`` gives the exact average, the original DiLoCo), and
-every node applies its own outer optimizer step to the mixed pseudo-gradient:
+Each round r every node i starts from its model ``x_r,i``, takes H inner (local) optimizer steps
+to ``y_r,i = x_r,i^{(H)}``, the communication algorithm runs one round (gossip, compressed gossip,
+PowerGossip, push-sum, ...; ``allreduce`` is the exact average, the original DiLoCo), and every
+node applies its own outer optimizer step to a pseudo-gradient ``Delta_r,i``. What the algorithm
+communicates is ``message``:
 
-    x_{r+1} = x_r - outer_opt(mix(x_r - x_r^{(H)}))
+* ``"model"`` (the default): the inner result, as in a run without an outer optimizer::
+
+      z_r = comm(y_r),   Delta_r = x_r - z_r,   x_{r+1} = x_r - outer_opt(Delta_r)
+
+  The pseudo-gradient contains the consensus step ``x_r - comm(x_r)``, so the outer step pulls the
+  nodes together as the algorithm does on its own: with ``sgd`` at lr 1, ``x_{r+1} = comm(y_r)``,
+  the run without an outer optimizer. The algorithm sees a sequence of models as in a normal run
+  (each round's models differ from the last by a node-local update), which is what its state
+  assumes: Choco's public copies and PowerGossip's warm-started factors track slowly moving
+  models, push-sum's weights de-bias the models it carries. For push-sum methods (``debias`` is
+  ``x / w``) the pseudo-gradient is taken between de-biased models,
+  ``Delta = debias(x_r) - debias(z_r)``, so a consensus of de-biased models stays a fixed point
+  whatever the weights; the step is applied to the numerators as a local update is (SGP adds the
+  optimizer's update to the numerator), ``x_{r+1} = z_r + (Delta_r - outer_opt(Delta_r))``, which is
+  ``x_r - outer_opt(Delta_r)`` whenever ``debias`` is the identity. Computed in that form, ``sgd``
+  at lr 1 adds an exact zero: bitwise the run without an outer optimizer, for every algorithm.
+
+* ``"pseudo_gradient"``: the pseudo-gradients themselves::
+
+      x_{r+1} = x_r - outer_opt(comm(x_r - y_r))
+
+  With the exact average this is the original DiLoCo bit for bit; from equal models the two forms
+  give the same iterates (``x_r - mean(y_r)`` either way, to float rounding). Under inexact
+  averaging nothing pulls the models together: the nodes' disagreement is multiplied by
+  ``I - outer_lr * H * lr * (W (x) curvature)`` per round, and a W with negative eigenvalues
+  (ring, torus) makes those modes grow, so the models drift apart. Push-sum methods de-bias with
+  the weights of the sequence they carry, which is not that of the pseudo-gradients: sound only
+  where the weights stay 1 (a doubly stochastic W).
 
 ``outer_opt`` is an optax transformation applied per node: ``sgd`` (``u = lr * g``) or
-``nesterov`` (``m <- mu m + g``, ``u = lr (g + mu m)``; DiLoCo uses lr 0.7, mu 0.9). With
-``sgd``, lr 1 and the exact average this is local SGD with model averaging. With H = 1 the
-pseudo-gradient is the (mixed) single inner update, so the outer optimizer acts as a second,
-communicated momentum on top of the inner optimizer.
+``nesterov`` (``m <- mu m + g``, ``u = lr (g + mu m)``; DiLoCo uses lr 0.7, mu 0.9). With H = 1
+the pseudo-gradient is one inner update plus (``"model"``) the consensus step, so the outer
+optimizer acts as a second momentum over what each round changes.
 
-Shapes: every leaf of the node-stacked pytree is [N, ...]; the outer optimizer state (momentum)
-is node-local, [N, ...], and never communicated.
+Shapes: every leaf of the node-stacked pytrees (models, pseudo-gradients) is [N, ...]; the outer
+optimizer state (momentum) is node-local, [N, ...], and never communicated.
 
 Reference: Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language
 Models", 2023, arXiv:2311.08105.
@@ -26,14 +52,29 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import optax
 
-from jaxgossip.types import Params
+from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey, State, StepInfo
 
-__all__ = ["OUTER_OPTIMIZERS", "OuterState", "make_outer_optimizer", "outer_init", "pseudo_gradient", "outer_step"]
+__all__ = [
+    "OUTER_OPTIMIZERS",
+    "OUTER_MESSAGES",
+    "OuterState",
+    "OuterRound",
+    "make_outer_optimizer",
+    "check_outer_message",
+    "outer_init",
+    "pseudo_gradient",
+    "outer_step",
+    "model_outer_step",
+    "outer_round",
+]
 
 #: outer optimizer names; ``none`` means no outer loop (the models themselves are communicated).
 OUTER_OPTIMIZERS = ("none", "sgd", "nesterov")
+#: what the algorithm communicates under an outer optimizer (module docstring).
+OUTER_MESSAGES = ("model", "pseudo_gradient")
 
 
 class OuterState(NamedTuple):
@@ -45,6 +86,22 @@ class OuterState(NamedTuple):
     """
 
     opt_state: Any
+
+
+class OuterRound(NamedTuple):
+    """One communication round with the outer step (:func:`outer_round`).
+
+    Attributes:
+      params: ``x_{r+1}``, leaves [N, ...].
+      comm_state: the algorithm's state after its round.
+      outer: the new :class:`OuterState`.
+      info: the algorithm's :class:`~jaxgossip.types.StepInfo` (bits [N]).
+    """
+
+    params: Params
+    comm_state: State
+    outer: OuterState
+    info: StepInfo
 
 
 def make_outer_optimizer(name: str, lr: float, momentum: float = 0.9) -> optax.GradientTransformation | None:
@@ -66,13 +123,21 @@ def make_outer_optimizer(name: str, lr: float, momentum: float = 0.9) -> optax.G
     return optax.sgd(lr, momentum=momentum, nesterov=True)
 
 
+def check_outer_message(message: str) -> str:
+    """``message`` if it is one of :data:`OUTER_MESSAGES`; else ValueError naming it."""
+    if message not in OUTER_MESSAGES:
+        raise ValueError(f"outer_message={message!r} is unknown; known: {', '.join(OUTER_MESSAGES)}")
+    return message
+
+
 def outer_init(tx: optax.GradientTransformation, params: Params) -> OuterState:
     """The outer state at round 0 for models ``params`` [N, ...] (per-node optimizer state)."""
     return OuterState(opt_state=jax.vmap(tx.init)(params))
 
 
 def pseudo_gradient(anchor: Params, inner: Params) -> Params:
-    """``Delta = x_r - x_r^{(H)}`` [N, ...]: what the algorithm communicates."""
+    """``Delta = x_r - y`` [N, ...] with ``y`` the inner result (``"pseudo_gradient"``: the message)
+    or the communicated models (``"model"``)."""
     return jax.tree_util.tree_map(lambda a, b: a - b, anchor, inner)
 
 
@@ -80,7 +145,72 @@ def outer_step(
     tx: optax.GradientTransformation, state: OuterState, anchor: Params, mixed: Params
 ) -> tuple[Params, OuterState]:
     """``x_{r+1} = x_r - outer_opt(mixed)`` per node, with ``anchor`` = ``x_r`` and ``mixed`` the
-    mixed pseudo-gradient (leaves [N, ...]); returns the new models and the new state."""
+    communicated pseudo-gradient (leaves [N, ...]); returns the new models and the new state."""
     updates, opt_state = jax.vmap(tx.update)(mixed, state.opt_state, anchor)
     # optax descends along -grad: the pseudo-gradient plays the gradient.
     return optax.apply_updates(anchor, updates), OuterState(opt_state=opt_state)
+
+
+def model_outer_step(
+    tx: optax.GradientTransformation, state: OuterState, communicated: Params, delta: Params
+) -> tuple[Params, OuterState]:
+    """``x_{r+1} = z + (Delta - outer_opt(Delta))`` per node (``"model"``), with ``communicated`` =
+    ``z = comm(y)`` and ``delta`` = ``Delta`` (leaves [N, ...]); returns the new models and state.
+
+    Equal to ``x_r - outer_opt(Delta)`` for ``Delta = x_r - z``; written as the outer step's
+    departure from ``z`` so that ``outer_opt(Delta) = Delta`` (``sgd`` at lr 1) leaves ``z`` bitwise."""
+    updates, opt_state = jax.vmap(tx.update)(delta, state.opt_state, communicated)
+    # updates = -outer_opt(Delta): the correction Delta + updates is an exact 0 when they cancel.
+    params = jax.tree_util.tree_map(lambda z, d, u: z + (d + u).astype(z.dtype), communicated, delta, updates)
+    return params, OuterState(opt_state=opt_state)
+
+
+def _keep(online: Array, new: Any, old: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(online.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
+
+
+def outer_round(
+    algorithm: GossipAlgorithm,
+    tx: optax.GradientTransformation,
+    message: str,
+    outer_state: OuterState,
+    anchor: Params,
+    anchor_comm_state: State,
+    inner: Params,
+    comm_state: State,
+    key: PRNGKey,
+    online: Array | None = None,
+) -> OuterRound:
+    """One round of the algorithm with the outer step (module docstring, both ``message`` forms).
+
+    Args:
+      algorithm: the communication algorithm.
+      tx: the outer optax transformation (:func:`make_outer_optimizer`).
+      message: ``"model"`` or ``"pseudo_gradient"`` (:data:`OUTER_MESSAGES`).
+      outer_state: the :class:`OuterState` of round r.
+      anchor: ``x_r``, leaves [N, ...], the models the round started from.
+      anchor_comm_state: the algorithm state ``x_r`` is read with (``debias(x_r, .)``).
+      inner: ``y_r = x_r^{(H)}``, leaves [N, ...], the inner result.
+      comm_state: the algorithm state to communicate with (after the local steps' gradient hook).
+      key: the round's communication key.
+      online: optional [N] bool, the nodes online this round; an offline node keeps what the
+        algorithm left it (its model) and its outer state, without an outer step.
+
+    Returns:
+      An :class:`OuterRound`.
+    """
+    if message == "model":
+        z, comm_state, info = algorithm.step(inner, comm_state, key)
+        delta = pseudo_gradient(algorithm.debias(anchor, anchor_comm_state), algorithm.debias(z, comm_state))
+        params, new_outer = model_outer_step(tx, outer_state, z, delta)
+        stay = z
+    elif message == "pseudo_gradient":
+        mixed, comm_state, info = algorithm.step(pseudo_gradient(anchor, inner), comm_state, key)
+        params, new_outer = outer_step(tx, outer_state, anchor, mixed)
+        stay = anchor
+    else:
+        raise ValueError(f"outer_message={message!r} is unknown; known: {', '.join(OUTER_MESSAGES)}")
+    if online is not None:
+        # Without this a node's momentum would keep moving it while it is offline.
+        params, new_outer = _keep(online, params, stay), _keep(online, new_outer, outer_state)
+    return OuterRound(params=params, comm_state=comm_state, outer=new_outer, info=info)

@@ -18,10 +18,11 @@ orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, sectio
 An algorithm's optional gradient hook runs on every gradient before the optimizer
 (:func:`jaxgossip.local_step.local_update`, shared with :mod:`jaxgossip.optimization`).
 
-With an outer optimizer (:mod:`jaxgossip.outer`, decentralized DiLoCo; ``"atc"`` only) the
-algorithm communicates the pseudo-gradient ``x^k - y^{k,H}`` instead of ``y^{k,H}``, and each node
-applies its outer optimizer step to the mixed pseudo-gradient:
-``x^{k+1} = x^k - outer_opt(comm(x^k - y^{k,H}))``.
+With an outer optimizer (:mod:`jaxgossip.outer`, decentralized DiLoCo; ``"atc"`` only) each node
+takes an outer optimizer step on a pseudo-gradient after the communication: with
+``outer_message="model"`` (default) the algorithm communicates ``y^{k,H}`` as without one and
+``x^{k+1} = x^k - outer_opt(x^k - comm(y^{k,H}))``; with ``"pseudo_gradient"`` it communicates
+``x^k - y^{k,H}`` and ``x^{k+1} = x^k - outer_opt(comm(x^k - y^{k,H}))``.
 
 Local steps do not communicate, so bits per round do not depend on H. Keys: the driver's key schedule
 (:func:`jaxgossip.rounds.next_keys`) from the second half of ``split(key)`` (the first initialises
@@ -388,6 +389,7 @@ def make_train(
     loss_fn: Callable[[Array, Array], Array] | None = None,
     time: TimeModel | None = None,
     outer: optax.GradientTransformation | None = None,
+    outer_message: str = "model",
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
@@ -425,16 +427,20 @@ def make_train(
         (the ordering sets the model's overlap), and every :class:`Metrics` point has
         ``sim_time`` and ``comm_time``. The iterates are those of the same run untimed.
       outer: optional outer optax transformation (:func:`jaxgossip.outer.make_outer_optimizer`):
-        the algorithm then mixes pseudo-gradients and each node takes an outer step on them
-        (decentralized DiLoCo, module docstring); ``"atc"`` ordering only. None: the models are
-        communicated.
+        each node then takes an outer step on the pseudo-gradient of its round (decentralized
+        DiLoCo, :mod:`jaxgossip.outer`); ``"atc"`` ordering only. None: no outer step.
+      outer_message: with ``outer``, what the algorithm communicates: ``"model"`` (the inner
+        result ``y^{k,H}``, as without an outer optimizer; the models reach consensus) or
+        ``"pseudo_gradient"`` (``x^k - y^{k,H}``: the original DiLoCo under ``allreduce``, drifting
+        apart under gossip); :data:`jaxgossip.outer.OUTER_MESSAGES`.
 
     Returns:
       A :class:`Trainer`.
 
     Raises:
       ValueError: a non-positive ``num_rounds``, ``batch_size``, ``eval_every`` or ``local_steps``,
-        an unknown ``ordering``, a ``loss_fn`` that does not return a scalar.
+        an unknown ``ordering`` or ``outer_message``, an outer optimizer with ``"same_iterate"``, a
+        ``loss_fn`` that does not return a scalar.
     """
     from jaxgossip import data as _data
 
@@ -449,8 +455,12 @@ def make_train(
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive int")
+    outer_lib.check_outer_message(outer_message)
     if outer is not None and ordering != "atc":
-        raise ValueError(f"ordering={ordering!r}: an outer optimizer needs ordering='atc' (it mixes y^(H) - x)")
+        raise ValueError(
+            f"ordering={ordering!r}: an outer optimizer needs ordering='atc' (its pseudo-gradient is that of the "
+            "local steps' result)"
+        )
     if num_rounds % eval_every:
         raise ValueError(f"num_rounds={num_rounds} must be a multiple of eval_every={eval_every}")
     sampler = sampler or _data.sample_batch
@@ -534,6 +544,7 @@ def make_train(
     def round_fn(data, state: TrainState, _) -> tuple[TrainState, Array]:
         key, (key_batch, key_aug, key_comm) = next_keys(jax.random.wrap_key_data(state.key), 3)
         (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(data, state, key_batch, key_aug)
+        online = None
         if time is not None and time.available is not None:
             # An offline node computes nothing: its model, statistics and optimizer state stay.
             online = online_nodes(time, state.round)
@@ -542,9 +553,10 @@ def make_train(
             updates = _keep_offline(online, updates, jax.tree_util.tree_map(jnp.zeros_like, updates))
         outer_state = state.outer
         if outer is not None:
-            delta = outer_lib.pseudo_gradient(state.params, y)
-            mixed, comm_state, info = algorithm.step(delta, comm_state, key_comm)
-            params, outer_state = outer_lib.outer_step(outer, state.outer, state.params, mixed)
+            anchor = (state.params, state.comm_state)  # x^k and the state it is read with
+            params, comm_state, outer_state, info = outer_lib.outer_round(
+                algorithm, outer, outer_message, state.outer, *anchor, y, comm_state, key_comm, online
+            )
         elif ordering == "atc":
             params, comm_state, info = algorithm.step(y, comm_state, key_comm)
         else:

@@ -105,6 +105,7 @@ class TrainConfig:
     outer_optimizer: str = "none"
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    outer_message: str = "model"
     batch_size: int = 32
     num_rounds: int = 200
     eval_every: int = 20
@@ -138,7 +139,7 @@ class TrainConfig:
 
 def allowed_values() -> dict[str, list[str]]:
     """The closed sets of names: datasets, models, algorithms, topologies, partitions, compressors."""
-    from jaxgossip import algorithms, compress, data, models, topology
+    from jaxgossip import algorithms, compress, data, models, outer, topology
 
     families = topology.FAMILIES
     return {
@@ -151,6 +152,8 @@ def allowed_values() -> dict[str, list[str]]:
         "ordering": list(ORDERINGS),
         "weight_decay_mask": list(WEIGHT_DECAY_MASKS),
         "optimizer": list(OPTIMIZERS),
+        "outer_optimizer": list(outer.OUTER_OPTIMIZERS),
+        "outer_message": list(outer.OUTER_MESSAGES),
     }
 
 
@@ -200,11 +203,18 @@ def train_field_help() -> dict[str, str]:
         "grad_clip": "clip each node's gradient to this global L2 norm (> 0; null: no clipping)",
         "local_steps": "H, local optimizer steps per round, each on a fresh batch (>= 1; the learning-rate "
         "schedule still counts rounds)",
-        "outer_optimizer": "decentralized DiLoCo: none (the models are communicated), sgd or nesterov (the "
-        "algorithm mixes the pseudo-gradients x - x^(H) of the local_steps inner steps and each node takes an "
-        "outer step on them; with local_steps=1 the pseudo-gradient is the one inner update; ordering=atc only)",
+        "outer_optimizer": "decentralized DiLoCo: "
+        + ", ".join(values["outer_optimizer"])
+        + " (none: no outer step; otherwise each node takes an outer step on the pseudo-gradient x - z of its "
+        "round, z its model after the local_steps inner steps and the communication; with local_steps=1 it "
+        "is a second momentum over each round's change; ordering=atc only)",
         "outer_lr": "learning rate of the outer optimizer (> 0; DiLoCo: 0.7)",
         "outer_momentum": "Nesterov momentum of outer_optimizer=nesterov, in [0, 1) (DiLoCo: 0.9)",
+        "outer_message": "what the algorithm communicates under an outer optimizer: "
+        + ", ".join(values["outer_message"])
+        + " (model: the inner result, as without one, and the models reach consensus; pseudo_gradient: "
+        "x - x^(H), the original DiLoCo with algorithm=allreduce, but under gossip nothing pulls the models "
+        "together)",
         "batch_size": "B, samples per node and local step (>= 1)",
         "num_rounds": "training rounds (local_steps local steps + one communication each; a multiple of eval_every)",
         "eval_every": "rounds between evaluations (>= 1)",
@@ -483,10 +493,12 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         raise _unknown("outer_optimizer", config.outer_optimizer, outer.OUTER_OPTIMIZERS)
     _number(config, "outer_lr", 0, strict=True)
     _number(config, "outer_momentum", 0, high=1)
+    if config.outer_message not in outer.OUTER_MESSAGES:
+        raise _unknown("outer_message", config.outer_message, outer.OUTER_MESSAGES)
     if config.outer_optimizer != "none" and config.ordering != "atc":
         raise ValueError(
             f"outer_optimizer={config.outer_optimizer!r} with ordering={config.ordering!r}: the outer "
-            "optimizer mixes the pseudo-gradient of the local steps; use --ordering=atc"
+            "optimizer's pseudo-gradient is that of the local steps' result; use --ordering=atc"
         )
     _number(config, "momentum", 0, high=1)
     _number(config, "weight_decay", 0)
@@ -552,6 +564,17 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         )
     from jaxgossip import algorithms
 
+    if (
+        config.outer_optimizer != "none"
+        and config.outer_message == "pseudo_gradient"
+        and algorithms.info(config.algorithm).mixing == "column_stochastic"
+        and not topo.is_doubly_stochastic
+    ):
+        raise ValueError(
+            f"outer_message='pseudo_gradient' with {config.algorithm} on {topo.name}: push-sum de-biases with "
+            "the weights of the sequence it carries, which are not those of each round's pseudo-gradients once "
+            "W is not doubly stochastic; use --outer_message=model"
+        )
     if config.ordering not in alg.orderings:
         raise ValueError(
             f"ordering={config.ordering!r}: {config.algorithm} is registered with orderings={alg.orderings} "
