@@ -324,9 +324,12 @@ class _DataBound(NamedTuple):
 
 
 def _spans_processes(tree: Any) -> bool:
-    """Whether a leaf of ``tree`` lives partly on another process's devices."""
+    """Whether a leaf of ``tree`` lives partly on another process's devices. A tracer does not: the
+    trainer is then built inside a trace that takes the shards as arguments (``jaxgossip.run.plan``
+    compiles the chunk on abstract shards)."""
     return any(
-        isinstance(leaf, jax.Array) and not leaf.is_fully_addressable for leaf in jax.tree_util.tree_leaves(tree)
+        isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and not leaf.is_fully_addressable
+        for leaf in jax.tree_util.tree_leaves(tree)
     )
 
 

@@ -1,5 +1,5 @@
 """The ``jaxgossip`` console script (edge package): ``train``, ``sweep``, ``consensus``,
-``topology-sweep``, ``tune-gamma`` and ``demo``, one module each, on one typed configuration system
+``topology-sweep``, ``tune-gamma``, ``demo`` and ``plan``, one module each, on one typed configuration system
 (:mod:`jaxgossip.run.parsing`, jsonargparse).
 
 Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``; ``FILE.py:ARG`` for
@@ -30,6 +30,7 @@ COMMANDS = {
     "topology-sweep": ("jaxgossip.cli.topology_sweep", "one algorithm on many graphs x sizes x seeds"),
     "tune-gamma": ("jaxgossip.cli.tune_gamma", "largest consensus step size at which compressed gossip contracts"),
     "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push, SCSP, or --algorithms"),
+    "plan": ("jaxgossip.cli.plan", "memory of a run's compiled chunk per node, and the largest N that fits a GPU"),
 }
 
 # commands that run over several processes (the node axis sharded over all of them)
