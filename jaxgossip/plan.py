@@ -167,7 +167,7 @@ def tree_bytes(tree: Any, num_nodes: int) -> TreeBytes:
             stacked += size
         else:
             shared += size
-            dtype = getattr(leaf, "dtype", np.result_type(leaf))
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
             names.append(f"{jax.tree_util.keystr(path) or '.'} {list(shape)} {dtype}")
     return TreeBytes(total, stacked / num_nodes, shared, tuple(names))
 
@@ -313,8 +313,8 @@ def largest_fitting(
         target = hi - 1 if not math.isfinite(guess) else int(math.floor(guess))
         if lo and hi <= max_nodes and step >= 2:  # the line creeps: bisect the bracket
             target = (lo + hi) // 2
-        target = max(lo + 1, min(target, hi - 1))
-        candidate = floor_valid(target, lo) or (nxt if lo else None)
+        target = min(max(target, lo + 1), hi - 1)
+        candidate = (floor_valid(target, lo) or next_valid(target, hi)) if target > lo else None
         if candidate is None:  # no valid count below the smallest that does not fit
             return Fit(limit, None, None, None, None, predicted, "none fits")
         known[candidate] = measure(candidate)

@@ -45,7 +45,19 @@ from jaxgossip.plan import (
 from jaxgossip.run import runner
 from jaxgossip.run.config import TrainConfig, check_train_config
 
-__all__ = ["Part", "Measurement", "NodeRule", "MemoryPlan", "measure", "node_rule", "plan_memory", "MAX_NODES"]
+__all__ = [
+    "Part",
+    "Measurement",
+    "AbstractRun",
+    "abstract_run",
+    "breakdown",
+    "measure",
+    "NodeRule",
+    "node_rule",
+    "MemoryPlan",
+    "plan_memory",
+    "MAX_NODES",
+]
 
 #: the largest node count the search considers.
 MAX_NODES = 2**20
@@ -150,17 +162,41 @@ def _abstract(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), tree)
 
 
-def measure(config: TrainConfig, dataset: data.Dataset | None = None, *, platform: str | None = "cuda") -> Measurement:
-    """Compiles the training chunk of ``config`` at ``config.num_nodes`` and reads its memory.
+class AbstractRun(NamedTuple):
+    """The training chunk of a config on abstract values (nothing allocated, nothing compiled).
+
+    Attributes:
+      num_nodes: N.
+      state: ``jax.eval_shape`` of ``trainer.init`` (a :class:`jaxgossip.training.TrainState` of
+        ``jax.ShapeDtypeStruct``).
+      data: ``(train_data, eval_data)``: ``(x [N, M_max, ...], y [N, M_max, ...])`` and
+        ``(x [M_eval, ...], y [M_eval, ...])`` as ``jax.ShapeDtypeStruct``.
+      chunk: ``chunk(state, train_data, eval_data) -> (state, metrics)``, the trainer's
+        ``run_chunk`` with the data as arguments; ``jax.jit(chunk).lower(state, *data)`` is the
+        program of the plan.
+      rounds: rounds in one chunk.
+      samples_per_node: M_max, the padded shard length.
+    """
+
+    num_nodes: int
+    state: Any
+    data: tuple
+    chunk: Any
+    rounds: int
+    samples_per_node: int
+
+
+def abstract_run(
+    config: TrainConfig, dataset: data.Dataset | None = None, *, platform: str | None = "cuda"
+) -> AbstractRun:
+    """The run of ``config`` (``runner.prepare`` + ``runner.make_trainer``) at ``config.num_nodes``
+    on abstract state and data (see :class:`AbstractRun`).
 
     Args:
       config: a training config (checked here with ``check_train_config``).
       dataset: its data set (loaded from the config when None).
       platform: whose build-time choices to build with (:data:`jaxgossip.platforms.PLATFORMS`;
         None: the backend JAX runs on). The program is compiled for the CPU either way.
-
-    Returns:
-      :class:`Measurement`.
 
     Raises:
       ValueError: a bad config, ``devices != 1``, or a node count the data set cannot be split
@@ -172,7 +208,6 @@ def measure(config: TrainConfig, dataset: data.Dataset | None = None, *, platfor
     if dataset is None:
         dataset = runner.load_data(config)
     prep = runner.prepare(config, dataset, platform)  # the run's partition, graph and model
-    n = config.num_nodes
     eval_size = min(config.eval_size, dataset.y_test.shape[0])
     args = (
         _abstract((prep.shards.x, prep.shards.y)),
@@ -192,10 +227,21 @@ def measure(config: TrainConfig, dataset: data.Dataset | None = None, *, platfor
         )
         return runner.make_trainer(config, part)[0]
 
-    state = jax.eval_shape(lambda *d: trainer_on(*d).init(jax.random.key(config.seed)), *args)
     num_evals = config.num_rounds // config.eval_every
-    chunk = min(max(1, config.evals_per_chunk), num_evals)
-    compiled = jax.jit(lambda s, *d: trainer_on(*d).run_chunk(s, chunk)).lower(state, *args).compile()
+    evals = min(max(1, config.evals_per_chunk), num_evals)
+
+    def chunk(state, train_data, eval_data):
+        return trainer_on(train_data, eval_data).run_chunk(state, evals)
+
+    state = jax.eval_shape(lambda *d: trainer_on(*d).init(jax.random.key(config.seed)), *args)
+    return AbstractRun(config.num_nodes, state, args, chunk, evals * config.eval_every, samples_per_node)
+
+
+def breakdown(run: AbstractRun) -> tuple[Part, ...]:
+    """The parts of the chunk's arguments, counted from the leaf shapes: parameters, normalization
+    statistics, optimizer state, algorithm state, outer optimizer state, the run's key / round /
+    bits / clock, the data shards and the evaluation set."""
+    state = run.state
     groups = (
         ("parameters", state.params),
         ("normalization statistics", state.batch_stats),
@@ -203,11 +249,25 @@ def measure(config: TrainConfig, dataset: data.Dataset | None = None, *, platfor
         ("algorithm state", state.comm_state),
         ("outer optimizer state", state.outer),
         ("key, round, bits, clock", (state.key, state.round, state.bits, state.clock)),
-        ("data shards", args[0]),
-        ("evaluation set", args[1]),
+        ("data shards", run.data[0]),
+        ("evaluation set", run.data[1]),
     )
-    parts = tuple(Part(name, *tree_bytes(tree, n)) for name, tree in groups)
-    return Measurement(n, memory_stats(compiled), parts, chunk * config.eval_every, samples_per_node)
+    return tuple(Part(name, *tree_bytes(tree, run.num_nodes)) for name, tree in groups)
+
+
+def measure(config: TrainConfig, dataset: data.Dataset | None = None, *, platform: str | None = "cuda") -> Measurement:
+    """Compiles the training chunk of ``config`` at ``config.num_nodes`` (:func:`abstract_run`) and
+    reads XLA's memory analysis.
+
+    Returns:
+      :class:`Measurement`.
+
+    Raises:
+      ValueError: as :func:`abstract_run`.
+    """
+    run = abstract_run(config, dataset, platform=platform)
+    compiled = jax.jit(run.chunk).lower(run.state, *run.data).compile()
+    return Measurement(run.num_nodes, memory_stats(compiled), breakdown(run), run.rounds, run.samples_per_node)
 
 
 def node_rule(config: TrainConfig, dataset: data.Dataset, max_nodes: int = MAX_NODES) -> NodeRule:
