@@ -29,11 +29,11 @@ communicates is ``message``:
 
   With the exact average this is the original DiLoCo bit for bit; from equal models the two forms
   give the same iterates (``x_r - mean(y_r)`` either way, to float rounding). Under inexact
-  averaging nothing pulls the models together: the nodes' disagreement is multiplied by
-  ``I - outer_lr * H * lr * (W (x) curvature)`` per round, and a W with negative eigenvalues
-  (ring, torus) makes those modes grow, so the models drift apart. Push-sum methods de-bias with
-  the weights of the sequence they carry, which is not that of the pseudo-gradients: sound only
-  where the weights stay 1 (a doubly stochastic W).
+  averaging nothing pulls the models together: with ``sgd`` on ``f_i = 0.5 ||x - b_i||^2`` the
+  nodes' disagreement is multiplied by ``I - outer_lr * c W`` per round (``c = 1 - (1 - lr)^H``),
+  so the eigenvalues of W below 0 (ring, torus) make those modes grow and the models drift apart.
+  Push-sum methods de-bias with the weights of the sequence they carry, which are not those of
+  the pseudo-gradients: sound only where the weights stay 1 (a doubly stochastic W).
 
 ``outer_opt`` is an optax transformation applied per node: ``sgd`` (``u = lr * g``) or
 ``nesterov`` (``m <- mu m + g``, ``u = lr (g + mu m)``; DiLoCo uses lr 0.7, mu 0.9). With H = 1
