@@ -454,3 +454,17 @@ def test_a_resumed_run_draws_the_same_graphs(tmp_path):
     assert resumed.start_round == 10
     for a, b in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_host_analysis_of_a_drawn_graph_inside_jit():
+    # A sweep builds its trainer inside jit, and the time model asks for the mean degree there.
+    topo = T.random_matching(6)
+    degree, gram = T.mean_out_degree(topo), T.expected_gram(topo, num_samples=64)
+
+    @jax.jit
+    def traced(x):
+        return x * T.mean_out_degree(topo), x * T.expected_gram(topo, num_samples=64)
+
+    got_degree, got_gram = traced(1.0)
+    np.testing.assert_allclose(float(got_degree), degree, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(got_gram), gram, rtol=1e-6)

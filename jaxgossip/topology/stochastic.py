@@ -705,8 +705,8 @@ def _dense_rounds(graph: TopologyKey):
 def expected_gram(topology: Topology, num_samples: int = 512, seed: int = 0) -> np.ndarray:
     """Monte Carlo estimate of ``E[W(t)^T W(t)]``, numpy [N, N], over ``num_samples`` rounds drawn
     with the fixed key ``jax.random.key(seed)`` (rounds 0, 1, ... so a wrapped schedule is covered)."""
-    keys = jax.random.split(jax.random.key(seed), num_samples)
-    w = sample_matrices(topology, keys)
+    with jax.ensure_compile_time_eval():  # host analysis, also when called while a run is traced
+        w = sample_matrices(topology, jax.random.split(jax.random.key(seed), num_samples))
     return np.einsum("rki,rkj->ij", w, w) / num_samples
 
 
@@ -716,7 +716,10 @@ def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -
     key ``jax.random.key(seed)``."""
     if not topology.stochastic:
         return float(np.mean(topology.out_degree))
-    w = sample_matrices(topology, jax.random.split(jax.random.key(seed), num_samples))
+    # A sweep builds its trainer (and the time model that asks for this degree) inside jit: the
+    # fixed key and the draws must stay concrete there.
+    with jax.ensure_compile_time_eval():
+        w = sample_matrices(topology, jax.random.split(jax.random.key(seed), num_samples))
     off = (w != 0) & ~np.eye(topology.num_nodes, dtype=bool)[None]
     return float(off.sum() / (num_samples * topology.num_nodes))
 
