@@ -106,6 +106,8 @@ class TrainConfig:
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     outer_message: str = "model"
+    precision: str = "fp32"
+    message_dtype: str = "fp32"
     batch_size: int = 32
     num_rounds: int = 200
     eval_every: int = 20
@@ -139,7 +141,7 @@ class TrainConfig:
 
 def allowed_values() -> dict[str, list[str]]:
     """The closed sets of names: datasets, models, algorithms, topologies, partitions, compressors."""
-    from jaxgossip import algorithms, compress, data, models, outer, topology
+    from jaxgossip import algorithms, compress, data, models, outer, precision, topology
 
     families = topology.FAMILIES
     return {
@@ -154,6 +156,8 @@ def allowed_values() -> dict[str, list[str]]:
         "optimizer": list(OPTIMIZERS),
         "outer_optimizer": list(outer.OUTER_OPTIMIZERS),
         "outer_message": list(outer.OUTER_MESSAGES),
+        "precision": list(precision.PRECISIONS),
+        "message_dtype": list(precision.MESSAGE_DTYPES),
     }
 
 
@@ -209,6 +213,12 @@ def train_field_help() -> dict[str, str]:
         "round, z its model after the local_steps inner steps and the communication; with local_steps=1 it "
         "is a second momentum over each round's change; ordering=atc only)",
         "outer_lr": "learning rate of the outer optimizer (> 0; DiLoCo: 0.7)",
+        "precision": "dtype of each node's forward and backward pass: "
+        + ", ".join(values["precision"])
+        + " (bf16: float32 master weights and optimizer state, the pass in bfloat16)",
+        "message_dtype": "dtype of the values the algorithm sends: "
+        + ", ".join(values["message_dtype"])
+        + " (bf16: 16 bits per value in the bit accounting; the round's arithmetic in bfloat16)",
         "outer_momentum": "Nesterov momentum of outer_optimizer=nesterov, in [0, 1) (DiLoCo: 0.9)",
         "outer_message": "what the algorithm communicates under an outer optimizer: "
         + ", ".join(values["outer_message"])
@@ -495,6 +505,12 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     _number(config, "outer_momentum", 0, high=1)
     if config.outer_message not in outer.OUTER_MESSAGES:
         raise _unknown("outer_message", config.outer_message, outer.OUTER_MESSAGES)
+    from jaxgossip import precision
+
+    if config.precision not in precision.PRECISIONS:
+        raise _unknown("precision", config.precision, precision.PRECISIONS)
+    if config.message_dtype not in precision.MESSAGE_DTYPES:
+        raise _unknown("message_dtype", config.message_dtype, precision.MESSAGE_DTYPES)
     if config.outer_optimizer != "none" and config.ordering != "atc":
         raise ValueError(
             f"outer_optimizer={config.outer_optimizer!r} with ordering={config.ordering!r}: the outer "

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import algorithms, data, models, outer, platforms, sharding, topology
+from jaxgossip import algorithms, data, models, outer, platforms, precision, sharding, topology
 from jaxgossip.run.config import (
     TrainConfig,
     availability_of,
@@ -28,7 +28,7 @@ from jaxgossip.run.config import (
     with_trainer_options,
 )
 from jaxgossip.run.watchdog import DivergenceError, WatchdogAlarm, check_consensus, check_divergence
-from jaxgossip.training import Metrics, Trainer, TrainState, check_finite, make_train
+from jaxgossip.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
 
 __all__ = [
     "TrainConfig",
@@ -270,10 +270,10 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
 def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
     """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
     algorithm options) may hold traced values here, so this can run inside ``vmap``."""
-    alg = make_algorithm(config, prep.topology)
+    alg = precision.with_message_dtype(make_algorithm(config, prep.topology), config.message_dtype)
     eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     trainer = make_train(
-        prep.model,
+        precision.mixed_precision(as_model_fns(prep.model), config.precision),
         alg,
         prep.shards,
         (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),
