@@ -9,7 +9,8 @@ configured run (``jaxgossip plan``).
   program's device memory is ``arguments + outputs + temp - alias`` (:attr:`MemoryStats.total`).
 * :func:`tree_bytes` counts a pytree of arrays or ``jax.ShapeDtypeStruct`` (``jax.eval_shape``: no
   allocation) by its leaf shapes, ``size * itemsize`` per leaf, and says which leaves are not
-  per-node (their leading axis is not N: round counters, keys, per-edge or per-pair buffers).
+  per-node (those without a node axis: round counters, keys, the evaluation set, per-edge
+  buffers).
 * :func:`fit_affine` and :func:`largest_fitting`: memory is close to affine in N (every stacked
   leaf is ``[N, ...]``; the data set is split, not copied), so a line through two compiles
   predicts the largest N under a limit M; :func:`largest_fitting` then compiles at the prediction
@@ -133,8 +134,8 @@ class TreeBytes(NamedTuple):
 
     Attributes:
       total: bytes of all leaves.
-      per_node: bytes of one node's slice of the per-node leaves (those ``[N, ...]``), i.e. their
-        bytes / N.
+      per_node: the bytes of the per-node leaves (those with a node axis, see
+        :func:`tree_bytes`) / N.
       shared: bytes of the other leaves (round counters, keys, per-edge or per-pair buffers).
       shared_leaves: ``"path shape dtype"`` of each leaf that is not per-node.
     """
@@ -145,31 +146,64 @@ class TreeBytes(NamedTuple):
     shared_leaves: tuple[str, ...]
 
 
-def tree_bytes(tree: Any, num_nodes: int) -> TreeBytes:
-    """Counts ``tree``'s bytes and splits them into per-node leaves (leading axis N) and the rest.
+def tree_bytes(tree: Any, num_nodes: int, like: Any = None, like_nodes: int | None = None) -> TreeBytes:
+    """Counts ``tree``'s bytes and splits them into per-node leaves and the rest.
+
+    A leaf is per-node when it has a node axis, and then counts ``bytes / N`` per node. Given
+    ``like``, the same pytree at another node count ``like_nodes`` (e.g. the same algorithm's state
+    built at 2N), a node axis is one of length N in ``tree`` and ``like_nodes`` in ``like``: a
+    ``[T, N, ...]`` buffer (one copy per period of a time-varying graph) or a per-pair ``[P, ...]``
+    buffer with P = N (the pairs of a ring) is per-node; a ``[]`` counter, an ``[M_eval, ...]`` set
+    or ``[2N, ...]`` per-edge buffers are not. Without ``like`` the node axis must be the leading one,
+    and a leaf whose leading axis happens to equal N (say E = N edges) counts as per-node.
 
     Args:
       tree: a pytree of arrays or ``jax.ShapeDtypeStruct`` (e.g. ``jax.eval_shape`` of an init).
       num_nodes: N.
+      like: optional, the same pytree structure at ``like_nodes`` nodes.
+      like_nodes: the node count of ``like`` (required with it, != N).
 
     Returns:
-      :class:`TreeBytes`. A leaf whose leading axis happens to equal N (say E = N edges) counts as
-      per-node.
+      :class:`TreeBytes`.
+
+    Raises:
+      ValueError: a bad N, or ``like`` of another structure or without a distinct ``like_nodes``.
     """
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 1:
-        raise ValueError(f"num_nodes={num_nodes!r} must be an int >= 1")
+    for name, value in (("num_nodes", num_nodes), ("like_nodes", like_nodes)):
+        if value is None and name == "like_nodes" and like is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    if like is None:
+        scaled = [bool(np.shape(leaf)) and np.shape(leaf)[0] == num_nodes for _, leaf in leaves]
+    else:
+        others = jax.tree_util.tree_leaves(like)
+        if like_nodes == num_nodes or len(others) != len(leaves):
+            raise ValueError(
+                f"like must be the same pytree ({len(leaves)} leaves, got {len(others)}) at like_nodes != "
+                f"num_nodes={num_nodes}, got like_nodes={like_nodes}"
+            )
+        scaled = [
+            _has_node_axis(np.shape(leaf), num_nodes, np.shape(other), like_nodes)
+            for (_, leaf), other in zip(leaves, others)
+        ]
     total, stacked, shared, names = 0, 0, 0, []
-    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    for (path, leaf), per_node in zip(leaves, scaled):
         size = leaf_bytes(leaf)
         total += size
-        shape = tuple(np.shape(leaf))
-        if shape and shape[0] == num_nodes:
+        if per_node:
             stacked += size
         else:
             shared += size
             dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
-            names.append(f"{jax.tree_util.keystr(path) or '.'} {list(shape)} {dtype}")
+            names.append(f"{jax.tree_util.keystr(path) or '.'} {list(np.shape(leaf))} {dtype}")
     return TreeBytes(total, stacked / num_nodes, shared, tuple(names))
+
+
+def _has_node_axis(shape: tuple, n: int, like_shape: tuple, like_n: int) -> bool:
+    """Whether an axis has length ``n`` in ``shape`` and ``like_n`` in ``like_shape``."""
+    return len(shape) == len(like_shape) and any(a == n and b == like_n for a, b in zip(shape, like_shape))
 
 
 def parse_memory(text: str | int | float) -> int:

@@ -52,6 +52,35 @@ def test_tree_bytes_splits_per_node_from_shared_leaves():
     assert len(counted.shared_leaves) == 3 and any("edges" in s and "[7, 2]" in s for s in counted.shared_leaves)
 
 
+def test_tree_bytes_finds_the_node_axis_by_comparing_two_node_counts():
+    def state(n, period):
+        return {
+            "x_hat": jax.ShapeDtypeStruct((period, n, 6), np.float32),  # a copy per period of the graph
+            "edges": jax.ShapeDtypeStruct((2 * n, 6), np.float32),  # per edge: not per node
+            "count": jax.ShapeDtypeStruct((), np.int32),
+        }
+
+    counted = plan.tree_bytes(state(4, 2), 4, like=state(8, 3), like_nodes=8)
+    assert counted.per_node == 2 * 6 * 4 and counted.shared == 8 * 6 * 4 + 4
+    assert [s.split()[0] for s in counted.shared_leaves] == ["['count']", "['edges']"]
+    # without the comparison only a leading node axis counts
+    assert plan.tree_bytes(state(4, 2), 4).per_node == 0
+    with pytest.raises(ValueError, match="like_nodes"):
+        plan.tree_bytes(state(4, 2), 4, like=state(8, 3), like_nodes=4)
+
+
+def test_sparse_push_copies_per_period_count_per_node(dataset):
+    """Sparse-Push on the one-peer exponential graph keeps x_hat and s per distinct graph of its
+    schedule, [P, N, ...]: per node 2 P model copies and the push-sum weight (no compile)."""
+    config = tiny_config(algorithm="sparse_push", algorithm_options={"fraction": 0.1}, topology="one_peer_exponential")
+    runs = [run_plan.abstract_run(config.replace(num_nodes=n), dataset) for n in (4, 8)]
+    parts = {p.name: p for p in run_plan.breakdown(*runs)}
+    graphs = 2  # ceil(log2 4) distinct graphs at N = 4
+    assert parts["algorithm state"].per_node == 2 * graphs * 610 * 4 + 4
+    assert parts["algorithm state"].shared_leaves == (".count [] int32",)
+    assert parts["evaluation set"].per_node == 0 and len(parts["evaluation set"].shared_leaves) == 2
+
+
 def test_reported_total_equals_an_independent_compile_of_the_same_chunk(measured, dataset):
     """The plan's numbers are XLA's of the trainer's chunk with the data as arguments: compile that
     program here on the real state and real shards (runner.prepare, trainer.init) and compare."""

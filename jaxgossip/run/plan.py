@@ -69,7 +69,7 @@ class Part(NamedTuple):
     Attributes:
       name: what it is ("parameters", "optimizer state", "algorithm state", ...).
       total: bytes over all nodes.
-      per_node: bytes of one node's slice of the ``[N, ...]`` leaves.
+      per_node: the bytes of the leaves with a node axis, / N (:func:`jaxgossip.plan.tree_bytes`).
       shared: bytes of the leaves that are not per-node.
       shared_leaves: ``"path shape dtype"`` of those leaves.
     """
@@ -237,12 +237,9 @@ def abstract_run(
     return AbstractRun(config.num_nodes, state, args, chunk, evals * config.eval_every, samples_per_node)
 
 
-def breakdown(run: AbstractRun) -> tuple[Part, ...]:
-    """The parts of the chunk's arguments, counted from the leaf shapes: parameters, normalization
-    statistics, optimizer state, algorithm state, outer optimizer state, the run's key / round /
-    bits / clock, the data shards and the evaluation set."""
+def _groups(run: AbstractRun) -> tuple:
     state = run.state
-    groups = (
+    return (
         ("parameters", state.params),
         ("normalization statistics", state.batch_stats),
         ("optimizer state", state.opt_state),
@@ -252,7 +249,25 @@ def breakdown(run: AbstractRun) -> tuple[Part, ...]:
         ("data shards", run.data[0]),
         ("evaluation set", run.data[1]),
     )
-    return tuple(Part(name, *tree_bytes(tree, run.num_nodes)) for name, tree in groups)
+
+
+def breakdown(run: AbstractRun, like: AbstractRun | None = None) -> tuple[Part, ...]:
+    """The parts of the chunk's arguments, counted from the leaf shapes: parameters, normalization
+    statistics, optimizer state, algorithm state, outer optimizer state, the run's key / round /
+    bits / clock, the data shards and the evaluation set.
+
+    Args:
+      run: the run at N.
+      like: optional, the same config at another node count; a leaf is then per-node when one of
+        its axes is N here and ``like.num_nodes`` there (:func:`jaxgossip.plan.tree_bytes`), which
+        also catches ``[T, N, ...]`` buffers. Without it, when its leading axis is N.
+    """
+    if like is None:
+        return tuple(Part(name, *tree_bytes(tree, run.num_nodes)) for name, tree in _groups(run))
+    return tuple(
+        Part(name, *tree_bytes(tree, run.num_nodes, other, like.num_nodes))
+        for (name, tree), (_, other) in zip(_groups(run), _groups(like))
+    )
 
 
 def measure(config: TrainConfig, dataset: data.Dataset | None = None, *, platform: str | None = "cuda") -> Measurement:
@@ -385,6 +400,9 @@ def plan_memory(
                             "no larger valid N" if ok else "none fits"))  # fmt: skip
     else:
         line = fit_affine([(n0, base.total), (fit_nodes, at(fit_nodes).total)])
+        # a leaf's node axis is the one of length N here and fit_nodes there
+        runs = [abstract_run(config.replace(num_nodes=m), dataset, platform=platform) for m in (n0, fit_nodes)]
+        base = base._replace(parts=breakdown(*runs))
         for _, limit in memories:
             fits.append(
                 largest_fitting(
