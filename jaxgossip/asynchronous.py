@@ -1,35 +1,60 @@
-"""Asynchronous decentralized SGD (AD-PSGD) driven by the simulated clock of :mod:`jaxgossip.timing`.
+"""Asynchronous decentralized optimization on the simulated clock of :mod:`jaxgossip.timing`.
 
-Every node runs its own loop without waiting for the others. Node i's k-th local step takes
-``p_{k,i}`` seconds (:func:`jaxgossip.timing.compute_seconds`), so it finishes at
-``T_{k,i} = sum_{l <= k} p_{l,i}``. When node i finishes a step (an *event*) it has the gradient
-``g = grad f_i(xhat_i)`` of the model ``xhat_i`` it read when the step started (its model right
-after its previous event; other nodes may have averaged with it since: the gradient is stale).
-Then, atomically, with ``j`` a uniformly random out-neighbour of i in the graph:
+Nodes do not wait for each other. Node i's k-th local step takes ``p_{k,i}`` seconds
+(:func:`jaxgossip.timing.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
+(a float32 running sum); the finish of a step is an *event*, after which the node starts its next
+step. A message leaves with the sender's model at its event and counts at the receiver when it
+arrives, ``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
+``mode="serial"`` a node's messages of one event leave one after another in ascending receiver
+order, so the m-th arrives after the first m transfers; uplink queueing across events is not
+modelled). Events are processed in time order (ties: lower node first, then lower step; a message
+arriving at an event's time counts for it). A *round* is N events, as many local steps as one
+synchronous round.
 
-.. math::
+Algorithms (:data:`ALGORITHMS`), event e of node i at time t with gradient
+``g = grad f_i(.)`` at the model i read when its step started (right after its previous event):
 
-   x_i, x_j \\leftarrow \\tfrac12 (x_i + x_j), \\qquad x_i \\leftarrow x_i - \\gamma\\, g,
-   \\qquad \\hat x_i \\leftarrow x_i
+* ``ad_psgd`` (Lian et al. 2018, Algorithm 1): with j a uniformly random out-neighbour,
+  atomically ``x_i, x_j <- (x_i + x_j) / 2``, then ``x_i <- x_i - lr g`` with g taken at
+  ``xhat_i``, i's model right after its previous event (others may have averaged with it since);
+  averaging is instantaneous. Pairwise averaging keeps the node mean.
+* ``async_gossip``: ``x_i <- W_ii x_i + sum_j W_ij c_ij - lr g(x_i)`` with ``c_ij`` the newest
+  version of j that has arrived at i (every node sends its new model to all out-neighbours
+  after each event; ``bits = 32 D``). Only node i moves, and from stale copies, so even with a
+  doubly stochastic W the node mean is not kept; with zero gradients the nodes still reach
+  consensus on a strongly connected graph (each update is a convex combination).
+* ``async_sgp`` (overlap SGP, Assran et al. 2019): each node holds ``(x_i, w_i)`` (w init 1);
+  ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it sends ``(p_ri x_i, p_ri w_i)`` to each
+  out-neighbour r (``P = W`` column stochastic, ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)``
+  and adds every message that arrived since its previous event. With zero gradients the sums
+  ``sum_i x_i + in flight`` and ``sum_i w_i + in flight`` are kept.
 
-and node i starts its next step. Events are processed in time order (ties: lower node first,
-then lower step). Pairwise averaging keeps the node mean, so with zero gradients the mean of x
-never moves.
+**Waves.** The schedule depends only on the time model and the key, never on model values: it is
+drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
+the partners on the host), then every event's stale version or delayed messages and the waves
+are planned on the host (:mod:`jaxgossip.async_waves`): each round's events are put on the
+earliest wave that keeps every dependency (read-after-write strictly later, write-after-read not
+earlier), so events that commute share a wave and the result is the sequential simulation's.
+A ``lax.scan`` runs over the waves, each a vmapped gather, gradient and masked scatter over W
+fixed-width slots (padding slots write out of bounds and are dropped). The metrics are taken at
+the wave that ends each round (``lax.cond``). ``max_width=1`` runs one event per wave.
 
-The schedule depends only on the time model and the key, never on model values, so it is drawn
-ahead inside the jit (:func:`async_schedule`): ``[K, N]`` durations with K = E (a node can at most
-do every event), their cumulative sums, one sort, and the first E = R N events. A "round" is N
-events (N local steps in total, as many as one synchronous round). The events are then processed
-one per ``lax.scan`` step (a gather and a scatter of two rows), an exact sequential simulation.
+**Memory.** ``ad_psgd``: ``x`` and ``xhat``, ``2 N D``. ``async_gossip``: a ring of each node's
+last S versions, ``N S D`` (S = max staleness + 1, computed exactly from the schedule; per-edge
+copies would take ``N deg D`` plus the node's own), all stale reads gathered from it.
+``async_sgp``: ``x, w`` plus an inbox of Q slots per node, ``N (Q + 1) (D + 1)``, Q = the most
+receiver steps a message waits + 1.
 
 Keys: ``key_sched, key_grad = split(key)``; the clock's key is ``fold_in(key, TIME_STREAM)``
-(:func:`jaxgossip.timing.init_clock`); event e (0-based, in time order) picks its neighbour
-slot ``floor(u_e deg_i)`` with ``u = uniform(key_sched, [E])`` and draws its gradient with
-``fold_in(key_grad, e)``.
+(:func:`jaxgossip.timing.init_clock`); AD-PSGD's event e picks its neighbour slot
+``floor(u_e deg_i)`` with ``u = uniform(key_sched, [E])``; event e draws its gradient with
+``fold_in(key_grad, e)``. The same key gives the same schedule and the same run.
 
-Reference:
+References:
   Lian, Zhang, Zhang, Liu, "Asynchronous Decentralized Parallel Stochastic Gradient Descent",
   ICML 2018 (arXiv:1710.06952), Algorithm 1.
+  Assran, Loizou, Ballas, Rabbat, "Stochastic Gradient Push for Distributed Deep Learning",
+  ICML 2019 (arXiv:1811.10792), Algorithm 3 (overlap SGP).
 """
 
 from __future__ import annotations
@@ -41,38 +66,91 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import timing
+from jaxgossip import async_waves, timing
 from jaxgossip.types import Array, PRNGKey
 
-__all__ = ["AsyncSchedule", "AsyncResult", "neighbor_table", "async_schedule", "run_async_optimization"]
+__all__ = [
+    "ALGORITHMS",
+    "AsyncSchedule",
+    "WaveStats",
+    "AsyncResult",
+    "ADPSGDState",
+    "AsyncGossipState",
+    "AsyncSGPState",
+    "resolve_algorithm",
+    "neighbor_table",
+    "step_durations",
+    "async_schedule",
+    "run_async_optimization",
+]
+
+ALGORITHMS = ("ad_psgd", "async_gossip", "async_sgp")
 
 
 class AsyncSchedule(NamedTuple):
-    """The first E events of a run in time order.
+    """The first E events of a run in time order (NumPy arrays).
 
     Attributes:
       time: [E] float32 finish time of each event (seconds).
       node: [E] int32 node that finishes a step.
-      partner: [E] int32 the neighbour it averages with.
+      partner: [E] int32 the neighbour it averages with (``ad_psgd``; the node itself otherwise).
       step: [E] int32 which local step of ``node`` it is (0-based).
     """
 
-    time: Array
-    node: Array
-    partner: Array
-    step: Array
+    time: np.ndarray
+    node: np.ndarray
+    partner: np.ndarray
+    step: np.ndarray
+
+
+class WaveStats(NamedTuple):
+    """How the events were packed (:mod:`jaxgossip.async_waves`).
+
+    Attributes:
+      num_waves: M, waves of the scan.
+      width: W, slots per wave (the widest wave).
+      mean_width: E / M, events per wave on average.
+      slots: S, versions kept per node (``async_gossip``); Q, inbox slots per node
+        (``async_sgp``); 0 (``ad_psgd``).
+    """
+
+    num_waves: int
+    width: int
+    mean_width: float
+    slots: int
+
+
+class ADPSGDState(NamedTuple):
+    x: Array  # [N, D] models
+    x_hat: Array  # [N, D] each node's model right after its previous event (its gradient point)
+
+
+class AsyncGossipState(NamedTuple):
+    history: Array  # [N, S, D] ring of each node's last S versions (version m in slot m mod S)
+    version: Array  # [N] int32 each node's current version (its events so far)
+
+
+class AsyncSGPState(NamedTuple):
+    x: Array  # [N, D] push-sum numerators
+    w: Array  # [N] push-sum weights
+    inbox_x: Array  # [N, Q, D] messages in flight, by the receiver's event (slot s mod Q) adding them
+    inbox_w: Array  # [N, Q] their weights
 
 
 class AsyncResult(NamedTuple):
     """Outcome of :func:`run_async_optimization` (R rounds of N events, N nodes, D parameters).
 
     Attributes:
-      objective: [R + 1] global objective ``(1/N) sum_i f_i(mean_j x_j)`` (full batch).
-      consensus: [R + 1] ``(1/N) sum_i ||x_i - mean_j x_j||^2``.
+      objective: [R + 1] global objective ``(1/N) sum_i f_i(mean_j z_j)`` (full batch), z the
+        models the nodes evaluate (``x / w`` for ``async_sgp``, x otherwise).
+      consensus: [R + 1] ``(1/N) sum_i ||z_i - mean_j z_j||^2``.
       sim_time: [R + 1] float32 simulated seconds at the end of each round (0 first): the time of
         its last event.
-      x: [N, D] final models.
+      x: [N, D] final models z.
       schedule: :class:`AsyncSchedule` of the run's R N events.
+      waves: :class:`WaveStats`.
+      state: the final :class:`ADPSGDState`, :class:`AsyncGossipState` or :class:`AsyncSGPState`.
+      algorithm: which of :data:`ALGORITHMS` ran.
     """
 
     objective: Any
@@ -80,23 +158,71 @@ class AsyncResult(NamedTuple):
     sim_time: Any
     x: Any
     schedule: AsyncSchedule
+    waves: WaveStats
+    state: Any
+    algorithm: str
 
 
-def neighbor_table(topology: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(table [N, Dmax] int32, degree [N] int32)``: each node's out-neighbours in graph 0 (real
+def resolve_algorithm(algorithm: str) -> str:
+    """The asynchronous algorithm (one of :data:`ALGORITHMS`) that ``algorithm`` names: one of
+    them, or a registered algorithm (or import path) whose metadata has an asynchronous form
+    (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`, the first one).
+
+    Raises:
+      ValueError: an unknown name, an algorithm without an asynchronous mode (the reason, from
+        :func:`jaxgossip.algorithms.check_execution`), or metadata naming no known one.
+    """
+    if algorithm in ALGORITHMS:
+        return algorithm
+    from jaxgossip import algorithms  # the registry imports much of the library; only needed here
+
+    try:
+        entry = algorithms.resolve(algorithm)
+    except ValueError as err:
+        raise ValueError(f"{err}; asynchronous algorithms: {', '.join(ALGORITHMS)}") from None
+    algorithms.check_execution(algorithm, entry, "async")
+    rule = entry.asynchronous[0]
+    if rule not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm {algorithm!r} is registered with asynchronous={entry.asynchronous}; "
+            f"{rule!r} is not one of {', '.join(ALGORITHMS)}"
+        )
+    return rule
+
+
+def _graph(topology: Any, algorithm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The real edges ``(senders, receivers, weights)`` of the graph and the self weights ``[N]``.
+
+    Raises:
+      ValueError: a stochastic or time-varying graph; TypeError: a stack (traced tables).
+    """
+    if topology.stochastic:
+        raise ValueError(f"{algorithm} needs a fixed graph; {topology.name} is drawn every round")
+    if topology.period != 1:
+        raise ValueError(
+            f"{algorithm} needs a static graph (period T = 1): asynchronous nodes have no common "
+            f"round to switch graphs on; {topology.name} has T = {topology.period}"
+        )
+    if not topology.host_tables:
+        raise TypeError(f"{algorithm} plans its events on the host and needs a graph with host tables, not a stack")
+    s, r, w = (np.asarray(a)[0] for a in (topology.senders, topology.receivers, topology.weights))
+    n = topology.num_nodes
+    self_w = np.zeros(n, np.float64)
+    np.add.at(self_w, s[(s == r)], w[(s == r)])
+    real = (w != 0) & (s != r)
+    return s[real], r[real], w[real], self_w
+
+
+def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarray, np.ndarray]:
+    """``(table [N, Dmax] int32, degree [N] int32)``: each node's out-neighbours in the graph (real
     edges: weight != 0, no self loop), ascending, padded with the node itself.
 
     Raises:
-      ValueError: a stochastic graph (no fixed edge list), or a node without out-neighbours.
+      ValueError: a stochastic or time-varying graph, or a node without out-neighbours.
     """
-    if topology.stochastic:
-        raise ValueError(f"asynchronous runs need a fixed graph; {topology.name} is drawn every round")
+    s, r, _, _ = _graph(topology, algorithm)
     n = topology.num_nodes
-    s = np.asarray(topology.senders)[0]
-    r = np.asarray(topology.receivers)[0]
-    w = np.asarray(topology.weights)[0]
-    real = (w != 0) & (s != r)
-    lists = [sorted(set(r[real & (s == i)].tolist())) for i in range(n)]
+    lists = [sorted(set(r[s == i].tolist())) for i in range(n)]
     lonely = [i for i, nb in enumerate(lists) if not nb]
     if lonely:
         raise ValueError(f"node(s) {lonely} of {topology.name} have no out-neighbour to average with")
@@ -105,67 +231,233 @@ def neighbor_table(topology: Any) -> tuple[np.ndarray, np.ndarray]:
     return table, np.array([len(nb) for nb in lists], np.int32)
 
 
+def _edge_delays(links: timing.Links, topology: Any, bits: float) -> dict[tuple[int, int], float]:
+    """(sender, receiver) -> seconds a message of ``bits`` takes on graph 0's real edges (serial
+    uplinks: the cumulative transfer of the sender's messages in ascending receiver order)."""
+    if links.kind != "graph":
+        raise ValueError(f"asynchronous runs need per-edge or per-node links on the graph, not {links.kind!r} links")
+    if np.shape(links.senders) != np.shape(topology.senders):
+        raise ValueError(
+            f"the time model's links have {np.shape(links.senders)} edges; the graph has {np.shape(topology.senders)}: "
+            "build the time model on the same topology"
+        )
+    s = np.asarray(topology.senders)[0]
+    r = np.asarray(topology.receivers)[0]
+    real = np.asarray(links.real)[0]
+    lat = np.asarray(links.latency, np.float64)[0]
+    bw = np.asarray(links.bandwidth, np.float64)[0]
+    delays: dict[tuple[int, int], float] = {}
+    for sender in range(topology.num_nodes):
+        edges = sorted((int(r[e]), e) for e in np.flatnonzero(real & (s == sender)))
+        sent = 0.0
+        for receiver, e in edges:
+            transfer = lat[e] + bits / bw[e]
+            sent = sent + transfer if links.mode == "serial" else transfer
+            delays[(sender, receiver)] = sent
+    return delays
+
+
+def _slot_table(pairs: list[list[tuple[int, float]]], n: int):
+    """``(table [N, K] int32 padded with the node, real [N, K], weight [N, K])`` from per-node
+    lists of (neighbour, weight)."""
+    width = max(1, max(len(p) for p in pairs))
+    table = np.array([[nb for nb, _ in p] + [i] * (width - len(p)) for i, p in enumerate(pairs)], np.int32)
+    real = np.array([[True] * len(p) + [False] * (width - len(p)) for p in pairs], bool)
+    weight = np.array([[w for _, w in p] + [0.0] * (width - len(p)) for p in pairs], np.float32)
+    return table.reshape(n, width), real.reshape(n, width), weight.reshape(n, width)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _durations(compute, clock_key, n, num_steps):
+    key = jax.random.wrap_key_data(clock_key)
+    return jax.vmap(lambda k: timing.compute_seconds(compute, key, k, n))(jnp.arange(num_steps, dtype=jnp.int32))
+
+
+def step_durations(compute: timing.Compute, num_nodes: int, num_steps: int, key: PRNGKey) -> np.ndarray:
+    """``[K, N]`` float32 seconds of every node's first K = ``num_steps`` local steps in the run
+    with key ``key`` (:func:`jaxgossip.timing.compute_seconds` with the clock's key), as the
+    schedule draws them."""
+    return np.asarray(_durations(compute, timing.init_clock(key).key, num_nodes, num_steps), np.float32)
+
+
 def async_schedule(
-    compute: timing.Compute, table: Array, degree: Array, num_events: int, key: PRNGKey
+    compute: timing.Compute, num_nodes: int, num_events: int, key: PRNGKey, table=None, degree=None
 ) -> AsyncSchedule:
-    """The first ``num_events`` (E) events of the run with key ``key`` (module docstring).
+    """The first ``num_events`` (E) events of the run with key ``key`` (module docstring), on the host.
 
-    Memory is ``[E, N]`` (every node's first E step times), fine for small runs only.
+    Every node's first K step durations are drawn (K doubled from about 2 E / N until no node has
+    K events among the first E, so no later step can precede them; K <= E), summed in float32 in
+    step order, and sorted. With ``table, degree`` (:func:`neighbor_table`) each event gets its
+    AD-PSGD partner; otherwise the partner is the node itself.
     """
-    n = table.shape[0]
-    clock_key = jax.random.wrap_key_data(timing.init_clock(key).key)
-    steps = jnp.arange(num_events, dtype=jnp.int32)
-    durations = jax.vmap(lambda k: timing.compute_seconds(compute, clock_key, k, n))(steps)  # [K, N]
-    finish = jnp.cumsum(durations.astype(jnp.float32), axis=0)  # [K, N]
-    step_idx = jnp.broadcast_to(steps[:, None], finish.shape).reshape(-1)
-    node_idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32)[None, :], finish.shape).reshape(-1)
-    order = jnp.lexsort((step_idx, node_idx, finish.reshape(-1)))[:num_events]
-    node = node_idx[order]
-    key_sched, _ = jax.random.split(key)
-    u = jax.random.uniform(key_sched, (num_events,))
-    slot = jnp.minimum(jnp.floor(u * degree[node]).astype(jnp.int32), degree[node] - 1)
-    partner = jnp.asarray(table)[node, slot]
-    return AsyncSchedule(finish.reshape(-1)[order], node, partner, step_idx[order])
+    n = num_nodes
+    steps = min(num_events, 2 * -(-num_events // n) + 16)
+    while True:
+        durations = step_durations(compute, n, steps, key)  # [K, N]
+        finish = np.cumsum(durations, axis=0, dtype=np.float32)  # sequential float32 sums
+        step_idx = np.repeat(np.arange(steps, dtype=np.int32), n)
+        node_idx = np.tile(np.arange(n, dtype=np.int32), steps)
+        flat = finish.reshape(-1)
+        order = np.lexsort((step_idx, node_idx, flat))[:num_events]
+        node = node_idx[order]
+        if steps == num_events or np.bincount(node, minlength=n).max() < steps:
+            break
+        steps = min(num_events, 2 * steps)
+    partner = node.copy()
+    if table is not None:
+        key_sched, _ = jax.random.split(key)
+        u = np.asarray(jax.random.uniform(key_sched, (num_events,)), np.float32)
+        deg = np.asarray(degree)[node]
+        slot = np.minimum(np.floor(u * deg.astype(np.float32)).astype(np.int32), deg - 1)
+        partner = np.asarray(table)[node, slot].astype(np.int32)
+    return AsyncSchedule(flat[order], node, partner, step_idx[order])
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 6))
-def _run(x0, loss_fn, full_loss_fn, table, degree, compute, num_rounds, lr, key):
-    n = x0.shape[0]
-    num_events = num_rounds * n
-    sched = async_schedule(compute, table, degree, num_events, key)
+class _Tables(NamedTuple):
+    """Per-wave tables ([M, W, ...]) of the compiled scan; ``node`` pads with N (dropped)."""
+
+    event: Array  # [M, W] int32, 0 in padded slots (only the gradient key reads it)
+    node: Array  # [M, W] int32, N in padded slots
+    end: Array  # [M] bool, the wave ends a round
+    extra: Any  # rule-specific tables, [M, W, ...]
+
+
+def _wave(rule, grad, lr, key_grad, n):
+    """The function ``state, tables -> state`` of one wave of ``rule``."""
+
+    def gradients(points, node, event):
+        keys = jax.vmap(lambda e: jax.random.fold_in(key_grad, e))(event)
+        return jax.vmap(grad)(points, node, keys)
+
+    def ad_psgd(state, tab):
+        i, (j,) = tab.node, tab.extra
+        gi, gj = jnp.minimum(i, n - 1), jnp.minimum(j, n - 1)
+        g = gradients(state.x_hat[gi], gi, tab.event)
+        avg = 0.5 * (state.x[gi] + state.x[gj])
+        new = avg - lr * g
+        x = state.x.at[j].set(avg, mode="drop").at[i].set(new, mode="drop")
+        return ADPSGDState(x, state.x_hat.at[i].set(new, mode="drop"))
+
+    def async_gossip(state, tab):
+        i = tab.node
+        own, write, self_w, nbr, slot, weight = tab.extra
+        gi = jnp.minimum(i, n - 1)
+        x_i = state.history[gi, own]
+        g = gradients(x_i, gi, tab.event)
+        mixed = self_w[:, None] * x_i
+        for k in range(nbr.shape[1]):  # per-slot gathers (DESIGN.md: faster than one [W, K, D])
+            mixed = mixed + weight[:, k, None] * state.history[nbr[:, k], slot[:, k]]
+        history = state.history.at[i, write].set(mixed - lr * g, mode="drop")
+        return AsyncGossipState(history, state.version.at[i].add(1, mode="drop"))
+
+    def async_sgp(state, tab):
+        i = tab.node
+        own, self_p, target, target_slot, p = tab.extra
+        gi = jnp.minimum(i, n - 1)
+        x_i, w_i = state.x[gi], state.w[gi]
+        g = gradients(x_i / w_i[:, None], gi, tab.event)
+        half = x_i - lr * g
+        x = state.x.at[i].set(self_p[:, None] * half + state.inbox_x[gi, own], mode="drop")
+        w = state.w.at[i].set(self_p * w_i + state.inbox_w[gi, own], mode="drop")
+        # clear the slots just read before adding this wave's messages (one add per slot and wave)
+        inbox_x = state.inbox_x.at[i, own].set(0.0, mode="drop")
+        inbox_w = state.inbox_w.at[i, own].set(0.0, mode="drop")
+        flat_t, flat_s = target.reshape(-1), target_slot.reshape(-1)
+        inbox_x = inbox_x.at[flat_t, flat_s].add(
+            (p[:, :, None] * half[:, None, :]).reshape(flat_t.size, -1), mode="drop"
+        )
+        inbox_w = inbox_w.at[flat_t, flat_s].add((p * w_i[:, None]).reshape(-1), mode="drop")
+        return AsyncSGPState(x, w, inbox_x, inbox_w)
+
+    return {"ad_psgd": ad_psgd, "async_gossip": async_gossip, "async_sgp": async_sgp}[rule]
+
+
+def _models(rule, state, n):
+    """[N, D] the models the nodes evaluate."""
+    if rule == "ad_psgd":
+        return state.x
+    if rule == "async_gossip":
+        return state.history[jnp.arange(n), state.version % state.history.shape[1]]
+    return state.x / state.w[:, None]
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key):
+    n = jax.tree_util.tree_leaves(state0)[0].shape[0]
     _, key_grad = jax.random.split(key)
-    grad = jax.grad(loss_fn)
+    wave = _wave(rule, jax.grad(loss_fn), lr, key_grad, n)
     nodes = jnp.arange(n, dtype=jnp.int32)
 
-    def event(carry, e):
-        x, snap = carry
-        i, j = sched.node[e], sched.partner[e]
-        g = grad(snap[i], i, jax.random.fold_in(key_grad, e))
-        avg = 0.5 * (x[i] + x[j])
-        x = x.at[j].set(avg).at[i].set(avg - lr * g)
-        snap = snap.at[i].set(x[i])
-        return (x, snap), None
-
-    def metrics(x):
-        mean = jnp.mean(x, axis=0)
+    def metrics(state):
+        z = _models(rule, state, n)
+        mean = jnp.mean(z, axis=0)
         obj = jnp.mean(jax.vmap(full_loss_fn, in_axes=(None, 0, None))(mean, nodes, key_grad))
-        return obj, jnp.mean(jnp.sum((x - mean) ** 2, axis=-1))
+        return jnp.stack([obj, jnp.mean(jnp.sum((z - mean) ** 2, axis=-1))]).astype(jnp.float32)
 
-    def round_fn(carry, r):
-        carry, _ = jax.lax.scan(event, carry, r * n + nodes)
-        return carry, metrics(carry[0])
+    def body(state, tab):
+        state = wave(state, tab)
+        record = jax.lax.cond(tab.end, metrics, lambda s: jnp.zeros([2], jnp.float32), state)
+        return state, record
 
-    (x, _), (objs, cons) = jax.lax.scan(round_fn, (x0, x0), jnp.arange(num_rounds))
-    obj0, cons0 = metrics(x0)
-    times = sched.time.reshape(num_rounds, n)[:, -1]
-    zero = jnp.zeros([1], jnp.float32)
-    return AsyncResult(
-        jnp.concatenate([obj0[None], objs]),
-        jnp.concatenate([cons0[None], cons]),
-        jnp.concatenate([zero, times]),
-        x,
-        sched,
-    )
+    state, records = jax.lax.scan(body, state0, tables)
+    return state, metrics(state0), records
+
+
+def _check_topology_weights(topology, rule, s, r, w, self_w):
+    n = topology.num_nodes
+    if rule == "async_gossip":
+        sums = self_w + np.bincount(r, weights=w, minlength=n)
+        what = "each receiver's weights W_ij (self included) summing to 1, so every update is an average"
+    else:
+        sums = self_w + np.bincount(s, weights=w, minlength=n)
+        what = "column-stochastic weights (each sender's outgoing weights, self included, summing to 1)"
+    bad = np.flatnonzero(np.abs(sums - 1) > 1e-5)
+    if bad.size:
+        raise ValueError(
+            f"{rule} needs {what}; {topology.name} has sums {sums[bad[:3]].round(6).tolist()} "
+            f"at node(s) {bad[:3].tolist()}"
+        )
+
+
+def _plan(rule, topology, sched, dim, links, max_width):
+    """``(Plan, per-event tables [E, ...], which of them are nodes written to, slots)`` (host)."""
+    n = topology.num_nodes
+    if rule == "ad_psgd":
+        level = async_waves.ad_psgd_levels(sched.node, sched.partner, n)
+        return async_waves.pack_waves(level, n, max_width), (sched.partner.astype(np.int32),), (True,), 0
+    s, r, w, self_w = _graph(topology, rule)
+    step = sched.step.astype(np.int64)
+    if rule == "async_gossip":
+        delays = _edge_delays(links, topology, 32.0 * dim)
+        pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == i) for i in range(n)]
+        table, real, weight = _slot_table(pairs, n)
+        delay = np.array([[delays.get((int(table[i, k]), i), 0.0) for k in range(table.shape[1])] for i in range(n)])
+        version, producer, slots = async_waves.read_versions(
+            sched.time, sched.node, table, real, delay.astype(np.float32), n
+        )
+        level = async_waves.gossip_levels(sched.node, table, real, producer, n)
+        i = sched.node
+        extra = (
+            (step % slots).astype(np.int32),
+            ((step + 1) % slots).astype(np.int32),
+            self_w[i].astype(np.float32),
+            table[i],
+            (version % slots).astype(np.int32),
+            weight[i],
+        )
+        return async_waves.pack_waves(level, n, max_width), extra, (False,) * len(extra), slots
+    delays = _edge_delays(links, topology, 32.0 * dim + 32.0)
+    pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == j) for j in range(n)]
+    table, real, weight = _slot_table(pairs, n)
+    delay = np.array([[delays.get((j, int(table[j, k])), 0.0) for k in range(table.shape[1])] for j in range(n)])
+    delay = delay.astype(np.float32)
+    wait, absorber, slots = async_waves.message_slots(sched.time, sched.node, table, real, delay, n)
+    level = async_waves.sgp_levels(sched.node, table, real, wait, absorber, n)
+    i = sched.node
+    target = np.where(real[i], table[i], n).astype(np.int32)  # padded neighbour slots: dropped
+    own, wait_slot = (step % slots).astype(np.int32), (wait % slots).astype(np.int32)
+    extra = (own, self_w[i].astype(np.float32), target, wait_slot, weight[i])
+    return async_waves.pack_waves(level, n, max_width), extra, (False, False, True, False, False), slots
 
 
 def run_async_optimization(
@@ -177,28 +469,91 @@ def run_async_optimization(
     time: Any,
     num_rounds: int,
     key: PRNGKey,
+    algorithm: str = "ad_psgd",
+    max_width: int | None = None,
 ) -> AsyncResult:
-    """AD-PSGD (module docstring) on a :class:`jaxgossip.problems.Problem` over ``topology``.
+    """An asynchronous algorithm (module docstring) on a :class:`jaxgossip.problems.Problem`.
 
     Args:
       problem: its ``loss_fn`` gives the (stochastic) gradients, ``full_loss_fn`` the objective.
-      topology: a fixed graph (graph 0 of a time-varying one); events average along its edges.
+      topology: a fixed, static graph with host tables; ``async_gossip`` mixes with its weights
+        (each receiver's summing to 1), ``async_sgp`` pushes with them (column stochastic),
+        ``ad_psgd`` averages along its edges.
       x0: [N, D] float32 initial models.
-      lr: gamma, the step size (may be traced).
-      time: a :class:`jaxgossip.timing.TimeModel` or a :class:`jaxgossip.timing.Compute` (or a
-        ``--time.compute`` spec); only the compute part is used (averaging is instantaneous).
+      lr: the step size (may be traced).
+      time: a :class:`jaxgossip.timing.TimeModel` (compute and per-edge links; no availability)
+        or a :class:`jaxgossip.timing.Compute` or ``--time.compute`` spec (then the default
+        links, :data:`jaxgossip.timing.DEFAULT_LATENCY` and ``DEFAULT_BANDWIDTH``).
       num_rounds: R >= 1; the run processes E = R N events.
-      key: PRNG key; the same key gives the same schedule and run.
+      key: a concrete PRNG key (the schedule is planned on the host).
+      algorithm: one of :data:`ALGORITHMS`, or a registered algorithm with an asynchronous form
+        (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``).
+      max_width: at most this many events per wave (None: no limit; 1: one event per scan step).
 
     Raises:
-      ValueError: a bad ``num_rounds``, an ``x0`` not [N, D] for the topology's N, a stochastic
-        graph or a node without neighbours.
+      ValueError: an unknown algorithm or one without an asynchronous mode (with the reason), a bad
+        ``num_rounds`` or ``max_width``, an ``x0`` not [N, D] for the topology's N, a stochastic or
+        time-varying graph, weights the algorithm cannot use, or unsupported links.
     """
+    rule = resolve_algorithm(algorithm)
     if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
         raise ValueError(f"num_rounds={num_rounds!r} must be a positive int")
+    if max_width is not None and (
+        isinstance(max_width, bool) or not isinstance(max_width, (int, np.integer)) or max_width < 1
+    ):
+        raise ValueError(f"max_width={max_width!r} must be None or a positive int")
     x0 = jnp.asarray(x0, jnp.float32)
     if x0.ndim != 2 or x0.shape[0] != topology.num_nodes:
         raise ValueError(f"x0 must be [N, D] with N = {topology.num_nodes}; got shape {x0.shape}")
-    compute = time.compute if isinstance(time, timing.TimeModel) else timing.parse_compute(time)
-    table, degree = neighbor_table(topology)
-    return _run(x0, problem.loss_fn, problem.full_loss_fn, table, degree, compute, int(num_rounds), lr, key)
+    if isinstance(key, jax.core.Tracer):
+        raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
+    n, dim = x0.shape
+    if isinstance(time, timing.TimeModel):
+        if time.available is not None:
+            raise ValueError("asynchronous runs do not model availability (time.available); give None")
+        compute, links = time.compute, time.links
+    else:
+        compute = timing.parse_compute(time)
+        links = timing.make_links(topology, timing.DEFAULT_LATENCY, timing.DEFAULT_BANDWIDTH)
+    table = degree = None
+    if rule == "ad_psgd":
+        table, degree = neighbor_table(topology, rule)
+    else:  # refuse the graph before drawing anything
+        _check_topology_weights(topology, rule, *_graph(topology, rule))
+    num_events = int(num_rounds) * n
+    sched = async_schedule(compute, n, num_events, key, table, degree)
+    plan, extra, written, slots = _plan(rule, topology, sched, dim, links, max_width)
+    valid = plan.events >= 0
+    ev = np.where(valid, plan.events, 0)
+    node = np.where(valid, sched.node[ev], n).astype(np.int32)
+    rows = []
+    for table, writes_to in zip(extra, written):
+        row = table[ev]
+        if writes_to:  # a padded slot's writes go to node N: dropped
+            row = np.where(valid.reshape(valid.shape + (1,) * (row.ndim - 2)), row, n).astype(np.int32)
+        rows.append(row)
+    tables = _Tables(ev.astype(np.int32), node, plan.round_end, tuple(rows))
+    if rule == "ad_psgd":
+        state0 = ADPSGDState(x0, x0)
+    elif rule == "async_gossip":
+        state0 = AsyncGossipState(jnp.repeat(x0[:, None, :], slots, axis=1), jnp.zeros([n], jnp.int32))
+    else:
+        state0 = AsyncSGPState(
+            x0, jnp.ones([n], jnp.float32), jnp.zeros([n, slots, dim], jnp.float32), jnp.zeros([n, slots], jnp.float32)
+        )
+    state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key)
+    at_end = records[jnp.asarray(plan.boundary)]
+    times = sched.time.reshape(int(num_rounds), n)[:, -1]
+    stats = WaveStats(
+        int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], int(slots)
+    )
+    return AsyncResult(
+        jnp.concatenate([first[:1], at_end[:, 0]]),
+        jnp.concatenate([first[1:], at_end[:, 1]]),
+        jnp.concatenate([jnp.zeros([1], jnp.float32), jnp.asarray(times)]),
+        _models(rule, state, n),
+        sched,
+        stats,
+        state,
+        rule,
+    )

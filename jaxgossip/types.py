@@ -81,6 +81,9 @@ GRAPH_REQUIREMENTS = ("mixing", "time_varying", "stackable", "stochastic_graphs"
 # Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
 # of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
 STOCHASTIC_GRAPHS = ("none", "failures", "any")
+# Execution modes: "sync" (lock-step rounds, every registered algorithm) and "async" (each node on
+# its own simulated clock, jaxgossip.asynchronous; only algorithms with AlgorithmInfo.asynchronous).
+EXECUTIONS = ("sync", "async")
 
 
 def one_exchange(options: Mapping[str, Any]) -> int:
@@ -130,7 +133,8 @@ class AlgorithmInfo:
         ``"stochastic_graphs"``, ``"tree"``); :func:`jaxgossip.algorithms.check_graph` puts the reason in its
         refusal (a generic one when none is given). E.g. Choco's ``time_varying=False`` because
         ``s_i = sum_j W_ij x_hat_j`` assumes a fixed W. The key ``"receive"`` says why an algorithm
-        without :attr:`receive` cannot be attacked.
+        without :attr:`receive` cannot be attacked, the key ``"execution"`` why it has no
+        asynchronous form.
       receive: for an algorithm whose messages are its models (each node sends its current model
         to every out-neighbour): ``receive(topology, **options) -> round_fn`` with
         ``params, state, info = round_fn(params, state, received, key)``, the round as a function
@@ -142,6 +146,12 @@ class AlgorithmInfo:
       tree: it needs an undirected tree (connected, N - 1 links) and relays messages along it
         (RelaySum); :func:`jaxgossip.algorithms.check_graph` refuses any other graph, naming its
         cycle, its disconnection or a link without its reverse. The mixing weights are not read.
+      asynchronous: the asynchronous algorithms of :mod:`jaxgossip.asynchronous` that run it
+        without rounds (each node on its own simulated clock), the first one the default, e.g.
+        ``("async_gossip", "ad_psgd")`` for gossip; empty (the default): it runs in synchronous
+        rounds only. :attr:`execution` is derived from it, and
+        :func:`jaxgossip.algorithms.check_execution` refuses the modes it lacks with
+        ``reasons["execution"]`` (a generic reason when none is given).
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -160,6 +170,13 @@ class AlgorithmInfo:
     reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
     receive: Callable[..., Callable] | None = None
     tree: bool = False
+    asynchronous: tuple[str, ...] = ()
+
+    @property
+    def execution(self) -> tuple[str, ...]:
+        """The execution modes it supports (:data:`EXECUTIONS`): ``("sync",)``, plus ``"async"``
+        when it has an :attr:`asynchronous` form."""
+        return ("sync", "async") if self.asynchronous else ("sync",)
 
     def __post_init__(self):
         if not callable(self.factory):
@@ -188,11 +205,16 @@ class AlgorithmInfo:
         for field in ("shape_options", "trainer_options", "reasons"):
             if not isinstance(getattr(self, field), Mapping):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")
-        unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS) - {"receive"})
+        if not isinstance(self.asynchronous, tuple) or not all(isinstance(a, str) and a for a in self.asynchronous):
+            raise TypeError(
+                f"asynchronous={self.asynchronous!r} must be a tuple of asynchronous algorithm names "
+                "(jaxgossip.asynchronous.ALGORITHMS), e.g. ('async_gossip',)"
+            )
+        unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS) - {"receive", "execution"})
         if unknown or not all(isinstance(why, str) and why for why in self.reasons.values()):
             raise ValueError(
-                f"reasons={dict(self.reasons)!r} must map graph requirements ({', '.join(GRAPH_REQUIREMENTS)}) "
-                "or 'receive' to non-empty strings" + (f"; unknown: {unknown}" if unknown else "")
+                f"reasons={dict(self.reasons)!r} must map graph requirements ({', '.join(GRAPH_REQUIREMENTS)}), "
+                "'receive' or 'execution' to non-empty strings" + (f"; unknown: {unknown}" if unknown else "")
             )
 
     def exchanges_per_round(self, options: Mapping[str, Any]) -> int:

@@ -1,4 +1,5 @@
-"""AD-PSGD (jaxgossip.asynchronous) against a heapq discrete-event reference in NumPy."""
+"""Asynchronous runs (jaxgossip.asynchronous) against a heapq discrete-event reference in NumPy:
+AD-PSGD, asynchronous gossip with stale copies and asynchronous (overlap) SGP."""
 
 import heapq
 
@@ -7,96 +8,267 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgossip import asynchronous, problems, timing
+from jaxgossip import algorithms, async_waves, asynchronous, problems, timing
 from jaxgossip import topology as T
 
-N, D, ROUNDS = 6, 3, 20  # 120 events
-SPEC = "stragglers:1.0,0.34,3"
+N, D, ROUNDS = 8, 3, 15  # 120 events
+STRAGGLERS = "stragglers:1.0,0.25,4"
+LOGNORMAL = "lognormal:1.0,0.5"
+LATENCY = np.linspace(0.1, 0.6, N)  # per sender node: delays of the order of a step
+BANDWIDTH = np.full(N, 500.0)
 
 
-def _reference(problem, topology, x0, lr, compute, num_rounds, key):
-    """One event at a time from a heap of (finish time, node, step); gradients at the model each
-    node read when its step started."""
-    n = x0.shape[0]
-    num_events = num_rounds * n
-    clock_key = jax.random.wrap_key_data(timing.init_clock(key).key)
-    # a straggler's step always takes S C: one draw of the per-node seconds serves every step
-    assert compute.kind == "stragglers"
-    durations = np.tile(np.asarray(timing.compute_seconds(compute, clock_key, 0, n)), (num_events, 1))
-    key_sched, _ = jax.random.split(key)
-    u = np.asarray(jax.random.uniform(key_sched, (num_events,)))
+def _edges(topology):
     s, r, w = (np.asarray(a)[0] for a in (topology.senders, topology.receivers, topology.weights))
-    nbrs = [sorted({int(b) for a, b, c in zip(s, r, w) if a == i and b != i and c != 0}) for i in range(n)]
+    return [(int(a), int(b), float(c)) for a, b, c in zip(s, r, w) if c != 0]
+
+
+def _delays(topology, bits, mode):
+    """(sender, receiver) -> float32 seconds; serial: a sender's messages leave in ascending
+    receiver order, one after another."""
+    out = {}
+    for a in range(topology.num_nodes):
+        sent = 0.0
+        for b in sorted(b for s, b, _ in _edges(topology) if s == a and b != a):
+            one = LATENCY[a] + bits / BANDWIDTH[a]
+            sent = sent + one if mode == "serial" else one
+            out[(a, b)] = np.float32(sent)
+    return out
+
+
+def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None):
+    """One event at a time from a heap of (time, kind, node, step, tag): kind 0 a message arriving
+    (before a step finishing at the same time), kind 1 a step finishing."""
+    n = x0.shape[0]
     a_mat, b_vec = np.asarray(problem.features, np.float64), np.asarray(problem.targets, np.float64)
+
+    def grad(i, v):
+        return a_mat[i].T @ (a_mat[i] @ v - b_vec[i]) / a_mat.shape[1]
+
+    w_mat = np.zeros((n, n))
+    for a, b, c in _edges(topology):
+        w_mat[b, a] += c
     x = np.asarray(x0, np.float64).copy()
-    snap = x.copy()
-    heap = [(np.float32(durations[0, i]), i, 0) for i in range(n)]
+    x_hat, w = x.copy(), np.ones(n)
+    copies = {(b, a): (0, x[a].copy()) for a, b, _ in _edges(topology) if a != b}  # (receiver, sender)
+    pending_x, pending_w = np.zeros_like(x), np.zeros(n)
+    heap, payload, tag = [(np.float32(dur[0, i]), 1, i, 0, 0) for i in range(n)], {}, 0
     heapq.heapify(heap)
-    times, objs = [], []
-    for e in range(num_events):
-        t, i, k = heapq.heappop(heap)
-        j = nbrs[i][min(int(np.floor(np.float32(u[e]) * len(nbrs[i]))), len(nbrs[i]) - 1)]
-        g = a_mat[i].T @ (a_mat[i] @ snap[i] - b_vec[i]) / a_mat.shape[1]
-        avg = 0.5 * (x[i] + x[j])
-        x[i], x[j] = avg - lr * g, avg
-        snap[i] = x[i]
-        heapq.heappush(
-            heap, (np.float32(t + np.float32(durations[k + 1, i])) if k + 1 < num_events else np.inf, i, k + 1)
-        )
-        if (e + 1) % n == 0:
+    events, times, objs, cons = 0, [], [], []
+    while events < num_rounds * n:
+        t, kind, i, k, key = heapq.heappop(heap)
+        if kind == 0:
+            src, version, mx, mw = payload.pop(key)
+            if rule == "async_gossip" and version > copies[(i, src)][0]:
+                copies[(i, src)] = (version, mx)
+            if rule == "async_sgp":
+                pending_x[i] += mx
+                pending_w[i] += mw
+            continue
+        out = [b for b in range(n) if b != i and w_mat[b, i] != 0]
+        messages = []
+        if rule == "ad_psgd":
+            nbrs = sorted(out)
+            j = nbrs[min(int(np.floor(np.float32(u[events]) * np.float32(len(nbrs)))), len(nbrs) - 1)]
+            avg = 0.5 * (x[i] + x[j])
+            x[i], x[j] = avg - lr * grad(i, x_hat[i]), avg
+            x_hat[i] = x[i]
+        elif rule == "async_gossip":
+            new = w_mat[i, i] * x[i] - lr * grad(i, x[i])
+            for j in range(n):
+                if j != i and w_mat[i, j] != 0:
+                    new = new + w_mat[i, j] * copies[(i, j)][1]
+            x[i] = new
+            messages = [(b, (i, k + 1, x[i].copy(), 0.0)) for b in out]
+        else:
+            half = x[i] - lr * grad(i, x[i] / w[i])
+            messages = [(b, (i, k + 1, w_mat[b, i] * half, w_mat[b, i] * w[i])) for b in out]
+            x[i], w[i] = w_mat[i, i] * half + pending_x[i], w_mat[i, i] * w[i] + pending_w[i]
+            pending_x[i], pending_w[i] = 0.0, 0.0
+        for b, p in messages:
+            tag += 1
+            payload[tag] = p
+            heapq.heappush(heap, (np.float32(t + delay[(i, b)]), 0, b, 0, tag))
+        heapq.heappush(heap, (np.float32(t + dur[k + 1, i]), 1, i, k + 1, 0))
+        events += 1
+        if events % n == 0:
+            z = x / w[:, None]
             times.append(t)
-            objs.append(problem.objective(x.mean(axis=0)))
-    return x, np.array(times), np.array(objs)
+            objs.append(problem.objective(z.mean(0)))
+            cons.append(np.mean(np.sum((z - z.mean(0)) ** 2, -1)))
+    in_flight = (
+        pending_x.sum(0) + sum((p[2] for p in payload.values()), np.zeros(x.shape[1])),
+        pending_w.sum() + sum(p[3] for p in payload.values()),
+    )
+    return x / w[:, None], np.array(times), np.array(objs), np.array(cons), (x, w, in_flight)
 
 
 @pytest.fixture(scope="module")
-def setup():
-    problem = problems.least_squares(N, D, 8, heterogeneity=2.0, seed=1)
-    topology = T.ring(N)
-    x0 = problem.init_params(jax.random.key(3))
-    return problem, topology, x0
+def problem():
+    return problems.least_squares(N, D, 8, heterogeneity=2.0, seed=1)
 
 
-def test_matches_heapq_reference(setup):
-    problem, topology, x0 = setup
-    key = jax.random.key(7)
-    res = asynchronous.run_async_optimization(problem, topology, x0, lr=0.1, time=SPEC, num_rounds=ROUNDS, key=key)
-    x_ref, times_ref, obj_ref = _reference(problem, topology, x0, 0.1, timing.parse_compute(SPEC), ROUNDS, key)
-    # the stragglers really straggle: the fast nodes do more events
-    counts = np.bincount(np.asarray(res.schedule.node), minlength=N)
-    assert counts.max() >= 2 * counts.min()
-    np.testing.assert_allclose(np.asarray(res.sim_time[1:]), times_ref, rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(res.x), x_ref, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(res.objective[1:]), obj_ref, rtol=1e-4)
+@pytest.fixture(scope="module")
+def x0(problem):
+    return problem.init_params(jax.random.key(3))
 
 
-def test_zero_gradients_keep_mean_and_contract(setup):
-    problem, topology, x0 = setup
-    res = asynchronous.run_async_optimization(
-        problem, topology, x0, lr=0.0, time=SPEC, num_rounds=ROUNDS, key=jax.random.key(0)
+def _directed(n):
+    """i -> i + 1 and i -> i + 3 (mod n), column-stochastic weights 1/3 (push-sum)."""
+    adjacency = np.zeros((n, n))
+    for i in range(n):
+        adjacency[i, (i + 1) % n] = adjacency[i, (i + 3) % n] = 1
+    return T.from_adjacency(adjacency, weights="column")
+
+
+def _graph(rule):
+    return _directed(N) if rule == "async_sgp" else T.ring(N)
+
+
+def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, **kw):
+    topology = _graph(rule)
+    tm = timing.time_model(topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode)
+    return asynchronous.run_async_optimization(
+        problem, topology, x0, lr=lr, time=tm, num_rounds=ROUNDS, key=key, algorithm=rule, **kw
     )
+
+
+@pytest.mark.parametrize(
+    "rule, spec, mode",
+    [
+        ("ad_psgd", STRAGGLERS, "parallel"),
+        ("ad_psgd", LOGNORMAL, "parallel"),
+        ("async_gossip", STRAGGLERS, "parallel"),
+        ("async_gossip", LOGNORMAL, "serial"),
+        ("async_sgp", STRAGGLERS, "serial"),
+        ("async_sgp", LOGNORMAL, "parallel"),
+    ],
+)
+def test_matches_heapq_reference(problem, x0, rule, spec, mode):
+    key = jax.random.key(7)
+    res = _run(rule, problem, x0, spec, key, mode)
+    topology = _graph(rule)
+    bits = 32.0 * D + (32.0 if rule == "async_sgp" else 0.0)
+    # the time model's draws as the run makes them (a jitted vmap; the test compiles without
+    # XLA's optimizations, where an eager draw can differ in the last bit)
+    dur = asynchronous.step_durations(timing.parse_compute(spec), N, ROUNDS * N + 1, key)
+    u = np.asarray(jax.random.uniform(jax.random.split(key)[0], (ROUNDS * N,)))
+    z, times, objs, cons, _ = _reference(
+        rule, problem, topology, x0, 0.05, dur, _delays(topology, bits, mode), ROUNDS, u
+    )
+    if spec == STRAGGLERS:  # the stragglers really straggle: the fast nodes do more events
+        counts = np.bincount(res.schedule.node, minlength=N)
+        assert counts.max() >= 2 * counts.min()
+    if rule != "ad_psgd":  # the delays matter: some reads are stale or some messages wait
+        assert res.waves.slots >= 2
+    np.testing.assert_allclose(np.asarray(res.sim_time[1:]), times, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(res.x), z, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(res.objective[1:]), objs, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(res.consensus[1:]), cons, rtol=1e-3, atol=1e-6)
+    assert res.waves.mean_width > 1.5  # events really share waves
+    if spec == LOGNORMAL:  # the waves compute the one-event-per-step simulation
+        single = _run(rule, problem, x0, spec, key, mode, max_width=1)
+        assert single.waves.num_waves == ROUNDS * N and single.waves.width == 1
+        for a, b in zip(jax.tree_util.tree_leaves(res.state), jax.tree_util.tree_leaves(single.state)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(res.objective), np.asarray(single.objective), rtol=1e-6)
+
+
+def test_ad_psgd_zero_gradients_keep_mean_and_contract(problem, x0):
+    res = _run("ad_psgd", problem, x0, STRAGGLERS, jax.random.key(7), lr=0.0)
     np.testing.assert_allclose(np.asarray(res.x).mean(0), np.asarray(x0).mean(0), atol=1e-5)
     assert res.consensus[-1] < 1e-2 * res.consensus[0]
 
 
-def test_same_key_same_run(setup):
-    problem, topology, x0 = setup
-    run = lambda k: asynchronous.run_async_optimization(  # noqa: E731
-        problem, topology, x0, lr=0.1, time=SPEC, num_rounds=ROUNDS, key=jax.random.key(k)
-    )
-    a, b, c = run(1), run(1), run(2)
+def test_async_gossip_zero_gradients_reach_consensus(problem, x0):
+    res = _run("async_gossip", problem, x0, LOGNORMAL, jax.random.key(7), "serial", lr=0.0)
+    assert res.consensus[-1] < 1e-2 * res.consensus[0]
+    # stale copies: the node mean drifts although W is doubly stochastic (docs/algorithms.md)
+    assert np.abs(np.asarray(res.x).mean(0) - np.asarray(x0).mean(0)).max() > 1e-4
+
+
+def test_async_sgp_keeps_mass_in_flight(problem, x0):
+    res = _run("async_sgp", problem, x0, STRAGGLERS, jax.random.key(7), "serial", lr=0.0)
+    state = res.state
+    mass_x = np.asarray(state.x).sum(0) + np.asarray(state.inbox_x).sum((0, 1))
+    mass_w = float(np.asarray(state.w).sum() + np.asarray(state.inbox_w).sum())
+    np.testing.assert_allclose(mass_x, np.asarray(x0).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mass_w, N, rtol=1e-6)
+    assert float(np.asarray(state.inbox_w).sum()) > 0  # some messages are still in flight
+    assert res.consensus[-1] < 1e-2 * res.consensus[0]
+
+
+@pytest.mark.parametrize("rule", asynchronous.ALGORITHMS)
+def test_same_key_same_run(problem, x0, rule):
+    mode = "serial" if rule == "async_gossip" else "parallel"
+    a, b = (_run(rule, problem, x0, LOGNORMAL, jax.random.key(7), mode) for _ in range(2))
     for left, right in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(np.asarray(left), np.asarray(right))
-    assert not np.array_equal(np.asarray(a.schedule.partner), np.asarray(c.schedule.partner))
+    other = asynchronous.async_schedule(timing.parse_compute(LOGNORMAL), N, ROUNDS * N, jax.random.key(8))
+    assert not np.array_equal(a.schedule.time, other.time)
 
 
-def test_bad_input(setup):
-    problem, topology, x0 = setup
+def test_schedule_equals_full_draw():
+    """Drawing K < E steps per node gives the first E events of drawing all E steps."""
+    compute = timing.parse_compute("lognormal:1.0,2.0")  # heavy tails: some nodes run far ahead
+    key = jax.random.key(5)
+    sched = asynchronous.async_schedule(compute, 4, 200, key)
+    assert sched.step.max() < 150  # it drew fewer than E steps per node
+    finish = np.cumsum(asynchronous.step_durations(compute, 4, 200, key), axis=0, dtype=np.float32)
+    step, node = np.meshgrid(np.arange(200), np.arange(4), indexing="ij")
+    order = np.lexsort((step.ravel(), node.ravel(), finish.ravel()))[:200]
+    np.testing.assert_array_equal(sched.node, node.ravel()[order])
+    np.testing.assert_array_equal(sched.step, step.ravel()[order])
+    np.testing.assert_array_equal(sched.time, finish.ravel()[order])
+
+
+def test_constant_compute_fills_waves(problem, x0):
+    """Equal clocks: all N events of a round happen at once and read only older versions."""
+    res = _run("async_gossip", problem, x0, 1.0, jax.random.key(0))
+    assert res.waves == asynchronous.WaveStats(ROUNDS, N, float(N), res.waves.slots)
+
+
+def test_pack_waves_respects_rounds_and_width():
+    level = np.array([0, 0, 0, 1, 2, 2, 2, 2])
+    plan = async_waves.pack_waves(level, 4, max_width=2)
+    np.testing.assert_array_equal(plan.events, [[0, 1], [2, -1], [3, -1], [4, 5], [6, 7]])
+    np.testing.assert_array_equal(plan.boundary, [2, 4])
+
+
+def test_algorithm_names_and_execution_metadata():
+    assert asynchronous.resolve_algorithm("gossip") == "async_gossip"
+    assert asynchronous.resolve_algorithm("push_sum") == "async_sgp"
+    assert algorithms.info("gossip").execution == ("sync", "async")
+    assert algorithms.info("choco").execution == ("sync",)
+    with pytest.raises(ValueError, match=r"choco cannot run with execution='async'.*gossip, push_sum"):
+        asynchronous.resolve_algorithm("choco")
+    with pytest.raises(ValueError, match=r"unknown algorithm 'hogwild'.*ad_psgd"):
+        asynchronous.resolve_algorithm("hogwild")
+    with pytest.raises(ValueError, match="execution='lazy' is unknown"):
+        algorithms.check_execution("gossip", algorithms.info("gossip"), "lazy")
+    with pytest.raises(TypeError, match="asynchronous="):
+        algorithms.AlgorithmInfo(algorithms.gossip, asynchronous="async_gossip")
+
+
+def test_bad_input(problem, x0):
+    def run(**kw):
+        args = dict(lr=0.1, time=1.0, num_rounds=1, key=jax.random.key(0))
+        topology = kw.pop("topology", T.ring(N))
+        return asynchronous.run_async_optimization(problem, topology, kw.pop("x0", x0), **{**args, **kw})
+
     with pytest.raises(ValueError, match="num_rounds"):
-        asynchronous.run_async_optimization(
-            problem, topology, x0, lr=0.1, time=1.0, num_rounds=0, key=jax.random.key(0)
-        )
+        run(num_rounds=0)
+    with pytest.raises(ValueError, match="max_width=0"):
+        run(max_width=0)
     with pytest.raises(ValueError, match="x0 must be"):
-        asynchronous.run_async_optimization(
-            problem, topology, jnp.zeros((N + 1, D)), lr=0.1, time=1.0, num_rounds=1, key=jax.random.key(0)
-        )
+        run(x0=jnp.zeros((N + 1, D)))
+    with pytest.raises(ValueError, match="choco cannot run with execution='async'"):
+        run(algorithm="choco")
+    with pytest.raises(ValueError, match="needs a fixed graph; random_matching"):
+        run(topology=T.random_matching(N), algorithm="async_gossip")
+    with pytest.raises(ValueError, match="period T = 1"):
+        run(topology=T.one_peer_exponential(N), algorithm="async_sgp")
+    star = np.zeros((N, N))
+    star[0, 1:] = star[1:, 0] = star[1, 2] = 1  # irregular and directed: columns sum to 1, rows do not
+    with pytest.raises(ValueError, match="async_gossip needs each receiver's weights.*at node"):
+        run(topology=T.from_adjacency(star, weights="column"), algorithm="async_gossip")

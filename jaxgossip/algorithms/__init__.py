@@ -51,6 +51,7 @@ from jaxgossip.algorithms.qgm import qgm
 from jaxgossip.algorithms.registry import (
     INFOS,
     REGISTRY,
+    check_execution,
     check_graph,
     info,
     make,
@@ -95,6 +96,7 @@ __all__ = [
     "info",
     "resolve",
     "check_graph",
+    "check_execution",
     "gossip",
     "allreduce",
     "choco",

@@ -99,4 +99,6 @@ INFO = AlgorithmInfo(
     stochastic_graphs="any",
     step_size="gamma",
     receive=gossip_receive,
+    # without rounds: mixing with stale copies of the neighbours, or AD-PSGD's pairwise averaging
+    asynchronous=("async_gossip", "ad_psgd"),
 )

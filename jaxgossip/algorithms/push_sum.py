@@ -111,4 +111,10 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "push_sum", orderings=INFO.orderings)
 
 
-INFO = AlgorithmInfo(push_sum, mixing="column_stochastic", stackable=True, stochastic_graphs="any")
+INFO = AlgorithmInfo(
+    push_sum,
+    mixing="column_stochastic",
+    stackable=True,
+    stochastic_graphs="any",
+    asynchronous=("async_sgp",),  # overlap SGP: delayed push-sum messages added on arrival
+)

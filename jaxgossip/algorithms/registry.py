@@ -26,7 +26,7 @@ from typing import Any
 from jaxgossip.algorithms.pair_tables import require_symmetric
 from jaxgossip.algorithms.tree_tables import require_tree
 from jaxgossip.topology import Topology
-from jaxgossip.types import ORDERINGS, AlgorithmInfo, GossipAlgorithm
+from jaxgossip.types import EXECUTIONS, ORDERINGS, AlgorithmInfo, GossipAlgorithm
 
 __all__ = [
     "REGISTRY",
@@ -37,6 +37,7 @@ __all__ = [
     "resolve",
     "make",
     "check_graph",
+    "check_execution",
     "require_doubly_stochastic",
     "require_column_stochastic",
     "require_host_topology",
@@ -351,6 +352,26 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
         except ValueError as err:
             why = f": {reasons['tree']}" if "tree" in reasons else ""
             raise ValueError(f"{err} ({name} is registered with tree=True{why})") from None
+
+
+def check_execution(name: str, entry: AlgorithmInfo, execution: str) -> None:
+    """Raises ValueError unless the metadata ``entry`` of algorithm ``name`` supports the execution
+    mode ``execution`` (:data:`~jaxgossip.types.EXECUTIONS`, :attr:`AlgorithmInfo.execution`); the
+    message names the algorithm, the mode, why (``reasons["execution"]``, else a generic reason)
+    and the algorithms that have the mode."""
+    if execution not in EXECUTIONS:
+        raise ValueError(f"execution={execution!r} is unknown; known modes: {', '.join(EXECUTIONS)}")
+    if execution in entry.execution:
+        return
+    why = entry.reasons.get(
+        "execution",
+        "no asynchronous form of its round is implemented: its state is updated in lock-step rounds",
+    )
+    have = ", ".join(n for n, i in INFOS.items() if execution in i.execution)
+    raise ValueError(
+        f"{name} cannot run with execution={execution!r}: it is registered with execution={entry.execution} "
+        f"({why}). Algorithms with execution={execution!r}: {have}"
+    )
 
 
 def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:

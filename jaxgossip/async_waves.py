@@ -1,0 +1,253 @@
+"""Host-side planning of an asynchronous run (:mod:`jaxgossip.asynchronous`): which stale version
+or which delayed message every event reads, and the packing of events into waves.
+
+Everything here is NumPy on the host, computed from the schedule (event times and nodes), which
+depends only on the time model and the key, never on model values. The compiled run then scans
+over waves with fixed-width tables.
+
+**Events.** Event e (0-based, in time order; ties: lower node, then lower step) is node
+``node[e]`` finishing its local step ``step[e]`` at ``time[e]``. Event e belongs to round
+``e // N``.
+
+**Stale versions** (:func:`read_versions`). Version 0 of node j is its initial model, known to
+everyone at time 0; version m >= 1 is its model after its m-th event, sent to every out-neighbour
+i when it is produced (at ``T_j(m)``, the time of that event) and arriving at
+``T_j(m) + d_ji`` (float32 sum; ``d_ji`` the link delay). Node i's event e at time t reads from
+j the newest version that has arrived (``T_j(m) + d_ji <= t``: a message arriving at the event's
+time counts) and was produced by an earlier event (``< e``: a float32 tie can make
+``T_j(m) + d_ji == T_j(m)``). The staleness of a read is j's current version minus the version
+read; ``S = max staleness + 1`` versions per node suffice.
+
+**Delayed messages** (:func:`message_slots`). A push-sum message sent by event a (node j) to
+out-neighbour i arrives at ``A = time[a] + d_ji`` and is added by i's first event at or after A
+that comes after a: i's event number ``s_b = max(#{i-events before a}, #{i-events with time < A})``
+(an event numbered at or past i's count in the run: still in flight at the end). It waits in
+slot ``s_b mod Q`` of i's inbox, ``Q = max(s_b - s_a) + 1`` with ``s_a`` the number of i-events
+before a, so a slot is never reused while a message waits in it.
+
+**Waves** (:func:`pack_waves`). Within each round, every event gets the earliest level that keeps
+each dependency: *strict* (a later level) for an event reading what another writes (same node,
+a version or a message it produced, two messages added to the same inbox slot, AD-PSGD's two
+nodes), *weak* (the same level or later) for an event that overwrites what another earlier one
+reads (a newer version over a ring slot, an inbox slot a previous event cleared): in a wave all
+reads happen before all writes, and clears before adds. Events of one level are a wave (split in
+event order when wider than ``max_width``). Events that do not depend on each other commute, so
+the waves compute exactly the sequential simulation; rounds never share a wave, so the metrics at
+round boundaries are those after exactly r N events.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "Plan",
+    "event_lists",
+    "read_versions",
+    "message_slots",
+    "ad_psgd_levels",
+    "gossip_levels",
+    "sgp_levels",
+    "pack_waves",
+]
+
+
+class Plan(NamedTuple):
+    """The waves of a run (M waves, padded width W).
+
+    Attributes:
+      events: [M, W] int32 event indices in event order, -1 in padded slots.
+      round_end: [M] bool, the wave that ends a round (its last one).
+      boundary: [R] int64, the index of the wave that ends each round.
+    """
+
+    events: np.ndarray
+    round_end: np.ndarray
+    boundary: np.ndarray
+
+
+def event_lists(node: np.ndarray, n: int) -> list[np.ndarray]:
+    """Per node the ascending indices of its events (``[N]`` arrays)."""
+    order = np.argsort(node, kind="stable")
+    counts = np.bincount(node, minlength=n)
+    return np.split(order, np.cumsum(counts)[:-1])
+
+
+def read_versions(
+    time: np.ndarray, node: np.ndarray, in_table: np.ndarray, in_real: np.ndarray, in_delay: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(version [E, K], producer [E, K], S)``: the version of in-neighbour ``in_table[i, k]``
+    that each event of node i reads (module docstring), the event that produced it (-1: version
+    0, or a padded slot), and the versions a node must keep.
+
+    Args:
+      time: [E] float32 event times; node: [E] int32 event nodes.
+      in_table: [N, K] int32 in-neighbours per receiver (padded with the node itself).
+      in_real: [N, K] bool, the real slots.
+      in_delay: [N, K] float32 link delay from the in-neighbour to the receiver.
+    """
+    e_count = time.shape[0]
+    lists = event_lists(node, n)
+    steps = np.empty(e_count, np.int64)
+    for events in lists:
+        steps[events] = np.arange(events.size)
+    k_count = in_table.shape[1]
+    version = np.repeat(steps[:, None], k_count, axis=1)  # padded slots read the node's own model
+    producer = np.full((e_count, k_count), -1, np.int64)
+    staleness = 0
+    for i in range(n):
+        mine = lists[i]
+        for k in range(k_count):
+            if not in_real[i, k]:
+                continue
+            j = int(in_table[i, k])
+            theirs = lists[j]
+            arrival = (time[theirs] + np.float32(in_delay[i, k])).astype(np.float32)
+            arrived = np.searchsorted(arrival, time[mine], side="right")
+            before = np.searchsorted(theirs, mine, side="left")
+            m = np.minimum(arrived, before)
+            version[mine, k] = m
+            if theirs.size:
+                producer[mine, k] = np.where(m > 0, theirs[np.maximum(m - 1, 0)], -1)
+            if mine.size:
+                staleness = max(staleness, int(np.max(before - m)))
+    return version, producer, staleness + 1
+
+
+def message_slots(
+    time: np.ndarray, node: np.ndarray, out_table: np.ndarray, out_real: np.ndarray, out_delay: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(wait [E, K], absorber [E, K], Q)``: for the message event a sends to out-neighbour
+    ``out_table[node[a], k]``, the receiver's event number ``s_b`` that adds it (module
+    docstring), the index of that event (-1: in flight at the end, or a padded slot), and the
+    inbox slots a node needs.
+
+    Args:
+      out_table: [N, K] int32 out-neighbours per sender (padded with the node itself).
+      out_real: [N, K] bool, the real slots.
+      out_delay: [N, K] float32 link delay from the sender to the out-neighbour.
+    """
+    e_count = time.shape[0]
+    lists = event_lists(node, n)
+    k_count = out_table.shape[1]
+    wait = np.zeros((e_count, k_count), np.int64)
+    absorber = np.full((e_count, k_count), -1, np.int64)
+    longest = 0
+    for j in range(n):
+        mine = lists[j]
+        for k in range(k_count):
+            if not out_real[j, k]:
+                continue
+            r = int(out_table[j, k])
+            theirs = lists[r]
+            arrival = (time[mine] + np.float32(out_delay[j, k])).astype(np.float32)
+            s_a = np.searchsorted(theirs, mine, side="left")
+            s_b = np.maximum(s_a, np.searchsorted(time[theirs], arrival, side="left"))
+            wait[mine, k] = s_b
+            if theirs.size:
+                absorber[mine, k] = np.where(s_b < theirs.size, theirs[np.minimum(s_b, theirs.size - 1)], -1)
+            if mine.size:
+                longest = max(longest, int(np.max(s_b - s_a)))
+    return wait, absorber, longest + 1
+
+
+def ad_psgd_levels(node: np.ndarray, partner: np.ndarray, n: int) -> np.ndarray:
+    """[E] levels of AD-PSGD events: an event depends strictly on every earlier event of the round
+    that touches either of its two nodes."""
+    level = np.empty(node.shape[0], np.int64)
+    last = np.full(n, -1, np.int64)
+    base = top = 0
+    for e in range(node.shape[0]):
+        if e % n == 0:  # a new round: rounds never share a level
+            base, last[:] = top, -1
+        i, j = int(node[e]), int(partner[e])
+        lvl = max(base, last[i] + 1, last[j] + 1)
+        level[e] = last[i] = last[j] = lvl
+        top = max(top, lvl + 1)
+    return level
+
+
+def gossip_levels(
+    node: np.ndarray, in_table: np.ndarray, in_real: np.ndarray, producer: np.ndarray, n: int
+) -> np.ndarray:
+    """[E] levels of asynchronous gossip events: strictly after the node's previous event and
+    after the producers of the versions it reads; not before an earlier reader of the node's
+    versions (its new version may overwrite the ring slot that reader reads)."""
+    e_count = node.shape[0]
+    level = np.empty(e_count, np.int64)
+    last = np.full(n, -1, np.int64)
+    readers = np.full(n, -1, np.int64)  # the highest level that read each node's versions
+    base = top = 0
+    for e in range(e_count):
+        if e % n == 0:
+            base, last[:], readers[:] = top, -1, -1
+        i = int(node[e])
+        lvl = max(base, last[i] + 1, readers[i])
+        for p in producer[e]:
+            if p >= 0:
+                lvl = max(lvl, level[p] + 1)
+        level[e] = last[i] = lvl
+        for k in np.flatnonzero(in_real[i]):
+            j = in_table[i, k]
+            readers[j] = max(readers[j], lvl)
+        top = max(top, lvl + 1)
+    return level
+
+
+def sgp_levels(
+    node: np.ndarray,
+    out_table: np.ndarray,
+    out_real: np.ndarray,
+    wait: np.ndarray,
+    absorber: np.ndarray,
+    n: int,
+) -> np.ndarray:
+    """[E] levels of asynchronous SGP events: strictly after the node's previous event, after the
+    senders of the messages it adds and after the previous adder into the same inbox slot (one
+    add per slot and wave keeps the order of the sums); not before the receiver's latest event
+    (the inbox slot it cleared may be the one this event adds to)."""
+    e_count = node.shape[0]
+    senders: list[list[int]] = [[] for _ in range(e_count)]
+    for a, b in zip(*np.nonzero(absorber >= 0)):
+        senders[absorber[a, b]].append(int(a))
+    level = np.empty(e_count, np.int64)
+    last = np.full(n, -1, np.int64)
+    last_add: dict[tuple[int, int], int] = {}
+    base = top = 0
+    for e in range(e_count):
+        if e % n == 0:
+            base, last[:] = top, -1
+        i = int(node[e])
+        lvl = max(base, last[i] + 1)
+        for a in senders[e]:
+            lvl = max(lvl, level[a] + 1)
+        slots = [(int(out_table[i, k]), int(wait[e, k])) for k in np.flatnonzero(out_real[i])]
+        for r, s in slots:
+            lvl = max(lvl, last[r], last_add.get((r, s), base - 1) + 1)
+        level[e] = last[i] = lvl
+        for slot in slots:
+            last_add[slot] = lvl
+        top = max(top, lvl + 1)
+    return level
+
+
+def pack_waves(level: np.ndarray, n: int, max_width: int | None = None) -> Plan:
+    """The :class:`Plan` of events with these levels: one wave per level (levels of different
+    rounds differ), split in event order into waves of at most ``max_width`` events (None: no
+    limit; 1: one event per wave, the sequential simulation)."""
+    e_count = level.shape[0]
+    order = np.lexsort((np.arange(e_count), level))
+    sorted_levels = level[order]
+    starts = np.flatnonzero(np.r_[True, sorted_levels[1:] != sorted_levels[:-1]])
+    groups = np.split(order, starts[1:])
+    if max_width is not None:
+        groups = [g[s : s + max_width] for g in groups for s in range(0, g.size, max_width)]
+    width = max(g.size for g in groups)
+    events = np.full((len(groups), width), -1, np.int32)
+    for m, g in enumerate(groups):
+        events[m, : g.size] = g
+    rounds = np.array([g[0] // n for g in groups])
+    round_end = np.r_[rounds[1:] != rounds[:-1], True]
+    return Plan(events, round_end, np.flatnonzero(round_end))
