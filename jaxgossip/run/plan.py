@@ -333,7 +333,7 @@ def node_rule(config: TrainConfig, dataset: data.Dataset, max_nodes: int = MAX_N
         low, high = (mid, high) if data_ok(mid) else (low, mid)
     text = (
         f"N <= {low}: above it the {config.partition} split of {dataset.name} ({num_samples} training samples) "
-        f"leaves a node fewer than batch_size={config.batch_size} samples"
+        f"leaves a node with fewer than batch_size={config.batch_size} samples"
     )
     if low == max_nodes:
         text = f"N <= {max_nodes} (the search's cap)"
