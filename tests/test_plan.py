@@ -152,6 +152,22 @@ def test_abstract_run_allocates_nothing_at_16384_nodes():
     assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree_util.tree_leaves(run.state))
 
 
+@pytest.mark.slow  # one compile at 16,384 nodes (~20 s)
+def test_planning_16384_nodes_allocates_nothing():
+    """The chunk of 16,384 nodes of an MLP(256, 256) with Choco needs ~50 GiB; planning it takes a
+    few hundred MiB of host memory (the process's peak grows by far less than the plan)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    big = data.make_synthetic(num_train=32768, num_test=128, shape=(8, 8, 1))
+    config = tiny_config(num_nodes=16384, batch_size=2, model_options={"hidden": [256, 256]}, algorithm="choco")
+    measured = run_plan.measure(config.replace(topology="exponential"), big)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert measured.total > 40 * 2**30 and grown < 2 * 2**30, (measured.total, grown)
+    params = {p.name: p for p in measured.parts}["parameters"]
+    assert params.per_node == (64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10) * 4
+
+
 def _affine(a, b, bump=0):
     return lambda n: int(a + b * n + (bump if n % 3 == 0 else 0))
 

@@ -149,6 +149,7 @@ def format_plan(result) -> str:
         ("temporaries (XLA: activations, gradients)", stats.temp),
         ("aliased (XLA)", -stats.alias),
         ("total (XLA: arguments + outputs + temp - aliased)", stats.total),
+        ("generated code (XLA; not in the total)", stats.generated_code),
     ):
         rows.append({"part": name, "bytes": value, "size": format_bytes(value), "per_node": value / n})
     lines = [
