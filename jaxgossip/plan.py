@@ -275,7 +275,9 @@ class Fit(NamedTuple):
       next_bytes: its compiled bytes (> M), or None.
       predicted: the prediction of the affine fit through the first two compiles.
       limited_by: ``"memory"`` (the next valid count does not fit), ``"no larger valid N"`` (none up
-        to ``max_nodes``, see :func:`largest_fitting`'s ``valid``) or ``"none fits"``.
+        to ``max_nodes``, see :func:`largest_fitting`'s ``valid``), ``"none fits"``, or
+        ``"unconfirmed"`` (``max_compiles`` ran out before the next valid count was compiled;
+        ``next_nodes`` is then the smallest count known not to fit).
     """
 
     limit: int
@@ -303,7 +305,7 @@ def largest_fitting(
     not fit, up while the next valid count fits, interpolating between the largest count known to
     fit and the smallest known not to (bisection when the line does not help). The answer is
     confirmed: ``measure(N) <= limit < measure(next valid N)``, unless no valid count above N
-    exists up to ``max_nodes``.
+    exists up to ``max_nodes`` (or the compiles run out: ``limited_by="unconfirmed"``).
 
     Args:
       measure: bytes of the program at N nodes (one compile; callers cache it).
@@ -352,6 +354,10 @@ def largest_fitting(
         if candidate is None:  # no valid count below the smallest that does not fit
             return Fit(limit, None, None, None, None, predicted, "none fits")
         known[candidate] = measure(candidate)
-    raise RuntimeError(
-        f"largest_fitting: no confirmed answer for limit={limit} after {max_compiles} compiles; known {known}"
-    )
+    # out of compiles (memory far from affine): the best count known to fit, not confirmed
+    over = [n for n, m in known.items() if m > limit]
+    hi = min(over) if over else None
+    lo = max((n for n, m in known.items() if m <= limit and (hi is None or n < hi)), default=None)
+    if lo is None:
+        return Fit(limit, None, None, None, None, predicted, "none fits")
+    return Fit(limit, lo, known[lo], hi, None if hi is None else known[hi], predicted, "unconfirmed")

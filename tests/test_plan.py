@@ -201,6 +201,9 @@ def test_largest_fitting_edges():
     # memory that does not grow: the cap
     fit = plan.largest_fitting(lambda n: 5, 10, lambda n: n % 7 == 0, start=(7, 14), max_nodes=100)
     assert fit.num_nodes == 98 and math.isinf(fit.predicted)
+    # out of compiles: the best count known to fit, marked unconfirmed
+    fit = plan.largest_fitting(_affine(0, 1), 10_000, lambda n: True, start=(2, 4), max_nodes=10**6, max_compiles=0)
+    assert fit.limited_by == "unconfirmed" and fit.num_nodes == 4
 
 
 @pytest.mark.slow  # ~6 compiles of the tiny chunk (~50 s on 2 busy cores)
