@@ -18,22 +18,22 @@ time counts) and was produced by an earlier event (``< e``: a float32 tie can ma
 ``T_j(m) + d_ji == T_j(m)``). The staleness of a read is j's current version minus the version
 read; ``S = max staleness + 1`` versions per node suffice.
 
-**Delayed messages** (:func:`message_slots`). A push-sum message sent by event a (node j) to
+**Delayed messages** (:func:`deliveries`). A push-sum message sent by event a (node j) to
 out-neighbour i arrives at ``A = time[a] + d_ji`` and is added by i's first event at or after A
 that comes after a: i's event number ``s_b = max(#{i-events before a}, #{i-events with time < A})``
-(an event numbered at or past i's count in the run: still in flight at the end). It waits in
-slot ``s_b mod Q`` of i's inbox, ``Q = max(s_b - s_a) + 1`` with ``s_a`` the number of i-events
-before a, so a slot is never reused while a message waits in it.
+(none in the run: still in flight at the end). The message is what j sent, kept in j's ring of
+sent messages until it is added; the ring needs as many slots as j sends versions while one
+waits, plus one.
 
 **Waves** (:func:`pack_waves`). Within each round, every event gets the earliest level that keeps
 each dependency: *strict* (a later level) for an event reading what another writes (same node,
-a version or a message it produced, two messages added to the same inbox slot, AD-PSGD's two
-nodes), *weak* (the same level or later) for an event that overwrites what another earlier one
-reads (a newer version over a ring slot, an inbox slot a previous event cleared): in a wave all
-reads happen before all writes, and clears before adds. Events of one level are a wave (split in
-event order when wider than ``max_width``). Events that do not depend on each other commute, so
-the waves compute exactly the sequential simulation; rounds never share a wave, so the metrics at
-round boundaries are those after exactly r N events.
+a version or a message it produced, AD-PSGD's two nodes), *weak* (the same level or later) for
+an event that overwrites a ring slot an earlier event reads: in a wave all reads happen before
+all writes. Every event writes only its own node's rows, so no two writes of a wave meet (the
+scatters are deterministic). Events of one level are a wave (split in event order when wider
+than ``max_width``). Events that do not depend on each other commute, so the waves compute
+exactly the sequential simulation; rounds never share a wave, so the metrics at round boundaries
+are those after exactly r N events.
 """
 
 from __future__ import annotations
@@ -46,10 +46,9 @@ __all__ = [
     "Plan",
     "event_lists",
     "read_versions",
-    "message_slots",
+    "deliveries",
     "ad_psgd_levels",
-    "gossip_levels",
-    "sgp_levels",
+    "read_levels",
     "pack_waves",
 ]
 
@@ -116,41 +115,37 @@ def read_versions(
     return version, producer, staleness + 1
 
 
-def message_slots(
+def deliveries(
     time: np.ndarray, node: np.ndarray, out_table: np.ndarray, out_real: np.ndarray, out_delay: np.ndarray, n: int
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(wait [E, K], absorber [E, K], Q)``: for the message event a sends to out-neighbour
-    ``out_table[node[a], k]``, the receiver's event number ``s_b`` that adds it (module
-    docstring), the index of that event (-1: in flight at the end, or a padded slot), and the
-    inbox slots a node needs.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(sender_event [P], slot [P], absorber [P])``: every message of the run (event
+    ``sender_event`` to out-neighbour ``out_table[node, slot]``) and the receiver's event that
+    adds it (module docstring), -1 when it is still in flight at the end.
 
     Args:
       out_table: [N, K] int32 out-neighbours per sender (padded with the node itself).
       out_real: [N, K] bool, the real slots.
       out_delay: [N, K] float32 link delay from the sender to the out-neighbour.
     """
-    e_count = time.shape[0]
     lists = event_lists(node, n)
-    k_count = out_table.shape[1]
-    wait = np.zeros((e_count, k_count), np.int64)
-    absorber = np.full((e_count, k_count), -1, np.int64)
-    longest = 0
+    senders, slots, absorbers = [], [], []
     for j in range(n):
         mine = lists[j]
-        for k in range(k_count):
-            if not out_real[j, k]:
-                continue
-            r = int(out_table[j, k])
-            theirs = lists[r]
+        for k in np.flatnonzero(out_real[j]):
+            theirs = lists[int(out_table[j, k])]
             arrival = (time[mine] + np.float32(out_delay[j, k])).astype(np.float32)
             s_a = np.searchsorted(theirs, mine, side="left")
             s_b = np.maximum(s_a, np.searchsorted(time[theirs], arrival, side="left"))
-            wait[mine, k] = s_b
+            absorber = np.full(mine.size, -1, np.int64)
             if theirs.size:
-                absorber[mine, k] = np.where(s_b < theirs.size, theirs[np.minimum(s_b, theirs.size - 1)], -1)
-            if mine.size:
-                longest = max(longest, int(np.max(s_b - s_a)))
-    return wait, absorber, longest + 1
+                absorber = np.where(s_b < theirs.size, theirs[np.minimum(s_b, theirs.size - 1)], -1)
+            senders.append(mine)
+            slots.append(np.full(mine.size, k, np.int64))
+            absorbers.append(absorber)
+    if not senders:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    return np.concatenate(senders), np.concatenate(slots), np.concatenate(absorbers)
 
 
 def ad_psgd_levels(node: np.ndarray, partner: np.ndarray, n: int) -> np.ndarray:
@@ -169,19 +164,25 @@ def ad_psgd_levels(node: np.ndarray, partner: np.ndarray, n: int) -> np.ndarray:
     return level
 
 
-def gossip_levels(
-    node: np.ndarray, in_table: np.ndarray, in_real: np.ndarray, producer: np.ndarray, n: int
+def read_levels(
+    node: np.ndarray, read_node: np.ndarray, read_real: np.ndarray, producer: np.ndarray, n: int
 ) -> np.ndarray:
-    """[E] levels of asynchronous gossip events: strictly after the node's previous event and
-    after the producers of the versions it reads; not before an earlier reader of the node's
-    versions (its new version may overwrite the ring slot that reader reads)."""
+    """[E] levels of events that read other nodes' rings of versions (asynchronous gossip: the
+    in-neighbours' models; asynchronous SGP: the senders' messages): strictly after the node's
+    previous event and after the producers of what it reads; not before an earlier reader of the
+    node's ring (its new version may overwrite the slot that reader reads).
+
+    Args:
+      read_node: [E, K] the node whose ring each read goes to; read_real: [E, K] the real reads.
+      producer: [E, K] the event that wrote what is read (-1: an initial version or padding).
+    """
     e_count = node.shape[0]
     level = np.empty(e_count, np.int64)
     last = np.full(n, -1, np.int64)
-    readers = np.full(n, -1, np.int64)  # the highest level that read each node's versions
+    readers = np.full(n, -1, np.int64)  # the highest level that read each node's ring
     base = top = 0
     for e in range(e_count):
-        if e % n == 0:
+        if e % n == 0:  # a new round: rounds never share a level
             base, last[:], readers[:] = top, -1, -1
         i = int(node[e])
         lvl = max(base, last[i] + 1, readers[i])
@@ -189,46 +190,8 @@ def gossip_levels(
             if p >= 0:
                 lvl = max(lvl, level[p] + 1)
         level[e] = last[i] = lvl
-        for k in np.flatnonzero(in_real[i]):
-            j = in_table[i, k]
+        for j in read_node[e][read_real[e]]:
             readers[j] = max(readers[j], lvl)
-        top = max(top, lvl + 1)
-    return level
-
-
-def sgp_levels(
-    node: np.ndarray,
-    out_table: np.ndarray,
-    out_real: np.ndarray,
-    wait: np.ndarray,
-    absorber: np.ndarray,
-    n: int,
-) -> np.ndarray:
-    """[E] levels of asynchronous SGP events: strictly after the node's previous event, after the
-    senders of the messages it adds and after the previous adder into the same inbox slot (one
-    add per slot and wave keeps the order of the sums); not before the receiver's latest event
-    (the inbox slot it cleared may be the one this event adds to)."""
-    e_count = node.shape[0]
-    senders: list[list[int]] = [[] for _ in range(e_count)]
-    for a, b in zip(*np.nonzero(absorber >= 0)):
-        senders[absorber[a, b]].append(int(a))
-    level = np.empty(e_count, np.int64)
-    last = np.full(n, -1, np.int64)
-    last_add: dict[tuple[int, int], int] = {}
-    base = top = 0
-    for e in range(e_count):
-        if e % n == 0:
-            base, last[:] = top, -1
-        i = int(node[e])
-        lvl = max(base, last[i] + 1)
-        for a in senders[e]:
-            lvl = max(lvl, level[a] + 1)
-        slots = [(int(out_table[i, k]), int(wait[e, k])) for k in np.flatnonzero(out_real[i])]
-        for r, s in slots:
-            lvl = max(lvl, last[r], last_add.get((r, s), base - 1) + 1)
-        level[e] = last[i] = lvl
-        for slot in slots:
-            last_add[slot] = lvl
         top = max(top, lvl + 1)
     return level
 

@@ -42,8 +42,10 @@ the wave that ends each round (``lax.cond``). ``max_width=1`` runs one event per
 **Memory.** ``ad_psgd``: ``x`` and ``xhat``, ``2 N D``. ``async_gossip``: a ring of each node's
 last S versions, ``N S D`` (S = max staleness + 1, computed exactly from the schedule; per-edge
 copies would take ``N deg D`` plus the node's own), all stale reads gathered from it.
-``async_sgp``: ``x, w`` plus an inbox of Q slots per node, ``N (Q + 1) (D + 1)``, Q = the most
-receiver steps a message waits + 1.
+``async_sgp``: ``x, w`` plus a ring of each node's last S sent messages, ``N (S + 1) (D + 1)``
+(S = the most versions a sender writes while one of its messages waits + 1); a receiver adds
+the messages it is due straight from the senders' rings, so every event writes only its own
+node's rows and the scatters are deterministic.
 
 Keys: ``key_sched, key_grad = split(key)``; the clock's key is ``fold_in(key, TIME_STREAM)``
 (:func:`jaxgossip.timing.init_clock`); AD-PSGD's event e picks its neighbour slot
@@ -110,8 +112,8 @@ class WaveStats(NamedTuple):
       num_waves: M, waves of the scan.
       width: W, slots per wave (the widest wave).
       mean_width: E / M, events per wave on average.
-      slots: S, versions kept per node (``async_gossip``); Q, inbox slots per node
-        (``async_sgp``); 0 (``ad_psgd``).
+      slots: S, versions kept per node (``async_gossip``: models; ``async_sgp``: sent
+        messages); 0 (``ad_psgd``).
     """
 
     num_waves: int
@@ -133,8 +135,8 @@ class AsyncGossipState(NamedTuple):
 class AsyncSGPState(NamedTuple):
     x: Array  # [N, D] push-sum numerators
     w: Array  # [N] push-sum weights
-    inbox_x: Array  # [N, Q, D] messages in flight, by the receiver's event (slot s mod Q) adding them
-    inbox_w: Array  # [N, Q] their weights
+    sent_x: Array  # [N, S, D] ring of each node's last S sent numerators (its k-th in slot k mod S)
+    sent_w: Array  # [N, S] and weights; a receiver scales them by p_ri when it adds them
 
 
 class AsyncResult(NamedTuple):
@@ -151,6 +153,8 @@ class AsyncResult(NamedTuple):
       waves: :class:`WaveStats`.
       state: the final :class:`ADPSGDState`, :class:`AsyncGossipState` or :class:`AsyncSGPState`.
       algorithm: which of :data:`ALGORITHMS` ran.
+      in_flight: ``(x [D], w [])``, the sums of the messages sent but not yet added at the end
+        (``async_sgp``), None otherwise.
     """
 
     objective: Any
@@ -161,6 +165,7 @@ class AsyncResult(NamedTuple):
     waves: WaveStats
     state: Any
     algorithm: str
+    in_flight: Any = None
 
 
 def resolve_algorithm(algorithm: str) -> str:
@@ -352,22 +357,21 @@ def _wave(rule, grad, lr, key_grad, n):
 
     def async_sgp(state, tab):
         i = tab.node
-        own, self_p, target, target_slot, p = tab.extra
+        write, self_p, sender, slot, p = tab.extra
         gi = jnp.minimum(i, n - 1)
         x_i, w_i = state.x[gi], state.w[gi]
         g = gradients(x_i / w_i[:, None], gi, tab.event)
         half = x_i - lr * g
-        x = state.x.at[i].set(self_p[:, None] * half + state.inbox_x[gi, own], mode="drop")
-        w = state.w.at[i].set(self_p * w_i + state.inbox_w[gi, own], mode="drop")
-        # clear the slots just read before adding this wave's messages (one add per slot and wave)
-        inbox_x = state.inbox_x.at[i, own].set(0.0, mode="drop")
-        inbox_w = state.inbox_w.at[i, own].set(0.0, mode="drop")
-        flat_t, flat_s = target.reshape(-1), target_slot.reshape(-1)
-        inbox_x = inbox_x.at[flat_t, flat_s].add(
-            (p[:, :, None] * half[:, None, :]).reshape(flat_t.size, -1), mode="drop"
+        new_x, new_w = self_p[:, None] * half, self_p * w_i
+        for k in range(sender.shape[1]):  # the messages it adds, from the senders' rings
+            new_x = new_x + p[:, k, None] * state.sent_x[sender[:, k], slot[:, k]]
+            new_w = new_w + p[:, k] * state.sent_w[sender[:, k], slot[:, k]]
+        return AsyncSGPState(
+            state.x.at[i].set(new_x, mode="drop"),
+            state.w.at[i].set(new_w, mode="drop"),
+            state.sent_x.at[i, write].set(half, mode="drop"),
+            state.sent_w.at[i, write].set(w_i, mode="drop"),
         )
-        inbox_w = inbox_w.at[flat_t, flat_s].add((p * w_i[:, None]).reshape(-1), mode="drop")
-        return AsyncSGPState(x, w, inbox_x, inbox_w)
 
     return {"ad_psgd": ad_psgd, "async_gossip": async_gossip, "async_sgp": async_sgp}[rule]
 
@@ -420,11 +424,12 @@ def _check_topology_weights(topology, rule, s, r, w, self_w):
 
 
 def _plan(rule, topology, sched, dim, links, max_width):
-    """``(Plan, per-event tables [E, ...], which of them are nodes written to, slots)`` (host)."""
+    """``(Plan, per-event tables [E, ...], which of them are nodes written to, slots, messages in
+    flight at the end (sender, ring slot, weight) or None)`` (host)."""
     n = topology.num_nodes
     if rule == "ad_psgd":
         level = async_waves.ad_psgd_levels(sched.node, sched.partner, n)
-        return async_waves.pack_waves(level, n, max_width), (sched.partner.astype(np.int32),), (True,), 0
+        return async_waves.pack_waves(level, n, max_width), (sched.partner.astype(np.int32),), (True,), 0, None
     s, r, w, self_w = _graph(topology, rule)
     step = sched.step.astype(np.int64)
     if rule == "async_gossip":
@@ -435,7 +440,7 @@ def _plan(rule, topology, sched, dim, links, max_width):
         version, producer, slots = async_waves.read_versions(
             sched.time, sched.node, table, real, delay.astype(np.float32), n
         )
-        level = async_waves.gossip_levels(sched.node, table, real, producer, n)
+        level = async_waves.read_levels(sched.node, table[sched.node], real[sched.node], producer, n)
         i = sched.node
         extra = (
             (step % slots).astype(np.int32),
@@ -445,19 +450,48 @@ def _plan(rule, topology, sched, dim, links, max_width):
             (version % slots).astype(np.int32),
             weight[i],
         )
-        return async_waves.pack_waves(level, n, max_width), extra, (False,) * len(extra), slots
+        return async_waves.pack_waves(level, n, max_width), extra, (False,) * len(extra), slots, None
     delays = _edge_delays(links, topology, 32.0 * dim + 32.0)
     pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == j) for j in range(n)]
     table, real, weight = _slot_table(pairs, n)
     delay = np.array([[delays.get((j, int(table[j, k])), 0.0) for k in range(table.shape[1])] for j in range(n)])
-    delay = delay.astype(np.float32)
-    wait, absorber, slots = async_waves.message_slots(sched.time, sched.node, table, real, delay, n)
-    level = async_waves.sgp_levels(sched.node, table, real, wait, absorber, n)
-    i = sched.node
-    target = np.where(real[i], table[i], n).astype(np.int32)  # padded neighbour slots: dropped
-    own, wait_slot = (step % slots).astype(np.int32), (wait % slots).astype(np.int32)
-    extra = (own, self_w[i].astype(np.float32), target, wait_slot, weight[i])
-    return async_waves.pack_waves(level, n, max_width), extra, (False, False, True, False, False), slots
+    sender, out_slot, absorber = async_waves.deliveries(
+        sched.time, sched.node, table, real, delay.astype(np.float32), n
+    )
+    lists = async_waves.event_lists(sched.node, n)
+    j = sched.node[sender]
+    version = step[sender] + 1  # the sender's ring holds its k-th sent message as version k
+    p = weight[j, out_slot]
+    # staleness of a message: the versions its sender wrote after it, until it is added (or the end)
+    now = np.array([np.searchsorted(lists[a], b) if b >= 0 else lists[a].size for a, b in zip(j, absorber)])
+    slots = int(np.max(now - version, initial=0)) + 1
+    num_events = sched.node.shape[0]
+    due = [[] for _ in range(num_events)]  # per event the messages it adds, in send order
+    for m in np.argsort(sender, kind="stable"):
+        if absorber[m] >= 0:
+            due[absorber[m]].append(m)
+    width = max(1, max(len(x) for x in due))
+    read_node = np.repeat(sched.node[:, None], width, axis=1).astype(np.int32)
+    read_real = np.zeros((num_events, width), bool)
+    producer = np.full((num_events, width), -1, np.int64)
+    read_slot = np.zeros((num_events, width), np.int32)
+    read_p = np.zeros((num_events, width), np.float32)
+    for e, msgs in enumerate(due):
+        if msgs:
+            c = len(msgs)
+            read_node[e, :c], read_real[e, :c], producer[e, :c] = j[msgs], True, sender[msgs]
+            read_slot[e, :c], read_p[e, :c] = version[msgs] % slots, p[msgs]
+    level = async_waves.read_levels(sched.node, read_node, read_real, producer, n)
+    pending = np.flatnonzero(absorber < 0)
+    extra = (
+        ((step + 1) % slots).astype(np.int32),
+        self_w[sched.node].astype(np.float32),
+        read_node,
+        read_slot,
+        read_p,
+    )
+    flight = (j[pending].astype(np.int32), (version[pending] % slots).astype(np.int32), p[pending].astype(np.float32))
+    return async_waves.pack_waves(level, n, max_width), extra, (False,) * len(extra), slots, flight
 
 
 def run_async_optimization(
@@ -522,7 +556,7 @@ def run_async_optimization(
         _check_topology_weights(topology, rule, *_graph(topology, rule))
     num_events = int(num_rounds) * n
     sched = async_schedule(compute, n, num_events, key, table, degree)
-    plan, extra, written, slots = _plan(rule, topology, sched, dim, links, max_width)
+    plan, extra, written, slots, flight = _plan(rule, topology, sched, dim, links, max_width)
     valid = plan.events >= 0
     ev = np.where(valid, plan.events, 0)
     node = np.where(valid, sched.node[ev], n).astype(np.int32)
@@ -544,6 +578,10 @@ def run_async_optimization(
     state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key)
     at_end = records[jnp.asarray(plan.boundary)]
     times = sched.time.reshape(int(num_rounds), n)[:, -1]
+    in_flight = None
+    if flight is not None:
+        sender, slot, p = (jnp.asarray(a) for a in flight)
+        in_flight = (jnp.sum(p[:, None] * state.sent_x[sender, slot], axis=0), jnp.sum(p * state.sent_w[sender, slot]))
     stats = WaveStats(
         int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], int(slots)
     )
@@ -556,4 +594,5 @@ def run_async_optimization(
         stats,
         state,
         rule,
+        in_flight,
     )
