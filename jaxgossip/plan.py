@@ -246,12 +246,12 @@ def format_bytes(size: float) -> str:
 
 
 def fit_affine(points: list[tuple[int, int]]) -> tuple[float, float]:
-    """``(a, b)`` of the line ``bytes = a + b N`` through the two points ``(N, bytes)`` with the
-    largest N (least squares when the largest N repeats)."""
-    if len({n for n, _ in points}) < 2:
+    """``(a, b)`` of the line ``bytes = a + b N`` through the points ``(N, bytes)`` at the two
+    largest node counts (a count given twice keeps its last bytes)."""
+    by_nodes = dict(points)
+    if len(by_nodes) < 2:
         raise ValueError(f"fit_affine needs points at two node counts, got {points}")
-    pts = sorted(set(points))[-2:]
-    (n0, m0), (n1, m1) = pts
+    (n0, m0), (n1, m1) = sorted(by_nodes.items())[-2:]
     b = (m1 - m0) / (n1 - n0)
     return m0 - b * n0, b
 
