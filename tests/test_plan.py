@@ -168,6 +168,15 @@ def test_planning_16384_nodes_allocates_nothing():
     assert params.per_node == (64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10) * 4
 
 
+def test_fit_affine_and_format_bytes():
+    a, b = plan.fit_affine([(4, 1000), (8, 1800), (2, 0)])  # the two largest counts
+    assert (a, b) == (200.0, 200.0) and plan.predict_nodes(2200, a, b) == 10.0
+    assert math.isinf(plan.predict_nodes(1, 5.0, 0.0))
+    with pytest.raises(ValueError, match="two node counts"):
+        plan.fit_affine([(4, 1), (4, 2)])
+    assert plan.format_bytes(3 * 2**30 / 2) == "1.50 GiB" and plan.format_bytes(512) == "512 B"
+
+
 def _affine(a, b, bump=0):
     return lambda n: int(a + b * n + (bump if n % 3 == 0 else 0))
 
