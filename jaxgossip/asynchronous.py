@@ -347,30 +347,37 @@ def _wave(rule, grad, lr, key_grad, n):
         i = tab.node
         own, write, self_w, nbr, slot, weight = tab.extra
         gi = jnp.minimum(i, n - 1)
-        x_i = state.history[gi, own]
+        size = state.history.shape[1]
+        # rows node * S + slot of the flattened ring: 1-D gathers and scatters (cheaper than 2-D)
+        ring = state.history.reshape(n * size, -1)
+        x_i = ring[gi * size + own]
         g = gradients(x_i, gi, tab.event)
         mixed = self_w[:, None] * x_i
         for k in range(nbr.shape[1]):  # per-slot gathers (DESIGN.md: faster than one [W, K, D])
-            mixed = mixed + weight[:, k, None] * state.history[nbr[:, k], slot[:, k]]
-        history = state.history.at[i, write].set(mixed - lr * g, mode="drop")
-        return AsyncGossipState(history, state.version.at[i].add(1, mode="drop"))
+            mixed = mixed + weight[:, k, None] * ring[nbr[:, k] * size + slot[:, k]]
+        ring = ring.at[i * size + write].set(mixed - lr * g, mode="drop")  # padded: row >= N S
+        return AsyncGossipState(ring.reshape(state.history.shape), state.version.at[i].add(1, mode="drop"))
 
     def async_sgp(state, tab):
         i = tab.node
         write, self_p, sender, slot, p = tab.extra
         gi = jnp.minimum(i, n - 1)
+        size = state.sent_w.shape[1]
+        ring_x, ring_w = state.sent_x.reshape(n * size, -1), state.sent_w.reshape(-1)
         x_i, w_i = state.x[gi], state.w[gi]
         g = gradients(x_i / w_i[:, None], gi, tab.event)
         half = x_i - lr * g
         new_x, new_w = self_p[:, None] * half, self_p * w_i
         for k in range(sender.shape[1]):  # the messages it adds, from the senders' rings
-            new_x = new_x + p[:, k, None] * state.sent_x[sender[:, k], slot[:, k]]
-            new_w = new_w + p[:, k] * state.sent_w[sender[:, k], slot[:, k]]
+            row = sender[:, k] * size + slot[:, k]
+            new_x = new_x + p[:, k, None] * ring_x[row]
+            new_w = new_w + p[:, k] * ring_w[row]
+        row = i * size + write  # padded: row >= N S, dropped
         return AsyncSGPState(
             state.x.at[i].set(new_x, mode="drop"),
             state.w.at[i].set(new_w, mode="drop"),
-            state.sent_x.at[i, write].set(half, mode="drop"),
-            state.sent_w.at[i, write].set(w_i, mode="drop"),
+            ring_x.at[row].set(half, mode="drop").reshape(state.sent_x.shape),
+            ring_w.at[row].set(w_i, mode="drop").reshape(state.sent_w.shape),
         )
 
     return {"ad_psgd": ad_psgd, "async_gossip": async_gossip, "async_sgp": async_sgp}[rule]
