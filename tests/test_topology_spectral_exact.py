@@ -3,6 +3,7 @@ graphs, and the error bar of the sampled estimate."""
 
 import itertools
 
+import jax
 import numpy as np
 import pytest
 
@@ -140,3 +141,14 @@ def test_16384_node_ring_and_exponential():
     modes = np.exp(2j * np.pi * np.outer(np.arange(1, n), offsets) / n).mean(axis=1)
     assert T.spectral_gap(T.exponential(n)) == pytest.approx(1 - np.abs(modes).max(), abs=1e-9)
     assert T.spectral_gap(T.one_peer_exponential(n)) == pytest.approx(1.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "topo", [T.random_matching(15), T.random_out(16, 2), T.with_failures(T.ring(16), 0.3, 0.1)], ids=lambda t: t.name
+)
+def test_mean_out_degree_from_the_sparse_rounds_counts_the_dense_matrices_messages(topo):
+    from jaxgossip.topology import stochastic
+
+    w = stochastic.sample_matrices(topo, jax.random.split(jax.random.key(0), 64))
+    off = (w != 0) & ~np.eye(topo.num_nodes, dtype=bool)[None]
+    assert stochastic.mean_out_degree(topo, num_samples=64) == off.sum() / (64 * topo.num_nodes)
