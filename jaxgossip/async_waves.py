@@ -47,6 +47,8 @@ __all__ = [
     "event_lists",
     "read_versions",
     "deliveries",
+    "DueReads",
+    "due_reads",
     "ad_psgd_levels",
     "read_levels",
     "pack_waves",
@@ -146,6 +148,64 @@ def deliveries(
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
     return np.concatenate(senders), np.concatenate(slots), np.concatenate(absorbers)
+
+
+class DueReads(NamedTuple):
+    """What each event adds (M = the most messages one event adds; padded slots read the node
+    itself with weight 0).
+
+    Attributes:
+      node: [E, M] int32 the sender of each message added; real: [E, M] bool.
+      producer: [E, M] the sending event (-1: padding).
+      version: [E, M] int64 the sender's version of the message (its k-th sent message: k).
+      weight: [E, M] float32 the message's push weight.
+      slots: S, the sender's ring length that keeps every message until it is added (or the end).
+      pending: [P'] indices (into the messages) still in flight at the end.
+    """
+
+    node: np.ndarray
+    real: np.ndarray
+    producer: np.ndarray
+    version: np.ndarray
+    weight: np.ndarray
+    slots: int
+    pending: np.ndarray
+
+
+def due_reads(node: np.ndarray, sender_event: np.ndarray, absorber: np.ndarray, weight: np.ndarray, n: int) -> DueReads:
+    """Per event the messages (:func:`deliveries`, with their push ``weight`` [P]) it adds, in
+    send order, and the ring length S: a message's staleness is the number of messages its
+    sender sent after it until it is added (or until the end, for one still in flight)."""
+    e_count = node.shape[0]
+    lists = event_lists(node, n)
+    steps = np.empty(e_count, np.int64)
+    for events in lists:
+        steps[events] = np.arange(events.size)
+    sender = node[sender_event]
+    version = steps[sender_event] + 1
+    now = np.array(
+        [np.searchsorted(lists[j], b) if b >= 0 else lists[j].size for j, b in zip(sender, absorber)], np.int64
+    )
+    slots = int(np.max(now - version, initial=0)) + 1
+    due: list[list[int]] = [[] for _ in range(e_count)]
+    for m in np.argsort(sender_event, kind="stable"):
+        if absorber[m] >= 0:
+            due[absorber[m]].append(int(m))
+    width = max(1, max(len(d) for d in due))
+    out = DueReads(
+        np.repeat(node[:, None], width, axis=1).astype(np.int32),
+        np.zeros((e_count, width), bool),
+        np.full((e_count, width), -1, np.int64),
+        np.zeros((e_count, width), np.int64),
+        np.zeros((e_count, width), np.float32),
+        slots,
+        np.flatnonzero(absorber < 0),
+    )
+    for e, msgs in enumerate(due):
+        c = len(msgs)
+        out.node[e, :c], out.real[e, :c], out.producer[e, :c] = sender[msgs], True, sender_event[msgs]
+        out.version[e, :c], out.weight[e, :c] = version[msgs], weight[msgs]
+    return out
 
 
 def ad_psgd_levels(node: np.ndarray, partner: np.ndarray, n: int) -> np.ndarray:

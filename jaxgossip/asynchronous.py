@@ -430,75 +430,49 @@ def _check_topology_weights(topology, rule, s, r, w, self_w):
         )
 
 
-def _plan(rule, topology, sched, dim, links, max_width):
-    """``(Plan, per-event tables [E, ...], which of them are nodes written to, slots, messages in
-    flight at the end (sender, ring slot, weight) or None)`` (host)."""
+class _HostPlan(NamedTuple):
+    plan: async_waves.Plan
+    extra: tuple  # per-event tables [E, ...] of the rule's wave
+    written: tuple  # which of them hold nodes written to (padded slots: N, dropped)
+    slots: int  # S (0 for ad_psgd)
+    flight: Any  # (sender, ring slot, weight) of the messages in flight at the end, or None
+
+
+def _neighbour_delays(topology, links, bits, pairs, incoming):
+    """``(table, real, weight, delay)`` slot tables ``[N, K]`` from per-node (neighbour, weight)
+    lists, with the link delay of each slot (from the neighbour when ``incoming``)."""
+    n = topology.num_nodes
+    delays = _edge_delays(links, topology, bits)
+    table, real, weight = _slot_table(pairs, n)
+    edge = (lambda i, j: (j, i)) if incoming else (lambda i, j: (i, j))
+    delay = np.array([[delays.get(edge(i, int(table[i, k])), 0.0) for k in range(table.shape[1])] for i in range(n)])
+    return table, real, weight, delay.astype(np.float32)
+
+
+def _plan(rule, topology, sched, dim, links, max_width) -> _HostPlan:
+    """The waves and tables of the run (host)."""
     n = topology.num_nodes
     if rule == "ad_psgd":
         level = async_waves.ad_psgd_levels(sched.node, sched.partner, n)
-        return async_waves.pack_waves(level, n, max_width), (sched.partner.astype(np.int32),), (True,), 0, None
+        return _HostPlan(async_waves.pack_waves(level, n, max_width), (sched.partner,), (True,), 0, None)
     s, r, w, self_w = _graph(topology, rule)
-    step = sched.step.astype(np.int64)
+    step, i = sched.step.astype(np.int64), sched.node
     if rule == "async_gossip":
-        delays = _edge_delays(links, topology, 32.0 * dim)
-        pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == i) for i in range(n)]
-        table, real, weight = _slot_table(pairs, n)
-        delay = np.array([[delays.get((int(table[i, k]), i), 0.0) for k in range(table.shape[1])] for i in range(n)])
-        version, producer, slots = async_waves.read_versions(
-            sched.time, sched.node, table, real, delay.astype(np.float32), n
-        )
-        level = async_waves.read_levels(sched.node, table[sched.node], real[sched.node], producer, n)
-        i = sched.node
-        extra = (
-            (step % slots).astype(np.int32),
-            ((step + 1) % slots).astype(np.int32),
-            self_w[i].astype(np.float32),
-            table[i],
-            (version % slots).astype(np.int32),
-            weight[i],
-        )
-        return async_waves.pack_waves(level, n, max_width), extra, (False,) * len(extra), slots, None
-    delays = _edge_delays(links, topology, 32.0 * dim + 32.0)
-    pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == j) for j in range(n)]
-    table, real, weight = _slot_table(pairs, n)
-    delay = np.array([[delays.get((j, int(table[j, k])), 0.0) for k in range(table.shape[1])] for j in range(n)])
-    sender, out_slot, absorber = async_waves.deliveries(
-        sched.time, sched.node, table, real, delay.astype(np.float32), n
-    )
-    lists = async_waves.event_lists(sched.node, n)
-    j = sched.node[sender]
-    version = step[sender] + 1  # the sender's ring holds its k-th sent message as version k
-    p = weight[j, out_slot]
-    # staleness of a message: the versions its sender wrote after it, until it is added (or the end)
-    now = np.array([np.searchsorted(lists[a], b) if b >= 0 else lists[a].size for a, b in zip(j, absorber)])
-    slots = int(np.max(now - version, initial=0)) + 1
-    num_events = sched.node.shape[0]
-    due = [[] for _ in range(num_events)]  # per event the messages it adds, in send order
-    for m in np.argsort(sender, kind="stable"):
-        if absorber[m] >= 0:
-            due[absorber[m]].append(m)
-    width = max(1, max(len(x) for x in due))
-    read_node = np.repeat(sched.node[:, None], width, axis=1).astype(np.int32)
-    read_real = np.zeros((num_events, width), bool)
-    producer = np.full((num_events, width), -1, np.int64)
-    read_slot = np.zeros((num_events, width), np.int32)
-    read_p = np.zeros((num_events, width), np.float32)
-    for e, msgs in enumerate(due):
-        if msgs:
-            c = len(msgs)
-            read_node[e, :c], read_real[e, :c], producer[e, :c] = j[msgs], True, sender[msgs]
-            read_slot[e, :c], read_p[e, :c] = version[msgs] % slots, p[msgs]
-    level = async_waves.read_levels(sched.node, read_node, read_real, producer, n)
-    pending = np.flatnonzero(absorber < 0)
-    extra = (
-        ((step + 1) % slots).astype(np.int32),
-        self_w[sched.node].astype(np.float32),
-        read_node,
-        read_slot,
-        read_p,
-    )
-    flight = (j[pending].astype(np.int32), (version[pending] % slots).astype(np.int32), p[pending].astype(np.float32))
-    return async_waves.pack_waves(level, n, max_width), extra, (False,) * len(extra), slots, flight
+        pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == node) for node in range(n)]
+        table, real, weight, delay = _neighbour_delays(topology, links, 32.0 * dim, pairs, incoming=True)
+        version, producer, slots = async_waves.read_versions(sched.time, i, table, real, delay, n)
+        level = async_waves.read_levels(i, table[i], real[i], producer, n)
+        extra = (step % slots, (step + 1) % slots, self_w[i], table[i], version % slots, weight[i])
+        return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 6, slots, None)
+    pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == node) for node in range(n)]
+    table, real, weight, delay = _neighbour_delays(topology, links, 32.0 * dim + 32.0, pairs, incoming=False)
+    sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, delay, n)
+    due = async_waves.due_reads(i, sender, absorber, weight[i[sender], out_slot], n)
+    level = async_waves.read_levels(i, due.node, due.real, due.producer, n)
+    extra = ((step + 1) % due.slots, self_w[i], due.node, due.version % due.slots, due.weight)
+    m = due.pending
+    flight = (i[sender[m]], (step[sender[m]] + 1) % due.slots, weight[i[sender[m]], out_slot[m]])
+    return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 5, due.slots, flight)
 
 
 def run_async_optimization(
@@ -563,16 +537,17 @@ def run_async_optimization(
         _check_topology_weights(topology, rule, *_graph(topology, rule))
     num_events = int(num_rounds) * n
     sched = async_schedule(compute, n, num_events, key, table, degree)
-    plan, extra, written, slots, flight = _plan(rule, topology, sched, dim, links, max_width)
+    host = _plan(rule, topology, sched, dim, links, max_width)
+    plan, slots = host.plan, host.slots
     valid = plan.events >= 0
     ev = np.where(valid, plan.events, 0)
     node = np.where(valid, sched.node[ev], n).astype(np.int32)
     rows = []
-    for table, writes_to in zip(extra, written):
+    for table, writes_to in zip(host.extra, host.written):
         row = table[ev]
         if writes_to:  # a padded slot's writes go to node N: dropped
-            row = np.where(valid.reshape(valid.shape + (1,) * (row.ndim - 2)), row, n).astype(np.int32)
-        rows.append(row)
+            row = np.where(valid.reshape(valid.shape + (1,) * (row.ndim - 2)), row, n)
+        rows.append(row.astype(np.float32 if row.dtype.kind == "f" else np.int32))
     tables = _Tables(ev.astype(np.int32), node, plan.round_end, tuple(rows))
     if rule == "ad_psgd":
         state0 = ADPSGDState(x0, x0)
@@ -586,8 +561,8 @@ def run_async_optimization(
     at_end = records[jnp.asarray(plan.boundary)]
     times = sched.time.reshape(int(num_rounds), n)[:, -1]
     in_flight = None
-    if flight is not None:
-        sender, slot, p = (jnp.asarray(a) for a in flight)
+    if host.flight is not None:
+        sender, slot, p = (jnp.asarray(a, t) for a, t in zip(host.flight, (jnp.int32, jnp.int32, jnp.float32)))
         in_flight = (jnp.sum(p[:, None] * state.sent_x[sender, slot], axis=0), jnp.sum(p * state.sent_w[sender, slot]))
     stats = WaveStats(
         int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], int(slots)
