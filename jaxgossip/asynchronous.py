@@ -56,7 +56,7 @@ References:
   Lian, Zhang, Zhang, Liu, "Asynchronous Decentralized Parallel Stochastic Gradient Descent",
   ICML 2018 (arXiv:1710.06952), Algorithm 1.
   Assran, Loizou, Ballas, Rabbat, "Stochastic Gradient Push for Distributed Deep Learning",
-  ICML 2019 (arXiv:1811.10792), Algorithm 3 (overlap SGP).
+  ICML 2019 (arXiv:1811.10792): overlap SGP, messages received with a delay.
 """
 
 from __future__ import annotations
