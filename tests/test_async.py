@@ -251,6 +251,17 @@ def test_algorithm_names_and_execution_metadata():
         algorithms.check_execution("gossip", algorithms.info("gossip"), "lazy")
     with pytest.raises(TypeError, match="asynchronous="):
         algorithms.AlgorithmInfo(algorithms.gossip, asynchronous="async_gossip")
+    # a plug-in's metadata: its reason is the refusal's, and an unknown asynchronous form is named
+    algorithms.register("lockstep_gossip", algorithms.gossip, reasons={"execution": "it counts rounds"})
+    algorithms.register("hogwild_gossip", algorithms.gossip, asynchronous=("hogwild",))
+    try:
+        with pytest.raises(ValueError, match=r"lockstep_gossip cannot run.*\(it counts rounds\)"):
+            asynchronous.resolve_algorithm("lockstep_gossip")
+        with pytest.raises(ValueError, match="'hogwild' is not one of ad_psgd, async_gossip, async_sgp"):
+            asynchronous.resolve_algorithm("hogwild_gossip")
+    finally:
+        algorithms.unregister("lockstep_gossip")
+        algorithms.unregister("hogwild_gossip")
 
 
 def test_bad_input(problem, x0):
