@@ -152,3 +152,23 @@ def test_mean_out_degree_from_the_sparse_rounds_counts_the_dense_matrices_messag
     w = stochastic.sample_matrices(topo, jax.random.split(jax.random.key(0), 64))
     off = (w != 0) & ~np.eye(topo.num_nodes, dtype=bool)[None]
     assert stochastic.mean_out_degree(topo, num_samples=64) == off.sum() / (64 * topo.num_nodes)
+
+
+@pytest.mark.parametrize("spec, n", [("torus", 1024), ("hypercube", 1024), ("erdos_renyi:0.1", 512)])
+def test_sampled_effective_neighbors_agree_with_the_exact_value_within_their_error_bar(spec, n):
+    topo = T.make(spec, n, seed=0)
+    exact = T.neighbors_estimate(topo, 0.99)
+    assert exact.exact and exact.stderr == 0 and exact.value == T.effective_neighbors(topo, 0.99)
+    sampled = T.neighbors_estimate(topo, 0.99, sampled=True)
+    assert not sampled.exact and 0 < sampled.stderr < 0.03 * sampled.value
+    assert abs(sampled.value - exact.value) < 4 * sampled.stderr
+
+
+def test_effective_neighbors_of_a_16384_node_sparse_graph():
+    topo = T.make("hypercube", 16384)
+    est = T.neighbors_estimate(topo, 0.99)
+    assert not est.exact and est.stderr < 0.01 * est.value
+    assert T.effective_neighbors(topo, 0.99) == pytest.approx(est.value)
+    # ... and the refusals name the rule.
+    with pytest.raises(ValueError, match="sampled effective_neighbors needs a static symmetric graph"):
+        T.neighbors_estimate(T.one_peer_exponential(16), 0.99, sampled=True)

@@ -35,7 +35,14 @@ from jaxgossip.topology.equitopo import d_equistatic, od_equidyn, ou_equidyn, u_
 from jaxgossip.topology.finite_time import base_graph
 from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
 from jaxgossip.topology.specs import FAMILIES, check_spec, make
-from jaxgossip.topology.spectral import effective_neighbors, gap_estimate, optimal_gamma, spectral_gap
+from jaxgossip.topology.spectral import (
+    NeighborsEstimate,
+    effective_neighbors,
+    gap_estimate,
+    neighbors_estimate,
+    optimal_gamma,
+    spectral_gap,
+)
 from jaxgossip.topology.stack import buckets, group, signature, stack
 from jaxgossip.topology.stochastic import (
     ExchangeableGram,
@@ -92,6 +99,8 @@ __all__ = [
     "exact_gram",
     "expected_gap",
     "effective_neighbors",
+    "neighbors_estimate",
+    "NeighborsEstimate",
     "optimal_gamma",
     "WEIGHT_SCHEMES",
     "KERNELS",

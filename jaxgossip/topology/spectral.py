@@ -3,12 +3,22 @@ effective number of neighbours of "Beyond spectral gap"."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from jaxgossip.topology.graph import Topology
 from jaxgossip.topology.stochastic import GapEstimate
 
-__all__ = ["spectral_gap", "gap_estimate", "GapEstimate", "optimal_gamma", "effective_neighbors"]
+__all__ = [
+    "spectral_gap",
+    "gap_estimate",
+    "GapEstimate",
+    "optimal_gamma",
+    "effective_neighbors",
+    "neighbors_estimate",
+    "NeighborsEstimate",
+]
 
 _TOL = 1e-6
 # Largest N for the dense covariance of a graph that is not circulant ([N, N] float64 matrices).
@@ -200,7 +210,9 @@ def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> floa
     ``tr Sigma = sum_k lambda_k^2 / (1 - gamma lambda_k^2)``; for circulant rounds (ring,
     exponential, one-peer exponential, EquiStatic, ...) the same per Fourier mode, in O(T N log N);
     other graphs solve the period's discrete Lyapunov equation densely (N <= 4096), by doubling on
-    the vectors orthogonal to 1.
+    the vectors orthogonal to 1. Larger static symmetric graphs (a torus or a random graph of
+    16,384 nodes) use the sampled estimate of :func:`neighbors_estimate` (its value; the function
+    also gives the error bar).
 
     Args:
       topo: a fixed doubly stochastic graph (static or a schedule).
@@ -237,9 +249,11 @@ def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> floa
         trace = float(np.sum(sigma / (1.0 - through)))
     else:
         if n > _DENSE_LIMIT:
+            if period == 1 and topo.is_symmetric:
+                return neighbors_estimate(topo, gamma, sampled=True).value
             raise ValueError(
                 f"effective_neighbors of {topo.name}: N={n} > {_DENSE_LIMIT} needs [N, N] dense matrices; "
-                "only circulant graphs are computed beyond that"
+                "beyond that only circulant and static symmetric graphs are computed"
             )
         if period == 1 and topo.is_symmetric:
             lam2 = np.linalg.eigvalsh(topo.matrix(0)) ** 2
@@ -247,3 +261,94 @@ def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> floa
         else:
             trace = 1.0 / (1.0 - gamma) + _projected_trace(topo, gamma, order)
     return float(n / ((1.0 - gamma) * trace))
+
+
+class NeighborsEstimate(NamedTuple):
+    """The effective number of neighbours with its error bar (:func:`neighbors_estimate`).
+
+    Attributes:
+      value: ``n_W(gamma)``.
+      stderr: its standard error (0 when exact).
+      exact: computed exactly (small or circulant graphs) rather than sampled.
+    """
+
+    value: float
+    stderr: float
+    exact: bool
+
+
+def neighbors_estimate(
+    topo: Topology, gamma: float = 0.99, num_probes: int = 64, seed: int = 0, sampled: bool | None = None
+) -> NeighborsEstimate:
+    r""":func:`effective_neighbors` with an error bar, matrix free for large static symmetric graphs.
+
+    Exact (``stderr = 0``) wherever :func:`effective_neighbors` computes densely or per Fourier mode
+    (N <= 4096, or circulant rounds). A static symmetric W beyond that uses Hutchinson's trace
+    estimator: with the mean direction taken out exactly (it contributes ``1 / (1 - gamma)``),
+
+    .. math::  \operatorname{tr} \Sigma - \tfrac{1}{1 - \gamma}
+               = \mathbb E_z\, (W z)^T (I - \gamma W^2)^{-1} (W z),
+               \qquad z = P \xi,\ \xi_i = \pm 1,
+
+    ``P = I - J`` (so ``E[z z^T] = P``), averaged over ``num_probes`` probes drawn with
+    ``numpy.random.default_rng(seed)``; each solve is a conjugate-gradient run on the sparse
+    ``I - gamma W^2`` (eigenvalues in ``[1 - gamma, 1]``, so at most a few hundred iterations).
+    The trace estimate is unbiased; ``n_W = N / ((1 - gamma) tr)`` and its error bar follow by the
+    delta method.
+
+    Args:
+      topo: a fixed doubly stochastic graph.
+      gamma: the decay, in [0, 1).
+      num_probes: Hutchinson probes (sampled case), >= 2.
+      seed: the probes' seed (sampled case).
+      sampled: None picks (exact where possible); True samples a static symmetric graph of any
+        size (to check the estimator against the exact value).
+
+    Raises:
+      ValueError: as :func:`effective_neighbors`, and for a graph beyond the dense limit that is
+        neither circulant nor static symmetric.
+    """
+    n = topo.num_nodes
+    if not sampled:
+        exact = n <= _DENSE_LIMIT or topo.stochastic or _circulant_rows(topo) is not None
+        if exact or topo.period != 1 or not topo.is_symmetric:  # the last two raise: no method
+            return NeighborsEstimate(effective_neighbors(topo, gamma), 0.0, True)
+    elif topo.stochastic or topo.period != 1 or not topo.is_symmetric:
+        raise ValueError(f"the sampled effective_neighbors needs a static symmetric graph; {topo.name} is not")
+    if not topo.is_doubly_stochastic:
+        raise ValueError(f"effective_neighbors needs doubly stochastic weights; {topo.name} is not")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma={gamma!r} must be a decay in [0, 1)")
+    if isinstance(num_probes, bool) or not isinstance(num_probes, (int, np.integer)) or num_probes < 2:
+        raise ValueError(f"num_probes={num_probes!r} must be an int >= 2 (the error bar needs two)")
+    gamma = float(gamma)
+    w = _sparse_round(topo, 0)
+    xi = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n, int(num_probes)))
+    v = w @ (xi - xi.mean(axis=0))  # [N, P] W z
+    u = _block_cg(lambda y: y - gamma * (w @ (w @ y)), v)
+    samples = np.einsum("np,np->p", v, u)  # [P] one trace sample per probe
+    trace = 1.0 / (1.0 - gamma) + float(samples.mean())
+    trace_err = float(samples.std(ddof=1) / np.sqrt(samples.size))
+    value = n / ((1.0 - gamma) * trace)
+    return NeighborsEstimate(float(value), float(value * trace_err / trace), False)
+
+
+def _block_cg(apply, b: np.ndarray, tol: float = 1e-10, max_iter: int = 5000) -> np.ndarray:
+    """Solves ``A X = B`` column by column by conjugate gradients, all columns at once (A SPD,
+    given by ``apply``: [N, P] -> [N, P])."""
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = r.copy()
+    rr = np.einsum("np,np->p", r, r)
+    stop = tol**2 * np.maximum(rr, 1e-300)
+    for _ in range(max_iter):
+        if np.all(rr <= stop):
+            return x
+        ap = apply(p)
+        alpha = rr / np.maximum(np.einsum("np,np->p", p, ap), 1e-300)
+        x += alpha * p
+        r -= alpha * ap
+        new = np.einsum("np,np->p", r, r)
+        p = r + (new / np.maximum(rr, 1e-300)) * p
+        rr = new
+    raise RuntimeError(f"conjugate gradients did not reach {tol} in {max_iter} iterations")
