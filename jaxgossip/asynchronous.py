@@ -502,7 +502,8 @@ def run_async_optimization(
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
       algorithm: one of :data:`ALGORITHMS`, or a registered algorithm with an asynchronous form
-        (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``).
+        (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``), whose graph
+        requirements (:func:`jaxgossip.algorithms.check_graph`) are checked too.
       max_width: at most this many events per wave (None: no limit; 1: one event per scan step).
 
     Raises:
@@ -530,6 +531,10 @@ def run_async_optimization(
     else:
         compute = timing.parse_compute(time)
         links = timing.make_links(topology, timing.DEFAULT_LATENCY, timing.DEFAULT_BANDWIDTH)
+    if algorithm != rule:  # a registered algorithm: its own graph requirements hold too
+        from jaxgossip import algorithms
+
+        algorithms.check_graph(algorithm, algorithms.resolve(algorithm), topology)
     table = degree = None
     if rule == "ad_psgd":
         table, degree = neighbor_table(topology, rule)

@@ -286,3 +286,5 @@ def test_bad_input(problem, x0):
     star[0, 1:] = star[1:, 0] = star[1, 2] = 1  # irregular and directed: columns sum to 1, rows do not
     with pytest.raises(ValueError, match="async_gossip needs each receiver's weights.*at node"):
         run(topology=T.from_adjacency(star, weights="column"), algorithm="async_gossip")
+    with pytest.raises(ValueError, match="gossip is registered with mixing='doubly_stochastic'"):
+        run(topology=T.from_adjacency(star, weights="column"), algorithm="gossip")
