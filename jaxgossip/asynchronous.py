@@ -83,6 +83,13 @@ __all__ = [
     "neighbor_table",
     "step_durations",
     "async_schedule",
+    "WaveTables",
+    "AsyncPlan",
+    "check_async_graph",
+    "plan_async",
+    "init_async_state",
+    "make_wave",
+    "node_models",
     "run_async_optimization",
 ]
 
@@ -318,7 +325,7 @@ def async_schedule(
     return AsyncSchedule(flat[order], node, partner, step_idx[order])
 
 
-class _Tables(NamedTuple):
+class WaveTables(NamedTuple):
     """Per-wave tables ([M, W, ...]) of the compiled scan; ``node`` pads with N (dropped)."""
 
     event: Array  # [M, W] int32, 0 in padded slots (only the gradient key reads it)
@@ -327,23 +334,41 @@ class _Tables(NamedTuple):
     extra: Any  # rule-specific tables, [M, W, ...]
 
 
-def _wave(rule, grad, lr, key_grad, n):
-    """The function ``state, tables -> state`` of one wave of ``rule``."""
+def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n: int):
+    """The function ``state, opt, tables -> state, opt, loss`` of one wave of ``rule`` (one of
+    :data:`ALGORITHMS`, update rules in the module docstring with ``- lr g`` replaced by ``u``).
 
-    def gradients(points, node, event):
+    Args:
+      value_and_grad: ``loss, g = value_and_grad(point [D], node, key)`` of one event (vmapped
+        over the wave's W slots), ``key = fold_in(key_grad, event)``.
+      update: ``u [W, D], rows = update(g [W, D], rows, points [W, D])``: the steps of the wave's
+        events from their gradients, their nodes' rows of ``opt`` and the points the gradients were
+        taken at (``lambda g, rows, points: (-lr * g, rows)`` is plain SGD).
+      key_grad: the gradients' key; n: N.
+
+    ``opt`` is a pytree of node-local state with leaves ``[N, ...]`` (``()``: none); an event
+    reads and writes only its own node's rows. ``loss`` is the sum of the wave's event losses.
+    """
+
+    def step(opt, points, i, event):
+        gi = jnp.minimum(i, n - 1)
         keys = jax.vmap(lambda e: jax.random.fold_in(key_grad, e))(event)
-        return jax.vmap(grad)(points, node, keys)
+        loss, g = jax.vmap(value_and_grad)(points, gi, keys)
+        rows = jax.tree_util.tree_map(lambda a: a[gi], opt)
+        u, rows = update(g, rows, points)
+        opt = jax.tree_util.tree_map(lambda a, r: a.at[i].set(r, mode="drop"), opt, rows)
+        return u, opt, jnp.sum(jnp.where(i < n, loss, jnp.zeros_like(loss)))
 
-    def ad_psgd(state, tab):
+    def ad_psgd(state, opt, tab):
         i, (j,) = tab.node, tab.extra
         gi, gj = jnp.minimum(i, n - 1), jnp.minimum(j, n - 1)
-        g = gradients(state.x_hat[gi], gi, tab.event)
+        u, opt, loss = step(opt, state.x_hat[gi], i, tab.event)
         avg = 0.5 * (state.x[gi] + state.x[gj])
-        new = avg - lr * g
+        new = avg + u
         x = state.x.at[j].set(avg, mode="drop").at[i].set(new, mode="drop")
-        return ADPSGDState(x, state.x_hat.at[i].set(new, mode="drop"))
+        return ADPSGDState(x, state.x_hat.at[i].set(new, mode="drop")), opt, loss
 
-    def async_gossip(state, tab):
+    def async_gossip(state, opt, tab):
         i = tab.node
         own, write, self_w, nbr, slot, weight = tab.extra
         gi = jnp.minimum(i, n - 1)
@@ -351,36 +376,45 @@ def _wave(rule, grad, lr, key_grad, n):
         # rows node * S + slot of the flattened ring: 1-D gathers and scatters (cheaper than 2-D)
         ring = state.history.reshape(n * size, -1)
         x_i = ring[gi * size + own]
-        g = gradients(x_i, gi, tab.event)
+        u, opt, loss = step(opt, x_i, i, tab.event)
         mixed = self_w[:, None] * x_i
         for k in range(nbr.shape[1]):  # per-slot gathers (DESIGN.md: faster than one [W, K, D])
             mixed = mixed + weight[:, k, None] * ring[nbr[:, k] * size + slot[:, k]]
-        ring = ring.at[i * size + write].set(mixed - lr * g, mode="drop")  # padded: row >= N S
-        return AsyncGossipState(ring.reshape(state.history.shape), state.version.at[i].add(1, mode="drop"))
+        ring = ring.at[i * size + write].set(mixed + u, mode="drop")  # padded: row >= N S
+        state = AsyncGossipState(ring.reshape(state.history.shape), state.version.at[i].add(1, mode="drop"))
+        return state, opt, loss
 
-    def async_sgp(state, tab):
+    def async_sgp(state, opt, tab):
         i = tab.node
         write, self_p, sender, slot, p = tab.extra
         gi = jnp.minimum(i, n - 1)
         size = state.sent_w.shape[1]
         ring_x, ring_w = state.sent_x.reshape(n * size, -1), state.sent_w.reshape(-1)
         x_i, w_i = state.x[gi], state.w[gi]
-        g = gradients(x_i / w_i[:, None], gi, tab.event)
-        half = x_i - lr * g
+        u, opt, loss = step(opt, x_i / w_i[:, None], i, tab.event)
+        half = x_i + u
         new_x, new_w = self_p[:, None] * half, self_p * w_i
         for k in range(sender.shape[1]):  # the messages it adds, from the senders' rings
             row = sender[:, k] * size + slot[:, k]
             new_x = new_x + p[:, k, None] * ring_x[row]
             new_w = new_w + p[:, k] * ring_w[row]
         row = i * size + write  # padded: row >= N S, dropped
-        return AsyncSGPState(
+        state = AsyncSGPState(
             state.x.at[i].set(new_x, mode="drop"),
             state.w.at[i].set(new_w, mode="drop"),
             ring_x.at[row].set(half, mode="drop").reshape(state.sent_x.shape),
             ring_w.at[row].set(w_i, mode="drop").reshape(state.sent_w.shape),
         )
+        return state, opt, loss
 
     return {"ad_psgd": ad_psgd, "async_gossip": async_gossip, "async_sgp": async_sgp}[rule]
+
+
+def node_models(rule: str, state: Any) -> Array:
+    """``[N, D]`` the models the nodes evaluate in ``state`` of ``rule`` (``x / w`` for
+    ``async_sgp``, each node's current version for ``async_gossip``, ``x`` for ``ad_psgd``)."""
+    n = jax.tree_util.tree_leaves(state)[0].shape[0]
+    return _models(rule, state, n)
 
 
 def _models(rule, state, n):
@@ -396,7 +430,7 @@ def _models(rule, state, n):
 def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key):
     n = jax.tree_util.tree_leaves(state0)[0].shape[0]
     _, key_grad = jax.random.split(key)
-    wave = _wave(rule, jax.grad(loss_fn), lr, key_grad, n)
+    wave = make_wave(rule, jax.value_and_grad(loss_fn), lambda g, rows, points: (-lr * g, rows), key_grad, n)
     nodes = jnp.arange(n, dtype=jnp.int32)
 
     def metrics(state):
@@ -406,7 +440,7 @@ def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key):
         return jnp.stack([obj, jnp.mean(jnp.sum((z - mean) ** 2, axis=-1))]).astype(jnp.float32)
 
     def body(state, tab):
-        state = wave(state, tab)
+        state, _, _ = wave(state, (), tab)
         record = jax.lax.cond(tab.end, metrics, lambda s: jnp.zeros([2], jnp.float32), state)
         return state, record
 
@@ -475,6 +509,126 @@ def _plan(rule, topology, sched, dim, links, max_width) -> _HostPlan:
     return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 5, due.slots, flight)
 
 
+class AsyncPlan(NamedTuple):
+    """The host plan of a whole asynchronous run (:func:`plan_async`; R rounds, E = R N events).
+
+    Attributes:
+      rule: which of :data:`ALGORITHMS` runs.
+      schedule: :class:`AsyncSchedule` of the E events.
+      tables: :class:`WaveTables` of the M waves (NumPy, ``[M, W, ...]``).
+      waves: :class:`async_waves.Plan` (wave events, round ends, boundaries).
+      stats: :class:`WaveStats`.
+      slots: S, versions kept per node (0 for ``ad_psgd``).
+      flight: ``(sender [P], ring slot [P], weight [P])`` of the messages still in flight at the
+        end (``async_sgp``), None otherwise.
+      out_degree: [N] int, each node's real out-neighbours (the messages of one of its events).
+    """
+
+    rule: str
+    schedule: AsyncSchedule
+    tables: WaveTables
+    waves: async_waves.Plan
+    stats: WaveStats
+    slots: int
+    flight: Any
+    out_degree: np.ndarray
+
+
+def check_async_graph(algorithm: str, topology: Any) -> str:
+    """The asynchronous rule that ``algorithm`` names (:func:`resolve_algorithm`) after checking
+    that it can run on ``topology`` (a registered algorithm's own graph requirements, a fixed
+    static graph, AD-PSGD's out-neighbours, the weights the rule mixes or pushes with), before
+    anything is drawn.
+
+    Raises:
+      ValueError: naming the algorithm, the graph and the rule; TypeError: a graph stack.
+    """
+    rule = resolve_algorithm(algorithm)
+    if algorithm != rule:  # a registered algorithm: its own graph requirements hold too
+        from jaxgossip import algorithms
+
+        algorithms.check_graph(algorithm, algorithms.resolve(algorithm), topology)
+    if rule == "ad_psgd":
+        neighbor_table(topology, rule)
+    else:
+        _check_topology_weights(topology, rule, *_graph(topology, rule))
+    return rule
+
+
+def _split_time(topology: Any, time: Any) -> tuple[timing.Compute, timing.Links]:
+    if isinstance(time, timing.TimeModel):
+        if time.available is not None:
+            raise ValueError("asynchronous runs do not model availability (time.available); give None")
+        return time.compute, time.links
+    compute = timing.parse_compute(time)
+    return compute, timing.make_links(topology, timing.DEFAULT_LATENCY, timing.DEFAULT_BANDWIDTH)
+
+
+def plan_async(
+    topology: Any,
+    time: Any,
+    num_rounds: int,
+    key: PRNGKey,
+    algorithm: str,
+    dim: int,
+    max_width: int | None = None,
+) -> AsyncPlan:
+    """Draws the schedule of ``num_rounds`` (R) rounds of N events with ``key`` and plans its
+    waves on the host (:func:`check_async_graph` first); ``dim`` (D) prices the messages.
+
+    Args: as :func:`run_async_optimization` (``time`` a TimeModel, Compute or spec).
+
+    Raises:
+      ValueError: as :func:`run_async_optimization`.
+    """
+    rule = check_async_graph(algorithm, topology)
+    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
+        raise ValueError(f"num_rounds={num_rounds!r} must be a positive int")
+    if max_width is not None and (
+        isinstance(max_width, bool) or not isinstance(max_width, (int, np.integer)) or max_width < 1
+    ):
+        raise ValueError(f"max_width={max_width!r} must be None or a positive int")
+    if isinstance(key, jax.core.Tracer):
+        raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
+    n = topology.num_nodes
+    compute, links = _split_time(topology, time)
+    table = degree = None
+    if rule == "ad_psgd":
+        table, degree = neighbor_table(topology, rule)
+    num_events = int(num_rounds) * n
+    sched = async_schedule(compute, n, num_events, key, table, degree)
+    host = _plan(rule, topology, sched, dim, links, max_width)
+    plan = host.plan
+    valid = plan.events >= 0
+    ev = np.where(valid, plan.events, 0)
+    node = np.where(valid, sched.node[ev], n).astype(np.int32)
+    rows = []
+    for tab, writes_to in zip(host.extra, host.written):
+        row = tab[ev]
+        if writes_to:  # a padded slot's writes go to node N: dropped
+            row = np.where(valid.reshape(valid.shape + (1,) * (row.ndim - 2)), row, n)
+        rows.append(row.astype(np.float32 if row.dtype.kind == "f" else np.int32))
+    tables = WaveTables(ev.astype(np.int32), node, plan.round_end, tuple(rows))
+    stats = WaveStats(
+        int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], host.slots
+    )
+    s, r, _, _ = _graph(topology, rule)
+    out_degree = np.array([len(set(r[s == i].tolist())) for i in range(n)], np.int64)
+    return AsyncPlan(rule, sched, tables, plan, stats, int(host.slots), host.flight, out_degree)
+
+
+def init_async_state(rule: str, x0: Array, slots: int) -> Any:
+    """The state of ``rule`` at the start from models ``x0`` [N, D] (S = ``slots`` ring slots)."""
+    n, dim = x0.shape
+    if rule == "ad_psgd":
+        return ADPSGDState(x0, x0)
+    if rule == "async_gossip":
+        return AsyncGossipState(jnp.repeat(x0[:, None, :], slots, axis=1), jnp.zeros([n], jnp.int32))
+    return AsyncSGPState(
+        x0, jnp.ones([n], jnp.float32), jnp.zeros([n, slots, dim], jnp.float32), jnp.zeros([n, slots], jnp.float32)
+    )
+
+
 def run_async_optimization(
     problem: Any,
     topology: Any,
@@ -511,74 +665,29 @@ def run_async_optimization(
         ``num_rounds`` or ``max_width``, an ``x0`` not [N, D] for the topology's N, a stochastic or
         time-varying graph, weights the algorithm cannot use, or unsupported links.
     """
-    rule = resolve_algorithm(algorithm)
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
-        raise ValueError(f"num_rounds={num_rounds!r} must be a positive int")
-    if max_width is not None and (
-        isinstance(max_width, bool) or not isinstance(max_width, (int, np.integer)) or max_width < 1
-    ):
-        raise ValueError(f"max_width={max_width!r} must be None or a positive int")
     x0 = jnp.asarray(x0, jnp.float32)
     if x0.ndim != 2 or x0.shape[0] != topology.num_nodes:
+        resolve_algorithm(algorithm)  # an unknown algorithm is named first
         raise ValueError(f"x0 must be [N, D] with N = {topology.num_nodes}; got shape {x0.shape}")
-    if isinstance(key, jax.core.Tracer):
-        raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
     n, dim = x0.shape
-    if isinstance(time, timing.TimeModel):
-        if time.available is not None:
-            raise ValueError("asynchronous runs do not model availability (time.available); give None")
-        compute, links = time.compute, time.links
-    else:
-        compute = timing.parse_compute(time)
-        links = timing.make_links(topology, timing.DEFAULT_LATENCY, timing.DEFAULT_BANDWIDTH)
-    if algorithm != rule:  # a registered algorithm: its own graph requirements hold too
-        from jaxgossip import algorithms
-
-        algorithms.check_graph(algorithm, algorithms.resolve(algorithm), topology)
-    table = degree = None
-    if rule == "ad_psgd":
-        table, degree = neighbor_table(topology, rule)
-    else:  # refuse the graph before drawing anything
-        _check_topology_weights(topology, rule, *_graph(topology, rule))
-    num_events = int(num_rounds) * n
-    sched = async_schedule(compute, n, num_events, key, table, degree)
-    host = _plan(rule, topology, sched, dim, links, max_width)
-    plan, slots = host.plan, host.slots
-    valid = plan.events >= 0
-    ev = np.where(valid, plan.events, 0)
-    node = np.where(valid, sched.node[ev], n).astype(np.int32)
-    rows = []
-    for table, writes_to in zip(host.extra, host.written):
-        row = table[ev]
-        if writes_to:  # a padded slot's writes go to node N: dropped
-            row = np.where(valid.reshape(valid.shape + (1,) * (row.ndim - 2)), row, n)
-        rows.append(row.astype(np.float32 if row.dtype.kind == "f" else np.int32))
-    tables = _Tables(ev.astype(np.int32), node, plan.round_end, tuple(rows))
-    if rule == "ad_psgd":
-        state0 = ADPSGDState(x0, x0)
-    elif rule == "async_gossip":
-        state0 = AsyncGossipState(jnp.repeat(x0[:, None, :], slots, axis=1), jnp.zeros([n], jnp.int32))
-    else:
-        state0 = AsyncSGPState(
-            x0, jnp.ones([n], jnp.float32), jnp.zeros([n, slots, dim], jnp.float32), jnp.zeros([n, slots], jnp.float32)
-        )
+    async_plan = plan_async(topology, time, num_rounds, key, algorithm, dim, max_width)
+    rule, sched, plan, host_flight = async_plan.rule, async_plan.schedule, async_plan.waves, async_plan.flight
+    tables = async_plan.tables
+    state0 = init_async_state(rule, x0, async_plan.slots)
     state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key)
     at_end = records[jnp.asarray(plan.boundary)]
     times = sched.time.reshape(int(num_rounds), n)[:, -1]
     in_flight = None
-    if host.flight is not None:
-        sender, slot, p = (jnp.asarray(a, t) for a, t in zip(host.flight, (jnp.int32, jnp.int32, jnp.float32)))
+    if host_flight is not None:
+        sender, slot, p = (jnp.asarray(a, t) for a, t in zip(host_flight, (jnp.int32, jnp.int32, jnp.float32)))
         in_flight = (jnp.sum(p[:, None] * state.sent_x[sender, slot], axis=0), jnp.sum(p * state.sent_w[sender, slot]))
-    stats = WaveStats(
-        int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], int(slots)
-    )
     return AsyncResult(
         jnp.concatenate([first[:1], at_end[:, 0]]),
         jnp.concatenate([first[1:], at_end[:, 1]]),
         jnp.concatenate([jnp.zeros([1], jnp.float32), jnp.asarray(times)]),
         _models(rule, state, n),
         sched,
-        stats,
+        async_plan.stats,
         state,
         rule,
         in_flight,
