@@ -76,6 +76,7 @@ __all__ = [
     "ORDERINGS",
     "NaNLossError",
     "check_finite",
+    "batched_eval",
 ]
 
 
@@ -333,7 +334,7 @@ def _spans_processes(tree: Any) -> bool:
     )
 
 
-def _batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
+def batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
     """Loss and accuracy of one model over ``x`` [M, ...] in chunks of ``chunk`` samples (a custom
     ``loss_fn`` is averaged over chunks; accuracy is ``argmax(out, -1) == y``). Labels ``y`` [M, T]
     (next-token targets) are T predictions per sample: loss and accuracy are means over all M T."""
@@ -587,9 +588,9 @@ def make_train(
             z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
         else:
             z_bar, stats_bar = honest_mean(z, honest), honest_mean(state.batch_stats, honest)
-        test_loss, test_acc = _batched_eval(model.apply, z_bar, stats_bar, x_eval, y_eval, eval_chunk, loss_fn)
+        test_loss, test_acc = batched_eval(model.apply, z_bar, stats_bar, x_eval, y_eval, eval_chunk, loss_fn)
         node_loss, node_acc = jax.vmap(
-            lambda p, s: _batched_eval(model.apply, p, s, x_eval, y_eval, eval_chunk, loss_fn)
+            lambda p, s: batched_eval(model.apply, p, s, x_eval, y_eval, eval_chunk, loss_fn)
         )(z, state.batch_stats)
         if honest is None:
             acc_mean, acc_min, acc_max, loss_mean = node_acc.mean(), node_acc.min(), node_acc.max(), node_loss.mean()

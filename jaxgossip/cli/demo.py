@@ -8,7 +8,7 @@ import os
 import re
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
@@ -176,6 +176,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             "settings with jaxgossip train or jaxgossip sweep"
         )
     base = check_train_config(parsed.build(TrainConfig))
+    check_sync_only(base, "demo")
     cost = common.cost_model(parsed.values, base)
     target = common.target_acc(parsed.values)
     common.require_tensorboard(base)

@@ -7,7 +7,7 @@ import dataclasses
 import math
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, train_field_help
+from jaxgossip.run.config import TrainConfig, check_sync_only, train_field_help
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
 __all__ = ["PlanOptions", "command", "run", "format_plan"]
@@ -99,6 +99,7 @@ def run(argv: list[str]) -> int:
         return 0
     options = parsed.build(PlanOptions)
     config = check_train_config(parsed.build(TrainConfig))
+    check_sync_only(config, "plan")
     memories = list(plan_lib.GPU_MEMORY)
     if options.memory is not None:
         try:

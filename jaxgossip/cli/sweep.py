@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_train_config, did_you_mean, train_field_help
+from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, did_you_mean, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 from jaxgossip.run.watchdog import check_divergence
@@ -205,6 +205,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     seeds = seed_list(options.seeds)
     axes = sweep_axes(options.sweep, parsed.values.get("algorithm"))
     config = check_train_config(parsed.build(TrainConfig))
+    check_sync_only(config, "sweep")
     cost = common.cost_model(parsed.values, config)
     target = common.target_acc(parsed.values)
     for message in _check_points(config, axes):

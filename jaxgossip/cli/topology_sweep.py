@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxgossip.cli import common
 from jaxgossip.cli.sweep import seed_list
-from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 from jaxgossip.run.watchdog import check_divergence, consensus_diverged_at
@@ -239,6 +239,7 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
     from jaxgossip.run.config import check_algorithm
 
     config = check_train_config(parsed.build(TrainConfig))
+    check_sync_only(config, "topology-sweep")
     if config.final_merge is not None:
         raise UsageError(f"--final_merge={config.final_merge!r}: a topology sweep reports training without a merge")
     if config.tensorboard:

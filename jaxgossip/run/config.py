@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxgossip.types import ORDERINGS
+from jaxgossip.types import EXECUTIONS, ORDERINGS
 
 __all__ = [
     "TrainConfig",
@@ -46,6 +46,10 @@ __all__ = [
     "gamma_warning",
     "did_you_mean",
     "allowed_values",
+    "EXECUTIONS",
+    "check_execution_options",
+    "async_form_of",
+    "check_sync_only",
 ]
 
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
@@ -126,6 +130,8 @@ class TrainConfig:
     tensorboard: bool = False
     time: dict[str, Any] = dataclasses.field(default_factory=dict)
     byzantine: dict[str, Any] = dataclasses.field(default_factory=dict)
+    execution: str = "sync"
+    async_form: str = "auto"
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -158,6 +164,7 @@ def allowed_values() -> dict[str, list[str]]:
         "outer_message": list(outer.OUTER_MESSAGES),
         "precision": list(precision.PRECISIONS),
         "message_dtype": list(precision.MESSAGE_DTYPES),
+        "execution": list(EXECUTIONS),
     }
 
 
@@ -250,6 +257,11 @@ def train_field_help() -> dict[str, str]:
         "--time.allreduce_model=ring|message (how an all-reduce round is priced); "
         "--time.availability=always|markov:P_OFF,P_ON|trace:PATH (offline nodes neither compute nor send; a round "
         "waits only for online nodes)",
+        "execution": "sync (lock-step rounds) or async (every node on its own simulated clock, no waiting: "
+        "a round is N node events, N local steps in total; needs --time.compute > 0; algorithms with an "
+        "asynchronous form: gossip, push_sum)",
+        "async_form": "with --execution=async, the asynchronous form of the algorithm: auto (its first: gossip -> "
+        "async_gossip, push_sum -> async_sgp), async_gossip or ad_psgd (gossip), async_sgp (push_sum)",
     }
 
 
@@ -612,6 +624,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         )
     check_time(config, topo)
     check_byzantine(config, topo)
+    check_execution_options(dataclasses.replace(config, final_merge=merge), topo)
     return dataclasses.replace(
         config,
         decay_rounds=decay,
@@ -655,6 +668,8 @@ def time_model_of(config: TrainConfig, topo):
     for key, known in (("mode", timing.LINK_MODES), ("allreduce_model", timing.ALLREDUCE_MODELS)):
         if values[key] not in known:
             raise ValueError(f"--time.{key}={values[key]!r} is unknown; known: {', '.join(known)}")
+    # An asynchronous event sends one message per out-neighbour: no exchanges or all-reduce pricing.
+    asynchronous = config.execution == "async"
     try:
         return timing.time_model(
             topo,
@@ -662,8 +677,9 @@ def time_model_of(config: TrainConfig, topo):
             latency=values["latency"],
             bandwidth=values["bandwidth"],
             mode=values["mode"],
-            algorithm=config.algorithm,
-            options=with_trainer_options(config.algorithm, dict(config.algorithm_options)),
+            algorithm=None if asynchronous else config.algorithm,
+            options=None if asynchronous else with_trainer_options(config.algorithm, dict(config.algorithm_options)),
+            exchanges=1 if asynchronous else None,
             ordering=config.ordering,
             allreduce_model=values["allreduce_model"],
             available=availability_of(config),
@@ -781,3 +797,97 @@ def check_byzantine(config: TrainConfig, topo) -> None:
         algorithms.byzantine(config.algorithm, topo, options=options, **args)
     except (ValueError, TypeError) as err:
         raise ValueError(f"--byzantine: {err}") from None
+
+
+def async_form_of(config: TrainConfig) -> str:
+    """The asynchronous algorithm of an ``--execution=async`` run (:mod:`jaxgossip.asynchronous`):
+    ``async_form``, or with ``auto`` the first of the algorithm's asynchronous forms
+    (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`).
+
+    Raises:
+      ValueError: an algorithm without an asynchronous form (its reason), or an ``async_form``
+        that is not one of its forms.
+    """
+    from jaxgossip import algorithms
+
+    entry = algorithms.resolve(config.algorithm)
+    algorithms.check_execution(config.algorithm, entry, "async")
+    form = config.async_form
+    if form == "auto":
+        return entry.asynchronous[0]
+    if form not in entry.asynchronous:
+        raise ValueError(
+            f"async_form={form!r}{did_you_mean(form, entry.asynchronous)}: the asynchronous forms of "
+            f"{config.algorithm} are {', '.join(entry.asynchronous)} (or auto, the first)"
+        )
+    return form
+
+
+def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
+    """(option=value, why) of every option set that an asynchronous run does not model."""
+    options = config.time if isinstance(config.time, dict) else {}
+    availability = options.get("availability") or TIME_OPTIONS["availability"]
+    checks = [
+        (config.local_steps != 1, f"local_steps={config.local_steps}",
+         "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1"),
+        (bool(config.algorithm_options), f"algorithm_options={dict(config.algorithm_options)}",
+         "the asynchronous forms mix or push with the graph's weights and take no options (no compression)"),
+        (config.outer_optimizer != "none", f"outer_optimizer={config.outer_optimizer!r}",
+         "an outer step needs a common round; use --outer_optimizer=none"),
+        (byzantine_args(config) is not None, f"byzantine={dict(config.byzantine)}",
+         "attackers are modelled in synchronous rounds only"),
+        (config.final_merge is not None, f"final_merge={config.final_merge!r}",
+         "the merge runs synchronous rounds on the synchronous algorithm's state"),
+        (config.ordering != "atc", f"ordering={config.ordering!r}",
+         "the asynchronous rules fix where each gradient is taken; use --ordering=atc"),
+        (config.message_dtype != "fp32", f"message_dtype={config.message_dtype!r}",
+         "asynchronous messages are float32 models"),
+        (config.devices != 1, f"devices={config.devices}", "asynchronous runs are planned for one device"),
+        (availability != "always", f"time.availability={availability!r}",
+         "availability is not modelled (a node is always computing)"),
+    ]
+    return [(what, why) for bad, what, why in checks if bad]
+
+
+def check_execution_options(config: TrainConfig, topo) -> None:
+    """Checks ``execution`` and, for ``async``, the algorithm's asynchronous form
+    (:func:`async_form_of`), the options an asynchronous run does not model, the graph
+    (:func:`jaxgossip.asynchronous.check_async_graph`: fixed, static, the weights the form uses)
+    and a positive compute time (the step times order the events).
+
+    Raises:
+      ValueError: naming the value and the rule.
+    """
+    if config.execution not in EXECUTIONS:
+        raise _unknown("execution", config.execution, EXECUTIONS)
+    if config.execution == "sync":
+        if config.async_form != "auto":
+            raise ValueError(f"async_form={config.async_form!r} applies to --execution=async only")
+        return
+    form = async_form_of(config)
+    refused = _async_refusals(config)
+    if refused:
+        what, why = refused[0]
+        raise ValueError(f"{what} with --execution=async: {why}")
+    from jaxgossip import asynchronous, timing
+
+    try:
+        asynchronous.check_async_graph(form, topo)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--execution=async with {config.algorithm} ({form}) on {topo.name}: {err}") from None
+    compute = timing.parse_compute(normalise_time(config.time).get("compute", TIME_OPTIONS["compute"]))
+    zero = compute.trace is not None and not np.any(np.asarray(compute.trace) > 0)
+    if zero or (compute.kind in ("constant", "stragglers") and not compute.seconds > 0):
+        raise ValueError(
+            "--execution=async needs --time.compute > 0 (the step times order the events; with 0 every step "
+            "ends at time 0), e.g. --time.compute=0.01 or --time.compute=stragglers:0.01,0.25,4"
+        )
+
+
+def check_sync_only(config: TrainConfig, command: str) -> None:
+    """Refuses ``--execution=async`` in a command that runs synchronous rounds only."""
+    if config.execution != "sync":
+        raise ValueError(
+            f"execution={config.execution!r}: jaxgossip {command} runs synchronous rounds only; "
+            "asynchronous runs go through jaxgossip train"
+        )

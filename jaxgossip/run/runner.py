@@ -21,6 +21,7 @@ import optax
 from jaxgossip import algorithms, data, models, outer, platforms, precision, sharding, topology
 from jaxgossip.run.config import (
     TrainConfig,
+    async_form_of,
     availability_of,
     byzantine_args,
     check_train_config,
@@ -269,7 +270,11 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
 
 def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
     """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
-    algorithm options) may hold traced values here, so this can run inside ``vmap``."""
+    algorithm options) may hold traced values here, so this can run inside ``vmap``. With
+    ``execution="async"`` it is :func:`jaxgossip.async_training.make_async_train` (the schedule
+    planned from ``seed``) and there is no synchronous algorithm (None)."""
+    if config.execution == "async":
+        return _make_async_trainer(config, prep), None
     alg = precision.with_message_dtype(make_algorithm(config, prep.topology), config.message_dtype)
     eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     trainer = make_train(
@@ -292,6 +297,28 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
         outer_message=config.outer_message,
     )
     return trainer, alg
+
+
+def _make_async_trainer(config: TrainConfig, prep: Prepared) -> Trainer:
+    from jaxgossip import async_training
+
+    eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
+    return async_training.make_async_train(
+        precision.mixed_precision(as_model_fns(prep.model), config.precision),
+        prep.topology,
+        prep.shards,
+        (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),
+        make_optimizer(config),
+        algorithm=async_form_of(config),
+        time=time_model_of(config, prep.topology),
+        key=jax.random.key(config.seed),
+        num_rounds=config.num_rounds,
+        batch_size=config.batch_size,
+        eval_every=config.eval_every,
+        identical_init=config.identical_init,
+        augment=data.augment_cifar if config.augment else None,
+        eval_chunk=min(config.eval_chunk, eval_size),
+    )
 
 
 def build(config: TrainConfig, dataset: data.Dataset | None = None, platform: str | None = None) -> Built:
@@ -499,8 +526,9 @@ def run_training(
     if saved is not None:
         checkpoint.check_resume(saved, config_dict, ckpt_dir)  # before anything is written
     log(f"data: {built.dataset.source}")
+    what = config.algorithm if config.execution == "sync" else f"{config.algorithm} ({async_form_of(config)}, async)"
     log(
-        f"run: {config.algorithm} on {built.topology.name}, {config.num_nodes} nodes, model {config.model} "
+        f"run: {what} on {built.topology.name}, {config.num_nodes} nodes, model {config.model} "
         f"({built.num_params:,} params/node), partition {config.partition}, {config.num_rounds} rounds"
     )
     state = trainer.init(jax.random.key(config.seed))
