@@ -257,3 +257,29 @@ def test_bad_cost_options(flag, match, tmp_path, capsys):
     assert "jaxgossip train: error:" in err
     assert re.search(match, err), err
     assert not out.exists()  # rejected before anything ran
+
+
+def test_bad_trace_shapes_and_markov_rates(tmp_path, capsys):
+    n = tiny_config().num_nodes
+    np.save(tmp_path / "narrow.npy", np.ones((5, n - 1), np.float32))
+    np.save(tmp_path / "flat.npy", np.ones(n, np.float32))
+    cases = [
+        (f"--time.compute=trace:{tmp_path / 'narrow.npy'}", rf"a trace of shape \(5, {n - 1}\) does not fit N = {n}"),
+        (f"--time.compute=trace:{tmp_path / 'flat.npy'}", r"a trace must be a numeric \[steps, N\] array"),
+        (f"--time.availability=trace:{tmp_path / 'narrow.npy'}", rf"must be \[rounds, {n}\]"),
+        ("--time.availability=markov:1.5,0.2", r"'markov:1.5,0.2': expected markov:P_OFF,P_ON with P_OFF in \[0, 1\]"),
+    ]
+    for flag, match in cases:
+        out = tmp_path / "bad"
+        assert _train(tmp_path, str(out), flag) == 2, flag
+        err = capsys.readouterr().err
+        assert re.search(match, err), (flag, err)
+        assert not out.exists()
+
+
+def test_markov_availability_from_the_command_line(tmp_path):
+    # The command line splits the spec at its comma; the run must see the one spec string.
+    out = tmp_path / "churn"
+    assert _train(tmp_path, str(out), "--time.availability=markov:0.2,0.5") == 0
+    with open(out / "config.json") as f:
+        assert json.load(f)["time"]["availability"] == "markov:0.2,0.5"

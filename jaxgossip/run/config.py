@@ -695,17 +695,22 @@ def availability_of(config: TrainConfig) -> np.ndarray | None:
     drawn from ``config.seed``: the runner's graph and its clock use this same mask."""
     from jaxgossip import timing
 
-    options = config.time if isinstance(config.time, dict) else {}
+    options = normalise_time(config.time) if isinstance(config.time, dict) else {}
     spec = options.get("availability") or TIME_OPTIONS["availability"]
     return timing.availability(spec, int(config.num_rounds), int(config.num_nodes), int(config.seed))
 
 
 def normalise_time(options: Any) -> Any:
-    """``config.time`` with a compute spec the command line split at its commas
-    (``stragglers:C,F,S`` -> a list) joined back into one string."""
-    if isinstance(options, dict) and isinstance(options.get("compute"), (list, tuple)):
-        return {**options, "compute": ",".join(str(v) for v in options["compute"])}
-    return options
+    """``config.time`` with the specs the command line split at their commas
+    (``stragglers:C,F,S``, ``markov:P_OFF,P_ON`` -> a list) joined back into one string."""
+    if not isinstance(options, dict):
+        return options
+    joined = {
+        key: ",".join(str(v) for v in options[key])
+        for key in ("compute", "availability")
+        if isinstance(options.get(key), (list, tuple))
+    }
+    return {**options, **joined} if joined else options
 
 
 def check_time(config: TrainConfig, topo) -> None:
@@ -825,7 +830,7 @@ def async_form_of(config: TrainConfig) -> str:
 
 def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
     """(option=value, why) of every option set that an asynchronous run does not model."""
-    options = config.time if isinstance(config.time, dict) else {}
+    options = normalise_time(config.time) if isinstance(config.time, dict) else {}
     availability = options.get("availability") or TIME_OPTIONS["availability"]
     checks = [
         (config.local_steps != 1, f"local_steps={config.local_steps}",
