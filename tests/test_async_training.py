@@ -153,8 +153,10 @@ def test_refuses_batch_norm_and_a_traced_key():
 ASYNC = dict(execution="async", time={"compute": STRAGGLERS, "latency": 0.3}, momentum=0.0, weight_decay=0.0)
 
 
-def test_resume_equals_uninterrupted_and_learns(tmp_path):
-    config = tiny_config(**ASYNC, async_form="ad_psgd", lr=0.1)
+@pytest.mark.parametrize("algorithm, form", [("gossip", "ad_psgd"), ("push_sum", "async_sgp")])
+def test_resume_equals_uninterrupted_and_learns(tmp_path, algorithm, form):
+    # async_sgp also carries messages in flight across the interruption.
+    config = tiny_config(**ASYNC, algorithm=algorithm, async_form=form, lr=0.1)
     quiet = dict(progress=False, log=lambda s: None)
     full = run_training(config, str(tmp_path / "a"), **quiet)
     part = run_training(config, str(tmp_path / "b"), stop_after_chunks=2, **quiet)
