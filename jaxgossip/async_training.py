@@ -52,7 +52,7 @@ from jaxgossip.mixing import consensus_distance, node_mean
 from jaxgossip.training import Metrics, Trainer, TrainState, as_model_fns, batched_eval, cross_entropy_loss
 from jaxgossip.types import Array, PRNGKey
 
-__all__ = ["AsyncTables", "make_async_train", "event_bits"]
+__all__ = ["AsyncTables", "make_async_train"]
 
 
 class AsyncTables(NamedTuple):
@@ -80,21 +80,6 @@ class _Bound(NamedTuple):
 
     def __call__(self, state, num_evals):
         return self.chunk(state, num_evals, self.tables)
-
-
-def event_bits(plan: asynchronous.AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
-    """``[R, N]`` float64 bits each node sends in each round of ``plan``
-    (module docstring: two models per AD-PSGD event, one message per out-neighbour otherwise)."""
-    sched, n = plan.schedule, num_nodes
-    rounds = np.arange(sched.node.shape[0]) // n
-    out = np.zeros((int(rounds[-1]) + 1, n), np.float64)
-    if plan.rule == "ad_psgd":
-        np.add.at(out, (rounds, sched.node), 32.0 * dim)
-        np.add.at(out, (rounds, sched.partner), 32.0 * dim)
-    else:
-        per = 32.0 * dim + (32.0 if plan.rule == "async_sgp" else 0.0)
-        np.add.at(out, (rounds, sched.node), per * plan.out_degree[sched.node])
-    return out
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -188,7 +173,7 @@ def make_async_train(
     rule = plan.rule
     start = np.r_[0, plan.waves.boundary + 1].astype(np.int32)
     times = np.r_[np.float32(0), plan.schedule.time.reshape(int(num_rounds), n)[:, -1]].astype(np.float32)
-    bits = np.cumsum(np.r_[np.zeros((1, n)), event_bits(plan, dim, n)], axis=0).astype(np.float32)
+    bits = np.cumsum(np.r_[np.zeros((1, n)), asynchronous.event_bits(plan, dim, n)], axis=0).astype(np.float32)
     tables = AsyncTables(
         jax.tree_util.tree_map(jnp.asarray, plan.tables), jnp.asarray(start), jnp.asarray(times), jnp.asarray(bits)
     )

@@ -87,8 +87,10 @@ __all__ = [
     "AsyncPlan",
     "check_async_graph",
     "plan_async",
+    "event_bits",
     "init_async_state",
     "make_wave",
+    "message_bits",
     "node_models",
     "run_async_optimization",
 ]
@@ -483,6 +485,28 @@ def _neighbour_delays(topology, links, bits, pairs, incoming):
     return table, real, weight, delay.astype(np.float32)
 
 
+def message_bits(rule: str, dim: int) -> float:
+    """Bits of one message of ``rule`` over D = ``dim`` float32 values: a model (``32 D``), with
+    ``async_sgp``'s push-sum weight (``32 D + 32``)."""
+    return 32.0 * dim + (32.0 if rule == "async_sgp" else 0.0)
+
+
+def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
+    """``[R, N]`` float64 bits each node sends in each round (N events) of ``plan``: an AD-PSGD
+    event swaps two models (node and partner send one each); otherwise the node sends one message
+    per out-neighbour."""
+    sched, n = plan.schedule, num_nodes
+    rounds = np.arange(sched.node.shape[0]) // n
+    out = np.zeros((int(rounds[-1]) + 1, n), np.float64)
+    per = message_bits(plan.rule, dim)
+    if plan.rule == "ad_psgd":
+        np.add.at(out, (rounds, sched.node), per)
+        np.add.at(out, (rounds, sched.partner), per)
+    else:
+        np.add.at(out, (rounds, sched.node), per * plan.out_degree[sched.node])
+    return out
+
+
 def _plan(rule, topology, sched, dim, links, max_width) -> _HostPlan:
     """The waves and tables of the run (host)."""
     n = topology.num_nodes
@@ -493,13 +517,13 @@ def _plan(rule, topology, sched, dim, links, max_width) -> _HostPlan:
     step, i = sched.step.astype(np.int64), sched.node
     if rule == "async_gossip":
         pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == node) for node in range(n)]
-        table, real, weight, delay = _neighbour_delays(topology, links, 32.0 * dim, pairs, incoming=True)
+        table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=True)
         version, producer, slots = async_waves.read_versions(sched.time, i, table, real, delay, n)
         level = async_waves.read_levels(i, table[i], real[i], producer, n)
         extra = (step % slots, (step + 1) % slots, self_w[i], table[i], version % slots, weight[i])
         return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 6, slots, None)
     pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == node) for node in range(n)]
-    table, real, weight, delay = _neighbour_delays(topology, links, 32.0 * dim + 32.0, pairs, incoming=False)
+    table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=False)
     sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, delay, n)
     due = async_waves.due_reads(i, sender, absorber, weight[i[sender], out_slot], n)
     level = async_waves.read_levels(i, due.node, due.real, due.producer, n)

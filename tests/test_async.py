@@ -288,3 +288,20 @@ def test_bad_input(problem, x0):
         run(topology=T.from_adjacency(star, weights="column"), algorithm="async_gossip")
     with pytest.raises(ValueError, match="gossip is registered with mixing='doubly_stochastic'"):
         run(topology=T.from_adjacency(star, weights="column"), algorithm="gossip")
+
+
+@pytest.mark.parametrize("algorithm", ["ad_psgd", "async_gossip", "async_sgp"])
+def test_event_bits_per_node_loop(algorithm):
+    topology = T.exponential(N) if algorithm == "async_sgp" else T.ring(N)
+    plan = asynchronous.plan_async(topology, STRAGGLERS, ROUNDS, jax.random.key(3), algorithm, D)
+    sched = plan.schedule
+    want = np.zeros((ROUNDS, N))
+    s, r = (np.asarray(a)[0] for a in (topology.senders, topology.receivers))
+    for e, i in enumerate(sched.node):
+        if algorithm == "ad_psgd":
+            for j in (i, sched.partner[e]):
+                want[e // N, j] += 32 * D
+        else:
+            out_neighbours = {int(b) for a, b in zip(s, r) if a == i and b != i}
+            want[e // N, i] += (32 * D + (32 if algorithm == "async_sgp" else 0)) * len(out_neighbours)
+    np.testing.assert_array_equal(asynchronous.event_bits(plan, D, N), want)
