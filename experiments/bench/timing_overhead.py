@@ -5,12 +5,16 @@ twice, untimed and timed (stragglers, per-edge-priced links), and the two chunks
 alternation in one process, ``--reps`` times each after one warm-up call; the ratio of the medians
 is the clock's overhead (the issue's target: at most 5 %).
 
-    python experiments/bench/timing_overhead.py [--model mlp] [--nodes 16] [--reps 7]
+    python experiments/bench/timing_overhead.py [--model mlp] [--nodes 16] [--reps 7] [--out FILE.json]
+
+``--out`` appends one row (settings, medians, ratio, machine) to a JSON list.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import time
 
@@ -29,6 +33,7 @@ def main() -> None:
     parser.add_argument("--algorithm", default="gossip", choices=["gossip", "choco"])
     parser.add_argument("--rounds", type=int, default=20, help="rounds per timed chunk")
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--out", default=None, help="JSON list to append this run's row to")
     args = parser.parse_args()
     options = {}
     if args.algorithm == "choco":
@@ -80,6 +85,27 @@ def main() -> None:
     for name, value in med.items():
         print(f"{name:8s} {value * 1e3:9.2f} ms per chunk (min {min(times[name]) * 1e3:.2f})")
     print(f"timed / untimed = {med['timed'] / med['untimed']:.3f}")
+    if args.out:
+        rows = []
+        if os.path.exists(args.out):
+            with open(args.out) as f:
+                rows = json.load(f)
+        rows.append(
+            {
+                "model": args.model,
+                "nodes": args.nodes,
+                "algorithm": args.algorithm,
+                "rounds_per_chunk": args.rounds,
+                "reps": args.reps,
+                "untimed_ms": med["untimed"] * 1e3,
+                "timed_ms": med["timed"] * 1e3,
+                "timed_over_untimed": med["timed"] / med["untimed"],
+                "backend": jax.default_backend(),
+                "cpu_count": os.cpu_count(),
+            }
+        )
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
     np.testing.assert_array_equal(  # the clock never changes the iterates
         np.asarray(jax.tree_util.tree_leaves(runs["timed"].run_chunk(states["timed"], 1)[0].params)[0]),
         np.asarray(jax.tree_util.tree_leaves(runs["untimed"].run_chunk(states["untimed"], 1)[0].params)[0]),
