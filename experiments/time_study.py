@@ -363,6 +363,7 @@ def plot(report: dict, part: str, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     results = report["results"][part]
     cases = report["settings"]["clocks"] if part == "A" else list(LINKS)
@@ -379,6 +380,7 @@ def plot(report: dict, part: str, path: str) -> None:
             ax.fill_between(t, mean - std, mean + std, color=line.get_color(), alpha=0.15)
         ax.axhline(target, color="gray", lw=0.8, ls=":")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # short ranges crowd the minor labels
         ax.set_ylim(max(0.0, target - 0.25), min(1.0, target + 0.12))
         ax.set_xlabel("simulated time (s, log)")
         ax.set_title(case, fontsize=10)
