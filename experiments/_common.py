@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import datetime
+import math
 import platform
+
+import numpy as np
 
 
 def cpu_model() -> str:
@@ -16,6 +20,28 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def machine() -> dict:
+    """The result files' machine header: CPU model, JAX version and today's date."""
+    import jax
+
+    return {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()}
+
+
+def jsonable(value, digits: int = 4):
+    """``value`` for ``json.dump(..., allow_nan=False)``: arrays as lists, floats rounded to
+    ``digits`` significant digits (the curves make the files large), NaN / inf (a diverged run) as
+    null, mapping keys as strings."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, digits) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist(), digits)
+    if isinstance(value, (float, np.floating)):
+        return float(f"{value:.{digits}g}") if math.isfinite(value) else None
+    return value
 
 
 def resnet20_shapes(num_classes: int = 10) -> dict:

@@ -41,7 +41,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -52,8 +51,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when loaded by a test
 
-import jax  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
@@ -121,7 +119,7 @@ def run(
             "aggregators": list(aggregators),
         },
         "results": results,
-        "machine": {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()},
+        "machine": machine(),
     }
     for graph in graphs:
         results[graph] = {}
@@ -269,21 +267,6 @@ def load_reports(paths) -> dict:
     return merged
 
 
-def _jsonable(report: dict) -> dict:
-    def convert(value):
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, np.ndarray):
-            return convert(value.tolist())
-        if isinstance(value, (float, np.floating)):
-            return float(f"{value:.4g}") if math.isfinite(value) else None
-        return value
-
-    return convert(report)
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 10 rounds, 1 seed")
@@ -315,7 +298,7 @@ def main(argv=None) -> dict:
 
         def checkpoint(partial):
             with open(os.path.join(out, "byzantine.partial.json"), "w") as f:
-                json.dump(_jsonable(partial), f, allow_nan=False)
+                json.dump(jsonable(partial), f, allow_nan=False)
 
         report = run(**chosen, **options, checkpoint=checkpoint)
         report["settings"]["seconds"] = round(time.time() - start, 1)
@@ -325,7 +308,7 @@ def main(argv=None) -> dict:
     with open(os.path.join(out, "byzantine.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "byzantine.json"), "w") as f:
-        json.dump(_jsonable(report), f, allow_nan=False)
+        json.dump(jsonable(report), f, allow_nan=False)
     if os.path.exists(os.path.join(out, "byzantine.partial.json")):
         os.remove(os.path.join(out, "byzantine.partial.json"))
     print(text)

@@ -52,9 +52,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
 import os
 import sys
 import time
@@ -65,7 +63,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when loaded by a test
 
 import jax  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
@@ -235,7 +233,7 @@ def run(
             "methods": {k: METHODS[k]._asdict() for k in methods},
         },
         "results": results,
-        "machine": {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()},
+        "machine": machine(),
     }
 
 
@@ -379,23 +377,6 @@ def plot(report: dict, partition: str, path: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(report: dict) -> dict:
-    """Arrays as (4-significant-digit) lists, NaN/inf as null, so the JSON stays valid and small."""
-
-    def convert(value):
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, np.ndarray):
-            return convert(value.tolist())
-        if isinstance(value, (float, np.floating)):
-            return float(f"{value:.4g}") if math.isfinite(value) else None
-        return value
-
-    return convert({**report, "summary": rows(report)})
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 rounds, 2 seeds, one lr per group")
@@ -425,7 +406,7 @@ def main(argv=None) -> dict:
     with open(os.path.join(out, "heterogeneity.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "heterogeneity.json"), "w") as f:
-        json.dump(_jsonable(report), f, allow_nan=False)  # one line: the curves make it large
+        json.dump(jsonable({**report, "summary": rows(report)}, 4), f, allow_nan=False)  # one line: the curves make it large
     print(text)
     print(f"total {time.time() - start:.1f} s; wrote {out}")
     return report

@@ -32,9 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
 import os
 import sys
 import time
@@ -43,8 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when loaded by a test
 
-import jax  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
@@ -128,7 +125,7 @@ def run(graphs=GRAPHS, methods=METHODS, lrs=LRS, rounds=ROUNDS, eval_every=EVAL_
             "methods": list(methods),
         },
         "results": results,
-        "machine": {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()},
+        "machine": machine(),
     }
 
 
@@ -215,21 +212,6 @@ def plot(report: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(report: dict) -> dict:
-    def convert(value):
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, np.ndarray):
-            return convert(value.tolist())
-        if isinstance(value, (float, np.floating)):
-            return float(f"{value:.4g}") if math.isfinite(value) else None
-        return value
-
-    return convert(report)
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 10 rounds, 1 seed, one lr")
@@ -255,7 +237,7 @@ def main(argv=None) -> dict:
     with open(os.path.join(out, "relaysgd.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "relaysgd.json"), "w") as f:
-        json.dump(_jsonable(report), f, allow_nan=False)
+        json.dump(jsonable(report), f, allow_nan=False)
     print(text)
     print(f"total {time.time() - start:.1f} s; wrote {out}")
     return report

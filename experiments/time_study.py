@@ -47,9 +47,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
-import math
 import os
 import sys
 import time
@@ -59,8 +57,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when loaded by a test
 
-import jax  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.run.experiment_sweeps import sweep_training  # noqa: E402
@@ -399,18 +396,6 @@ def plot(report: dict, part: str, path: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, (float, np.floating)):
-        return float(f"{value:.5g}") if math.isfinite(value) else None
-    return value
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: digits, 20 rounds, one seed")
@@ -483,7 +468,7 @@ def main(argv=None) -> dict:
             "mode": "quick" if args.quick else "full",
         },
         "results": results,
-        "machine": {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()},
+        "machine": machine(),
     }
     report["summary"] = summary(report)
     os.makedirs(out, exist_ok=True)
@@ -496,7 +481,7 @@ def main(argv=None) -> dict:
         with open(os.path.join(out, f"{stem}.md"), "w") as f:
             f.write(tables(one))
         with open(os.path.join(out, f"{stem}.json"), "w") as f:
-            json.dump(_jsonable(one), f, allow_nan=False)
+            json.dump(jsonable(one, 5), f, allow_nan=False)
     print(text)
     print(f"total {time.time() - start:.1f} s; wrote {out}")
     return report

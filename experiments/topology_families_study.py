@@ -40,7 +40,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -51,8 +50,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when loaded by a test
 
-import jax  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data, sweeps, topology  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
@@ -168,7 +166,7 @@ def run(
             "timing": timing,
         },
         "rows": rows,
-        "machine": {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()},
+        "machine": machine(),
     }
 
 
@@ -296,21 +294,6 @@ def plot(report: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(report: dict) -> dict:
-    def convert(value):
-        if isinstance(value, dict):
-            return {str(k): convert(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [convert(v) for v in value]
-        if isinstance(value, np.ndarray):
-            return convert(value.tolist())
-        if isinstance(value, (float, np.floating)):
-            return float(f"{value:.5g}") if math.isfinite(value) else None
-        return value
-
-    return convert(report)
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 16, 300 consensus / 10 training rounds")
@@ -344,7 +327,7 @@ def main(argv=None) -> dict:
     with open(os.path.join(out, "topology_families.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "topology_families.json"), "w") as f:
-        json.dump(_jsonable(report), f, allow_nan=False)
+        json.dump(jsonable(report, 5), f, allow_nan=False)
     print(text)
     print(f"total {time.time() - start:.1f} s; wrote {out}")
     return report
