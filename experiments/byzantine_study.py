@@ -34,7 +34,7 @@ Outputs (``experiments/results/byzantine/`` by default): ``byzantine.md`` (table
 
 Usage::
 
-    python experiments/byzantine_study.py            # 200 rounds, ~7 min on 2 shared cores
+    python experiments/byzantine_study.py            # 200 rounds, about 30-60 min on 2 shared cores
     python experiments/byzantine_study.py --quick    # smoke run (writes to runs/byzantine_quick)
 """
 

@@ -33,7 +33,7 @@ to 1e-6 against the gap, node accuracy against the gap and against n_W).
 
 Usage::
 
-    python experiments/topology_families_study.py            # ~8 min on 2 shared cores
+    python experiments/topology_families_study.py            # about 55 min on 2 shared cores
     python experiments/topology_families_study.py --quick    # N = 16 only, short runs
 """
 
