@@ -29,10 +29,10 @@ def machine() -> dict:
     return {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()}
 
 
-def jsonable(value, digits: int = 4):
+def jsonable(value, digits: int | None = 4):
     """``value`` for ``json.dump(..., allow_nan=False)``: arrays as lists, floats rounded to
-    ``digits`` significant digits (the curves make the files large), NaN / inf (a diverged run) as
-    null, mapping keys as strings."""
+    ``digits`` significant digits (the curves make the files large; None keeps them whole), NaN /
+    inf (a diverged run) as null, mapping keys as strings."""
     if isinstance(value, dict):
         return {str(k): jsonable(v, digits) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -40,7 +40,9 @@ def jsonable(value, digits: int = 4):
     if isinstance(value, np.ndarray):
         return jsonable(value.tolist(), digits)
     if isinstance(value, (float, np.floating)):
-        return float(f"{value:.{digits}g}") if math.isfinite(value) else None
+        if not math.isfinite(value):
+            return None
+        return float(value) if digits is None else float(f"{value:.{digits}g}")
     return value
 
 

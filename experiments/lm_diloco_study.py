@@ -50,7 +50,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -60,8 +59,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also when loaded by a test
 
-import jax  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip.run.runner import TrainConfig, run_training  # noqa: E402
 
@@ -210,7 +208,7 @@ def run(methods=DEFAULT, sizes: Sizes = FULL, log=print) -> dict:
             "methods": {k: METHODS[k]._asdict() for k in methods},
         },
         "results": results,
-        "machine": {"cpu": cpu_model(), "jax": jax.__version__, "date": datetime.date.today().isoformat()},
+        "machine": machine(),
     }
 
 
@@ -292,17 +290,6 @@ def plot(report: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(value):
-    """NaN / inf (a diverged run) as null, so the JSON stays valid."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, 100 local steps")
@@ -324,7 +311,7 @@ def main(argv=None) -> dict:
     with open(os.path.join(out, "lm_diloco.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "lm_diloco.json"), "w") as f:
-        json.dump(_jsonable(report), f, indent=1, allow_nan=False)
+        json.dump(jsonable(report, digits=None), f, indent=1, allow_nan=False)
     print(text)
     print(f"total {time.time() - start:.1f} s; wrote {out}")
     return report
