@@ -27,6 +27,7 @@ def test_every_method_does_the_same_local_steps(study):
         study.method_config(base, "diloco_gossip_h50", study.FULL._replace(eval_steps=20))
 
 
+@pytest.mark.slow  # a few training runs; the fast tests above check the script's logic
 def test_quick_mode_writes_finite_results(study, tmp_path):
     study.main(["--quick", "--methods", "diloco_allreduce_h50,localsgd_gossip_h50", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "lm_diloco.json").read_text())

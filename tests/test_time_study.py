@@ -24,6 +24,7 @@ def test_time_to_target_and_accuracy_at_a_budget(study):
     assert np.isnan(got).all()  # no evaluation before the budget
 
 
+@pytest.mark.slow  # a few training runs; the fast tests above check the script's logic
 def test_quick_mode_clocks(study, tmp_path):
     study.main(["--quick", "--parts", "A", "--methods", "dpsgd,ad_psgd", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "stragglers.json").read_text())
