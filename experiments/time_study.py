@@ -147,11 +147,11 @@ def load_data(name: str, raw_dir: str | None):
     return data.load_dataset("digits"), name
 
 
-def base_config(dataset: str, rounds: int, eval_every: int) -> TrainConfig:
+def base_config(dataset: str, rounds: int, eval_every: int, partition: str = "iid") -> TrainConfig:
     return TrainConfig(
         dataset=dataset,
         num_nodes=16,
-        partition="iid",
+        partition=partition,
         model="mlp",
         model_options={"hidden": (64,)},
         batch_size=32,
@@ -195,12 +195,18 @@ def train_sweep(config: TrainConfig, axes: dict, seeds, dataset) -> dict:
 
 
 def train_runs(configs: list, seeds, dataset) -> dict:
-    """One run per config and seed (asynchronous runs plan their events from the clock): [G, S, M]."""
+    """One run per config and seed (asynchronous runs plan their events from the clock): [G, S, M].
+    Every seed keeps the config's data seed, as :func:`train_sweep`'s seeds do: one partition for all."""
     per = []
     for config in configs:
         runs = [
             _from_metrics(
-                run_training(config.replace(seed=s), dataset=dataset, progress=False, log=lambda _: None).metrics
+                run_training(
+                    config.replace(seed=s, data_seed=config.resolved_data_seed),
+                    dataset=dataset,
+                    progress=False,
+                    log=lambda _: None,
+                ).metrics
             )
             for s in seeds
         ]
@@ -320,6 +326,12 @@ def summary(report: dict) -> dict:
     return out
 
 
+def _data_label(settings: dict) -> str:
+    """The data set, and its partition where it is not IID."""
+    partition = settings.get("partition", "iid")
+    return settings["dataset"] if partition == "iid" else f"{settings['dataset']}, {partition}"
+
+
 def tables(report: dict) -> str:
     s = report["settings"]
     target = s["target"]
@@ -327,13 +339,13 @@ def tables(report: dict) -> str:
     for part, rows in report["summary"].items():
         if part == "A":
             lines += [
-                f"**Part A, stragglers** ({s['dataset']}, {s['rounds']['A']} rounds = {s['rounds']['A']} x 16 local "
+                f"**Part A, stragglers** ({_data_label(s)}, {s['rounds']['A']} rounds = {s['rounds']['A']} x 16 local "
                 f"steps, C = {COMPUTE} s, 1 Gbit/s, {len(s['seeds'])} seeds; target {target:g}):",
                 "",
             ]
         else:
             lines += [
-                f"**Part B, compression vs link** ({s['dataset']}, {s['rounds']['B']} rounds, C = {COMPUTE} s, "
+                f"**Part B, compression vs link** ({_data_label(s)}, {s['rounds']['B']} rounds, C = {COMPUTE} s, "
                 f"latency {LATENCY:g} s, {len(s['seeds'])} seeds; target {target:g}):",
                 "",
             ]
@@ -387,7 +399,7 @@ def plot(report: dict, part: str, path: str) -> None:
     st = report["settings"]
     what = "stragglers, 1 Gbit/s" if part == "A" else f"compression vs link, latency {LATENCY:g} s"
     fig.suptitle(
-        f"{st['dataset']}, 16 nodes, MLP(64), C = {COMPUTE} s per step: {what} "
+        f"{_data_label(st)}, 16 nodes, MLP(64), C = {COMPUTE} s per step: {what} "
         f"(mean +- std over {len(st['seeds'])} seeds)",
         fontsize=10,
     )
@@ -402,6 +414,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--parts", default="A,B", help="A (stragglers), B (compression), or A,B")
     parser.add_argument("--dataset", default="fashion_mnist", help="fashion_mnist (digits if not found) or digits")
     parser.add_argument("--raw_dir", default=None, help="folder of the Fashion-MNIST IDX files")
+    parser.add_argument(
+        "--partition", default="iid", help="the nodes' shards: iid (default) or any --partition spec, e.g. dirichlet:0.1"
+    )
     parser.add_argument(
         "--methods", default=None, help="comma list of method keys to run (default: all of each part)"
     )
@@ -436,7 +451,7 @@ def main(argv=None) -> dict:
     results, seconds = {}, {}
     for part in parts:
         t0 = time.time()
-        base = base_config(name, rounds[part], eval_every)
+        base = base_config(name, rounds[part], eval_every, args.partition)
         if part == "A":
             results["A"] = run_part_a(base, dataset, seeds, methods_a)
         else:
@@ -447,6 +462,7 @@ def main(argv=None) -> dict:
             "dataset": name,
             "data_source": dataset.source,
             "num_nodes": 16,
+            "partition": args.partition,
             "model": "mlp hidden [64]",
             "batch_size": 32,
             "lr": 0.05,

@@ -24,6 +24,22 @@ def test_time_to_target_and_accuracy_at_a_budget(study):
     assert np.isnan(got).all()  # no evaluation before the budget
 
 
+def test_asynchronous_runs_share_the_synchronous_sweeps_partition(study, monkeypatch):
+    seen = []
+
+    class Fake:
+        def __init__(self, config):
+            seen.append(config)
+            self.metrics = type("M", (), {k: np.zeros(3) for k in (*study.FIELDS, "bits")})()
+
+    monkeypatch.setattr(study, "run_training", lambda config, **_: Fake(config))
+    base = study.base_config("digits", 20, 10, "dirichlet:0.1")
+    out = study.train_runs([base, base.replace(name="other")], (0, 1, 2), dataset=None)
+    assert out["test_acc"].shape == (2, 3, 3)
+    assert [c.seed for c in seen] == [0, 1, 2] * 2
+    assert {c.resolved_data_seed for c in seen} == {base.resolved_data_seed}  # one partition, as the sweep's
+
+
 @pytest.mark.slow  # a few training runs; the fast tests above check the script's logic
 def test_quick_mode_clocks(study, tmp_path):
     study.main(["--quick", "--parts", "A", "--methods", "dpsgd,ad_psgd", "--out", str(tmp_path)])
