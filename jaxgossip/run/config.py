@@ -483,6 +483,8 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     """
     from jaxgossip import data
 
+    # Every check below reads the time specs as single strings, whatever split them.
+    config = dataclasses.replace(config, time=normalise_time(config.time))
     if isinstance(config.dataset, str) and config.dataset.startswith(data.NPZ_PREFIX):
         path = config.dataset[len(data.NPZ_PREFIX):]
         if not os.path.isfile(path):
@@ -631,7 +633,6 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
         final_merge=merge,
         node_batch=node_batch,
         model_options=model_options,
-        time=normalise_time(config.time),
     )
 
 
@@ -830,7 +831,7 @@ def async_form_of(config: TrainConfig) -> str:
 
 def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
     """(option=value, why) of every option set that an asynchronous run does not model."""
-    options = normalise_time(config.time) if isinstance(config.time, dict) else {}
+    options = config.time if isinstance(config.time, dict) else {}
     availability = options.get("availability") or TIME_OPTIONS["availability"]
     checks = [
         (config.local_steps != 1, f"local_steps={config.local_steps}",
