@@ -9,7 +9,7 @@ R rounds (E = R N events) with lognormal compute (median 1 s, sigma 0.5) and the
   the host planning of the schedule (:func:`jaxgossip.asynchronous.plan_async`, timed apart), so
   ``events_per_s`` is the compiled run's, and ``plan_s`` is reported next to it.
 * ``sync``: :func:`jaxgossip.run_optimization` of synchronous gossip, R rounds, timed the same way;
-  ``wave_over_round`` = (run seconds / waves) / (sync seconds / rounds), the issue's target being
+  ``wave_over_round`` = (run seconds / waves) / (sync seconds / rounds), the target being
   at most 2 at the same N.
 * ``python_loop``: the way event-driven simulators work: a heap of the same E events processed
   one at a time in Python, each calling one jitted AD-PSGD event step (a gradient of one node and

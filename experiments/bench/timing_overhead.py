@@ -3,11 +3,11 @@
 The same run (digits, an MLP or the CNN, N nodes, gossip on a ring or Choco top-1 %) is compiled
 twice, untimed and timed (stragglers, per-edge-priced links), and the two chunks are timed in
 alternation in one process, ``--reps`` times each after one warm-up call; the ratio of the medians
-is the clock's overhead (the issue's target: at most 5 %).
+is the clock's overhead (the target: at most 5 %).
 
     python experiments/bench/timing_overhead.py [--model mlp] [--nodes 16] [--reps 7] [--out FILE.json]
 
-``--out`` appends one row (settings, medians, ratio, machine) to a JSON list.
+``--out`` appends one row (settings, medians, ratio, backend and CPU count) to a JSON list.
 """
 
 from __future__ import annotations
