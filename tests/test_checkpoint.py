@@ -203,3 +203,46 @@ def test_larger_num_rounds_continues_a_finished_run(tmp_path, reference):
     _assert_same_run(longer, reference)
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["num_rounds"] == 20
+
+
+def test_typed_prng_keys_and_extended_dtypes_round_trip_bitwise(tmp_path):
+    """A state holding typed PRNG keys (PowerGossip's shared per-edge key, any impl) saves, passes
+    the fingerprint check and restores as typed keys of the same impl and bits."""
+    from jaxgossip.training import Metrics
+
+    state = {
+        "threefry": jax.random.split(jax.random.key(3), 5),
+        "rbg": jax.random.key(4, impl="rbg"),
+        "round": np.int32(5),
+        "x": np.arange(6, dtype=np.float32).reshape(2, 3),
+    }
+    like = jax.tree_util.tree_map(lambda x: x, state)
+    fields = {name: np.zeros((1,), np.float32) for name in Metrics._fields}
+    fields["round"] = np.array([5], np.int32)
+    fields["bits"] = np.zeros((1, 2), np.float32)
+    config = {"num_rounds": 10}
+
+    checkpoint.save(str(tmp_path), _RoundTree(state), Metrics(**fields), [1.0], config)
+    restored = checkpoint.restore(str(tmp_path), _RoundTree(like), config)
+    for name in ("threefry", "rbg"):
+        got, want = restored.state.tree[name], state[name]
+        assert jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key)
+        assert jax.random.key_impl(got) == jax.random.key_impl(want)
+        np.testing.assert_array_equal(jax.random.key_data(got), jax.random.key_data(want))
+    np.testing.assert_array_equal(restored.state.tree["x"], state["x"])
+
+
+@jax.tree_util.register_pytree_node_class
+class _RoundTree:
+    """A pytree with a ``round`` attribute, as :func:`checkpoint.save` reads from a TrainState."""
+
+    def __init__(self, tree):
+        self.tree = tree
+        self.round = tree["round"]
+
+    def tree_flatten(self):
+        return (self.tree,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0])

@@ -133,6 +133,40 @@ def _read_saved(manager, step: int) -> Saved:
     )
 
 
+def _is_key(leaf) -> bool:
+    """Whether ``leaf`` is a typed PRNG key array (an extended dtype NumPy cannot hold)."""
+    dtype = getattr(leaf, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _storable(tree):
+    """``tree`` with every typed PRNG key replaced by its raw key data (uint32, key shape + impl
+    words): what NumPy, the digest and orbax can hold. :func:`_unstorable` undoes it."""
+    return jax.tree_util.tree_map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, tree)
+
+
+def _storable_target(like):
+    """The restore target of ``like`` with typed keys as their key data's shape and dtype."""
+
+    def one(leaf):
+        sharding = getattr(leaf, "sharding", None)
+        if _is_key(leaf):
+            data = jax.eval_shape(jax.random.key_data, leaf)
+            return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=sharding)
+        return jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=sharding)
+
+    return jax.tree_util.tree_map(one, like)
+
+
+def _unstorable(tree, like):
+    """The inverse of :func:`_storable`: key data back to typed keys of ``like``'s implementation."""
+    return jax.tree_util.tree_map(
+        lambda leaf, ref: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(ref)) if _is_key(ref) else leaf,
+        tree,
+        like,
+    )
+
+
 def _digest(state, history: dict) -> str:
     """SHA-256 over the dtype, shape and bytes of every host leaf of ``state`` (tree order) and of
     ``history`` (by name): a restored checkpoint must reproduce it bit for bit, which catches an
@@ -214,7 +248,7 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
     # Host copies (gathered from every process in a multi-process run): the files then do not
     # depend on the mesh, so any device count can restore them. orbax writes NumPy arrays from
     # process 0 only, while all processes take part.
-    host = sharding.to_host(state)
+    host = sharding.to_host(_storable(state))
     meta = {
         "config": config,
         "round": step,
@@ -264,9 +298,7 @@ def restore(
     if not os.path.isdir(ckpt_dir):
         raise CheckpointError(f"{ckpt_dir} holds no complete checkpoint")
     _check_legacy(ckpt_dir)
-    target = jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None)), like_state
-    )
+    target = _storable_target(like_state)
     damaged, items, saved = [], None, None
     with _manager(ckpt_dir, read_only=True) as manager:
         steps = _steps(manager)
@@ -307,7 +339,7 @@ def restore(
     missing = np.full(np.shape(items.history["round"]), np.nan, np.float32)
     history = {name: np.asarray(items.history.get(name, missing)) for name in Metrics._fields}
     metrics = Metrics(**history)
-    return Restored(items.state, metrics, saved.wall_time, saved.walls, saved.round, tuple(names))
+    return Restored(_unstorable(items.state, like_state), metrics, saved.wall_time, saved.walls, saved.round, tuple(names))
 
 
 def _set_aside(ckpt_dir: str, step: int) -> str:
