@@ -25,6 +25,7 @@ from jaxgossip.run.cost_report import (
     step_flops_and_memory,
     training_cost,
 )
+from jaxgossip.run import errors
 from jaxgossip.run.parsing import UsageError
 
 __all__ = [
@@ -156,6 +157,7 @@ def prepare_out(out: str) -> str:
         raise UsageError(f"--out={out!r} cannot be created: {parent!r} is a file")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out={out!r} is not writable ({parent!r}); give a folder you can write to")
+    errors.set_output_folder(out)  # where a bug's traceback goes
     return out
 
 

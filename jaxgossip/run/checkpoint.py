@@ -34,6 +34,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from jaxgossip.run.errors import DiskFullError, UsageError, is_disk_full
+
 __all__ = [
     "CheckpointError",
     "Saved",
@@ -53,10 +55,12 @@ __all__ = [
 # trajectory nor the arrays' shapes (num_rounds only where it is not below the rounds done).
 RESUMABLE_CHANGES = frozenset({"num_rounds", "evals_per_chunk", "name", "tensorboard", "download"})
 MAX_TO_KEEP = 2
+# Bytes a step takes beyond its arrays (orbax's metadata, manifests and JSON; about 60 kB measured).
+_STEP_OVERHEAD = 128 * 1024
 _HINT = "use another --out, or --no-resume to start over (it deletes the checkpoint)"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError):
     """A checkpoint is unreadable, or the run it holds cannot be continued with this config."""
 
 
@@ -103,6 +107,19 @@ def _manager(ckpt_dir: str, *, read_only: bool):
         yield manager
     finally:
         manager.close()
+
+
+@contextlib.contextmanager
+def _quiet_storage_threads():
+    """orbax's writer threads log every failure with its traceback before the same error reaches
+    :func:`save` as an exception; the exception is what the user is told (in one line)."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
 
 
 def _check_legacy(ckpt_dir: str) -> None:
@@ -256,17 +273,54 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
         "walls": list(walls),
         "digest": _digest(host, arrays),
     }
-    with _manager(ckpt_dir, read_only=False) as manager:
-        manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(host),
-                history=ocp.args.StandardSave(arrays),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
-        manager.wait_until_finished()
+    need = sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves((host, arrays))) + _STEP_OVERHEAD
+    _require_space(ckpt_dir, step, need)
+    try:
+        with _manager(ckpt_dir, read_only=False) as manager, _quiet_storage_threads():
+            manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(host),
+                    history=ocp.args.StandardSave(arrays),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+            manager.wait_until_finished()
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        # The unfinished step would hold the space that is missing; the previous step stays complete.
+        _remove_unfinished(ckpt_dir)
+        raise _disk_full(ckpt_dir, step, need) from err
+
+
+def _free_bytes(path: str) -> int | None:
+    """Free bytes on the file system of ``path`` (its nearest existing parent), None if unknown."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def _disk_full(ckpt_dir: str, step: int, need: int) -> DiskFullError:
+    free = _free_bytes(ckpt_dir)
+    return DiskFullError(
+        f"no space left on device for the checkpoint of round {step} in {ckpt_dir}: it needs about "
+        f"{need / 1e6:.3g} MB, {'an unknown amount' if free is None else f'{free / 1e6:.3g} MB'} free; free "
+        "some space or give another --out (the previous checkpoint, if any, is kept)"
+    )
+
+
+def _require_space(ckpt_dir: str, step: int, need: int) -> None:
+    """Refuses a save that cannot fit before it starts: a storage layer that runs out of space half-way
+    leaves threads failing noisily and an unfinished step behind."""
+    free = _free_bytes(ckpt_dir)
+    if free is not None and free < need:
+        raise _disk_full(ckpt_dir, step, need)
 
 
 def restore(
@@ -340,6 +394,15 @@ def restore(
     history = {name: np.asarray(items.history.get(name, missing)) for name in Metrics._fields}
     metrics = Metrics(**history)
     return Restored(_unstorable(items.state, like_state), metrics, saved.wall_time, saved.walls, saved.round, tuple(names))
+
+
+def _remove_unfinished(ckpt_dir: str) -> None:
+    """Deletes the steps a failed save left unfinished (``<R>.orbax-checkpoint-tmp*``)."""
+    if not os.path.isdir(ckpt_dir):
+        return
+    for name in os.listdir(ckpt_dir):
+        if ".orbax-checkpoint-tmp" in name and _is_ours(name):
+            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
 
 
 def _set_aside(ckpt_dir: str, step: int) -> str:
