@@ -33,6 +33,7 @@ COMMANDS = {
     "tune-gamma": ("jaxgossip.cli.tune_gamma", "largest consensus step size at which compressed gossip contracts"),
     "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push, SCSP, or --algorithms"),
     "plan": ("jaxgossip.cli.plan", "memory of a run's compiled chunk per node, and the largest N that fits a GPU"),
+    "compare": ("jaxgossip.cli.compare", "finished runs (train --out folders, demo folders) in one table and plots"),
 }
 
 # commands that run over several processes (the node axis sharded over all of them)

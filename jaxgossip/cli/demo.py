@@ -1,5 +1,6 @@
 """``jaxgossip demo``: gossip, Choco, PowerGossip, push-sum, Sparse-Push and SCSP on non-IID data,
-one table and plots; ``--algorithms`` picks the compared methods, a user's plug-in included."""
+one table and plots; ``--algorithms`` picks the compared methods, a user's plug-in included, and
+``--algorithm_options.METHOD.KEY=VALUE`` sets each method's options."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import re
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, did_you_mean, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
 
@@ -31,12 +32,17 @@ DEMO_DEFAULTS = {
 }
 QUICK = {"num_rounds": 60, "eval_every": 20, "evals_per_chunk": 1}
 # Set per run by demo_runs: not options of the demo.
-PER_RUN = ("algorithm", "topology", "algorithm_options", "final_merge", "name")
+PER_RUN = ("algorithm", "topology", "final_merge", "name")
+# In the demo this TrainConfig field is keyed by compared method: {METHOD: {option: value}}.
+METHOD_OPTIONS = "algorithm_options"
 
 
-def demo_runs(quick: bool = False, algorithms: list[str] | None = None) -> list[dict]:
+def demo_runs(
+    quick: bool = False, algorithms: list[str] | None = None, options: dict[str, dict] | None = None
+) -> list[dict]:
     """The demo's comparison: one mapping of config overrides per run (``name``, ``algorithm``,
-    ``topology``, optional ``algorithm_options`` and ``final_merge``).
+    ``topology``, optional ``algorithm_options`` and ``final_merge``; ``given_options`` in a run
+    that ``options`` changed).
 
     By default the six runs below: symmetric methods on the ring, push-sum methods on the
     time-varying one-peer exponential graph, as each needs. ``algorithms`` picks the compared
@@ -45,24 +51,115 @@ def demo_runs(quick: bool = False, algorithms: list[str] | None = None) -> list[
     factory's defaults on the graph its metadata asks for (one-peer exponential for a time-varying
     column-stochastic method, the directed ring for a static one, the ring otherwise).
 
+    ``options`` maps a compared method (its entry in ``algorithms``, or one of the six by its
+    algorithm name) to hyperparameters merged over the run's own, at any depth; setting an option
+    ``X`` to another value drops the preset's ``X_options`` (a new compressor does not inherit the
+    old one's options) unless they are given too. Such a run is named by its method and the options
+    given (``power_gossip rank=2``), so the table tells it from the preset. The command line's
+    ``--algorithm_options.pkg.mod:make.gamma=0.5`` arrives split at every dot; the split is undone
+    against the compared entries.
+
     Raises:
       UsageError: an empty list, a repeated entry, or an entry that names no algorithm (the
-        message names the entry and why).
+        message names the entry and why); options for a method that is not compared, or that are
+        not a mapping.
     """
     runs = _default_runs()
     if algorithms is None:
-        return runs
-    if isinstance(algorithms, str):
-        algorithms = [algorithms]
-    if not algorithms:
-        raise UsageError("--algorithms is empty; give names or import paths, e.g. --algorithms=gossip,my_file:make")
-    presets = {r["algorithm"]: r for r in runs}
-    chosen = []
-    for entry in algorithms:
-        if entry in (r["algorithm"] for r in chosen):
-            raise UsageError(f"--algorithms: {entry!r} is listed twice")
-        chosen.append(presets[entry] if entry in presets else _plugin_run(entry))
-    return chosen
+        chosen = runs
+    else:
+        if isinstance(algorithms, str):
+            algorithms = [algorithms]
+        if not algorithms:
+            raise UsageError("--algorithms is empty; give names or import paths, e.g. --algorithms=gossip,my_file:make")
+        presets = {r["algorithm"]: r for r in runs}
+        chosen = []
+        for entry in algorithms:
+            if entry in (r["algorithm"] for r in chosen):
+                raise UsageError(f"--algorithms: {entry!r} is listed twice")
+            chosen.append(presets[entry] if entry in presets else _plugin_run(entry))
+    if not options:
+        return chosen
+    given = _method_options(options, [r["algorithm"] for r in chosen])
+    return [_with_options(r, given[r["algorithm"]]) if r["algorithm"] in given else r for r in chosen]
+
+
+def _method_options(options: dict, entries: list[str]) -> dict[str, dict]:
+    """``options`` (``{METHOD: {option: value}}``) as a mapping from compared ``entries`` to their
+    options, with import paths split at their dots by the command line joined again.
+
+    Raises:
+      UsageError: ``options`` is not a mapping, a key names no compared method (the message lists
+        them), or a method's options are not a mapping.
+    """
+    from jaxgossip import algorithms
+
+    if not isinstance(options, dict):
+        raise UsageError(
+            f"--{METHOD_OPTIONS}={options!r} must map each compared method to its options, "
+            f"e.g. --{METHOD_OPTIONS}.power_gossip.rank=2"
+        )
+    found: dict[str, dict] = {}
+
+    def visit(key: str, value) -> None:
+        if key in entries:
+            if not isinstance(value, dict):
+                raise UsageError(
+                    f"--{METHOD_OPTIONS}.{key}={value!r} must be a mapping of option -> value, "
+                    f"e.g. --{METHOD_OPTIONS}.{key}.KEY=VALUE"
+                )
+            found[key] = _deep_merge(found.get(key, {}), value)
+            return
+        if isinstance(value, dict) and any(e.startswith(key + ".") for e in entries):
+            for sub, sub_value in value.items():
+                visit(f"{key}.{sub}", sub_value)
+            return
+        if key in algorithms.REGISTRY or ":" in key:  # a method, just not one of this comparison
+            hint = f"; add it to --algorithms to compare it (the compared methods are {', '.join(entries)})"
+        else:
+            hint = (
+                f"{did_you_mean(key, entries)}; the compared methods are {', '.join(entries)} (--algorithms), and "
+                f"options are given per method: --{METHOD_OPTIONS}.METHOD.KEY=VALUE"
+            )
+        raise UsageError(f"--{METHOD_OPTIONS}.{key}: {key!r} is not a compared method{hint}")
+
+    for key, value in options.items():
+        visit(str(key), value)
+    return found
+
+
+def _deep_merge(base: dict, changes: dict) -> dict:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _leaves(options: dict, prefix: str = "") -> list[str]:
+    """``key=value`` for every leaf of ``options`` (nested keys dotted), for run names."""
+    out = []
+    for key, value in options.items():
+        if isinstance(value, dict) and value:
+            out += _leaves(value, f"{prefix}{key}.")
+        else:
+            value = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+            out.append(f"{prefix}{key}={value}")
+    return out
+
+
+def _with_options(run: dict, given: dict) -> dict:
+    """``run`` with ``given`` merged over its options (see :func:`demo_runs`) and named after them."""
+    own = dict(run.get("algorithm_options", {}))
+    for key, value in given.items():
+        companion = f"{key}_options"
+        if companion in own and companion not in given and own.get(key) != value:
+            del own[companion]  # the preset's options of the value it replaced
+    merged = _deep_merge(own, given)
+    name = " ".join([run["algorithm"], *([",".join(_leaves(given))] if given else [])])
+    return {**run, "name": name, "algorithm_options": merged, "given_options": given}
 
 
 def _plugin_run(entry: str) -> dict:
@@ -118,12 +215,18 @@ def command(quick: bool = False) -> Command:
     help_text = {k: v for k, v in train_field_help().items()}
     for key in PER_RUN:
         help_text[key] = "set per run by the demo (not an option here)"
+    help_text[METHOD_OPTIONS] = (
+        "options per compared method, merged over its preset's: --algorithm_options.METHOD.KEY=VALUE, "
+        "e.g. --algorithm_options.power_gossip.rank=2 (METHOD as in --algorithms; in a config file "
+        "algorithm_options: {power_gossip: {rank: 2}}); the run is named after them"
+    )
     return Command(
         name="demo",
         description="Compare gossip, Choco (top-10%), PowerGossip, push-sum, Sparse-Push and SCSP on the "
         "same non-IID data (defaults below: digits, 16 workers, Dirichlet(0.1)), or the methods given by "
-        "--algorithms. Symmetric methods run on the ring, push-sum methods on the one-peer exponential graph. "
-        "Writes comparison.md, comparison.json and plots under --out.",
+        "--algorithms, each with the options of --algorithm_options.METHOD.KEY=VALUE. Symmetric methods run on "
+        "the ring, push-sum methods on the one-peer exponential graph. Writes comparison.md, comparison.json "
+        "and plots under --out (each run in its own folder, which jaxgossip compare reads).",
         classes=[(TrainConfig, "base training config of every run (config file keys or --field=value)")],
         defaults=defaults,
         flags={**common.PROGRESS_FLAG, "quick": "a 1-minute version (60 rounds, evaluated every 20)"},
@@ -143,15 +246,31 @@ def command(quick: bool = False) -> Command:
             "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=help_text,
-        epilog="the compared runs (name: algorithm on topology, options):\n"
+        epilog="the compared runs (name: algorithm on topology, options; --algorithm_options.METHOD.KEY=VALUE is "
+        "merged over these):\n"
         + "\n".join(
             f"  {r['name']}: {r['algorithm']} on {r['topology']}"
             + (f", {r['algorithm_options']}" if r.get("algorithm_options") else "")
             + (f", final_merge={r['final_merge']}" if r.get("final_merge") else "")
             for r in demo_runs(quick)
         )
-        + "\n\nexamples:\n  jaxgossip demo --quick --algorithms=gossip,power_gossip,my_file:damped_gossip",
+        + "\n\nexamples:\n  jaxgossip demo --quick --algorithms=gossip,power_gossip,my_file:damped_gossip"
+        + "\n  jaxgossip demo --quick --algorithms=gossip,power_gossip,choco \\\n"
+        "      --algorithm_options.power_gossip.rank=2 --algorithm_options.choco.compressor_options.fraction=0.2"
+        + "\n  jaxgossip demo --algorithms=gossip,my_file:damped_gossip \\\n"
+        "      --algorithm_options.my_file:damped_gossip.beta=0.5",
     )
+
+
+def _run_error(spec_run: dict, err: Exception) -> UsageError:
+    """A run's config error, named by the option the user gave where the run has options of theirs
+    (``--algorithm_options.power_gossip.rnk: ...``), else by its ``--algorithms`` entry."""
+    entry, message = spec_run["algorithm"], str(err)
+    if "given_options" not in spec_run:
+        return UsageError(f"--algorithms: entry {entry!r}: {message}")
+    if message.startswith(METHOD_OPTIONS + "."):  # an option name the method does not take
+        return UsageError(f"--{METHOD_OPTIONS}.{entry}.{message[len(METHOD_OPTIONS) + 1 :]}")
+    return UsageError(f"--{METHOD_OPTIONS}.{entry}: {message}")
 
 
 def _run_dir(out: str, name: str) -> str:
@@ -172,16 +291,17 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     fixed = sorted(set(PER_RUN) & parsed.given)
     if fixed:
         raise UsageError(
-            f"--{fixed[0]} is set per run by the demo; choose the methods with --algorithms, compare other "
-            "settings with jaxgossip train or jaxgossip sweep"
+            f"--{fixed[0]} is set per run by the demo; choose the methods with --algorithms and their options "
+            "with --algorithm_options.METHOD.KEY=VALUE, compare other settings with jaxgossip train or jaxgossip sweep"
         )
-    base = check_train_config(parsed.build(TrainConfig))
+    per_method = parsed.values.get(METHOD_OPTIONS) or {}
+    base = check_train_config(parsed.build(TrainConfig).replace(algorithm_options={}))
     check_sync_only(base, "demo")
     cost = common.cost_model(parsed.values, base)
     target = common.target_acc(parsed.values)
     common.require_tensorboard(base)
     chosen = parsed.values.get("algorithms")
-    runs = demo_runs(parsed.flags["quick"], chosen)
+    runs = demo_runs(parsed.flags["quick"], chosen, per_method)
     configs = []
     for spec_run in runs:
         config = base.replace(
@@ -194,10 +314,12 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         try:
             configs.append(check_train_config(config))  # every run is checked before the first one starts
         except (ValueError, TypeError) as err:
-            raise UsageError(f"--algorithms: entry {spec_run['algorithm']!r}: {err}") from None
-    resolved = {k: v for k, v in base.to_dict().items() if k not in PER_RUN}
+            raise _run_error(spec_run, err) from None
+    resolved = {k: v for k, v in base.to_dict().items() if k not in PER_RUN and k != METHOD_OPTIONS}
     if chosen is not None:
         resolved["algorithms"] = list(chosen)
+    if per_method:
+        resolved[METHOD_OPTIONS] = per_method
     if common.print_config(parsed, resolved):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
@@ -226,7 +348,14 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             common.warn("demo", f"{config.name}: {err}")
             found = getattr(err, "divergence", None)
             status = "diverged" if found is None else f"diverged at round {found.round}"
-            table.append({"name": config.name, "status": status, "diverged_at_round": getattr(found, "round", None)})
+            table.append(
+                {
+                    "name": config.name,
+                    "status": status,
+                    "diverged_at_round": getattr(found, "round", None),
+                    "dir": os.path.basename(run_dir),
+                }
+            )
             continue
         rows = common.run_cost(cost, result, out_dir=run_dir)
         results[config.name] = rows
@@ -236,6 +365,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
                 name=f"{config.name} ({result.built.topology.name})",
                 wall_time=result.wall_time,
                 status="ok",
+                dir=os.path.basename(run_dir),  # the run's folder under --out (jaxgossip compare reads it)
                 watchdog=common.watchdog_cell(result.watchdog),
                 sim_s_to_target=None if target is None else common.rows_time_to_target(rows, target),
             )

@@ -10,8 +10,10 @@ import numpy as np
 
 __all__ = [
     "plot_training",
+    "plot_comparison",
     "training_figure",
     "TRAINING_PANELS",
+    "LOSS_PANELS",
     "plot_consensus",
     "plot_topology",
     "plot_sweep",
@@ -53,6 +55,15 @@ TRAINING_PANELS = {
 }
 
 
+# Further panels of plot_comparison (same fields as TRAINING_PANELS): the training loss, the
+# objective every method minimises, against the same three budgets as the accuracy.
+LOSS_PANELS = {
+    "loss_vs_rounds": ("round", "train_loss", "rounds", "training loss", False),
+    "loss_vs_bits": ("MB_per_node", "train_loss", "MB sent per node", "training loss", True),
+    "loss_vs_time": ("sim_s", "train_loss", "simulated seconds", "training loss", False),
+}
+
+
 def _merged(row: Mapping) -> bool:
     return row.get("phase") == "merged"
 
@@ -69,11 +80,12 @@ def training_figure(runs: Mapping[str, Sequence[dict]], panel: str, title: str =
 
     Args:
       runs: name -> metric rows (``jaxgossip.run.runner.metrics_to_rows``, a merge row last).
-      panel: a key of :data:`TRAINING_PANELS`.
+      panel: a key of :data:`TRAINING_PANELS` or :data:`LOSS_PANELS`.
     """
-    if panel not in TRAINING_PANELS:
-        raise ValueError(f"panel={panel!r} is unknown; known: {', '.join(TRAINING_PANELS)}")
-    xkey, ykey, xlabel, ylabel, logx = TRAINING_PANELS[panel]
+    known = {**TRAINING_PANELS, **LOSS_PANELS}
+    if panel not in known:
+        raise ValueError(f"panel={panel!r} is unknown; known: {', '.join(known)}")
+    xkey, ykey, xlabel, ylabel, logx = known[panel]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     consensus = ykey == "consensus"
@@ -148,6 +160,25 @@ def plot_training(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str =
         if (timed or TRAINING_PANELS[p][0] != "sim_s") and (perplexity or TRAINING_PANELS[p][1] != "perplexity")
     ]
     return [_save(training_figure(runs, panel, title), os.path.join(out_dir, panel + ".png")) for panel in panels]
+
+
+def plot_comparison(runs: Mapping[str, Sequence[dict]], out_dir: str, title: str = "") -> list[str]:
+    """Overlays finished runs: the panels of :func:`plot_training` and the training loss
+    (:data:`LOSS_PANELS`) against rounds, MB sent per node and, when every row has ``sim_s``,
+    simulated time.
+
+    Args:
+      runs: name -> metric rows (the ``rows`` of each run's ``metrics.json``).
+      out_dir: folder for the PNGs, one per panel (``<panel>.png``).
+
+    Returns:
+      The paths written.
+    """
+    paths = plot_training(runs, out_dir, title)
+    timed = all("sim_s" in row for rows in runs.values() for row in rows)
+    panels = [p for p in LOSS_PANELS if timed or LOSS_PANELS[p][0] != "sim_s"]
+    paths += [_save(training_figure(runs, panel, title), os.path.join(out_dir, panel + ".png")) for panel in panels]
+    return paths
 
 
 def plot_consensus(
@@ -389,6 +420,7 @@ LEGEND = {
     "min": "lowest test accuracy of a node's own model",
     "consensus": "mean squared distance of the node models to their average",
     "vs gossip": "MB per node of gossip divided by this run's (x-fold saving)",
+    "vs first": "MB per node of the first run divided by this run's (x-fold saving)",
     "+-": "standard deviation over seeds",
     "gap": "spectral gap 1 - |lambda_2| of the mixing matrix",
     "eff. neighbours": "effective number of neighbours at gamma = 0.99 (Vogels et al., NeurIPS 2022; "
