@@ -2,7 +2,10 @@
 file (``FILE.py:ARG``) loads, its fields build a valid topology / algorithm / optimizer / model, every
 run of the CIFAR-10 families is an argument that gives its recipe, the recipes hold the numbers of
 docs/algorithms.md (section training recipes and models), and every distinct communication setup
-trains 2 rounds on tiny synthetic data."""
+trains 2 rounds on tiny synthetic data.
+
+The example YAML configs shipped in the package (jaxgossip/configs): found by bare name from any
+folder, and the command on each file's first line checks (``--print-config``) from there."""
 
 import glob
 import json
@@ -14,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import yaml
 
-from jaxgossip import algorithms, data, models, topology
-from jaxgossip.run.parsing import read_config_file
+from jaxgossip import algorithms, configs, data, models, topology
+from jaxgossip.run.parsing import UsageError, read_config_file
 from jaxgossip.run.runner import load_config, make_algorithm, make_optimizer, run_training
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs")
@@ -274,3 +278,53 @@ def test_config_trains_two_rounds(path, synthetic):
     for row in rows:
         assert np.isfinite(row["train_loss"]) and 0.0 <= row["test_acc"] <= 1.0
     assert rows[-1]["MB_per_node"] > 0
+
+
+# ---- the example configs shipped in the package --------------------------------------------------
+
+SHIPPED = ["consensus_ring.yaml", "demo_mild.yaml", "digits_choco.yaml", "digits_sweep.yaml", "topology_sweep.yaml"]
+
+
+def test_shipped_configs_are_the_examples_and_live_only_in_the_package():
+    assert configs.names() == SHIPPED
+    assert all(os.path.isfile(configs.path(name)) for name in SHIPPED)
+    assert glob.glob(os.path.join(CONFIG_DIR, "*.yaml")) == []  # one copy of each file
+    assert configs.path("powergossip_cpu.py") is None and configs.path("configs/digits_choco.yaml") is None
+
+
+def test_a_bare_name_reads_the_shipped_config_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in SHIPPED:
+        with open(configs.path(name)) as f:
+            assert read_config_file(name) == yaml.safe_load(f), name
+    # a file of that name in the current folder comes first
+    (tmp_path / "digits_choco.yaml").write_text("lr: 0.5\n")
+    assert read_config_file("digits_choco.yaml") == {"lr": 0.5}
+    with pytest.raises(UsageError, match=r"digits_sweep.yaml' takes no argument"):
+        read_config_file("digits_sweep.yaml:small")
+
+
+@pytest.mark.parametrize("spec", ["digits_choko.yaml", "experiments/configs/digits_choco.yaml"])
+def test_a_missing_config_lists_the_shipped_ones(tmp_path, monkeypatch, spec):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as info:
+        read_config_file(spec)
+    message = str(info.value)
+    assert f"config file {spec!r} does not exist (did you mean 'digits_choco.yaml'?)" in message
+    assert ", ".join(SHIPPED) in message
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_command_on_a_shipped_configs_first_line_checks_from_any_folder(name, tmp_path, monkeypatch, capsys):
+    from jaxgossip.cli import main
+
+    with open(configs.path(name)) as f:
+        first = f.readline()
+    assert first.startswith("# jaxgossip "), first
+    argv = first.partition("[")[0].split()[2:]  # without the "[--field=value ...]" placeholder
+    assert argv[1:] == ["--config", name], first  # by bare name: it runs from a wheel too
+    monkeypatch.chdir(tmp_path)
+    code = main([*argv, "--print-config"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert yaml.safe_load(out), out

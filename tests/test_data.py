@@ -9,6 +9,7 @@ import io
 import os
 import pathlib
 import pickle
+import sys
 import tarfile
 import time
 
@@ -164,6 +165,53 @@ def test_download_without_tensorflow_is_a_clear_error(tmp_path):
         data.load_dataset("mnist", data_dir=tmp_path, raw_dir=tmp_path, download=True)
 
 
+@pytest.fixture
+def without_tfds(monkeypatch):
+    """tensorflow-datasets made unimportable, as on an image without it (``import`` raises
+    ModuleNotFoundError, ``find_spec`` finds nothing), also where this process imported it already."""
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
+    assert not data.tfds_installed()
+
+
+def test_embedded_datasets_load_without_tfds(without_tfds, tmp_path, monkeypatch):
+    assert data.load_dataset("digits").name == "digits"
+    assert data.load_dataset("synthetic").name == "synthetic"
+    assert data.load_dataset("python_docs", context=16).name == "python_docs"
+    # auto does not look for Fashion-MNIST (raw files found would be of no use) and says why.
+    monkeypatch.setattr(raw, "DEBIAN_FASHION_MNIST_DIR", str(tmp_path / "no-debian-package"))
+    auto = data.load_dataset("auto", data_dir=tmp_path / "tfds")
+    assert auto.name == "digits" and "tensorflow-datasets is not installed" in auto.source
+    assert not data.fashion_mnist_available(tmp_path / "tfds", raw_dir=tmp_path)
+
+
+def test_tfds_dataset_without_tfds_names_the_install(without_tfds, tmp_path):
+    make_idx_dir(tmp_path / "raw")  # raw files present: only the package is missing
+    with pytest.raises(data.MissingPackageError, match=r"'mnist'.*pip install tensorflow-datasets") as info:
+        data.load_dataset("mnist", data_dir=tmp_path / "tfds", raw_dir=tmp_path / "raw")
+    # an ImportError for code that guards imports, a ValueError for the CLI's bad-input exit
+    assert isinstance(info.value, ModuleNotFoundError) and isinstance(info.value, ValueError)
+    assert info.value.name == "tensorflow_datasets" and "digits" in str(info.value)
+    for call in (
+        lambda: data.prepare("cifar10", tmp_path / "raw", tmp_path / "tfds"),
+        lambda: data.read_prepared("cifar100", tmp_path / "tfds"),
+        lambda: data.is_prepared("fashion_mnist", tmp_path / "tfds"),
+        lambda: data.JaxgossipMnist,
+    ):
+        with pytest.raises(data.MissingPackageError, match="pip install tensorflow-datasets"):
+            call()
+    assert not (tmp_path / "tfds").exists()
+    with pytest.raises(ValueError, match="no tfds builder for dataset 'svhn'"):  # names are checked first
+        data.get_builder("svhn")
+
+
+def test_cli_tfds_dataset_without_tfds_is_bad_input(without_tfds, tmp_path, capsys):
+    from jaxgossip.cli import main
+
+    status = main(["train", "--dataset=cifar10", f"--data_dir={tmp_path}", f"--out={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert status == 2 and "pip install tensorflow-datasets" in err and "internal error" not in err, err
+
+
 def test_idx_parser_rejects_garbage(tmp_path):
     path = tmp_path / "bad"
     path.write_bytes(b"\x01\x02\x03\x04garbage")
@@ -187,6 +235,7 @@ def test_builders_are_registered_under_their_own_names():
 
 
 def test_tfds_mock_data_with_our_builder(tmp_path):
+    data.builder_classes()  # registers the builders with tfds (done by the first builder function)
     with tfds.testing.mock_data(num_examples=7, max_value=9, policy=tfds.testing.MockPolicy.USE_CODE):
         source = tfds.data_source("jaxgossip_cifar10", split="train", data_dir=tmp_path)
         assert len(source) == 7 and source[0]["image"].shape == (32, 32, 3)

@@ -1,7 +1,8 @@
 """The installed wheel: it carries every file of the package (the native kernels' C++ sources and the
 header they include among them), a fresh environment holding only the wheel builds those kernels from
-its own copy and runs top-k consensus on them with this checkout's results, and the Colab notebook's
-install cell installs it.
+its own copy and runs top-k consensus on them with this checkout's results, its console script finds
+the example configs by bare name (``--config digits_choco.yaml``) outside any checkout, and the Colab
+notebook's install cell installs it.
 
 The wheel is built once per module, offline, from a copy of the checkout's files (what
 ``pip install git+URL`` clones): ``pip wheel --no-deps --no-build-isolation``, so with this
@@ -29,6 +30,7 @@ import zipfile
 import jax
 import numpy as np
 import pytest
+import yaml
 from _reference import fast_compile_env
 
 from jaxgossip.compress import native
@@ -106,8 +108,11 @@ def test_wheel_and_sdist_carry_every_file_of_the_package(wheel, checkout_files, 
             assert f"{PACKAGE}/compress/csrc/{name}" in csrc or os.path.isfile(
                 os.path.join(jax.ffi.include_dir(), name)
             ), f"{rel} includes {name}: neither in csrc/ nor in jax.ffi.include_dir()"
-    # the package opens no file of its own outside csrc/: every other data file would be listed here
-    assert [p for p in package if not p.endswith(".py") and p not in csrc] == []
+    # the example configs that --config finds by bare name (jaxgossip/configs)
+    shipped = [p for p in package if p.startswith(f"{PACKAGE}/configs/") and p.endswith(".yaml")]
+    assert {os.path.basename(p) for p in shipped} >= {"digits_choco.yaml", "digits_sweep.yaml"}, shipped
+    # the package opens no file of its own outside csrc/ and configs/: any other would be listed here
+    assert [p for p in package if not p.endswith(".py") and p not in csrc + shipped] == []
 
     wheel_names = set(zipfile.ZipFile(wheel).namelist())
     missing = [p for p in package if p not in wheel_names]
@@ -267,6 +272,30 @@ def test_installed_wheel_builds_the_native_kernels_from_its_own_sources(wheel, t
     assert sorted(got.files) == sorted(want)
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_installed_wheel_runs_the_readme_configs_by_name(wheel, tmp_path):
+    """The README's ``jaxgossip train --config digits_choco.yaml ...`` and ``jaxgossip sweep --config
+    digits_sweep.yaml``, with ``--print-config``, through the wheel's console script in a folder with
+    no config file: the configs come from the installed package."""
+    python, purelib = _fresh_venv(tmp_path / "venv")
+    env = _venv_env()
+    _run(python, ["-m", "pip", "install", "-q", "--no-compile", str(wheel)], tmp_path, env)
+    assert (purelib / PACKAGE / "configs" / "digits_choco.yaml").is_file()
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    script = python.parent / "jaxgossip"
+    out = _run(script, ["train", "--config", "digits_choco.yaml", "--lr=0.1", "--print-config"], work, env)
+    resolved = yaml.safe_load(out)
+    assert resolved["name"] == "digits_choco_top10" and resolved["algorithm"] == "choco" and resolved["lr"] == 0.1
+    out = _run(script, ["sweep", "--config", "digits_sweep.yaml", "--print-config"], work, env)
+    assert yaml.safe_load(out)["sweep"]["lr"] == [0.01, 0.05, 0.1]
+    # a name that is not shipped is refused with the list of those that are
+    proc = subprocess.run(
+        [str(script), "train", "--config", "nope.yaml"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "digits_choco.yaml" in proc.stderr, proc.stderr
+    assert list(work.iterdir()) == []
 
 
 def test_notebook_install_cell_installs_the_wheel(wheel, tmp_path):

@@ -41,8 +41,16 @@ of ResNet-20 in ``training``, a few small leaves instead of ResNet-20 in ``compr
 CPU, for the test (tests/test_gpu_suite.py) and to try the script before spending GPU time. Without
 a GPU and without ``--smoke`` it prints one SKIPPED line and exits 0.
 
-  python experiments/bench/gpu_suite.py --out runs/gpu_suite              # on a GPU machine
-  python experiments/bench/gpu_suite.py --smoke --out /tmp/gpu_suite      # anywhere, seconds
+It runs from a checkout, without installing jaxgossip, on an offline image with JAX (CUDA), flax,
+optax, orbax, NumPy, SciPy, networkx, scikit-learn and PyYAML: tensorflow-datasets, jsonargparse and
+tensorboardX are not needed (the data are synthetic, the embedded digits and python_docs). On a GPU
+machine, from the repository root (the budget ends the sections by 7 minutes; ``timeout`` is the
+backstop, and the report keeps what finished):
+
+  PYTHONPATH=. timeout 480 python3 experiments/bench/gpu_suite.py --out runs/gpu_suite
+
+Anywhere, in under a minute on CPU: ``PYTHONPATH=. python3 experiments/bench/gpu_suite.py --smoke
+--out /tmp/gpu_suite``.
 """
 
 from __future__ import annotations

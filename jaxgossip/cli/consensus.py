@@ -102,7 +102,7 @@ def command() -> Command:
         epilog=common.algorithm_epilog()
         + "\n\nexamples:\n  jaxgossip consensus --algorithm=choco --algorithm_options.compressor=sign "
         "--algorithm_options.gamma=0.2 --num_steps=1000\n"
-        "  jaxgossip consensus --config experiments/configs/consensus_ring.yaml",
+        "  jaxgossip consensus --config consensus_ring.yaml",
     )
 
 

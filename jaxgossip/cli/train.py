@@ -29,7 +29,7 @@ EXAMPLES = """
 examples:
   jaxgossip train --dataset=digits --model=mlp --algorithm=choco --algorithm_options.gamma=0.3 \\
       --algorithm_options.compressor=top_k --algorithm_options.compressor_options.fraction=0.1 --out runs/choco
-  jaxgossip train --config experiments/configs/digits_choco.yaml --lr=0.1 --decay_rounds=100,150
+  jaxgossip train --config digits_choco.yaml --lr=0.1 --decay_rounds=100,150
 """
 
 

@@ -7,19 +7,23 @@ Typical use::
     parts = data.partition(ds.y_train, 8, "dirichlet:0.1", seed=0)
     shards = data.shard_dataset(ds, parts)             # x [N, M_max, H, W, C], counts [N]
     x, y = data.sample_batch(shards, key, 32)          # x [N, B, H, W, C], y [N, B]
+
+tensorflow-datasets is needed only to load mnist, fashion_mnist, cifar10 or cifar100 and is imported
+then (see :mod:`jaxgossip.data.builders`); the tfds builder classes (``data.JaxgossipMnist``, ...)
+are imported with it on first access.
 """
 
+from jaxgossip.data import builders
 from jaxgossip.data.augment import augment_cifar, random_crop, random_flip
 from jaxgossip.data.builders import (
     BUILDER_NAMES,
-    JaxgossipCifar10,
-    JaxgossipCifar100,
-    JaxgossipFashionMnist,
-    JaxgossipMnist,
+    TFDS_INSTALL,
+    builder_classes,
     get_builder,
     is_prepared,
     prepare,
     read_prepared,
+    tfds_installed,
 )
 from jaxgossip.data.datasets import (
     DATASET_NAMES,
@@ -42,7 +46,14 @@ from jaxgossip.data.node_shards import (
     shard_dataset,
 )
 from jaxgossip.data.partitioners import SCHEMES, by_source, dirichlet, iid, label_histograms, partition, shards, skew
-from jaxgossip.data.raw import DEBIAN_FASHION_MNIST_DIR, CorruptDataError, DatasetNotFoundError, RawSplit, read_idx
+from jaxgossip.data.raw import (
+    DEBIAN_FASHION_MNIST_DIR,
+    CorruptDataError,
+    DatasetNotFoundError,
+    MissingPackageError,
+    RawSplit,
+    read_idx,
+)
 from jaxgossip.data.text import (
     BYTE_VOCAB,
     TEXT_DATASETS,
@@ -70,13 +81,12 @@ __all__ = [
     "CorruptDataError",
     "Dataset",
     "DatasetNotFoundError",
-    "JaxgossipCifar10",
-    "JaxgossipCifar100",
-    "JaxgossipFashionMnist",
-    "JaxgossipMnist",
+    "MissingPackageError",
+    "TFDS_INSTALL",
     "NodeShards",
     "RawSplit",
     "augment_cifar",
+    "builder_classes",
     "by_source",
     "byte_tokens",
     "check_batch_size",
@@ -110,4 +120,16 @@ __all__ = [
     "skew",
     "standardize",
     "text_files_corpus",
+    "tfds_installed",
 ]
+
+
+# The builder classes import tensorflow-datasets, so they are looked up on first access (and left out
+# of ``__all__``): importing jaxgossip.data needs no tfds.
+_BUILDER_CLASSES = ("JaxgossipMnist", "JaxgossipFashionMnist", "JaxgossipCifar10", "JaxgossipCifar100")
+
+
+def __getattr__(name: str):
+    if name in _BUILDER_CLASSES:
+        return getattr(builders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

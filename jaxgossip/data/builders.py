@@ -21,9 +21,14 @@ tfds's built-in ``mnist``/``fashion_mnist``/``cifar10``/``cifar100``:
 ``cifar100``              ``jaxgossip_cifar100``        cifar-100-python.tar.gz
 ========================  ============================  =====================
 
-Once ``jaxgossip.data`` is imported, ``tfds.data_source("jaxgossip_mnist",
-data_dir=...)`` works like for any registered dataset (and so does
-``tfds.testing.mock_data``).
+tensorflow-datasets is imported on first use, not with this module, so that the embedded
+``digits``, ``synthetic`` and text data sets work where it is not installed (an image with JAX and
+no TensorFlow stack); asking for a tfds data set there raises
+:class:`~jaxgossip.data.raw.MissingPackageError` naming ``pip install tensorflow-datasets``. The
+builder classes live in :mod:`jaxgossip.data.tfds_builders`, imported by the first function here
+that needs a builder (:func:`builder_classes` does only that); from then on
+``tfds.data_source("jaxgossip_mnist", data_dir=...)`` works like for any registered dataset (and so
+does ``tfds.testing.mock_data``).
 
 Speed on an idle 2-core CPU: preparing Fashion-MNIST's 70,000 images takes
 about 7 s and reading them back about 3 s, both dominated by tfds's
@@ -34,13 +39,16 @@ namespace): nothing is fetched.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 from jaxgossip.data import raw
+
+if TYPE_CHECKING:
+    import tensorflow_datasets as tfds
 
 #: ``load_dataset`` name -> tfds builder name.
 BUILDER_NAMES = {
@@ -50,176 +58,75 @@ BUILDER_NAMES = {
     "cifar100": "jaxgossip_cifar100",
 }
 
-_FASHION_NAMES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
+#: The version every builder writes: prepared data lives in ``<data_dir>/<builder name>/<VERSION>``.
+VERSION = "1.0.0"
+
+#: What to run when a tfds data set is asked for and tensorflow-datasets is missing.
+TFDS_INSTALL = "pip install tensorflow-datasets"
 
 
-class _RawImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
-    """Shared code: reads raw files from the manual folder, writes one example per image."""
-
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Prepared by jaxgossip from local raw files."}
-    # Subclasses set these.
-    _KEY: str = ""
-    _SHAPE: tuple[int, int, int] = (0, 0, 0)
-    _NUM_CLASSES: int = 0
-    _DESCRIPTION: str = ""
-    _HOMEPAGE: str = ""
-    _CITATION: str = ""
-
-    _CLASS_NAMES: tuple[str, ...] | None = None
-
-    def _label_feature(self, num_classes: int) -> tfds.features.ClassLabel:
-        if self._CLASS_NAMES is not None and len(self._CLASS_NAMES) == num_classes:
-            return tfds.features.ClassLabel(names=list(self._CLASS_NAMES))
-        return tfds.features.ClassLabel(num_classes=num_classes)
-
-    def _extra_features(self) -> dict[str, Any]:
-        return {}
-
-    def _info(self) -> tfds.core.DatasetInfo:
-        features = {
-            "image": tfds.features.Tensor(shape=self._SHAPE, dtype=np.uint8),
-            # ClassLabel is an int64 scalar Tensor that also records the class count (and names),
-            # so tfds.testing.mock_data draws valid labels.
-            "label": self._label_feature(self._NUM_CLASSES),
-            **self._extra_features(),
-        }
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description=self._DESCRIPTION,
-            features=tfds.features.FeaturesDict(features),
-            supervised_keys=("image", "label"),
-            homepage=self._HOMEPAGE,
-            citation=self._CITATION,
-        )
-
-    def _locate(self, directory: str) -> Any:
-        raise NotImplementedError
-
-    def _read_split(self, located: Any, split: str) -> raw.RawSplit:
-        raise NotImplementedError
-
-    def _split_generators(self, dl_manager):
-        directory = os.fspath(dl_manager.manual_dir)
-        located = self._locate(directory)
-        if located is None:
-            raise raw.DatasetNotFoundError(
-                f"no raw {self._KEY} files in {directory}: {self.MANUAL_DOWNLOAD_INSTRUCTIONS}"
-            )
-        return {split: self._generate_examples(located, split) for split in ("train", "test")}
-
-    def _generate_examples(self, located, split):
-        data = self._read_split(located, split)
-        for i in range(data.labels.shape[0]):
-            example = {"image": data.images[i], "label": data.labels[i]}
-            if data.coarse_labels is not None:
-                example["coarse_label"] = data.coarse_labels[i]
-            yield i, example
-
-    # tfds prints these two messages to stdout; the library stays silent.
-    def _log_download_bytes(self) -> None:
-        pass
-
-    def _log_download_done(self) -> None:
-        pass
+def tfds_installed() -> bool:
+    """Whether tensorflow-datasets can be imported (looked up without importing it)."""
+    return importlib.util.find_spec("tensorflow_datasets") is not None
 
 
-class _IdxBuilder(_RawImageBuilder, skip_registration=True):
-    _SHAPE = (28, 28, 1)
-    _NUM_CLASSES = 10
-
-    def _locate(self, directory):
-        return raw.find_idx_files(directory)
-
-    def _read_split(self, located, split):
-        return raw.read_idx_split(located, split)
+_TFDS_SETS = "a tfds data set (mnist, fashion_mnist, cifar10 or cifar100)"
 
 
-class JaxgossipMnist(_IdxBuilder):
-    """MNIST (60,000 train / 10,000 test 28x28 grey digits) from local IDX files."""
+def import_tfds(what: str = _TFDS_SETS):
+    """``tensorflow_datasets``, imported on first use.
 
-    _KEY = "mnist"
-    MANUAL_DOWNLOAD_INSTRUCTIONS = raw.idx_instructions("mnist")
-    _DESCRIPTION = "MNIST handwritten digits, prepared by jaxgossip from local IDX files."
-    _HOMEPAGE = "http://yann.lecun.com/exdb/mnist/"
-    _CITATION = (
-        "LeCun, Bottou, Bengio, Haffner. Gradient-based learning applied to document recognition. Proc. IEEE 1998."
-    )
+    Args:
+        what: what needs it, for the error message.
 
-
-class JaxgossipFashionMnist(_IdxBuilder):
-    """Fashion-MNIST (60,000 / 10,000 28x28 grey clothing images) from local IDX files."""
-
-    _KEY = "fashion_mnist"
-    _CLASS_NAMES = _FASHION_NAMES
-    MANUAL_DOWNLOAD_INSTRUCTIONS = raw.idx_instructions("fashion_mnist")
-    _DESCRIPTION = (
-        "Fashion-MNIST (Zalando), prepared by jaxgossip from local IDX files. Classes: "
-        + ", ".join(f"{i}={n}" for i, n in enumerate(_FASHION_NAMES))
-        + "."
-    )
-    _HOMEPAGE = "https://github.com/zalandoresearch/fashion-mnist"
-    _CITATION = (
-        "Xiao, Rasul, Vollgraf. Fashion-MNIST: a novel image dataset for benchmarking machine learning "
-        "algorithms. arXiv:1708.07747, 2017."
-    )
+    Raises:
+        MissingPackageError: tensorflow-datasets is not installed; the message names ``what`` and
+            the ``pip install`` that fixes it.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as err:
+        raise raw.MissingPackageError(
+            f"{what} is read through tensorflow-datasets, which is not installed ({err}). To fix: {TFDS_INSTALL}; "
+            "or use a data set that needs nothing: digits, synthetic, python_docs, text:PATH or npz:PATH",
+            name="tensorflow_datasets",
+        ) from None
+    return tfds
 
 
-class _CifarBuilder(_RawImageBuilder, skip_registration=True):
-    _SHAPE = (32, 32, 3)
-    _HOMEPAGE = "https://www.cs.toronto.edu/~kriz/cifar.html"
-    _CITATION = "Krizhevsky. Learning multiple layers of features from tiny images. Tech. report, U. Toronto, 2009."
+def builder_classes(what: str = _TFDS_SETS) -> dict[str, Any]:
+    """``load_dataset`` name -> tfds builder class, registering the builders with tfds first.
 
-    def _locate(self, directory):
-        return raw.find_cifar(self._KEY, directory)
+    After the first call ``tfds.data_source("jaxgossip_mnist", ...)`` works like for any registered
+    data set; every function below that needs a builder calls it.
 
-    def _read_split(self, located, split):
-        return raw.read_cifar_split(self._KEY, located, split)
+    Raises:
+        MissingPackageError: tensorflow-datasets is not installed (the message says what to install).
+    """
+    import_tfds(what)
+    from jaxgossip.data import tfds_builders
 
-
-class JaxgossipCifar10(_CifarBuilder):
-    """CIFAR-10 (50,000 / 10,000 32x32 colour images, 10 classes) from the python-version archive."""
-
-    _KEY = "cifar10"
-    _NUM_CLASSES = 10
-    MANUAL_DOWNLOAD_INSTRUCTIONS = raw.cifar_instructions("cifar10")
-    _DESCRIPTION = "CIFAR-10, prepared by jaxgossip from the local python-version archive."
+    return tfds_builders.BUILDER_CLASSES
 
 
-class JaxgossipCifar100(_CifarBuilder):
-    """CIFAR-100 (50,000 / 10,000 32x32 colour images, 100 fine / 20 coarse classes)."""
-
-    _KEY = "cifar100"
-    _NUM_CLASSES = 100
-    MANUAL_DOWNLOAD_INSTRUCTIONS = raw.cifar_instructions("cifar100")
-    _DESCRIPTION = "CIFAR-100, prepared by jaxgossip from the local python-version archive; label = fine label."
-
-    def _extra_features(self):
-        return {"coarse_label": tfds.features.ClassLabel(num_classes=20)}
-
-
-_BUILDER_CLASSES = {
-    "mnist": JaxgossipMnist,
-    "fashion_mnist": JaxgossipFashionMnist,
-    "cifar10": JaxgossipCifar10,
-    "cifar100": JaxgossipCifar100,
+_CLASS_NAMES = {
+    "JaxgossipMnist": "mnist",
+    "JaxgossipFashionMnist": "fashion_mnist",
+    "JaxgossipCifar10": "cifar10",
+    "JaxgossipCifar100": "cifar100",
 }
 
 
+def __getattr__(name: str):
+    # The builder classes as attributes (``builders.JaxgossipMnist``), imported with tfds on first access.
+    if name in _CLASS_NAMES:
+        return builder_classes()[_CLASS_NAMES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _check_name(name: str) -> None:
-    if name not in _BUILDER_CLASSES:
-        raise ValueError(f"no tfds builder for dataset {name!r}; known: {sorted(_BUILDER_CLASSES)}")
+    if name not in BUILDER_NAMES:
+        raise ValueError(f"no tfds builder for dataset {name!r}; known: {sorted(BUILDER_NAMES)}")
 
 
 def get_builder(name: str, data_dir: str | os.PathLike | None = None) -> tfds.core.DatasetBuilder:
@@ -229,17 +136,19 @@ def get_builder(name: str, data_dir: str | os.PathLike | None = None) -> tfds.co
         name: "mnist", "fashion_mnist", "cifar10" or "cifar100".
         data_dir: tfds data folder (None: tfds's default, ``$TFDS_DATA_DIR`` or
             ``~/tensorflow_datasets``).
+
+    Raises:
+        MissingPackageError: tensorflow-datasets is not installed.
     """
     _check_name(name)
+    cls = builder_classes(f"data set {name!r}")[name]
     try:
-        return _BUILDER_CLASSES[name](
-            data_dir=None if data_dir is None else os.fspath(data_dir), file_format="array_record"
-        )
+        return cls(data_dir=None if data_dir is None else os.fspath(data_dir), file_format="array_record")
     except Exception as err:
         # The constructor reads an existing dataset_info.json; a damaged one raises protobuf or JSON
         # errors of assorted types.
-        root = os.fspath(data_dir) if data_dir is not None else tfds.core.constants.DATA_DIR
-        folder = os.path.join(root, BUILDER_NAMES[name], str(_RawImageBuilder.VERSION))
+        root = os.fspath(data_dir) if data_dir is not None else import_tfds().core.constants.DATA_DIR
+        folder = os.path.join(root, BUILDER_NAMES[name], VERSION)
         if not os.path.isdir(folder):
             raise
         raise _damaged_prepared(name, folder, err) from err
@@ -278,6 +187,7 @@ def find_raw(name: str, dirs) -> str | None:
 @contextlib.contextmanager
 def _quiet_progress():
     # tfds keeps the progress-bar switch in a module global; restore it afterwards.
+    tfds = import_tfds()
     from tensorflow_datasets.core.utils import tqdm_utils
 
     previous = getattr(tqdm_utils, "_active", True)
@@ -317,6 +227,7 @@ def prepare(
     builder = get_builder(name, data_dir)
     if _prepared(builder):
         return os.fspath(builder.data_dir)
+    tfds = import_tfds()
     if find_raw(name, [raw_dir]) is None:
         raise raw.DatasetNotFoundError(f"no raw {name} files in {raw_dir}: {builder.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     config = tfds.download.DownloadConfig(
@@ -396,6 +307,8 @@ def read_prepared(name: str, data_dir: str | os.PathLike | None = None) -> dict[
         ``{"train": RawSplit, "test": RawSplit}``.
     """
     _check_name(name)
+    builder_classes(f"data set {name!r}")  # registers the builder that tfds.data_source looks up by name
+    tfds = import_tfds()
     splits = ("train", "test")
     try:
         sources = tfds.data_source(

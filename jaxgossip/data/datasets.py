@@ -23,6 +23,10 @@ pickle or tfds.
 
 ``auto`` picks Fashion-MNIST when step 1 or 2 succeeds and the embedded
 ``digits`` set otherwise, so it always works offline.
+
+Only the four tfds data sets need tensorflow-datasets, imported when one of them is loaded; without
+it they raise :class:`~jaxgossip.data.raw.MissingPackageError` naming ``pip install
+tensorflow-datasets``, and ``auto`` takes ``digits``.
 """
 
 from __future__ import annotations
@@ -343,9 +347,11 @@ def _load_tfds(name, data_dir, raw_dir, download, normalize) -> Dataset:
 def fashion_mnist_available(data_dir=None, raw_dir=None) -> bool:
     """Whether ``load_dataset("fashion_mnist", data_dir, raw_dir=raw_dir)`` works offline.
 
-    True when it is prepared in ``data_dir`` or its raw IDX files are found in
-    the folders :func:`load_dataset` searches.
+    True when tensorflow-datasets is installed and Fashion-MNIST is prepared in ``data_dir`` or its
+    raw IDX files are found in the folders :func:`load_dataset` searches.
     """
+    if not builders.tfds_installed():
+        return False
     builder = builders.get_builder("fashion_mnist", data_dir)
     if builders.is_prepared("fashion_mnist", data_dir):
         return True
@@ -397,6 +403,9 @@ def load_dataset(
             ``download``). It is both a FileNotFoundError and a ValueError.
         CorruptDataError: a raw or prepared file is truncated or corrupt (a
             ValueError; the message names the file, the problem and the fix).
+        MissingPackageError: a tfds data set without tensorflow-datasets
+            installed (a ModuleNotFoundError and a ValueError; the message
+            names ``pip install tensorflow-datasets``).
     """
     if isinstance(name, str) and name.startswith(NPZ_PREFIX):
         return load_npz(name[len(NPZ_PREFIX) :])
@@ -413,6 +422,11 @@ def load_dataset(
             ds = _load_tfds("fashion_mnist", data_dir, raw_dir, False, normalize)
             return ds._replace(source="auto -> " + ds.source)
         ds = load_digits(seed=seed, normalize=normalize)
+        if not builders.tfds_installed():
+            return ds._replace(
+                source=f"auto -> {ds.source} (tensorflow-datasets is not installed, so Fashion-MNIST is not "
+                f"looked for: {builders.TFDS_INSTALL})"
+            )
         where = os.fspath(builders.get_builder("fashion_mnist", data_dir).data_dir)
         dirs = raw.candidate_dirs("fashion_mnist", raw_dir, os.path.dirname(os.path.dirname(where)))
         return ds._replace(

@@ -55,6 +55,16 @@ class DatasetNotFoundError(FileNotFoundError, ValueError):
     """
 
 
+class MissingPackageError(ModuleNotFoundError, ValueError):
+    """An optional package that a data set needs (tensorflow-datasets) is not installed.
+
+    A :class:`ModuleNotFoundError`, for code that guards imports, and a :class:`ValueError`, since
+    asking for that data set is the input to change when the package cannot be installed; the
+    message names the package, the ``pip install`` that fixes it, and the data sets that need
+    nothing.
+    """
+
+
 class CorruptDataError(ValueError):
     """A raw data file exists but is truncated, corrupt or not in the expected format.
 

@@ -15,6 +15,8 @@ adds only what the library leaves out, as a thin layer over its parser:
 - "did you mean" for unknown options, and no prefix abbreviation (``--ou`` is not ``--out``).
 
 Errors are :class:`UsageError` (a ValueError); the dispatcher prints them and exits with 2.
+jsonargparse is imported when a parser is first built (the command line, :func:`from_dict`), not
+with this module.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ import re
 import textwrap
 import types
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from jsonargparse import ArgumentParser, DefaultHelpFormatter
 
+from jaxgossip import configs
 from jaxgossip.run.config import did_you_mean
+
+if TYPE_CHECKING:
+    from jsonargparse import ArgumentParser
 
 __all__ = ["Command", "Parsed", "UsageError", "build_parser", "parse", "read_config_file", "parse_value", "from_dict"]
 
@@ -87,10 +92,6 @@ class Parsed:
         return cls(**{f.name: self.values[f.name] for f in dataclasses.fields(cls) if f.name in self.values})
 
 
-class _Formatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
-
-
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -126,9 +127,27 @@ def _optional(hint: Any) -> bool:
     return type(None) in typing.get_args(hint)
 
 
+def _jsonargparse():
+    """jsonargparse, imported when a parser is built, so that importing this module (to read a
+    config file, say) needs nothing beyond PyYAML."""
+    try:
+        import jsonargparse
+    except ImportError as err:
+        raise ImportError(
+            f"the jaxgossip command line and typed config mappings need jsonargparse, which is not installed "
+            f"({err}): pip install jsonargparse"
+        ) from None
+    return jsonargparse
+
+
 def build_parser(command: Command) -> ArgumentParser:
     """The jsonargparse parser of ``command`` (prog ``jaxgossip <name>``)."""
-    parser = ArgumentParser(
+    jsonargparse = _jsonargparse()
+
+    class _Formatter(jsonargparse.DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
+        pass
+
+    parser = jsonargparse.ArgumentParser(
         prog=f"jaxgossip {command.name}",
         description=textwrap.fill(command.description, 100),
         epilog=command.epilog,
@@ -142,7 +161,8 @@ def build_parser(command: Command) -> ArgumentParser:
         default=None,
         help=(
             "config file: YAML, JSON or Python with get_config(); FILE.py:ARG calls get_config(ARG) "
-            "(fields as below; command-line options override it)"
+            "(fields as below; command-line options override it). A bare name not in the current folder "
+            f"names a config shipped with jaxgossip: {', '.join(configs.names())}"
         ),
     )
     for flag, help_text in command.flags.items():
@@ -281,17 +301,26 @@ def read_config_file(spec: str) -> dict:
 
     ``spec`` is a path, or ``file.py:ARG`` for a Python config whose ``get_config(ARG)`` takes an
     argument (one family of runs in one file; the module-level ``CONFIG_ARGS`` lists the valid
-    arguments).
+    arguments). A bare file name that is not in the current folder names a config shipped with the
+    package (:mod:`jaxgossip.configs`: ``digits_choco.yaml``, ...), so the documented examples run
+    from an installed wheel.
 
     Raises:
-      UsageError: the file is missing or unreadable, has a syntax error, is not a mapping, or
-        its ``get_config()`` is missing or fails; ``:ARG`` on a YAML or JSON file, on a
-        ``get_config()`` without a parameter, or not in ``CONFIG_ARGS``. The message names the file
-        (and lists the valid arguments).
+      UsageError: the file is missing (the message lists the shipped configs) or unreadable, has a
+        syntax error, is not a mapping, or its ``get_config()`` is missing or fails; ``:ARG`` on a
+        YAML or JSON file, on a ``get_config()`` without a parameter, or not in ``CONFIG_ARGS``. The
+        message names the file (and lists the valid arguments).
     """
     path, arg = _split_config_spec(spec)
     if not os.path.exists(path):
-        raise UsageError(f"config file {path!r} does not exist")
+        shipped = configs.path(path)
+        if shipped is None:
+            names = configs.names()
+            raise UsageError(
+                f"config file {path!r} does not exist{did_you_mean(os.path.basename(path), names)}; the configs "
+                f"shipped with jaxgossip, usable by bare name from any folder: {', '.join(names)}"
+            )
+        path = shipped
     if os.path.isdir(path):
         raise UsageError(f"config file {path!r} is a folder")
     if arg is not None and not path.endswith(".py"):
