@@ -104,8 +104,9 @@ def test_train_keeps_the_last_good_checkpoint_when_a_later_chunk_blows_up(tmp_pa
 def test_demo_lr100_marks_every_run_diverged_without_a_reduction(tmp_path, capsys):
     out = tmp_path / "demo"
     argv = ["demo", "--lr=100", "--num_rounds=20", "--eval_every=10", "--algorithms=gossip,push_sum"]
-    assert main([*argv, "--no-progress", "--out", str(out)]) == 0
+    assert main([*argv, "--no-progress", "--out", str(out)]) == 3  # the table is written, the command fails
     printed, err = capsys.readouterr()
+    assert "2 of 2 runs diverged: gossip, push_sum (exit status 3)" in err
     rows = {r["name"]: r for r in json.loads((out / "comparison.json").read_text())["rows"]}
     assert rows["push_sum"]["status"] == "diverged at round 10" and rows["push_sum"]["diverged_at_round"] == 10
     assert rows["gossip"]["status"] == "diverged at round 10"

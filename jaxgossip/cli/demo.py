@@ -407,4 +407,8 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         f"wrote {out}/comparison.md, comparison.json and plots "
         "(accuracy_vs_rounds.png, accuracy_vs_bits.png, accuracy_vs_time.png, consensus.png)"
     )
+    diverged = [r["name"] for r in table if r["status"] != "ok"]
+    if diverged:  # the comparison is written, but a method that did not train fails the command
+        common.warn("demo", f"{len(diverged)} of {len(table)} runs diverged: {', '.join(diverged)} (exit status 3)")
+        return 3
     return 0

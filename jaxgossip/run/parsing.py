@@ -39,15 +39,12 @@ import yaml
 
 from jaxgossip import configs
 from jaxgossip.run.config import did_you_mean
+from jaxgossip.run.errors import UsageError
 
 if TYPE_CHECKING:
     from jsonargparse import ArgumentParser
 
 __all__ = ["Command", "Parsed", "UsageError", "build_parser", "parse", "read_config_file", "parse_value", "from_dict"]
-
-
-class UsageError(ValueError):
-    """Bad command-line or config-file input (the CLI exits with 2)."""
 
 
 @dataclasses.dataclass
