@@ -88,17 +88,37 @@ TIME_STREAM = 0x7105
 
 
 def _finite(name: str, value: Any, *, minimum: float | None = None, strict: bool = False, maximum=None) -> None:
-    """Raises ValueError naming ``name`` when a concrete ``value`` breaks the rule (traced values pass)."""
+    """Raises ValueError naming ``name`` when a concrete ``value`` breaks the rule (traced values pass).
+
+    An array (a trace of thousands of entries) is described, not printed: how many entries break
+    the rule and the first of them, its index and value.
+    """
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}={value!r} must be finite")
-    if minimum is not None and (np.any(arr <= minimum) if strict else np.any(arr < minimum)):
-        raise ValueError(f"{name}={value!r} must be {'>' if strict else '>='} {minimum}")
-    if maximum is not None and np.any(arr > maximum):
-        raise ValueError(f"{name}={value!r} must be <= {maximum}")
+    if arr.ndim == 0:
+        if not np.isfinite(arr):
+            raise ValueError(f"{name}={value!r} must be finite")
+        if minimum is not None and (arr <= minimum if strict else arr < minimum):
+            raise ValueError(f"{name}={value!r} must be {'>' if strict else '>='} {minimum}")
+        if maximum is not None and arr > maximum:
+            raise ValueError(f"{name}={value!r} must be <= {maximum}")
+        return
+    rule, bad = "finite", ~np.isfinite(arr)
+    with np.errstate(invalid="ignore"):
+        if minimum is not None:
+            rule += f" and {'>' if strict else '>='} {minimum}"
+            bad |= (arr <= minimum) if strict else (arr < minimum)
+        if maximum is not None:
+            rule += f" and <= {maximum}"
+            bad |= arr > maximum
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{name} must be {rule}: {int(np.sum(bad))} of {arr.size} entries are not; the first is "
+            f"[{', '.join(map(str, first))}] = {arr[first]:g}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +258,8 @@ def availability(spec: Any, num_rounds: int, num_nodes: int, seed: int) -> np.nd
     * ``markov:P_OFF,P_ON``: per node a two-state chain, all online before round 0; before every
       round an online node goes offline with probability P_OFF and an offline one comes back with
       probability P_ON (drawn on the host from ``seed``: the same seed gives the same mask);
-    * ``trace:PATH``: a ``.npy`` / ``.csv`` of shape ``[rounds, N]`` of 0/1, cycled.
+    * ``trace:PATH``: a ``.npy`` / ``.csv`` of shape ``[rounds, N]`` of 0/1, cycled; at least one
+      entry must be 1 (a node online at some round).
 
     Raises:
       ValueError: naming the spec and the rule it breaks.
@@ -273,6 +294,8 @@ def availability(spec: Any, num_rounds: int, num_nodes: int, seed: int) -> np.nd
             )
         if not np.all((arr == 0) | (arr == 1)):
             raise ValueError(f"{name}: a trace must hold 0 (offline) or 1 (online) only")
+        if not arr.any():  # a file of zeros is a mistake; a markov draw may still leave everyone offline
+            raise ValueError(f"{name}: no node is ever online (the trace holds only 0), so nothing would train")
         return arr.astype(np.float32)
     raise ValueError(f"{name}: unknown kind {kind!r}; known: always, markov:P_OFF,P_ON, trace:PATH")
 

@@ -107,3 +107,75 @@ def test_the_train_table_says_its_metrics_are_over_honest_nodes(tmp_path, capsys
     assert "over the honest nodes only" in capsys.readouterr().out
     assert main([*argv[:-3], "--out", str(tmp_path / "plain"), "--algorithm=clipped_gossip"]) == 0
     assert "honest" not in capsys.readouterr().out
+
+
+def test_attackers_are_drawn_on_the_host_inside_jit_and_a_traced_key_is_refused():
+    want = algorithms.attackers(8, num=3, key=5)
+    seen = []
+
+    @jax.jit
+    def traced(x):
+        seen.append(algorithms.attackers(8, num=3, key=5))  # built while tracing, as a sweep's trainer is
+        return x
+
+    traced(jnp.zeros(()))
+    np.testing.assert_array_equal(seen[0], want)
+    assert isinstance(seen[0], np.ndarray)
+    with pytest.raises(ValueError, match="traced key"):
+        jax.jit(lambda key: algorithms.attackers(8, num=3, key=key).sum())(jax.random.key(5))
+
+
+def test_nodes_are_drawn_by_the_data_seed_shared_by_every_seed_of_a_sweep():
+    assert byzantine_args(TrainConfig(**BASE, seed=3, byzantine={"nodes": 2}))["key"] == 3
+    assert byzantine_args(TrainConfig(**BASE, seed=3, data_seed=7, byzantine={"nodes": 2}))["key"] == 7
+
+
+def test_a_sweep_with_drawn_attackers_equals_the_single_runs():
+    from tiny import tiny_config
+
+    from jaxgossip.run import experiment_sweeps
+    from jaxgossip.run.runner import run_training
+
+    config = tiny_config(num_rounds=10, evals_per_chunk=2, byzantine={"nodes": 1, "attack": "signflip"})
+    _, metrics = experiment_sweeps.sweep_training(config, {"lr": [0.05]}, seeds=[0, 1])
+    single = config.replace(seed=1, data_seed=config.seed)  # seed 1 of the sweep
+    rows = run_training(single, None, progress=False, log=lambda s: None).rows
+    np.testing.assert_allclose(
+        np.asarray(metrics.test_loss)[0, 1], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5
+    )
+
+
+TINY_BYZANTINE = ["--num_rounds=10", "--byzantine.nodes=1"]
+
+
+def test_sweep_trains_with_drawn_attackers(tmp_path, capsys):
+    from tiny import TINY_FLAGS
+
+    from jaxgossip.cli import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", *TINY_FLAGS, *TINY_BYZANTINE, "--seeds=2", "--sweep.lr=0.05,0.1", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0, capsys.readouterr().err
+    assert (out / "sweep.json").exists()
+
+
+def test_topology_sweep_trains_with_drawn_attackers(tmp_path, capsys):
+    from tiny import TINY_FLAGS
+
+    from jaxgossip.cli import main
+
+    out = tmp_path / "topologies"
+    argv = ["topology-sweep", "--train", *TINY_FLAGS, *TINY_BYZANTINE, "--seeds=2", "--topologies=ring,complete"]
+    assert main([*argv, "--out", str(out)]) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "one per graph: the Byzantine wrapper builds host tables per graph" in text
+    assert (out / "results.json").exists()
+
+
+def test_plan_compiles_with_drawn_attackers(capsys):
+    from tiny import TINY_FLAGS
+
+    from jaxgossip.cli import main
+
+    assert main(["plan", *TINY_FLAGS, *TINY_BYZANTINE, "--max_nodes=8"]) == 0, capsys.readouterr().err
+    assert "largest N that fits" in capsys.readouterr().out

@@ -109,11 +109,12 @@ def attackers(num_nodes: int, ids: Any = None, num: int | None = None, key: Any 
       num_nodes: N.
       ids: explicit node ids (a sequence of ints), or None.
       num: K, the number of attackers drawn (with ``key``), or None.
-      key: a ``jax.random`` key or an int seed (only with ``num``).
+      key: a concrete ``jax.random`` key or an int seed (only with ``num``); the draw is made on
+        the host, also when called inside ``jit`` or ``vmap``.
 
     Raises:
       ValueError: both or neither of ``ids`` and ``num``, K >= N (no honest node would be left),
-        an id out of range or repeated, a negative K.
+        an id out of range or repeated, a negative K, a traced ``key``.
       TypeError: ``num`` is not an int.
     """
     if (ids is None) == (num is None):
@@ -127,9 +128,17 @@ def attackers(num_nodes: int, ids: Any = None, num: int | None = None, key: Any 
             )
         if key is None:
             raise ValueError("num=K draws the attackers from a key: give key= (a jax.random key or an int seed)")
-        if isinstance(key, (int, np.integer)):
-            key = jax.random.key(int(key))
-        chosen = np.asarray(jax.random.choice(key, num_nodes, (int(num),), replace=False))
+        if isinstance(key, jax.core.Tracer):
+            raise ValueError(
+                "num=K draws the attackers on the host (they fix the shapes of the edge tables): key= must be "
+                "concrete, an int seed or a key made outside jit/vmap, not a traced key"
+            )
+        # The draw runs eagerly even when the wrapper is built inside jit or vmap (a sweep builds
+        # its trainer there): the ids are host-side NumPy, like the graph's tables.
+        with jax.ensure_compile_time_eval():
+            if isinstance(key, (int, np.integer)):
+                key = jax.random.key(int(key))
+            chosen = np.asarray(jax.random.choice(key, num_nodes, (int(num),), replace=False))
         return np.sort(chosen).astype(np.int64)
     chosen = np.asarray(list(ids) if not isinstance(ids, (int, np.integer)) else [ids])
     if chosen.size and (chosen.dtype.kind not in "iu"):
@@ -267,7 +276,12 @@ def _check_options(attack: str, options: Mapping[str, Any], num_nodes: int, num_
     for name, value in values.items():
         if value is None:
             continue
-        arr = np.asarray(value, dtype=np.float64)
+        if isinstance(value, (bool, str, bytes)):  # np.asarray would read "1" as 1.0 and fail on "abc"
+            raise ValueError(f"attack {attack!r}: {name}={value!r} must be a finite number")
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"attack {attack!r}: {name}={value!r} must be a finite number") from None
         if arr.shape != () or not np.isfinite(arr):
             raise ValueError(f"attack {attack!r}: {name}={value!r} must be a finite number")
         if name in ("sigma", "epsilon") and arr <= 0:

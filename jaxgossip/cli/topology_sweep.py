@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxgossip.cli import common
 from jaxgossip.cli.sweep import seed_list
+from jaxgossip.cli.train import check_out
 from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
@@ -120,6 +121,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
+    check_out(parsed.values["out"])
     options = parsed.build(TopologySweepOptions)
     if not options.topologies:
         raise UsageError("--topologies is required, e.g. --topologies=ring,torus,erdos_renyi:0.3")
@@ -236,7 +238,7 @@ def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitS
 def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
     from jaxgossip import topology
     from jaxgossip.run import experiment_sweeps, plots
-    from jaxgossip.run.config import check_algorithm
+    from jaxgossip.run.config import byzantine_args, check_algorithm, check_byzantine
 
     config = check_train_config(parsed.build(TrainConfig))
     check_sync_only(config, "topology-sweep")
@@ -248,6 +250,7 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
     graphs, graph_specs, notes = _build_graphs(specs, [config.num_nodes], data_seed)
     for topo in graphs:
         check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
+        check_byzantine(config, topo)  # the attackers must leave every graph's honest nodes connected
     resolved = {"topologies": specs, "seeds": seeds, **config.to_dict()}
     if common.print_config(parsed, resolved):
         return 0
@@ -316,7 +319,10 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
         f"{config.algorithm} training, {config.dataset}, {config.model}, N={config.num_nodes}, "
         f"{config.num_rounds} rounds, {len(seeds)} seeds"
     )
-    summary = _compile_summary(len(graphs), len(seeds), len(groups), wall, not no_stack, config.algorithm)
+    unstacked = "the Byzantine wrapper builds host tables per graph" if byzantine_args(config) else None
+    summary = _compile_summary(
+        len(graphs), len(seeds), len(groups), wall, not no_stack, config.algorithm, unstacked=unstacked
+    )
     print(plots.format_table(rows, columns))
     print(summary)
     os.makedirs(out, exist_ok=True)
@@ -449,11 +455,15 @@ def _gap(topo) -> float:
         return float("nan")
 
 
-def _compile_summary(graphs: int, seeds: int, programs: int, wall: float, stack: bool, algorithm: str) -> str:
+def _compile_summary(graphs: int, seeds: int, programs: int, wall: float, stack: bool, algorithm: str,
+                     unstacked: str | None = None) -> str:
+    """The line on compiles; ``unstacked``: why every graph runs on its own whatever the algorithm."""
     from jaxgossip import algorithms
 
     if not stack:
         how = "one per graph (--no-stack)"
+    elif unstacked is not None:
+        how = f"one per graph: {unstacked}"
     elif not algorithms.resolve(algorithm).stackable:
         how = f"one per graph: {algorithm} builds host tables per graph"
     else:

@@ -57,7 +57,12 @@ RESUMABLE_CHANGES = frozenset({"num_rounds", "evals_per_chunk", "name", "tensorb
 MAX_TO_KEEP = 2
 # Bytes a step takes beyond its arrays (orbax's metadata, manifests and JSON; about 60 kB measured).
 _STEP_OVERHEAD = 128 * 1024
-_HINT = "use another --out, or --no-resume to start over (it deletes the checkpoint)"
+# What a refused or failed resume offers: a new folder first, since --no-resume deletes the run's
+# checkpoint and its metrics.json/metrics.csv are rewritten from round 0 (clear() and run_training).
+_HINT = (
+    "give a new --out to keep this run; --no-resume starts over in this --out and deletes the run's "
+    "checkpoint and its metrics"
+)
 
 
 class CheckpointError(UsageError):
@@ -227,17 +232,29 @@ def latest(ckpt_dir: str) -> Saved | None:
 def check_resume(saved: Saved, config: dict, ckpt_dir: str) -> None:
     """Raises :class:`CheckpointError` unless the run of ``saved`` can be continued with ``config``.
 
-    Every config field must be equal except :data:`RESUMABLE_CHANGES` (JSON round trip, so tuples
-    equal lists), and ``config["num_rounds"]`` must be at least the rounds already done (a finished
-    run re-run with the same config resumes to the same result without training).
+    Both configs are compared resolved (:func:`jaxgossip.run.config.resolved_config`: every option
+    group with its defaults filled in, ``auto`` values resolved), so spelling out a default never
+    refuses a resume, and a checkpoint whose saved config predates a field or spelled it
+    differently resolves the same way. Every resolved field must be equal except
+    :data:`RESUMABLE_CHANGES` (JSON round trip, so tuples equal lists), and
+    ``config["num_rounds"]`` must be at least the rounds already done (a finished run re-run with
+    the same config resumes to the same result without training). A refusal names each differing
+    field, inside an option group by its dotted name (``time.latency``).
     """
-    differing = sorted(
-        k
-        for k in set(saved.config) | set(config)
-        if k not in RESUMABLE_CHANGES and _norm(saved.config.get(k)) != _norm(config.get(k))
-    )
+    from jaxgossip.run.config import resolved_config
+
+    old, new = (_norm(resolved_config(c)) for c in (saved.config, config))
+    differing = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if key in RESUMABLE_CHANGES or a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            differing += [(f"{key}.{k}", a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        else:
+            differing.append((key, a, b))
     if differing:
-        details = ", ".join(f"{k}: saved {saved.config.get(k)!r} vs now {config.get(k)!r}" for k in differing)
+        details = ", ".join(f"{k}: saved {a!r} vs now {b!r}" for k, a, b in differing)
         raise CheckpointError(f"checkpoint {ckpt_dir} belongs to another configuration ({details}); {_HINT}")
     if saved.round > int(config["num_rounds"]):
         raise CheckpointError(
@@ -323,6 +340,60 @@ def _require_space(ckpt_dir: str, step: int, need: int) -> None:
         raise _disk_full(ckpt_dir, step, need)
 
 
+# A read abandoned by a failed restore reports within milliseconds of the failure; restore waits
+# until none has reported for _SETTLE_S (at most _SETTLE_MAX_S) before it hands the hook back.
+_SETTLE_S = 0.1
+_SETTLE_MAX_S = 2.0
+
+
+@contextlib.contextmanager
+def _quiet_abandoned_reads():
+    """Silences the reads a failed restore leaves behind, and only those; yields ``failed()``, to
+    call after each restore attempt that raised.
+
+    When one array of a step fails to read, orbax's event loop ends while the step's other reads
+    are still in flight: each then reports to the closed loop (``RuntimeError: Event loop is
+    closed`` through :func:`sys.unraisablehook`), coroutines are collected unawaited ("Exception
+    ignored in: <coroutine ...>") and asyncio logs every unretrieved read error: dozens of
+    tracebacks for one damaged step, which :func:`restore` already reports in one line. After a
+    failed attempt the reads are given time to settle and their futures are collected here, so
+    none reports once the previous hook is back.
+    """
+    import gc
+    import inspect
+    import sys
+    import time
+
+    previous = sys.unraisablehook
+    heard = [None]  # monotonic time of the last failure or noise; None while nothing failed
+
+    def hook(unraisable):
+        error = unraisable.exc_value
+        closed_loop = isinstance(error, RuntimeError) and "Event loop is closed" in str(error)
+        if closed_loop or inspect.iscoroutine(unraisable.object):
+            heard[0] = time.monotonic()
+            return
+        previous(unraisable)
+
+    def failed():
+        heard[0] = time.monotonic()
+
+    asyncio_log = logging.getLogger("asyncio")
+    level = asyncio_log.level
+    sys.unraisablehook = hook
+    asyncio_log.setLevel(logging.CRITICAL)
+    try:
+        yield failed
+    finally:
+        if heard[0] is not None:
+            deadline = time.monotonic() + _SETTLE_MAX_S
+            while time.monotonic() < min(deadline, heard[0] + _SETTLE_S):
+                time.sleep(_SETTLE_S / 10)
+            gc.collect()
+        sys.unraisablehook = previous
+        asyncio_log.setLevel(level)
+
+
 def restore(
     ckpt_dir: str, like_state, config: dict, *, set_aside: bool = True, log: Callable[[str], None] | None = None
 ) -> Restored:
@@ -354,7 +425,7 @@ def restore(
     _check_legacy(ckpt_dir)
     target = _storable_target(like_state)
     damaged, items, saved = [], None, None
-    with _manager(ckpt_dir, read_only=True) as manager:
+    with _quiet_abandoned_reads() as failed, _manager(ckpt_dir, read_only=True) as manager:
         steps = _steps(manager)
         for step in steps:
             try:
@@ -369,6 +440,7 @@ def restore(
                     args=ocp.args.Composite(state=ocp.args.StandardRestore(target), history=ocp.args.StandardRestore()),
                 )
             except Exception as err:  # damaged or mismatched arrays
+                failed()
                 damaged.append((step, _short(err)))
                 continue
             if saved.digest is not None and _digest(sharding.to_host(items.state), items.history) != saved.digest:

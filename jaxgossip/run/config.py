@@ -50,6 +50,7 @@ __all__ = [
     "check_execution_options",
     "async_form_of",
     "check_sync_only",
+    "resolved_config",
 ]
 
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
@@ -65,7 +66,7 @@ TIME_OPTIONS = {
     "availability": "always",
 }
 #: the keys of TrainConfig.byzantine (the --byzantine.* options) and their defaults: K attackers
-#: drawn from the seed (nodes) or explicit ids, the attack and its options.
+#: drawn from the data seed (nodes) or explicit ids, the attack and its options.
 BYZANTINE_OPTIONS = {"nodes": 0, "ids": None, "attack": "gaussian", "attack_options": {}}
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
@@ -231,7 +232,7 @@ def train_field_help() -> dict[str, str]:
         + ", ".join(values["outer_message"])
         + " (model: the inner result, as without one, and the models reach consensus; pseudo_gradient: "
         "x - x^(H), the original DiLoCo with algorithm=allreduce, but under gossip nothing pulls the models "
-        "together)",
+        "together); pseudo_gradient needs an outer_optimizer",
         "batch_size": "B, samples per node and local step (>= 1)",
         "num_rounds": "training rounds (local_steps local steps + one communication each; a multiple of eval_every)",
         "eval_every": "rounds between evaluations (>= 1)",
@@ -257,12 +258,22 @@ def train_field_help() -> dict[str, str]:
         "--time.allreduce_model=ring|message (how an all-reduce round is priced); "
         "--time.availability=always|markov:P_OFF,P_ON|trace:PATH (offline nodes neither compute nor send; a round "
         "waits only for online nodes)",
+        "byzantine": "Byzantine attackers (jaxgossip.algorithms.byzantine; metrics over the honest nodes only): "
+        "--byzantine.nodes=K (K attackers drawn by the data seed, shared by every seed of a sweep) or "
+        "--byzantine.ids=0,5; --byzantine.attack=" + "|".join(_attack_names()) + " (default gaussian); "
+        "--byzantine.attack_options.NAME=VALUE, e.g. --byzantine.attack_options.sigma=10",
         "execution": "sync (lock-step rounds) or async (every node on its own simulated clock, no waiting: "
         "a round is N node events, N local steps in total; needs --time.compute > 0; algorithms with an "
         "asynchronous form: gossip, push_sum)",
         "async_form": "with --execution=async, the asynchronous form of the algorithm: auto (its first: gossip -> "
         "async_gossip, push_sum -> async_sgp), async_gossip or ad_psgd (gossip), async_sgp (push_sum)",
     }
+
+
+def _attack_names() -> list[str]:
+    from jaxgossip import algorithms
+
+    return list(algorithms.ATTACKS)
 
 
 def did_you_mean(word: str, choices) -> str:
@@ -519,6 +530,13 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     _number(config, "outer_momentum", 0, high=1)
     if config.outer_message not in outer.OUTER_MESSAGES:
         raise _unknown("outer_message", config.outer_message, outer.OUTER_MESSAGES)
+    if config.outer_optimizer == "none" and config.outer_message != outer.OUTER_MESSAGES[0]:
+        raise ValueError(
+            f"outer_message={config.outer_message!r} with outer_optimizer='none': without an outer optimizer "
+            "there is no pseudo-gradient and every round communicates the model; give --outer_optimizer="
+            + "|".join(name for name in outer.OUTER_OPTIMIZERS if name != "none")
+            + " (or drop --outer_message)"
+        )
     from jaxgossip import precision
 
     if config.precision not in precision.PRECISIONS:
@@ -756,7 +774,7 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
 
 def byzantine_args(config: TrainConfig) -> dict | None:
     """The keyword arguments of :func:`jaxgossip.algorithms.byzantine` for ``config.byzantine``
-    (``ids`` or ``num`` with the run's seed as key, ``attack`` and its options), None without
+    (``ids`` or ``num`` with the run's data seed as key, ``attack`` and its options), None without
     attackers.
 
     Raises:
@@ -768,7 +786,7 @@ def byzantine_args(config: TrainConfig) -> dict | None:
     values = {**BYZANTINE_OPTIONS, **options}
     nodes, ids = values["nodes"], values["ids"]
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
-        raise ValueError(f"--byzantine.nodes={nodes!r} must be an int K >= 0 (attackers drawn by the seed)")
+        raise ValueError(f"--byzantine.nodes={nodes!r} must be an int K >= 0 (attackers drawn by the data seed)")
     if isinstance(ids, str):
         try:
             ids = [int(part) for part in ids.split(",") if part.strip()]
@@ -779,13 +797,20 @@ def byzantine_args(config: TrainConfig) -> dict | None:
     if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) for i in ids)):
         raise ValueError(f"--byzantine.ids={values['ids']!r} must be node ids, e.g. 0,5")
     if ids is not None and nodes:
-        raise ValueError("--byzantine.nodes and --byzantine.ids: give one of them (K drawn by the seed, or the ids)")
+        raise ValueError(
+            "--byzantine.nodes and --byzantine.ids: give one of them (K drawn by the data seed, or the ids)"
+        )
     if not isinstance(values["attack_options"], dict):
         raise ValueError(f"--byzantine.attack_options={values['attack_options']!r} must be a mapping, e.g. "
                          "--byzantine.attack_options.sigma=10")
+    for key, value in values["attack_options"].items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"--byzantine.attack_options.{key}={value!r} must be a number")
     if not nodes and not ids:
         return None
-    who = {"ids": list(ids)} if ids else {"num": nodes, "key": config.seed}
+    # K attackers are drawn from the data seed, like the partition and random graphs: they fix the
+    # shapes of the attack's edge tables, so every seed of a sweep (one vmapped program) shares them.
+    who = {"ids": list(ids)} if ids else {"num": nodes, "key": config.resolved_data_seed}
     return {**who, "attack": values["attack"], **values["attack_options"]}
 
 
@@ -897,3 +922,111 @@ def check_sync_only(config: TrainConfig, command: str) -> None:
             f"execution={config.execution!r}: jaxgossip {command} runs synchronous rounds only; "
             "asynchronous runs go through jaxgossip train"
         )
+
+
+def _json_value(value: Any) -> bool:
+    """Whether ``value`` is plain JSON data (a default that a config file could spell out)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_json_value(v) for v in value)
+    return False
+
+
+def _signature_defaults(factory: Any, skip: int) -> dict:
+    """The plain-data keyword defaults of ``factory`` after its first ``skip`` parameters."""
+    params = list(inspect.signature(factory).parameters.values())[skip:]
+    return {
+        p.name: p.default
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty and _json_value(p.default)
+    }
+
+
+def _resolved_byzantine(options: Any) -> Any:
+    from jaxgossip import algorithms
+
+    if not isinstance(options, dict):
+        return options
+    values = {**BYZANTINE_OPTIONS, **options}
+    ids = values["ids"]
+    if isinstance(ids, str):
+        try:
+            ids = [int(part) for part in ids.split(",") if part.strip()]
+        except ValueError:
+            return values
+    elif isinstance(ids, int) and not isinstance(ids, bool):
+        ids = [ids]
+    if isinstance(ids, (list, tuple)):
+        ids = sorted(ids) or None  # the wrapper sorts the attackers; no ids is no attacker
+    values["ids"] = ids
+    if not values["nodes"] and ids is None:  # nobody attacks: the attack and its options do nothing
+        return dict(BYZANTINE_OPTIONS)
+    given = values["attack_options"]
+    if isinstance(given, dict) and values["attack"] in algorithms.ATTACKS:
+        values["attack_options"] = {**algorithms.ATTACKS[values["attack"]], **given}
+    return values
+
+
+def resolved_config(values: Any) -> dict:
+    """The configuration a run actually trains with, as a plain dict, from :meth:`TrainConfig.to_dict`
+    (or the config an older checkpoint saved): every field present (a missing one at its default),
+    every option group with its defaults filled in (``time``, ``byzantine`` and its attack's
+    options, ``optimizer_options``, the algorithm's trainer defaults and keyword defaults, the
+    model's attributes), and the values that stand for another resolved: ``data_seed`` null is the
+    ``seed``, ``async_form`` auto is the algorithm's first asynchronous form, attacker ids are
+    sorted, no attacker makes the attack irrelevant. Two configs that spell the same run
+    differently resolve to equal dicts, so a checkpoint is compared with a run by what they train
+    (:func:`jaxgossip.run.checkpoint.check_resume`). Never raises on a value it cannot resolve (an
+    unknown name, a removed plug-in): that value is kept as given, and differs if it differs.
+    """
+    from jaxgossip import algorithms, models
+
+    defaults = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
+    out = {**defaults, **dict(values)}
+    if isinstance(out["time"], dict):
+        given = normalise_time(out["time"])
+        out["time"] = {**TIME_OPTIONS, **{k: v for k, v in given.items() if v is not None}}
+        for key in ("compute", "latency", "bandwidth"):  # "1e-4" in a config file is the number 1e-4
+            if isinstance(out["time"].get(key), str):
+                try:
+                    out["time"][key] = float(out["time"][key])
+                except ValueError:
+                    pass
+    out["byzantine"] = _resolved_byzantine(out["byzantine"])
+    if out["data_seed"] is None:
+        out["data_seed"] = out["seed"]
+    if isinstance(out["optimizer_options"], dict) and out["optimizer"] in OPTIMIZERS:
+        out["optimizer_options"] = {**OPTIMIZERS[out["optimizer"]], **out["optimizer_options"]}
+    if isinstance(out["decay_rounds"], (int, float)) and not isinstance(out["decay_rounds"], bool):
+        out["decay_rounds"] = [out["decay_rounds"]]
+    for field, parse in (("final_merge", _final_merge), ("node_batch", _node_batch)):
+        try:
+            out[field] = parse(out[field])
+        except ValueError:
+            pass
+    try:
+        entry = algorithms.resolve(out["algorithm"])
+    except (ValueError, TypeError, ImportError, AttributeError):
+        entry = None
+    if entry is not None and isinstance(out["algorithm_options"], dict):
+        out["algorithm_options"] = {
+            **_signature_defaults(entry.factory, 1),
+            **entry.trainer_options,
+            **out["algorithm_options"],
+        }
+        if out["execution"] == "async" and out["async_form"] == "auto" and entry.asynchronous:
+            out["async_form"] = entry.asynchronous[0]
+    if isinstance(out["model_options"], dict) and out["model"] in models.REGISTRY:
+        try:
+            module = models.make_model(out["model"], num_classes=10)
+        except (ValueError, TypeError):
+            module = None
+        if module is not None:
+            attrs = {
+                f.name: getattr(module, f.name)
+                for f in dataclasses.fields(module)
+                if f.name not in ("parent", "name", "num_classes") and _json_value(getattr(module, f.name))
+            }
+            out["model_options"] = {**attrs, **out["model_options"]}
+    return out

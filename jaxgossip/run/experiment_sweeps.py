@@ -126,10 +126,15 @@ def sweep_topologies_training(
     algorithm options); data partition from ``config.data_seed`` (or ``config.seed``) shared by
     all. Every graph needs ``config.num_nodes`` nodes.
 
+    With Byzantine attackers (``config.byzantine``) every graph runs on its own: the attack's edge
+    tables are built on the host from each graph's slots, which a stack of graphs holds traced.
+
     Returns:
       ``(metrics, groups)``: metrics a list over graphs of ``Metrics`` with leaves
       ``[S, num_evals, ...]``; groups the compile groups (lists of graph indices).
     """
+    from jaxgossip.run.config import byzantine_args
+
     for topo in topologies:
         if isinstance(topo, Topology) and topo.num_nodes != config.num_nodes:
             raise ValueError(f"{topo.name} has N={topo.num_nodes} nodes but config.num_nodes={config.num_nodes}")
@@ -141,6 +146,7 @@ def sweep_topologies_training(
         trainer, _ = make_trainer(config.replace(algorithm_options=options), dataclasses.replace(prep, topology=topo))
         return trainer.train(key)[1]
 
+    stack = stack and byzantine_args(config) is None
     metrics, groups, _ = map_topologies(
         one, topologies, keys, algorithm=config.algorithm, per_graph=per_graph, stack=stack
     )
