@@ -122,11 +122,22 @@ def test_an_availability_trace_with_no_node_ever_online_is_refused(tmp_path, cap
 
 @pytest.mark.parametrize(
     "command",
-    [["train"], ["sweep", "--sweep.lr=0.05,0.1"], ["topology-sweep", "--train", "--topologies=ring"]],
+    [
+        ["train"],
+        ["sweep", "--sweep.lr=0.05,0.1"],
+        ["topology-sweep", "--train", "--topologies=ring"],
+        ["demo", "--quick"],
+        ["consensus"],
+        ["tune-gamma"],
+        ["compare", "runs/a", "runs/b"],
+    ],
 )
 def test_an_empty_out_is_refused(tmp_path, monkeypatch, capsys, command):
     monkeypatch.chdir(tmp_path)  # where the default folder would have been written
-    flags = [f for f in RUN if f != "--no-progress" or command[0] != "topology-sweep"]
+    if command[0] in ("consensus", "tune-gamma", "compare"):
+        flags = []  # commands without the training config
+    else:
+        flags = [f for f in RUN if f != "--no-progress" or command[0] != "topology-sweep"]
     assert main([*command, *flags, "--out="]) == 2
     assert _error(capsys) == (
         f"jaxgossip {command[0]}: error: --out='' names no folder; give one, or leave --out out for the default"

@@ -39,6 +39,7 @@ __all__ = [
     "target_acc",
     "time_to_target",
     "rows_time_to_target",
+    "check_out",
     "prepare_out",
     "warn",
     "diverged_at",
@@ -143,6 +144,13 @@ def with_cost(columns: list, model: CostModel, training: bool, target: float | N
     keys = [c[0] for c in columns]
     at = keys.index("reduction") + 1 if "reduction" in keys else keys.index(next(k for k in keys if "MB" in k)) + 1
     return columns[:at] + cost_columns(model, training, target) + columns[at:]
+
+
+def check_out(value: Any) -> None:
+    """Refuses an empty ``--out=``: it names no folder, and falling back to the default one would
+    write (or resume) a run where the user did not ask for it."""
+    if value is not None and not str(value).strip():
+        raise UsageError(f"--out={value!r} names no folder; give one, or leave --out out for the default")
 
 
 def prepare_out(out: str) -> str:

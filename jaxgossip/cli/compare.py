@@ -286,6 +286,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, options)
     if parsed is None:
         return 0
+    common.check_out(parsed.values["out"])
     target = common.target_acc(parsed.values)
     paths = list(parsed.values.get("runs") or []) + dirs
     runs = load_runs(paths)

@@ -158,6 +158,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
+    common.check_out(parsed.values["out"])
     config = parsed.build(ConsensusConfig)
     runs, topologies, warnings = check_consensus_config(config)
     for message in warnings:

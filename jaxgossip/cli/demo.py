@@ -288,6 +288,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
+    common.check_out(parsed.values["out"])
     fixed = sorted(set(PER_RUN) & parsed.given)
     if fixed:
         raise UsageError(

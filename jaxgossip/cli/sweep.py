@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.cli.train import check_out
 from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, did_you_mean, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
@@ -202,7 +201,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
-    check_out(parsed.values["out"])
+    common.check_out(parsed.values["out"])
     options = parsed.build(SweepOptions)
     seeds = seed_list(options.seeds)
     axes = sweep_axes(options.sweep, parsed.values.get("algorithm"))

@@ -14,7 +14,6 @@ import numpy as np
 
 from jaxgossip.cli import common
 from jaxgossip.cli.sweep import seed_list
-from jaxgossip.cli.train import check_out
 from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
@@ -121,7 +120,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
-    check_out(parsed.values["out"])
+    common.check_out(parsed.values["out"])
     options = parsed.build(TopologySweepOptions)
     if not options.topologies:
         raise UsageError("--topologies is required, e.g. --topologies=ring,torus,erdos_renyi:0.3")

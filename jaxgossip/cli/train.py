@@ -9,9 +9,9 @@ import typing
 from jaxgossip.cli import common
 from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
 from jaxgossip.run.lock import hold_out_of_run
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, parse_argv
 
-__all__ = ["command", "run", "check_out", "TRAIN_COLUMNS"]
+__all__ = ["command", "run", "TRAIN_COLUMNS"]
 
 TRAIN_COLUMNS = [
     ("name", "run", ""),
@@ -35,13 +35,6 @@ examples:
 
 def out_option(default: str) -> tuple[str, typing.Any, typing.Any, str]:
     return ("out", typing.Optional[str], None, f"output folder (default {default})")
-
-
-def check_out(value: typing.Any) -> None:
-    """Refuses an empty ``--out=``: it names no folder, and falling back to the default one would
-    write (or resume) a run where the user did not ask for it."""
-    if value is not None and not str(value).strip():
-        raise UsageError(f"--out={value!r} names no folder; give one, or leave --out out for the default")
 
 
 def command() -> Command:
@@ -74,7 +67,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
-    check_out(parsed.values["out"])
+    common.check_out(parsed.values["out"])
     config = check_train_config(parsed.build(TrainConfig))
     cost = common.cost_model(parsed.values, config)
     target = common.target_acc(parsed.values)

@@ -147,6 +147,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     parsed = parse_argv(spec, argv)
     if parsed is None:
         return 0
+    common.check_out(parsed.values["out"])
     config = parsed.build(TuneGammaConfig)
     topo, shapes = check_tune_config(config)
     if common.print_config(parsed, dataclasses.asdict(config)):
