@@ -59,7 +59,7 @@ BUILDER_NAMES = {
 }
 
 #: The version every builder writes: prepared data lives in ``<data_dir>/<builder name>/<VERSION>``.
-VERSION = "1.0.0"
+VERSION = raw.PREPARED_VERSION
 
 #: What to run when a tfds data set is asked for and tensorflow-datasets is missing.
 TFDS_INSTALL = "pip install tensorflow-datasets"

@@ -46,6 +46,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+#: The version under which data prepared from these raw files is written (the tfds builders'
+#: version: prepared data lives in ``<data_dir>/<builder name>/<PREPARED_VERSION>``).
+PREPARED_VERSION = "1.0.0"
+
 
 class DatasetNotFoundError(FileNotFoundError, ValueError):
     """Raw or prepared files of a dataset are missing.

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from jaxgossip.data import builders, raw
+from jaxgossip.data import raw
 
 __all__ = [
     "BUILDER_CLASSES",
@@ -48,8 +48,8 @@ _FASHION_NAMES = (
 class _RawImageBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """Shared code: reads raw files from the manual folder, writes one example per image."""
 
-    VERSION = tfds.core.Version(builders.VERSION)
-    RELEASE_NOTES = {builders.VERSION: "Prepared by jaxgossip from local raw files."}
+    VERSION = tfds.core.Version(raw.PREPARED_VERSION)
+    RELEASE_NOTES = {raw.PREPARED_VERSION: "Prepared by jaxgossip from local raw files."}
     # Subclasses set these.
     _KEY: str = ""
     _SHAPE: tuple[int, int, int] = (0, 0, 0)
