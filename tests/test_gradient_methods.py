@@ -295,7 +295,7 @@ def test_moniqua_matches_numpy_and_counts_bits(ring, shared):
 
 def test_moniqua_optimizes_like_dsgd_with_fewer_bits(ring):
     dsgd = _run("gossip", ring, 400)
-    mq = _run("moniqua", ring, 400, theta=4.0, bits=8)
+    mq = _run("moniqua", ring, 400, theta=4.0, bits=8, gamma=1.0)
     assert abs(relative_error(mq.x) - relative_error(dsgd.x)) < 0.02
     assert mq.bits[-1] == pytest.approx(dsgd.bits[-1] * 8 / 32)
 

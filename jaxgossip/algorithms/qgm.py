@@ -80,7 +80,11 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
     """
     check_graph("qgm", INFO, topology)
     if lr is None:
-        raise ValueError("qgm needs lr=, the local optimizer's learning rate (it scales the momentum buffer)")
+        raise ValueError(
+            "qgm needs lr=, the local optimizer's learning rate (it scales the momentum buffer), and an "
+            "optimizer without momentum: its buffer replaces the momentum (in a training run: momentum=0, "
+            "--momentum=0 on the command line)"
+        )
     check_positive("lr", lr)
     if is_concrete(beta) and not np.all((np.asarray(beta, np.float64) >= 0) & (np.asarray(beta, np.float64) < 1)):
         raise ValueError(f"beta={beta!r} must be in [0, 1)")

@@ -276,7 +276,7 @@ def sparse_push(
     topology: Topology,
     fraction: float | None = None,
     k: int | None = None,
-    gamma: Any = 1.0,
+    gamma: Any = 0.05,
     index_bits: Any = "log2",
     public_copies: str = "per_graph",
     public_init: str = "zero",
@@ -291,6 +291,16 @@ def sparse_push(
     With ``fraction=1`` (or ``k >= D_leaf``) and ``gamma=1`` it is exactly :func:`push_sum`; with
     compression ``gamma`` must be small (Choco-style; the author's recipe is top-1 % with
     ``gamma = 0.01``; ``gamma = 1`` diverges under top-10 % on an 8-node directed ring).
+
+    The default ``gamma = 0.05`` is small enough for the budgets in use: the untransmitted
+    residual ``x_i - x_hat_i`` feeds back into the next round, and a step too large for the kept
+    fraction makes it grow round after round. On the default training task (digits, 8 nodes, 200
+    rounds) ``gamma = 1`` at top-10 % on the static exponential graph diverges (CNN: NaN by round 70;
+    MLP: loss blow-up by round 100); with the MLP, top-1 % at ``gamma = 0.3`` drives the consensus
+    distance above the squared norm of the averaged model, and ``gamma = 0.2`` leaves it 8x that of
+    0.1. With ``gamma = 0.05`` the CNN trains at top-10 % and top-1 % on the ring, exponential,
+    directed ring and one-peer exponential graphs (95-98 % test accuracy; push-sum: 98.6 %). The
+    budget has no default: pass ``fraction`` or ``k``.
 
     One round t for node i, with ``W = W(t)`` column stochastic, ``p = p(t)`` the public-copy set of
     the graph used at round t (see below), ``x_i`` the numerator (params), ``w_i`` the weight:
@@ -341,7 +351,8 @@ def sparse_push(
       topology: column-stochastic graph, static or time-varying, or ``with_failures`` of one.
       fraction: kept fraction of each leaf in (0, 1]: ``K_leaf = max(1, floor(fraction D_leaf))``.
       k: kept entries per leaf (>= 1), ``K_leaf = min(k, D_leaf)``; exactly one of fraction / k.
-      gamma: consensus step size > 0 (the author's ``eta``); float or array (sweepable under vmap).
+      gamma: consensus step size > 0 (the author's ``eta``); float or array (sweepable under vmap);
+        default 0.05 (see above; ``jaxgossip tune-gamma`` finds the best one for a run).
       index_bits: ``"log2"`` or a fixed index width in bits (e.g. 64).
       public_copies: ``"per_graph"`` (default, sound on time-varying graphs) or ``"shared"`` (the
         literal single-``s`` rule; exact only on static graphs, kept for ablations).
