@@ -152,6 +152,10 @@ class AlgorithmInfo:
         rounds only. :attr:`execution` is derived from it, and
         :func:`jaxgossip.algorithms.check_execution` refuses the modes it lacks with
         ``reasons["execution"]`` (a generic reason when none is given).
+      example_options: for an algorithm whose defaults alone are refused because a choice is the
+        user's (a compression budget, a step size that depends on the graph, the optimizer's
+        learning rate), the options its refusal asks for, at values that run the small end-to-end
+        task of ``tests/test_e2e_matrix.py``; empty when the defaults run.
     """
 
     factory: Callable[..., GossipAlgorithm]
@@ -171,6 +175,7 @@ class AlgorithmInfo:
     receive: Callable[..., Callable] | None = None
     tree: bool = False
     asynchronous: tuple[str, ...] = ()
+    example_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def execution(self) -> tuple[str, ...]:
@@ -202,7 +207,7 @@ class AlgorithmInfo:
             or any(o not in ORDERINGS for o in self.orderings)
         ):
             raise ValueError(f"orderings={self.orderings!r} must be a non-empty tuple of {ORDERINGS}")
-        for field in ("shape_options", "trainer_options", "reasons"):
+        for field in ("shape_options", "trainer_options", "reasons", "example_options"):
             if not isinstance(getattr(self, field), Mapping):
                 raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")
         if not isinstance(self.asynchronous, tuple) or not all(isinstance(a, str) and a for a in self.asynchronous):

@@ -21,8 +21,39 @@ FULLY_OPTIMIZED = os.environ.get("JAXGOSSIP_TEST_OPTIMIZE", "0") == "1"
 if not FULLY_OPTIMIZED:
     jax.config.update("jax_disable_most_optimizations", True)
 
+# Compiled programs are shared across the tests, the xdist workers and the CLI subprocesses they start,
+# through JAX's persistent compilation cache: many tests compile the same tiny programs. It keys on
+# every setting that changes the program (tests/test_compile_cache.py), so a hit is the program a
+# compile would give. The folder persists between runs (under .cache/, ignored by git) and is emptied
+# when it outgrows _CACHE_LIMIT; JAXGOSSIP_TEST_COMPILE_CACHE=0 turns it off.
+_CACHE_LIMIT = 2 * 1024**3
+if os.environ.get("JAXGOSSIP_TEST_COMPILE_CACHE", "1") != "0":
+    _cache = os.environ.setdefault(
+        "JAX_COMPILATION_CACHE_DIR",
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax-test-compiles"),
+    )
+    # Read by the subprocesses' JAX (their config comes from the environment) and set here for this one.
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    jax.config.update("jax_compilation_cache_dir", _cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+
+def pytest_sessionstart(session):
+    """Empties the compilation cache folder when it has outgrown its limit (the controlling process
+    only, before any worker compiles)."""
+    folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if not folder or hasattr(session.config, "workerinput") or not os.path.isdir(folder):
+        return
+    size = sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
+    if size > _CACHE_LIMIT:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

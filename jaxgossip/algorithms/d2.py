@@ -140,6 +140,8 @@ INFO = AlgorithmInfo(
     time_varying=False,
     stackable=True,
     orderings=("atc",),
+    # gamma = 1 (D^2 itself) is refused on graphs with lambda_min(W) <= -1/3, every even ring among them
+    example_options={"gamma": 0.5},
     reasons={
         "time_varying": "its correction uses the previous round's model, exact only when W is the same every round",
         "stochastic_graphs": "its correction uses the previous round's model, exact only when W is the same "

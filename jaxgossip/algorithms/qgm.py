@@ -145,4 +145,7 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
     return GossipAlgorithm(init_fn, step_fn, debias_fn, "qgm", gradient=gradient_fn, orderings=INFO.orderings)
 
 
-INFO = AlgorithmInfo(qgm, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")
+# lr must be the local optimizer's learning rate (0.05 is the trainer's default --lr).
+INFO = AlgorithmInfo(
+    qgm, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any", example_options={"lr": 0.05}
+)

@@ -396,4 +396,5 @@ INFO = AlgorithmInfo(
     step_size="gamma",
     public_init=True,
     reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
+    example_options={"fraction": 0.1},  # the budget K = fraction * D is the user's choice: no default
 )

@@ -89,7 +89,7 @@ def training_figure(runs: Mapping[str, Sequence[dict]], panel: str, title: str =
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     consensus = ykey == "consensus"
-    merges = []
+    merges, positive = [], False
     for name, rows in runs.items():
         if not rows:
             continue
@@ -97,12 +97,14 @@ def training_figure(runs: Mapping[str, Sequence[dict]], panel: str, title: str =
         xs = np.array([r[xkey] for r in shown], dtype=float)
         ys = np.array([r[ykey] for r in shown], dtype=float)
         (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=name)
+        positive |= bool(np.any(ys > 0))
         if consensus:
             merges += [(name, line.get_color(), float(r[xkey]), float(r[ykey])) for r in rows if _merged(r)]
     if logx:
         ax.set_xscale("log")
     if consensus:
-        ax.set_yscale("log")
+        if positive:  # exact averaging (all-reduce) has consensus distance 0 throughout: a linear axis
+            ax.set_yscale("log")
         if merges:
             _mark_merges(ax, merges)
     ax.set_xlabel(xlabel)
