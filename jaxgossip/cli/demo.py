@@ -48,8 +48,10 @@ def demo_runs(
     time-varying one-peer exponential graph, as each needs. ``algorithms`` picks the compared
     methods instead, in order: an entry naming one of the six (``gossip``, ``choco``, ...) keeps its
     settings; any other registered name or import path ``"package.module:factory"`` runs with its
-    factory's defaults on the graph its metadata asks for (one-peer exponential for a time-varying
-    column-stochastic method, the directed ring for a static one, the ring otherwise).
+    factory's defaults (plus the ``example_options`` of its metadata, where its defaults alone are
+    refused) on the graph its metadata asks for (:func:`jaxgossip.run.features.graph_for`: a tree
+    for tree methods, one-peer exponential for a time-varying column-stochastic method, the directed
+    ring for a static one, the ring otherwise).
 
     ``options`` maps a compared method (its entry in ``algorithms``, or one of the six by its
     algorithm name) to hyperparameters merged over the run's own, at any depth; setting an option
@@ -169,13 +171,12 @@ def _plugin_run(entry: str) -> dict:
         meta = algorithms.resolve(entry)
     except (ValueError, TypeError) as err:
         raise UsageError(f"--algorithms: entry {entry!r}: {err}") from None
-    if meta.tree:  # RelaySum needs a spanning tree
-        topology = "binary_tree"
-    elif meta.mixing == "column_stochastic":
-        topology = "one_peer_exponential" if meta.time_varying else "directed_ring"
-    else:
-        topology = "ring"
-    return {"name": entry, "algorithm": entry, "topology": topology}
+    from jaxgossip.run.features import graph_for
+
+    run = {"name": entry, "algorithm": entry, "topology": graph_for(meta)}
+    if meta.example_options:  # the options its defaults need (its refusal names them)
+        run["algorithm_options"] = dict(meta.example_options)
+    return run
 
 
 def _default_runs() -> list[dict]:
@@ -238,7 +239,8 @@ def command(quick: bool = False) -> Command:
                     None,
                     "the compared methods in order (default: the six below), e.g. gossip,power_gossip,my_file:make: "
                     "one of the six keeps its settings; any other registered name or import path "
-                    "package.module:factory runs with its factory's defaults on the graph its metadata asks for; "
+                    "package.module:factory runs with its factory's defaults (and the options its metadata's "
+                    "example_options adds where those are refused) on the graph its metadata asks for; "
                     "the first is the baseline of the reduction column",
                 ),
             ],

@@ -121,13 +121,12 @@ PLAIN_FIELDS: dict[str, str] = {
 
 def graph_for(info: AlgorithmInfo, static: bool = False) -> str:
     """A graph spec the algorithm's metadata accepts: a tree for tree methods; for push-sum
-    (column-stochastic) methods the time-varying one-peer exponential graph, or the static
-    exponential graph when it must not vary (``static``) or the method needs a fixed one; the ring
-    otherwise."""
+    (column-stochastic) methods the time-varying one-peer exponential graph, or the directed ring
+    when the graph must not vary (``static``) or the method needs a fixed one; the ring otherwise."""
     if info.tree:
         return "binary_tree"
     if info.mixing == "column_stochastic":
-        return "one_peer_exponential" if info.time_varying and not static else "exponential"
+        return "one_peer_exponential" if info.time_varying and not static else "directed_ring"
     return "ring"
 
 
