@@ -147,7 +147,7 @@ def test_bf16_gossip_matches_numpy_and_sends_half_the_bits():
         ("push_sum", {}, T.one_peer_exponential(N)),
         ("choco", {"compressor": "top_k", "compressor_options": {"fraction": 0.5}, "gamma": 0.5}, T.ring(N)),
         ("power_gossip", {}, T.ring(N)),
-        ("sparse_push", {"fraction": 0.5}, T.one_peer_exponential(N)),
+        ("sparse_push", {"fraction": 0.5, "gamma": 1.0}, T.one_peer_exponential(N)),
         ("gradient_tracking", {}, T.ring(N)),
     ],
 )
