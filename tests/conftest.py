@@ -72,3 +72,21 @@ def fully_optimized():
     yield
     jax.config.update("jax_disable_most_optimizations", not FULLY_OPTIMIZED)
     jax.clear_caches()
+
+
+@pytest.fixture(scope="module")
+def plugin_dir(tmp_path_factory):
+    """A folder on ``sys.path`` holding the README's plug-in as ``my_file.py`` (import path
+    ``my_file:damped_gossip``), for one test module."""
+    import importlib
+    import sys
+
+    from _reference import readme_plugin
+
+    folder = tmp_path_factory.mktemp("plugin")
+    (folder / "my_file.py").write_text(readme_plugin())
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    yield folder
+    sys.path.remove(str(folder))
+    sys.modules.pop("my_file", None)

@@ -148,6 +148,9 @@ def test_a_sweep_with_drawn_attackers_equals_the_single_runs():
 TINY_BYZANTINE = ["--num_rounds=10", "--byzantine.nodes=1"]
 
 
+# The end-to-end matrix runs this command with drawn attackers in the default suite
+# (tests/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
+@pytest.mark.slow
 def test_sweep_trains_with_drawn_attackers(tmp_path, capsys):
     from tiny import TINY_FLAGS
 
@@ -159,6 +162,9 @@ def test_sweep_trains_with_drawn_attackers(tmp_path, capsys):
     assert (out / "sweep.json").exists()
 
 
+# The end-to-end matrix runs this command with drawn attackers in the default suite
+# (tests/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
+@pytest.mark.slow
 def test_topology_sweep_trains_with_drawn_attackers(tmp_path, capsys):
     from tiny import TINY_FLAGS
 
@@ -172,6 +178,9 @@ def test_topology_sweep_trains_with_drawn_attackers(tmp_path, capsys):
     assert (out / "results.json").exists()
 
 
+# The end-to-end matrix runs this command with drawn attackers in the default suite
+# (tests/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
+@pytest.mark.slow
 def test_plan_compiles_with_drawn_attackers(capsys):
     from tiny import TINY_FLAGS
 

@@ -5,30 +5,16 @@ does not take; and the demo's folder read back by ``jaxgossip compare``.
 Most checks run through ``main`` with ``--print-config`` (every run's config is checked, nothing is
 compiled); one tiny demo trains two runs end to end."""
 
-import importlib
 import json
-import sys
 
 import pytest
 import yaml
-from _reference import readme_plugin
 from tiny import TINY_FLAGS
 
 from jaxgossip.cli import demo_runs, main
 
 PLUGIN = "my_file:damped_gossip"
 DOTTED = "jaxgossip.algorithms.push_sum:push_sum"
-
-
-@pytest.fixture(scope="module")
-def plugin_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plugin")
-    (folder / "my_file.py").write_text(readme_plugin())
-    sys.path.insert(0, str(folder))
-    importlib.invalidate_caches()
-    yield folder
-    sys.path.remove(str(folder))
-    sys.modules.pop("my_file", None)
 
 
 def _preset(algorithm):

@@ -15,7 +15,9 @@ must finish with exit 0 or be refused that way.
 
 Default tier: every algorithm plain; every feature on one algorithm that accepts it (the algorithm
 list rotated per feature, so the features land on different algorithms); every command plain and
-with Byzantine nodes. ``-m slow``: the full cross of algorithms with features and with commands.
+with Byzantine nodes. ``-m slow``: the full cross of algorithms with features and with commands,
+each train cell also re-running its finished run (which must resume to the same files without
+training; tests/test_checkpoint.py checks it in the default suite).
 """
 
 import json
@@ -183,7 +185,7 @@ def test_every_config_field_is_a_feature_or_says_why_not():
 def test_every_algorithm_trains_checkpoints_and_resumes_bitwise(name, capsys, tmp_path, request):
     if name == PLUGIN:
         request.getfixturevalue("plugin")
-    refused = train_cell(capsys, tmp_path, name, rerun=True)
+    refused = train_cell(capsys, tmp_path, name)
     assert refused is None, f"{name} refused on the graph its metadata accepts: {refused}"
 
 
@@ -229,7 +231,7 @@ def test_full_cross_of_algorithms_and_features(name, feature, capsys, tmp_path, 
     if name == PLUGIN:
         request.getfixturevalue("plugin")
     for label, flags in features.variants(feature, _info(name)):
-        train_cell(capsys, tmp_path / label.replace(":", "_"), name, flags, feature.static_graph)
+        train_cell(capsys, tmp_path / label.replace(":", "_"), name, flags, feature.static_graph, rerun=True)
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ Reference: the damped step is ``X <- (1 - beta) X + beta W X`` on the [N, D] mat
 """
 
 import ast
-import importlib
 import json
 import os
 import pathlib
@@ -21,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _reference import fast_compile_env, readme_plugin, start_cli
+from _reference import fast_compile_env, start_cli
 from tiny import TINY_FLAGS, tiny_config
 
 import jaxgossip as jg
@@ -33,17 +32,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PATH = "my_file:damped_gossip"
 TINY = TINY_FLAGS  # tests/tiny.py's config as flags
 COST = ["--time.bandwidth=1e9", "--time.latency=1e-3"]
-
-
-@pytest.fixture(scope="module")
-def plugin_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plugin")
-    (folder / "my_file.py").write_text(readme_plugin())
-    sys.path.insert(0, str(folder))
-    importlib.invalidate_caches()
-    yield folder
-    sys.path.remove(str(folder))
-    sys.modules.pop("my_file", None)
 
 
 def _damped_reference(w: np.ndarray, x0: np.ndarray, beta: float, steps: int) -> np.ndarray:
