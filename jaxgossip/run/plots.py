@@ -110,7 +110,8 @@ def training_figure(runs: Mapping[str, Sequence[dict]], panel: str, title: str =
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no curve when every run diverged: an empty panel, no legend
+        ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)
     return fig
