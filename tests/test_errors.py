@@ -132,3 +132,12 @@ def test_a_really_full_disk(tmp_path, capsys):
         assert sorted(os.listdir(disk / "run" / "checkpoint")) == ["5"]
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_every_commands_help_names_the_exit_statuses_and_the_traceback_switch(capsys):
+    for name in cli.COMMANDS:
+        assert cli.main([name, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "exit status:" in text and "JAXGOSSIP_TRACEBACK=1" in text, name
+    assert cli.main(["--help"]) == 0
+    assert "JAXGOSSIP_TRACEBACK=1" in capsys.readouterr().out

@@ -137,6 +137,14 @@ def _jsonargparse():
     return jsonargparse
 
 
+#: The last lines of every command's --help.
+EXIT_STATUS = (
+    "exit status: 0 done; 2 bad input, before any work (one line naming the option or file); 3 a training run "
+    "diverged;\n1 a full disk (one line: the folder and the space needed) or an internal error (one line naming "
+    "the file\nthat holds the traceback, traceback.txt under --out; JAXGOSSIP_TRACEBACK=1 prints it instead)"
+)
+
+
 def build_parser(command: Command) -> ArgumentParser:
     """The jsonargparse parser of ``command`` (prog ``jaxgossip <name>``)."""
     jsonargparse = _jsonargparse()
@@ -147,7 +155,7 @@ def build_parser(command: Command) -> ArgumentParser:
     parser = jsonargparse.ArgumentParser(
         prog=f"jaxgossip {command.name}",
         description=textwrap.fill(command.description, 100),
-        epilog=command.epilog,
+        epilog=(command.epilog.rstrip("\n") + "\n\n" if command.epilog else "") + EXIT_STATUS,
         formatter_class=_Formatter,
         exit_on_error=False,
         allow_abbrev=False,
