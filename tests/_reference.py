@@ -412,12 +412,19 @@ def check_compressed_gossip_validation(factory, label):
         factory(ring).init({"w": jnp.zeros((3, 2))})
 
 
-def fast_compile_vars() -> dict:
+def fast_compile_vars(env=None) -> dict:
     """The environment variables that make a subprocess compile like the in-process tests, without
-    XLA's expensive backend optimizations (tests/conftest.py); none with JAXGOSSIP_TEST_OPTIMIZE=1."""
+    XLA's expensive backend optimizations and with XLA:CPU's classic emitters (tests/conftest.py),
+    the latter added to the XLA_FLAGS of ``env`` (default: this process's); none with
+    JAXGOSSIP_TEST_OPTIMIZE=1."""
     import os
 
-    return {} if os.environ.get("JAXGOSSIP_TEST_OPTIMIZE", "0") == "1" else {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+    if os.environ.get("JAXGOSSIP_TEST_OPTIMIZE", "0") == "1":
+        return {}
+    flags = (os.environ if env is None else env).get("XLA_FLAGS", "")
+    if "xla_cpu_use_fusion_emitters" not in flags:
+        flags = f"{flags} --xla_cpu_use_fusion_emitters=false".strip()
+    return {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "XLA_FLAGS": flags}
 
 
 def fast_compile_env(env=None) -> dict:
@@ -425,7 +432,8 @@ def fast_compile_env(env=None) -> dict:
     with this process's results or checked to tolerances only (SIGKILL-and-resume, CLI commands)."""
     import os
 
-    return {**(os.environ if env is None else env), **fast_compile_vars()}
+    base = os.environ if env is None else env
+    return {**base, **fast_compile_vars(base)}
 
 
 def start_cli(command: str, argv, out, env):

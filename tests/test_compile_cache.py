@@ -1,9 +1,11 @@
 """The suite shares compiled programs through JAX's persistent compilation cache (tests/conftest.py).
 That is sound only if the cache keys on every setting that changes the compiled program: checked
-here in a fresh process for the setting the suite toggles (``jax_disable_most_optimizations``,
-the ``fully_optimized`` fixture), the program itself, and the device count of its sharding."""
+here in a fresh process for the settings the suite changes (``jax_disable_most_optimizations``,
+the ``fully_optimized`` fixture; the XLA_FLAGS of the classic emitters), the program itself, and the
+device count of its sharding."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -70,3 +72,33 @@ def test_the_persistent_cache_keys_on_the_settings_the_suite_changes(tmp_path):
     assert counts["elementwise"] == first + 3
     assert counts["two_devices"] == first + 4 and counts["four_devices"] == first + 5, "the sharding is not keyed"
     assert counts["same_result"] and counts["memory_analysis"]
+
+
+FLAG_SCRIPT = r"""
+import os, sys
+import jax, jax.numpy as jnp
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+jax.jit(lambda x: jnp.sin(x) @ x.T + 1).lower(jnp.ones((64, 64))).compile()
+print(len([n for n in os.listdir(sys.argv[1]) if n.startswith("jit__lambda-")]))
+"""
+
+
+def test_the_persistent_cache_keys_on_xla_flags(tmp_path):
+    def entries(flags):
+        env = {**os.environ, "XLA_FLAGS": flags}
+        done = subprocess.run(
+            [sys.executable, "-c", FLAG_SCRIPT, str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return int(done.stdout.strip().splitlines()[-1])
+
+    assert entries("") == 1
+    assert entries("--xla_cpu_use_fusion_emitters=false") == 2, "XLA_FLAGS do not change the key"
+    assert entries("--xla_cpu_use_fusion_emitters=false") == 2, "the same flags missed the cache"
+    assert entries("") == 2
