@@ -17,6 +17,7 @@ from tiny import tiny_config
 import jaxgossip as jg
 from jaxgossip import algorithms
 from jaxgossip.cli import main
+from jaxgossip.run import runner
 from jaxgossip.run.watchdog import check_consensus
 from jaxgossip.types import AlgorithmInfo
 
@@ -91,9 +92,9 @@ def test_training_watchdog_in_log_metrics_json_and_table(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_training_watchdog_quiet_on_a_healthy_run():
-    result = jg.runner.run_training(tiny_config(num_rounds=20), None, progress=False, log=lambda s: None)
+    result = runner.run_training(tiny_config(num_rounds=20), None, progress=False, log=lambda s: None)
     assert result.watchdog is None
-    assert jg.runner.run_summary(result)["watchdog"] is None
+    assert runner.run_summary(result)["watchdog"] is None
 
 
 # ---------------------------------------------------------------- tune_gamma
