@@ -31,13 +31,15 @@ CLASSIC_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 if not FULLY_OPTIMIZED and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {CLASSIC_EMITTERS}".strip()
 
-# Compiled programs are shared across the tests, the xdist workers and the CLI subprocesses they start,
-# through JAX's persistent compilation cache: many tests compile the same tiny programs. It keys on
-# every setting that changes the program (tests/test_compile_cache.py), so a hit is the program a
-# compile would give. The folder persists between runs (under .cache/, ignored by git) and is emptied
-# when it outgrows _CACHE_LIMIT; JAXGOSSIP_TEST_COMPILE_CACHE=0 turns it off.
+# With JAXGOSSIP_TEST_COMPILE_CACHE=1, compiled programs are shared across the tests, the xdist
+# workers and the CLI subprocesses they start, through JAX's persistent compilation cache. It keys on
+# the settings the suite changes (tests/test_compile_cache.py). The folder persists between runs
+# (under .cache/, ignored by git) and is emptied when it outgrows _CACHE_LIMIT. It is off by default: with a warm cache,
+# tests/test_train.py::test_training_sharded_over_8_devices_equals_one_device[sparse_push] (the fused
+# CPU top-k kernel on node-sharded operands) gets other results than with a cold one, so a cached
+# program is not always the program a compile gives; until that is understood the suite compiles.
 _CACHE_LIMIT = 2 * 1024**3
-if os.environ.get("JAXGOSSIP_TEST_COMPILE_CACHE", "1") != "0":
+if os.environ.get("JAXGOSSIP_TEST_COMPILE_CACHE", "0") == "1":
     _cache = os.environ.setdefault(
         "JAX_COMPILATION_CACHE_DIR",
         os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax-test-compiles"),

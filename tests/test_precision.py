@@ -149,6 +149,7 @@ def test_bf16_gossip_matches_numpy_and_sends_half_the_bits():
         ("power_gossip", {}, T.ring(N)),
         ("sparse_push", {"fraction": 0.5, "gamma": 1.0}, T.one_peer_exponential(N)),
         ("gradient_tracking", {}, T.ring(N)),
+        ("d2", {"gamma": 0.5}, T.ring(N)),
     ],
 )
 def test_bf16_messages_reach_consensus_keep_the_mean_and_cost_less(name, options, graph):

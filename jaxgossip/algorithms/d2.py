@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from optax import tree_utils as otu
@@ -106,6 +107,9 @@ def d2(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         # params = x_t + u_t; adding x_t - psi_t = x_t - x_{t-1} - u_{t-1} gives D^2's input.
         corrected = tree_add(params, otu.tree_sub(state.x, state.psi))
         new_params = relax(corrected, _mix_centred(topology, corrected, t), gamma)
+        # The node mean (and a traced gamma) come in float32; the models keep the dtype they were
+        # sent in, so that bf16 messages keep a bf16 state.
+        new_params = jax.tree_util.tree_map(lambda n, p: n.astype(p.dtype), new_params, params)
         bits = per_round(topology.out_degree, t) * leaf_bits(params)
         return new_params, D2State(x=new_params, psi=params, count=t + 1), StepInfo(bits=bits)
 
