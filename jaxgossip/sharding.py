@@ -35,7 +35,7 @@ from jaxgossip.topology import Topology
 from jaxgossip.topology.layout import circulant_shifts
 from jaxgossip.types import Params
 
-__all__ = ["node_mesh", "shard_nodes", "NODE_AXIS", "circulant_shifts", "mix_ppermute", "to_host"]
+__all__ = ["node_mesh", "shard_nodes", "replicate", "NODE_AXIS", "circulant_shifts", "mix_ppermute", "to_host"]
 
 
 def node_mesh(num_nodes: int, devices: int | Sequence[Any] | None = None) -> Mesh:
@@ -72,6 +72,19 @@ def shard_nodes(tree: Any, mesh: Mesh, num_nodes: int) -> Any:
         return jax.device_put(leaf, replicated)
 
     return jax.tree_util.tree_map(place, tree)
+
+
+def replicate(tree: Any, mesh: Mesh) -> Any:
+    """Places every leaf whole on every device of ``mesh``.
+
+    Why: a jitted program whose node-sharded arrays are all closed over (constants) and whose
+    arguments live elsewhere is compiled for one device, and its ``shard_map`` mixing (circulant
+    graphs, :func:`mix_ppermute`) then fails at run time (XLA:CPU: no implementation of
+    ``xla.sdy.GlobalToLocalShape``). Arguments replicated on the mesh give the program the mesh's
+    devices; the sweeps pass their keys and grid values this way.
+    """
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return jax.tree_util.tree_map(lambda leaf: jax.device_put(leaf, replicated), tree)
 
 
 # ---- explicit collectives for circulant graphs ----------------------------------------------------

@@ -395,9 +395,10 @@ def make_links(
             )
         from jaxgossip.topology import mean_out_degree
 
-        degree = max(float(mean_out_degree(topology)), 1e-9)
+        degree = mean_out_degree(topology)  # traced for a member of a stack of failure graphs
+        degree = np.float64(max(degree, 1e-9)) if isinstance(degree, float) else jnp.maximum(degree, 1e-9)
         lat, bw = _as_node_array(lat_name, latency, n), _as_node_array(bw_name, bandwidth, n)
-        return Links(lat, bw, None, None, np.float64(degree), "mean", mode, int(exchanges), n)
+        return Links(lat, bw, None, None, degree, "mean", mode, int(exchanges), n)
     # Host tables stay NumPy (constants of the compiled run); traced ones (a member of a stack of
     # graphs inside a topology sweep) stay traced.
     xp = np if topology.host_tables else jnp

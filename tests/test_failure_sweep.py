@@ -98,3 +98,23 @@ def test_bad_probabilities_and_bad_stacks_are_refused_with_a_reason():
         T.stack([T.with_failures(T.ring(8), 0.1), T.with_failures(T.ring(8), 0.3)]).draw(jax.random.key(0), 0)
     with pytest.raises(ValueError, match="cannot stack ring"):
         T.stack([T.with_failures(T.ring(8), 0.1), T.ring(8)])
+
+
+def test_a_training_sweep_over_link_drop_is_one_program_whose_clock_equals_the_single_runs():
+    # Each member's time model needs the graph's mean degree, estimated from draws; under the
+    # sweep's vmap the probabilities are traced and the estimate is too.
+    from tiny import tiny_config
+
+    from jaxgossip.run import experiment_sweeps
+    from jaxgossip.run.runner import run_training
+
+    config = tiny_config(num_nodes=8, num_rounds=10, evals_per_chunk=2)
+    graphs = [T.with_failures(T.ring(8), link_drop=p) for p in (0.1, 0.5)]
+    metrics, groups = experiment_sweeps.sweep_topologies_training(config, graphs, seeds=[0])
+    assert groups == [[0, 1]]
+    for p, got in zip((0.1, 0.5), metrics):
+        single = config.replace(topology=f"ring+drop:{p}", data_seed=config.seed)
+        rows = run_training(single, None, progress=False, log=lambda s: None).rows
+        np.testing.assert_allclose(got.test_loss[0], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got.sim_time[0], [r["sim_time"] for r in rows], rtol=1e-6)
+    assert metrics[0].sim_time[0, -1] != metrics[1].sim_time[0, -1]

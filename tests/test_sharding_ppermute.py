@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 
 import jaxgossip as jg
 from jaxgossip import topology as T
-from jaxgossip.sharding import circulant_shifts, mix_ppermute, node_mesh
+from jaxgossip.sharding import circulant_shifts, mix_ppermute, node_mesh, replicate
 
 NUM_DEVICES = 8
 
@@ -220,3 +220,30 @@ def test_bad_leaves_are_rejected():
 def test_non_topology_is_rejected():
     with pytest.raises(TypeError, match=r"needs a jaxgossip.topology.Topology"):
         mix_ppermute(T.ring(8).matrix(0), make_x(8, bf16=False), 0, node_mesh(8, 2))
+
+
+
+def test_closed_over_sharded_data_with_replicated_arguments_runs_the_traced_rounds():
+    """A sweep's shape: the node-sharded array is a constant of the jitted program, its arguments
+    (here each run's round counter) are replicated on the mesh (``sharding.replicate``); two runs
+    (vmap) of 6 rounds of the one-peer exponential graph on 2 devices equal W(5)...W(0) x in NumPy."""
+    n, rounds = 8, 6
+    topo = T.one_peer_exponential(n)
+    mesh = node_mesh(n, 2)
+    x0 = np.random.default_rng(3).normal(size=(n, 5)).astype(np.float32)
+    x = jax.device_put(x0, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("nodes")))
+
+    def one(t0):
+        def body(carry, _):
+            y, t = carry
+            return (jg.mix(topo, y, t), t + 1), None
+
+        return jax.lax.scan(body, (x * (1.0 + t0), t0), None, length=rounds)[0][0]
+
+    starts = replicate(jnp.arange(2, dtype=jnp.int32), mesh)
+    got = np.asarray(jax.jit(jax.vmap(one))(starts), np.float64)
+    for member in range(2):
+        want = np.asarray(x0, np.float64) * (1.0 + member)
+        for t in range(member, member + rounds):
+            want = topo.matrix(t) @ want
+        np.testing.assert_allclose(got[member], want, rtol=1e-5, atol=1e-6)

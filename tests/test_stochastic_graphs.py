@@ -170,7 +170,7 @@ ZERO_DROP_CASES = [
     ],
     ids=[f"{c[0]}-{c[1].name}" for c in ZERO_DROP_CASES],
 )
-def test_failures_with_zero_probabilities_equal_the_wrapped_graph_bitwise(name, base, opts, monkeypatch):
+def test_failures_with_zero_probabilities_equal_the_wrapped_graph(name, base, opts, monkeypatch):
     # Both runs on the XLA formulation: with failures the top-k algorithms never take the fused CPU
     # round (jaxgossip.compress.fused), which equals the XLA one to float32 round-off only (tests/test_fused.py).
     monkeypatch.setenv("JAXGOSSIP_FUSED", "0")
@@ -178,9 +178,12 @@ def test_failures_with_zero_probabilities_equal_the_wrapped_graph_bitwise(name, 
     x = jax.random.normal(jax.random.key(0), shape)
     a = _run(name, base, x, opts)
     b = _run(name, T.with_failures(base, link_drop=0.0, node_drop=0.0), x, opts)
-    np.testing.assert_array_equal(a.x, b.x)
-    np.testing.assert_array_equal(a.error, b.error)
+    # Every message is sent: the bits are equal exactly. The models come from two programs (the drawn
+    # graph's tables are traced), which XLA may fuse and contract differently: under the suite's
+    # classic CPU emitters DeepSqueeze's differ in the last bits (bitwise with XLA's default ones).
     np.testing.assert_array_equal(a.node_bits, b.node_bits)
+    np.testing.assert_allclose(a.x, b.x, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(a.error, b.error, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.slow
@@ -468,3 +471,13 @@ def test_host_analysis_of_a_drawn_graph_inside_jit():
     got_degree, got_gram = traced(1.0)
     np.testing.assert_allclose(float(got_degree), degree, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(got_gram), gram, rtol=1e-6)
+
+
+def test_mean_degree_of_a_traced_member_of_a_stack_of_failure_graphs_equals_the_host_estimate():
+    # A topology sweep over failure probabilities stacks the graphs and builds each member's time
+    # model under vmap, where the probabilities are traced: the degree is counted from the same draws.
+    graphs = [T.with_failures(T.ring(8), link_drop=p, node_drop=q) for p, q in ((0.0, 0.0), (0.3, 0.0), (0.5, 0.2))]
+    host = [T.mean_out_degree(g, num_samples=64) for g in graphs]
+    traced = jax.jit(jax.vmap(lambda g: T.mean_out_degree(g, num_samples=64)))(T.stack(graphs))
+    np.testing.assert_allclose(np.asarray(traced), host, rtol=1e-6)
+    assert host[0] == 2.0 and host[0] > host[1] > host[2] > 0

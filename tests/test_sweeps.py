@@ -193,3 +193,21 @@ def test_training_topology_sweep_equals_individual_runs():
         np.testing.assert_allclose(metrics[g].bits[1, -1].mean() / 8e6, rows[-1]["MB_per_node"], rtol=1e-5)
     with pytest.raises(ValueError, match="N=16 nodes but config.num_nodes=8"):
         experiment_sweeps.sweep_topologies_training(config, [T.ring(16)], seeds=[0])
+
+
+@pytest.mark.parametrize("algorithm", ["push_sum", "sparse_push"])
+def test_sweeps_over_a_time_varying_graph_on_two_devices_equal_one_device(algorithm):
+    # A traced round of the one-peer exponential graph on a "nodes" mesh mixes by shard_map; the sweep
+    # programs hold the sharded data as constants, so their arguments go on the mesh (sharding.replicate).
+    if len(jax.devices()) < 2:
+        pytest.skip("needs 2 devices (tests/conftest.py requests 8 CPU devices)")
+    options = {"fraction": 0.3, "gamma": 0.5} if algorithm == "sparse_push" else {}
+    config = _config(num_nodes=8, algorithm=algorithm, topology="one_peer_exponential", algorithm_options=options)
+    _, one = experiment_sweeps.sweep_training(config, {"lr": [0.05, 0.1]}, seeds=[0, 1])
+    _, two = experiment_sweeps.sweep_training(config.replace(devices=2), {"lr": [0.05, 0.1]}, seeds=[0, 1])
+    np.testing.assert_allclose(np.asarray(two.test_loss), np.asarray(one.test_loss), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(two.bits), np.asarray(one.bits))
+    topos = [T.one_peer_exponential(8)]
+    one, _ = experiment_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
+    two, _ = experiment_sweeps.sweep_topologies_training(config.replace(devices=2), topos, seeds=[0, 1])
+    np.testing.assert_allclose(np.asarray(two[0].test_loss), np.asarray(one[0].test_loss), rtol=1e-5, atol=1e-6)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxgossip import sharding
 from jaxgossip.run.runner import make_trainer, prepare
 from jaxgossip.sweeps import check_axes, grid, map_topologies
 from jaxgossip.topology import Topology
@@ -106,9 +107,11 @@ def sweep_program(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int
         trainer, _ = make_trainer(apply_point(config, point), prep)
         return trainer.train(key)[1]
 
-    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+    args = (jnp.stack([jax.random.key(int(s)) for s in seeds]), {k: jnp.asarray(v) for k, v in points.items()})
+    if prep.mesh is not None:  # the program runs on the mesh's devices (sharding.replicate says why)
+        args = sharding.replicate(args, prep.mesh)
     run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
-    return SweepProgram(points, run, (keys, {k: jnp.asarray(v) for k, v in points.items()}))
+    return SweepProgram(points, run, args)
 
 
 def sweep_topologies_training(
@@ -140,6 +143,8 @@ def sweep_topologies_training(
             raise ValueError(f"{topo.name} has N={topo.num_nodes} nodes but config.num_nodes={config.num_nodes}")
     prep = prepare(config, dataset)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+    if prep.mesh is not None:  # the program runs on the mesh's devices (sharding.replicate says why)
+        keys = sharding.replicate(keys, prep.mesh)
 
     def one(topo, point, key):
         options = {**config.algorithm_options, **point}

@@ -578,6 +578,11 @@ def run_training(
             n = min(per_chunk, total - done_evals)
             start = time.perf_counter()
             state, chunk_metrics = trainer.run_chunk(state, n)
+            if built.mesh is not None:
+                # Every chunk starts from the layout a restored state has, so a resumed run runs the
+                # same executable as an uninterrupted one (the compiler may lay a chunk's output out
+                # otherwise, e.g. replicated after a kernel without a partitioning rule).
+                state = sharding.shard_nodes(state, built.mesh, config.num_nodes)
             jax.block_until_ready(state)
             wall += time.perf_counter() - start
             chunk_metrics = sharding.to_host(chunk_metrics)

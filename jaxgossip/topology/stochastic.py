@@ -710,12 +710,27 @@ def expected_gram(topology: Topology, num_samples: int = 512, seed: int = 0) -> 
     return np.einsum("rki,rkj->ij", w, w) / num_samples
 
 
-def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -> float:
+def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -> Any:
     """Messages a node sends per round, on average over nodes and rounds: ``out_degree.mean()`` for
     a fixed graph; for a stochastic graph estimated over ``num_samples`` rounds drawn with the fixed
-    key ``jax.random.key(seed)``."""
+    key ``jax.random.key(seed)``, counting an edge listed twice in a round once.
+
+    Returns a Python float; for a member of a stack of stochastic graphs traced under ``vmap`` (a
+    topology sweep over failure probabilities: ``draw_args`` traced), the same estimate from the
+    same draws as a traced float32 scalar.
+    """
     if not topology.stochastic:
         return float(np.mean(topology.out_degree))
+    n = topology.num_nodes
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(topology)):
+        keys = jax.random.split(jax.random.key(seed), num_samples)
+        senders, receivers, weights = jax.vmap(functools.partial(_round_tables, topology))(
+            keys, jnp.arange(num_samples, dtype=jnp.int32)
+        )
+        # Distinct real edges per round: sort each round's edge ids, count where the id changes.
+        ids = jnp.sort(jnp.where((weights != 0) & (senders != receivers), receivers * n + senders, -1), axis=1)
+        first = (ids >= 0) & (ids != jnp.pad(ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1))
+        return jnp.sum(first, dtype=jnp.float32) / (num_samples * n)
     # A sweep builds its trainer (and the time model that asks for this degree) inside jit: the
     # fixed key and the draws must stay concrete there.
     # The sparse rounds, not dense [R, N, N] matrices (2 GB for 512 rounds at N = 1024).
@@ -723,7 +738,6 @@ def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -
         keys = jax.random.split(jax.random.key(seed), num_samples)
         draw = _table_rounds(TopologyKey.of(topology))
         senders, receivers, weights = (np.asarray(a) for a in draw(keys, jnp.arange(num_samples, dtype=jnp.int32)))
-    n = topology.num_nodes
     real = (weights != 0) & (senders != receivers)
     # An edge listed twice in a round is one message: count distinct (round, receiver, sender).
     rounds = np.broadcast_to(np.arange(num_samples, dtype=np.int64)[:, None], senders.shape)
@@ -743,13 +757,13 @@ def exact_gram(topology: Topology) -> ExchangeableGram | SparseGram | None:
 def _table_rounds(graph: TopologyKey):
     """Jitted ``(keys [R], rounds [R]) -> (senders, receivers, weights) [R, E]`` of one stochastic
     graph: the sparse rounds, for matrix-free analysis at large N."""
-    topology = graph.topology
+    return jax.jit(jax.vmap(functools.partial(_round_tables, graph.topology)))
 
-    def tables(key, t):
-        g = topology.draw(key, t).graph
-        return g.senders[0], g.receivers[0], g.weights[0]
 
-    return jax.jit(jax.vmap(tables))
+def _round_tables(topology: Topology, key: Any, t: Any) -> tuple[Any, Any, Any]:
+    """Round ``t``'s drawn graph as ``(senders, receivers, weights)`` ``[E]``."""
+    g = topology.draw(key, t).graph
+    return g.senders[0], g.receivers[0], g.weights[0]
 
 
 def _gram_apply(senders, receivers, weights, n: int, v: np.ndarray) -> np.ndarray:
