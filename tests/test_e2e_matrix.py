@@ -3,8 +3,9 @@ run -> checkpoint -> interrupted -> resumed -> report, through ``jaxgossip.cli.m
 
 The axes come from the package, not from this file: the algorithms from the registry
 (``jaxgossip.algorithms.INFOS``, plus the README's plug-in registered here), the features and
-commands from the catalogue ``jaxgossip.run.features``, the graph of each algorithm from its
-metadata (``features.graph_for``). A new algorithm or feature is enrolled without editing this file.
+commands from the catalogue ``jaxgossip.run.features``, the graphs of each algorithm and feature
+from its metadata (``features.graphs_of``; ``topology-sweep`` runs all of a feature's graphs in one
+program). A new algorithm or feature is enrolled without editing this file.
 
 A train cell runs ``jaxgossip train --out D`` to the end, deletes the newest checkpoint (a process
 killed before its last save completed), runs the same command again, and requires the resumed run to
@@ -47,6 +48,7 @@ BASE = [
 PLUGIN = "readme_plugin"  # the README's plug-in, registered under this name for its cells
 BUILTINS = list(algorithms.INFOS)
 NAMES = [*BUILTINS, PLUGIN]
+PLAIN = next(f for f in features.FEATURES if f.name == "plain")
 TRAIN_FEATURES = [f for f in features.FEATURES if f.name != "plain"]
 OTHER_COMMANDS = [c for c in features.COMMANDS if c != "train"]
 
@@ -90,12 +92,12 @@ def _example_flags(name):
     return [f"--algorithm_options.{key}={value}" for key, value in _info(name).example_options.items()]
 
 
-def _train_argv(name, flags, static, out_dir):
+def _train_argv(name, flags, graph, out_dir):
     return [
         "train",
         *BASE,
         f"--algorithm={name}",
-        f"--topology={features.graph_for(_info(name), static)}",
+        f"--topology={graph}",
         *_example_flags(name),
         *flags,
         "--no-progress",
@@ -103,11 +105,11 @@ def _train_argv(name, flags, static, out_dir):
     ]
 
 
-def train_cell(capsys, tmp_path, name, flags=(), static=False, rerun=False) -> str | None:
-    """Runs, interrupts, resumes and compares one train cell (with ``rerun``, also re-runs the
-    finished run); returns the refusal line or None."""
+def train_cell(capsys, tmp_path, name, flags=(), feature=PLAIN, rerun=False) -> str | None:
+    """Runs, interrupts, resumes and compares one train cell of ``feature``'s graph (with ``rerun``,
+    also re-runs the finished run); returns the refusal line or None."""
     out_dir = tmp_path / "run"
-    argv = _train_argv(name, flags, static, out_dir)
+    argv = _train_argv(name, flags, features.graphs_of(feature, _info(name))[0], out_dir)
     code, _, err = _call(capsys, argv)
     if code == 2:
         return _assert_refused(code, err, out_dir, argv)
@@ -132,17 +134,16 @@ def train_cell(capsys, tmp_path, name, flags=(), static=False, rerun=False) -> s
     return None
 
 
-def command_cell(capsys, tmp_path, command, name, flags=()) -> str | None:
-    """Runs one non-train command on ``name`` with ``flags``; returns the refusal line or None."""
-    info = _info(name)
-    static = any(f.startswith("--execution=async") for f in flags)
-    graph = features.graph_for(info, static)
+def command_cell(capsys, tmp_path, command, name, flags=(), feature=PLAIN) -> str | None:
+    """Runs one non-train command on ``name`` with ``flags`` on ``feature``'s graphs; returns the
+    refusal line or None."""
+    graphs = features.graphs_of(feature, _info(name))
     out_dir = tmp_path / command
     argv = [command, *BASE, f"--algorithm={name}", *_example_flags(name), *features.COMMANDS[command], *flags]
     if command == "topology-sweep":
-        argv += [f"--topologies={graph}", "--num_nodes=4"]
+        argv += [f"--topologies={','.join(graphs)}", "--num_nodes=4"]
     else:
-        argv += [f"--topology={graph}"]
+        argv += [f"--topology={graphs[0]}"]
     if command == "sweep":
         argv += ["--sweep.lr=0.05,0.1", "--no-progress"]
     if command != "plan":
@@ -200,7 +201,7 @@ def test_every_feature_trains_checkpoints_and_resumes_bitwise(feature, capsys, t
             return "no variant of this feature for it"
         for label, flags in cells:
             (folder / label).mkdir(parents=True)
-            refused = train_cell(capsys, folder / label, name, flags, feature.static_graph)
+            refused = train_cell(capsys, folder / label, name, flags, feature)
             if refused is not None:
                 return refused
             ran.append(label)
@@ -231,7 +232,7 @@ def test_full_cross_of_algorithms_and_features(name, feature, capsys, tmp_path, 
     if name == PLUGIN:
         request.getfixturevalue("plugin")
     for label, flags in features.variants(feature, _info(name)):
-        train_cell(capsys, tmp_path / label.replace(":", "_"), name, flags, feature.static_graph, rerun=True)
+        train_cell(capsys, tmp_path / label.replace(":", "_"), name, flags, feature, rerun=True)
 
 
 @pytest.mark.slow
@@ -242,4 +243,4 @@ def test_full_cross_of_algorithms_features_and_commands(name, command, feature, 
     if name == PLUGIN:
         request.getfixturevalue("plugin")
     for label, flags in features.variants(feature, _info(name)):
-        command_cell(capsys, tmp_path / label.replace(":", "_"), command, name, flags)
+        command_cell(capsys, tmp_path / label.replace(":", "_"), command, name, flags, feature)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from jaxgossip.types import AlgorithmInfo
 
-__all__ = ["Feature", "FEATURES", "COMMANDS", "PLAIN_FIELDS", "graph_for", "variants"]
+__all__ = ["Feature", "FEATURES", "COMMANDS", "PLAIN_FIELDS", "graph_for", "graphs_of", "variants"]
 
 
 class Feature(NamedTuple):
@@ -29,6 +29,9 @@ class Feature(NamedTuple):
       static_graph: it needs a graph with period T = 1 (:func:`graph_for` picks one).
       forms: for a feature with one variant per algorithm form (``info -> names``): its flags are
         repeated once per name, ``{form}`` replaced by it; an algorithm with no form has no variant.
+      graphs: for a feature of the graph, the graph specs it runs on, from the algorithm's graph
+        spec (:func:`graph_for`): a run takes the first, ``topology-sweep`` all of them (so they
+        share one program); None: the algorithm's graph.
     """
 
     name: str
@@ -36,6 +39,7 @@ class Feature(NamedTuple):
     what: str
     static_graph: bool = False
     forms: Callable[[AlgorithmInfo], tuple[str, ...]] | None = None
+    graphs: Callable[[str], tuple[str, ...]] | None = None
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -64,6 +68,12 @@ FEATURES: tuple[Feature, ...] = (
     Feature("local_steps", ("--local_steps=2",), "H = 2 local steps per round"),
     Feature("final_merge", ("--final_merge=2",), "two merge rounds after training, their bits counted"),
     Feature("devices", ("--devices=2",), "the node axis sharded over two devices"),
+    Feature(
+        "failures",
+        (),
+        "links failing at random every round (two drop probabilities in a topology sweep)",
+        graphs=lambda graph: (f"{graph}+drop:0.2", f"{graph}+drop:0.4"),
+    ),
     Feature("adamw", ("--optimizer=adamw", "--grad_clip=1.0", "--lr_schedule=cosine"), "AdamW, clipping, cosine"),
     Feature("non_iid", ("--partition=dirichlet:0.5",), "Dirichlet label skew"),
     Feature("same_iterate", ("--ordering=same_iterate",), "gradient and gossip at the same iterate"),
@@ -85,7 +95,7 @@ PLAIN_FIELDS: dict[str, str] = {
     "raw_dir": "a path",
     "download": "network access, never in tests",
     "num_nodes": "a shape",
-    "topology": "chosen per algorithm by graph_for",
+    "topology": "chosen per algorithm and feature by graphs_of",
     "algorithm": "the matrix's other axis",
     "algorithm_options": "per algorithm (its defaults)",
     "model": "the base run's model (models have their own tests)",
@@ -128,6 +138,13 @@ def graph_for(info: AlgorithmInfo, static: bool = False) -> str:
     if info.mixing == "column_stochastic":
         return "one_peer_exponential" if info.time_varying and not static else "directed_ring"
     return "ring"
+
+
+def graphs_of(feature: Feature, info: AlgorithmInfo) -> tuple[str, ...]:
+    """The graph specs a run of ``feature`` uses for an algorithm with metadata ``info`` (see
+    :attr:`Feature.graphs`): a training run takes the first."""
+    graph = graph_for(info, feature.static_graph)
+    return (graph,) if feature.graphs is None else tuple(feature.graphs(graph))
 
 
 def variants(feature: Feature, info: AlgorithmInfo) -> list[tuple[str, tuple[str, ...]]]:
