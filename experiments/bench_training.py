@@ -66,9 +66,10 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
-from jaxgossip import data, models, sharding  # noqa: E402
+from jaxgossip import data, models  # noqa: E402
+from jaxgossip.engine.training import linen_model_fns  # noqa: E402
+from jaxgossip.ops import sharding
 from jaxgossip.run.runner import TrainConfig, build, make_optimizer  # noqa: E402
-from jaxgossip.training import linen_model_fns  # noqa: E402
 
 BATCH = 32
 EVAL = 16

@@ -42,9 +42,9 @@ import jax
 import numpy as np
 from _common import cpu_model
 
-from jaxgossip import sweeps
 from jaxgossip import topology as T
 from jaxgossip.cli.demo import DEMO_DEFAULTS
+from jaxgossip.engine import sweeps
 from jaxgossip.run.config import TrainConfig, check_train_config
 from jaxgossip.run.experiment_sweeps import sweep_topologies_training
 from jaxgossip.run.runner import prepare

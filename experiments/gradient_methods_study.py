@@ -1,6 +1,6 @@
 """Gradient-aware methods vs D-SGD on heterogeneous least squares: bias floor vs exact convergence.
 
-Setting: ``jaxgossip.problems.least_squares`` with N = 16 nodes, D = 20, M = 50 samples per node,
+Setting: ``jaxgossip.engine.problems.least_squares`` with N = 16 nodes, D = 20, M = 50 samples per node,
 heterogeneity h = 1 (node-specific true parameters and feature means), on ``ring(16)`` (uniform
 weights 1/3, lambda_min = -1/3). Every node runs full-batch gradient descent (``optax.sgd``, one
 constant step size ``lr = 0.3 / L_max`` for every method, ``L_max`` the largest local smoothness
@@ -41,8 +41,8 @@ import optax
 from _common import cpu_model
 
 import jaxgossip as jg
-from jaxgossip import problems
 from jaxgossip import topology as T
+from jaxgossip.engine import problems
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gradient_methods")
 NUM_NODES, DIM, SAMPLES, HETEROGENEITY = 16, 20, 50, 1.0

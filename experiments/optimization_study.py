@@ -2,7 +2,7 @@
 
 Setting: N = 16 nodes; undirected ring(16) for the symmetric methods and directed_ring(16) (i sends
 to i + 1, weights 1/2) for the push-sum methods; each node holds M = 50 samples of its own
-distribution (``jaxgossip.problems``, heterogeneity h = 1), D = 100 parameters viewed as one
+distribution (``jaxgossip.engine.problems``, heterogeneity h = 1), D = 100 parameters viewed as one
 10 x 10 matrix per node (so PowerGossip compresses it; every other method treats it as 100
 entries). Every node runs full-batch gradient descent (``optax.sgd``, step size ``lr = 0.5 / L_max``
 with ``L_max`` the largest smoothness constant of the local objectives), one local step per round
@@ -43,9 +43,9 @@ import optax
 from _common import cpu_model
 
 import jaxgossip as jg
-from jaxgossip import problems
 from jaxgossip import topology as T
 from jaxgossip.algorithms import allreduce, choco, gossip, power_gossip, push_sum, sparse_push
+from jaxgossip.engine import problems
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "optimization")
 NUM_NODES, SIDE, SAMPLES, HETEROGENEITY = 16, 10, 50, 1.0

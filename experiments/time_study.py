@@ -5,7 +5,7 @@ offline: ``JAXGOSSIP_FASHION_MNIST_DIR``, ``--raw_dir`` or a prepared tfds copy;
 which), IID partition, MLP with one hidden layer of 64 (50,890 parameters, 1.63 Mbit per fp32
 model), batch 32 per node, SGD with Nesterov momentum 0.9 at a constant lr 0.05, weight decay
 1e-4, "atc" ordering, identical initial models, one local step per round. Every run carries the
-simulated clock of :mod:`jaxgossip.timing` (docs/usage.md, "Simulated time and cost"): a local
+simulated clock of :mod:`jaxgossip.sim.timing` (docs/usage.md, "Simulated time and cost"): a local
 step takes ``C = 0.02`` s on a normal node, a message of B bits ``latency + B / bandwidth``, a
 node's messages of a round share its uplink one after another (``mode=serial``), an all-reduce
 round is priced as the ring all-reduce.
@@ -130,7 +130,7 @@ def async_training_available() -> bool:
     if "execution" not in {f.name for f in dataclasses.fields(TrainConfig)}:
         return False
     try:
-        import jaxgossip.async_training  # noqa: F401
+        import jaxgossip.engine.async_training  # noqa: F401
     except ImportError:
         return False
     return True

@@ -15,7 +15,7 @@ Per graph:
   ``n_W(0.99)`` of "Beyond spectral gap" (:func:`jaxgossip.topology.effective_neighbors`; fixed
   graphs only, so none for random_matching and the EquiDyn graphs);
 * consensus: exact gossip (gamma 1) from ``x0 ~ N(0, 1)^[N, 16]``, 2 seeds, through
-  :func:`jaxgossip.sweeps.sweep_topologies` (one compile per group of same-shape graphs): the
+  :func:`jaxgossip.engine.sweeps.sweep_topologies` (one compile per group of same-shape graphs): the
   first round at which ``||X_r - X_bar||^2 / ||X_0 - X_bar||^2 <= 1e-6`` (seed mean; "> R" if not
   reached in R rounds);
 * training: the ``jaxgossip demo`` task (embedded digits, MLP(64), batch 16, Nesterov momentum
@@ -52,8 +52,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also 
 
 from _common import jsonable, machine  # noqa: E402
 
-from jaxgossip import data, sweeps, topology  # noqa: E402
+from jaxgossip import data, topology  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
+from jaxgossip.engine import sweeps
 from jaxgossip.run.experiment_sweeps import sweep_topologies_training  # noqa: E402
 from jaxgossip.run.runner import TrainConfig  # noqa: E402
 

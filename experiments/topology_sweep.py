@@ -4,10 +4,10 @@ Families: ring, torus (most square), hypercube, exponential, one-peer exponentia
 Erdos-Renyi with p = c ln(N) / N for c in {2, 4, 8} (capped at 0.9; c = 1 is the connectivity
 threshold), star, complete. Every graph starts from the same ``x0 ~ N(0, 1)^[N, D]`` per seed and
 runs R rounds of the algorithm (default: exact gossip, D-PSGD's mixing step, gamma = 1) through
-:func:`jaxgossip.sweeps.sweep_topologies`: graphs of one node count, kernel and stochasticity share
+:func:`jaxgossip.engine.sweeps.sweep_topologies`: graphs of one node count, kernel and stochasticity share
 one compiled program (vmapped over graphs and seeds).
 
-Reported per graph (:func:`jaxgossip.sweeps.topology_rows`): spectral gap, mean degree, final
+Reported per graph (:func:`jaxgossip.engine.sweeps.topology_rows`): spectral gap, mean degree, final
 relative error ``||X_R - X_bar||^2 / ||X_0 - X_bar||^2`` (mean +- std over seeds), rounds and MB sent
 per node until the relative error first drops below ``--tol``, total MB per node. For gossip,
 theory predicts error <= (1 - gap)^(2R), so rounds-to-target ~ log(1/tol) / (2 gap).
@@ -34,7 +34,8 @@ import time
 
 import jax
 
-from jaxgossip import sweeps, topology
+from jaxgossip import topology
+from jaxgossip.engine import sweeps
 from jaxgossip.run.plots import format_table, plot_topology_sweep
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ For every compressed variant of ``configs/powergossip_cpu.py`` (Choco sign / top
 sign on the 8-ring) and ``configs/sparsepush_cpu.py`` (Sparse-Push 1 % / 0.1 %, SCSP on the
 one-peer exponential graph), one vmapped consensus sweep over 31 gammas (1e-3 .. 1, log-spaced)
 on the config's own graph, compressor and CNN parameter shapes (Fashion-MNIST input 28x28x1), from
-the spread-out start of :func:`jaxgossip.tuning.tune_gamma`. Prints and writes a table of the
+the spread-out start of :func:`jaxgossip.engine.tuning.tune_gamma`. Prints and writes a table of the
 largest contracting gamma, the recommendation (/ 2.5) and the gamma the config uses.
 
     python experiments/tune_gamma_cpu.py [--out experiments/results/tune_gamma_cpu] [--quick]
@@ -25,8 +25,8 @@ import numpy as np
 
 import jaxgossip as jg
 from jaxgossip import algorithms, topology
+from jaxgossip.engine.tuning import DEFAULT_GAMMAS, model_shapes, tuning_rows
 from jaxgossip.run import plots
-from jaxgossip.tuning import DEFAULT_GAMMAS, model_shapes, tuning_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Choco-sign contracts up to gamma 1 here, so its grid extends to 2 (the gossip relaxation limit of

@@ -4,11 +4,13 @@ All N workers live in one stacked pytree (leaves ``[N, ...]``); local work is ``
 communication is a kernel on the node axis.
 """
 
-from jaxgossip import algorithms, compress, cost, problems, rounds, topology
-from jaxgossip.consensus import ConsensusResult, consensus_scan, run_consensus
-from jaxgossip.mixing import consensus_distance, mix, node_mean
-from jaxgossip.optimization import OptimizationResult, optimization_scan, run_optimization
-from jaxgossip.tuning import GammaTuning, tune_gamma
+from jaxgossip import algorithms, compress, topology
+from jaxgossip.engine import problems, rounds
+from jaxgossip.engine.consensus import ConsensusResult, consensus_scan, run_consensus
+from jaxgossip.engine.optimization import OptimizationResult, optimization_scan, run_optimization
+from jaxgossip.engine.tuning import GammaTuning, tune_gamma
+from jaxgossip.ops.mixing import consensus_distance, mix, node_mean
+from jaxgossip.sim import cost
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
 __version__ = "0.1.0"

@@ -39,7 +39,7 @@ GradientFn = Callable[[Grads, Params, State], tuple[Grads, State]]
 
 # The runners' orderings of local step and communication: "atc" (local step, then communication)
 # and "same_iterate" (gradient and communication at the same iterate). The one definition; the
-# runners (jaxgossip.training, jaxgossip.optimization) and the run configs import it.
+# runners (jaxgossip.engine.training, jaxgossip.engine.optimization) and the run configs import it.
 ORDERINGS = ("atc", "same_iterate")
 
 
@@ -57,13 +57,13 @@ class GossipAlgorithm(NamedTuple):
         gradient-aware methods (gradient tracking, quasi-global momentum). The runners call it
         once per local step, on the stacked gradients (leaves ``[N, ...]``) and the debiased
         params they were taken at, and feed the grads it returns to the local optimizer
-        (:func:`jaxgossip.local_step.local_update`). It is node-local: it may read and write the
+        (:func:`jaxgossip.engine.local_step.local_update`). It is node-local: it may read and write the
         state and replace the gradient, but sends nothing; every message is sent (and its bits
         counted) in ``step``. ``None`` (the default) leaves the gradient untouched.
       orderings: the runner orderings under which it is the method it claims to be (default
         all of :data:`ORDERINGS`): a factory sets its :attr:`AlgorithmInfo.orderings`, and
         :func:`jaxgossip.algorithms.make` narrows them to a plug-in's metadata;
-        :func:`jaxgossip.local_step.check_ordering` refuses the others.
+        :func:`jaxgossip.engine.local_step.check_ordering` refuses the others.
     """
 
     init: InitFn
@@ -82,7 +82,7 @@ GRAPH_REQUIREMENTS = ("mixing", "time_varying", "stackable", "stochastic_graphs"
 # of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
 STOCHASTIC_GRAPHS = ("none", "failures", "any")
 # Execution modes: "sync" (lock-step rounds, every registered algorithm) and "async" (each node on
-# its own simulated clock, jaxgossip.asynchronous; only algorithms with AlgorithmInfo.asynchronous).
+# its own simulated clock, jaxgossip.engine.asynchronous; only algorithms with AlgorithmInfo.asynchronous).
 EXECUTIONS = ("sync", "async")
 
 
@@ -118,7 +118,7 @@ class AlgorithmInfo:
         range on a symmetric W is checked (``jaxgossip.run.config.gamma_warning``).
       orderings: the runner orderings under which it is the method it claims to be (default
         both); the factory copies them into :attr:`GossipAlgorithm.orderings`, where
-        :func:`jaxgossip.local_step.check_ordering` reads them and refuses the others. D^2 corrects the
+        :func:`jaxgossip.engine.local_step.check_ordering` reads them and refuses the others. D^2 corrects the
         model that was communicated, so it needs the local step before communication ("atc").
       stochastic_graphs: which graphs drawn anew every round it runs on (its step reads the round's
         graph with ``topology.draw(key, t)``): ``"none"`` (the default, e.g. a plug-in written for
@@ -146,7 +146,7 @@ class AlgorithmInfo:
       tree: it needs an undirected tree (connected, N - 1 links) and relays messages along it
         (RelaySum); :func:`jaxgossip.algorithms.check_graph` refuses any other graph, naming its
         cycle, its disconnection or a link without its reverse. The mixing weights are not read.
-      asynchronous: the asynchronous algorithms of :mod:`jaxgossip.asynchronous` that run it
+      asynchronous: the asynchronous algorithms of :mod:`jaxgossip.engine.asynchronous` that run it
         without rounds (each node on its own simulated clock), the first one the default, e.g.
         ``("async_gossip", "ad_psgd")`` for gossip; empty (the default): it runs in synchronous
         rounds only. :attr:`execution` is derived from it, and
@@ -213,7 +213,7 @@ class AlgorithmInfo:
         if not isinstance(self.asynchronous, tuple) or not all(isinstance(a, str) and a for a in self.asynchronous):
             raise TypeError(
                 f"asynchronous={self.asynchronous!r} must be a tuple of asynchronous algorithm names "
-                "(jaxgossip.asynchronous.ALGORITHMS), e.g. ('async_gossip',)"
+                "(jaxgossip.engine.asynchronous.ALGORITHMS), e.g. ('async_gossip',)"
             )
         unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS) - {"receive", "execution"})
         if unknown or not all(isinstance(why, str) and why for why in self.reasons.values()):

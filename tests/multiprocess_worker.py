@@ -12,8 +12,8 @@ import jax
 import numpy as np
 
 import jaxgossip as jg
-from jaxgossip import sharding
 from jaxgossip.cli import main as cli_main
+from jaxgossip.ops import sharding
 from jaxgossip.run import distributed
 
 # (the same arguments build the single-process reference in the test)

@@ -1,4 +1,4 @@
-"""Asynchronous runs (jaxgossip.asynchronous) against a heapq discrete-event reference in NumPy:
+"""Asynchronous runs (jaxgossip.engine.asynchronous) against a heapq discrete-event reference in NumPy:
 AD-PSGD, asynchronous gossip with stale copies and asynchronous (overlap) SGP."""
 
 import heapq
@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgossip import algorithms, async_waves, asynchronous, problems, timing
+from jaxgossip import algorithms
 from jaxgossip import topology as T
+from jaxgossip.engine import async_waves, asynchronous, problems
+from jaxgossip.sim import timing
 
 N, D, ROUNDS = 8, 3, 15  # 120 events
 STRAGGLERS = "stragglers:1.0,0.25,4"

@@ -1,4 +1,4 @@
-"""Asynchronous training (jaxgossip.async_training, --execution=async): the trainer against
+"""Asynchronous training (jaxgossip.engine.async_training, --execution=async): the trainer against
 run_async_optimization (itself checked against a heapq event-by-event reference in
 tests/test_async.py) on a linear model, learning, rows, resume, and the command line's refusals."""
 
@@ -10,11 +10,13 @@ import pytest
 from jax.flatten_util import ravel_pytree
 from tiny import TINY_FLAGS, tiny_config
 
-from jaxgossip import async_training, asynchronous, data, timing, training
+from jaxgossip import data
 from jaxgossip import topology as T
 from jaxgossip.cli import main
+from jaxgossip.engine import async_training, asynchronous, training
 from jaxgossip.run.config import check_train_config
 from jaxgossip.run.runner import run_training
+from jaxgossip.sim import timing
 
 N, F, C, B, ROUNDS = 8, 5, 3, 4, 14  # 112 events
 STRAGGLERS = "stragglers:1.0,0.25,4"
@@ -39,7 +41,7 @@ def _shards():
 
 
 class _Problem:
-    """The trainer's loss written by hand as a jaxgossip.problems-style problem on flat vectors:
+    """The trainer's loss written by hand as a jaxgossip.engine.problems-style problem on flat vectors:
     event key -> (batch key, augmentation key) -> B positions in the node's shard."""
 
     def __init__(self, shards, unravel):

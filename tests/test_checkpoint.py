@@ -208,7 +208,7 @@ def test_larger_num_rounds_continues_a_finished_run(tmp_path, reference):
 def test_typed_prng_keys_and_extended_dtypes_round_trip_bitwise(tmp_path):
     """A state holding typed PRNG keys (PowerGossip's shared per-edge key, any impl) saves, passes
     the fingerprint check and restores as typed keys of the same impl and bits."""
-    from jaxgossip.training import Metrics
+    from jaxgossip.engine.training import Metrics
 
     state = {
         "threefry": jax.random.split(jax.random.key(3), 5),

@@ -480,7 +480,7 @@ def _documented_command_lines() -> list[tuple[str, list[str]]]:
     sources = [os.path.join(root, "README.md"), os.path.join(root, "experiments", "README.md")]
     sources += sorted(glob.glob(os.path.join(root, "docs", "*.md")))
     sources += sorted(glob.glob(os.path.join(root, "experiments", "studies", "*.md")))
-    sources += sorted(glob.glob(os.path.join(root, "experiments", "configs", "*")))
+    sources += sorted(p for p in glob.glob(os.path.join(root, "experiments", "configs", "*")) if os.path.isfile(p))
     sources.append(os.path.join(root, "experiments", "colab_demo.ipynb"))
     lines = []
     for path in sources:

@@ -12,8 +12,9 @@ import pytest
 from _reference import read_json
 from tiny import tiny_config
 
-from jaxgossip import sweeps, topology
+from jaxgossip import topology
 from jaxgossip.cli import main
+from jaxgossip.engine import sweeps
 from jaxgossip.run.runner import TrainConfig, run_training
 
 BW, LAT = 1e8, 1e-3  # bit/s, s

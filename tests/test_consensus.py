@@ -1,4 +1,4 @@
-"""Tests for jaxgossip.consensus with the core algorithms (gossip, allreduce): error curves, final
+"""Tests for jaxgossip.engine.consensus with the core algorithms (gossip, allreduce): error curves, final
 values and bit counts against a NumPy loop written here from docs/algorithms.md (sections gossip
 and allreduce), a gamma sweep under vmap, and the algorithm-level validation errors."""
 

@@ -1,4 +1,4 @@
-"""Tests of jaxgossip.cost: hand-computed examples, a plain loop reference, and input errors."""
+"""Tests of jaxgossip.sim.cost: hand-computed examples, a plain loop reference, and input errors."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +7,9 @@ import optax
 import pytest
 
 import jaxgossip as jg
-from jaxgossip import cost
 from jaxgossip.algorithms.pair_tables import pair_tables
-from jaxgossip.cost import EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
+from jaxgossip.sim import cost
+from jaxgossip.sim.cost import EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
 
 B, BW, LAT = 8e6, 1e8, 0.01  # bits, bit/s, s: one message takes LAT + B / BW = 0.09 s
 

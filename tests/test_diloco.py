@@ -1,4 +1,4 @@
-"""Decentralized DiLoCo (jaxgossip.outer): both message forms against a NumPy per-node loop on a
+"""Decentralized DiLoCo (jaxgossip.engine.outer): both message forms against a NumPy per-node loop on a
 quadratic, consensus under gossip (``model``) against drift (``pseudo_gradient``), ``sgd`` at lr 1
 bitwise the run without an outer optimizer, push-sum and Choco under the outer step, bad CLI input,
 and end-to-end runs."""
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from tiny import TINY_FLAGS, tiny_config
 
-from jaxgossip import algorithms, outer, topology
+from jaxgossip import algorithms, topology
 from jaxgossip.cli import main
+from jaxgossip.engine import outer
 from jaxgossip.run.config import check_train_config
 from jaxgossip.run.runner import run_training
 
@@ -223,7 +224,7 @@ def _run(tmp_path, name, **changes):
 
 def test_model_sgd_lr_one_is_bitwise_the_run_without_outer_optimizer(tmp_path):
     """``sgd`` at lr 1 in the ``model`` form adds an exact 0 to every round of the run without an
-    outer optimizer (module docstring of jaxgossip.outer): bitwise equal states and losses."""
+    outer optimizer (module docstring of jaxgossip.engine.outer): bitwise equal states and losses."""
     default = _run(tmp_path, "a", num_rounds=10, local_steps=2, outer_lr=0.3)  # ignored: outer_optimizer=none
     sgd = _run(tmp_path, "b", num_rounds=10, local_steps=2, outer_optimizer="sgd", outer_lr=1.0)
     assert default.state.outer is None and sgd.state.outer is not None

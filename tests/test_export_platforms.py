@@ -1,6 +1,6 @@
 """GPU readiness checked on the CPU: every registered algorithm's round, the trainer's chunk for the
 CNN, ResNet-20 and the transformer, and a training sweep lower for ``cuda``, ``rocm`` and ``tpu``
-with ``jax.export``; the build-time platform choices (jaxgossip.platforms) are the documented ones,
+with ``jax.export``; the build-time platform choices (jaxgossip.ops.platforms) are the documented ones,
 and no CPU-only custom call leaks into an accelerator's program."""
 
 import re
@@ -11,9 +11,10 @@ import pytest
 from jax import export
 from tiny import tiny_config
 
-from jaxgossip import algorithms, platforms
+from jaxgossip import algorithms
 from jaxgossip import topology as T
 from jaxgossip.compress import native
+from jaxgossip.ops import platforms
 from jaxgossip.run import experiment_sweeps
 from jaxgossip.run.runner import build
 

@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgossip import algorithms, sweeps
+from jaxgossip import algorithms
 from jaxgossip import topology as T
-from jaxgossip.consensus import consensus_scan
+from jaxgossip.engine import sweeps
+from jaxgossip.engine.consensus import consensus_scan
 
 PS = (0.0, 0.1, 0.3, 0.5)
 ROUNDS, DIM = 15, 3

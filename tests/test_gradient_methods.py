@@ -17,7 +17,7 @@ import jaxgossip as jg
 from jaxgossip import topology as tp
 from jaxgossip.algorithms import make
 from jaxgossip.algorithms.moniqua import moniqua_bound
-from jaxgossip.local_step import local_update
+from jaxgossip.engine.local_step import local_update
 from jaxgossip.types import GossipAlgorithm
 
 N, D = 8, 5
@@ -348,7 +348,7 @@ def test_gradient_tracking_sends_two_vectors_in_one_exchange(ring):
 def test_gradient_methods_train_with_local_steps():
     """make_train with H = 2 local steps: the hook's state crosses the local-step scan."""
     from jaxgossip import data, models
-    from jaxgossip.training import make_train
+    from jaxgossip.engine.training import make_train
 
     ds = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), noise=0.5, seed=0)
     shards = data.shard_dataset(ds, data.partition(ds.y_train, 4, "shards:1", seed=0))
@@ -381,7 +381,7 @@ def test_gradient_tracking_and_d2_train_like_allreduce_on_the_complete_graph():
     models; also with (Nesterov) momentum, which is linear in what it is fed, so the node mean of
     the per-node buffers follows all-reduce's buffer."""
     from jaxgossip import data, models
-    from jaxgossip.training import make_train
+    from jaxgossip.engine.training import make_train
 
     ds = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), noise=0.5, seed=0)
     shards = data.shard_dataset(ds, data.partition(ds.y_train, 4, "shards:1", seed=0))

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxgossip as jg
 from jaxgossip import topology as T
-from jaxgossip.sharding import node_mesh
+from jaxgossip.ops.sharding import node_mesh
 
 LAYOUTS = ("slots", "dense", "segment")
 GRAPHS = {

@@ -17,6 +17,7 @@ from tiny import tiny_config
 import jaxgossip as jg
 from jaxgossip import algorithms
 from jaxgossip.cli import main
+from jaxgossip.engine import tuning
 from jaxgossip.run import runner
 from jaxgossip.run.watchdog import check_consensus
 from jaxgossip.types import AlgorithmInfo
@@ -171,7 +172,7 @@ def test_tune_gamma_cli_outputs_and_bad_input(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_tune_gamma_takes_model_shapes():
-    shapes = jg.tuning.model_shapes("mlp", (8, 8, 1), num_classes=3, hidden=(4,))
+    shapes = tuning.model_shapes("mlp", (8, 8, 1), num_classes=3, hidden=(4,))
     leaves = jax.tree_util.tree_leaves(shapes)
     assert sorted(leaf.shape for leaf in leaves) == [(3,), (4,), (4, 3), (64, 4)]
     result = jg.tune_gamma("gossip", jg.topology.ring(4), shapes, gammas=[0.5, 1.0], num_steps=6)

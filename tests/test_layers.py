@@ -3,6 +3,8 @@ functions):
 
 * the core (``jaxgossip`` outside ``run`` and ``cli``) imports nothing from ``jaxgossip.run`` or
   ``jaxgossip.cli``, and ``jaxgossip.run`` nothing from ``jaxgossip.cli``;
+* the rooms stand on floors (:data:`FLOORS`): a room imports only rooms of lower floors (the kernels
+  in ``ops`` never import an algorithm, the engine never a configuration, ...);
 * no import cycles between modules (a package's ``__init__`` counts as a module: importing a name
   re-exported there imports the ``__init__``);
 * no module imports another module's ``_private`` names.
@@ -87,6 +89,46 @@ def layer(name: str) -> str:
         if name == edge or name.startswith(edge + "."):
             return edge
     return "core"
+
+
+# The rooms of the package, lowest floor first; a room may import its own modules and rooms of lower
+# floors only. "jaxgossip" is the package's public surface (its __init__), which gathers the rooms.
+FLOORS = (
+    ("types", "configs"),
+    ("compress", "topology", "models"),
+    ("ops",),
+    ("algorithms", "data"),
+    ("sim",),
+    ("engine",),
+    ("jaxgossip",),
+    ("run",),
+    ("cli",),
+)
+FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
+
+
+def room(name: str) -> str:
+    """The room of module ``name``: its first package under jaxgossip, a root module's own name, or
+    "jaxgossip" for the package's __init__."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "jaxgossip"
+
+
+def test_every_room_has_a_floor_and_the_root_holds_at_most_five_modules():
+    rooms = {room(name) for name in MODULES}
+    assert rooms <= set(FLOOR_OF), f"rooms without a floor in FLOORS: {sorted(rooms - set(FLOOR_OF))}"
+    root = sorted(name for name in MODULES if name.count(".") == 1 and not is_package(name))
+    assert len(root) <= 5, f"modules at the package root: {root}"
+
+
+def test_rooms_import_only_lower_floors():
+    bad = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph().items()
+        for target in targets
+        if room(target) != room(name) and FLOOR_OF[room(target)] >= FLOOR_OF[room(name)]
+    )
+    assert not bad, f"imports of a room on the same or a higher floor: {bad}"
 
 
 def test_every_import_names_an_existing_module():

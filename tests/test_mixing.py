@@ -1,4 +1,4 @@
-"""Tests for jaxgossip.mixing: ``mix`` against ``W(t) @ x`` computed in NumPy (float64) for every
+"""Tests for jaxgossip.ops.mixing: ``mix`` against ``W(t) @ x`` computed in NumPy (float64) for every
 topology and every kernel, pytrees of mixed ranks and dtypes, static/traced ``t`` (jit, scan),
 vmap over seeds, invariants (mean / mass conservation, exact one-peer averaging), helpers and
 validation errors."""
@@ -13,8 +13,8 @@ import pytest
 from _reference import assert_tree_close, node_normal
 
 import jaxgossip as jg
-from jaxgossip import mixing
 from jaxgossip import topology as T
+from jaxgossip.ops import mixing
 
 KERNELS = ("slots", "dense", "segment")
 

@@ -15,8 +15,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from jaxgossip import sharding
 from jaxgossip.cli import main as cli_main
+from jaxgossip.ops import sharding
 from jaxgossip.run import distributed, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -13,8 +13,8 @@ import pytest
 from _reference import np_top_k, top_k_count
 
 import jaxgossip as jg
-from jaxgossip import problems
 from jaxgossip.algorithms.push_sum import PushSumState
+from jaxgossip.engine import problems
 
 N, D, M = 8, 6, 10
 LR, STEPS = 0.05, 12

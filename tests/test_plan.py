@@ -1,4 +1,4 @@
-"""The memory planner (jaxgossip.plan, jaxgossip.run.plan, `jaxgossip plan`): XLA's numbers of the
+"""The memory planner (jaxgossip.sim.plan, jaxgossip.run.plan, `jaxgossip plan`): XLA's numbers of the
 training chunk against an independent compile, byte counts against hand counts, the largest-N
 search against its confirmation rule, and the command line."""
 
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from tiny import TINY_FLAGS, tiny_config
 
-from jaxgossip import data, plan
+from jaxgossip import data
 from jaxgossip.cli import main
 from jaxgossip.run import plan as run_plan
 from jaxgossip.run import runner
+from jaxgossip.sim import plan
 
 
 @pytest.fixture(scope="module")

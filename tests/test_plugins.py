@@ -24,8 +24,9 @@ from _reference import fast_compile_env, start_cli
 from tiny import TINY_FLAGS, tiny_config
 
 import jaxgossip as jg
-from jaxgossip import algorithms, sweeps
+from jaxgossip import algorithms
 from jaxgossip.cli import main
+from jaxgossip.engine import sweeps
 from jaxgossip.run import cost_report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -273,7 +274,7 @@ def test_graph_requirement_reasons_are_metadata(plugin_dir):
 def test_the_ordering_rule_is_read_from_the_algorithm_not_its_name(plugin_dir):
     from my_file import damped_gossip
 
-    from jaxgossip.local_step import check_ordering
+    from jaxgossip.engine.local_step import check_ordering
 
     ring = jg.topology.ring(8)
     x0 = {"w": jnp.zeros((8, 3))}

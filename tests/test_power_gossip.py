@@ -12,8 +12,8 @@ from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.power_gossip import MatrixLeaf, power_gossip, view_bases, working_bases, working_view
-from jaxgossip.consensus import run_consensus
-from jaxgossip.mixing import consensus_distance
+from jaxgossip.engine.consensus import run_consensus
+from jaxgossip.ops.mixing import consensus_distance
 
 RTOL, ATOL = 1e-4, 2e-5
 

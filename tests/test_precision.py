@@ -1,4 +1,4 @@
-"""Mixed precision (jaxgossip.precision): the bf16 compute policy over float32 master weights, and
+"""Mixed precision (jaxgossip.ops.precision): the bf16 compute policy over float32 master weights, and
 bf16 messages, against NumPy references and the invariants (float32 gradients and optimizer state,
 mean / mass kept to bfloat16 rounding, 16 bits per value)."""
 
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import jaxgossip as jg
-from jaxgossip import algorithms, models, precision
+from jaxgossip import algorithms, models
 from jaxgossip import topology as T
-from jaxgossip.training import linen_model_fns
+from jaxgossip.engine.training import linen_model_fns
+from jaxgossip.ops import precision
 
 N = 8
 

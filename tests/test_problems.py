@@ -1,4 +1,4 @@
-"""Tests for jaxgossip.problems: the least-squares and logistic-regression problems' minimisers,
+"""Tests for jaxgossip.engine.problems: the least-squares and logistic-regression problems' minimisers,
 heterogeneity across nodes, input validation."""
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgossip import problems
+from jaxgossip.engine import problems
 
 N, D, M = 8, 6, 10
 PROBLEM = problems.least_squares(N, D, M, heterogeneity=1.0, noise=0.1, seed=3)  # as in test_optimization.py

@@ -27,8 +27,8 @@ from _reference import (
 from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.push_sum import push_sum
-from jaxgossip.consensus import run_consensus
-from jaxgossip.mixing import consensus_distance
+from jaxgossip.engine.consensus import run_consensus
+from jaxgossip.ops.mixing import consensus_distance
 
 RTOL, ATOL = 1e-4, 1e-5
 TOPOLOGIES = column_stochastic_graphs(N)

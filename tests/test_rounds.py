@@ -1,4 +1,4 @@
-"""The round driver (jaxgossip.rounds.run_rounds) against a plain Python loop over rounds."""
+"""The round driver (jaxgossip.engine.rounds.run_rounds) against a plain Python loop over rounds."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxgossip as jg
-from jaxgossip.rounds import next_keys, run_rounds
+from jaxgossip.engine.rounds import next_keys, run_rounds
 
 
 def round_fn(carry, x):

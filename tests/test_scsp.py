@@ -21,8 +21,8 @@ from _reference import (
 
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
-from jaxgossip.consensus import run_consensus
-from jaxgossip.mixing import consensus_distance
+from jaxgossip.engine.consensus import run_consensus
+from jaxgossip.ops.mixing import consensus_distance
 
 RTOL, ATOL = 1e-4, 1e-5
 TOPOLOGIES = column_stochastic_graphs(N)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from jax import export
 
-from jaxgossip import sharding
 from jaxgossip.compress import native, selection
+from jaxgossip.ops import sharding
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 # (shape, k): the sampled-threshold path (D >= 1024, 16 k <= D), the heap path (D < 1024,

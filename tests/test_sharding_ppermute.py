@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 
 import jaxgossip as jg
 from jaxgossip import topology as T
-from jaxgossip.sharding import circulant_shifts, mix_ppermute, node_mesh, replicate
+from jaxgossip.ops.sharding import circulant_shifts, mix_ppermute, node_mesh, replicate
 
 NUM_DEVICES = 8
 

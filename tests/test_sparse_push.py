@@ -26,7 +26,7 @@ from jaxgossip import topology as tp
 from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import graph_copies, sparse_push
-from jaxgossip.consensus import run_consensus
+from jaxgossip.engine.consensus import run_consensus
 
 RTOL, ATOL = 1e-4, 1e-5
 TOPOLOGIES = column_stochastic_graphs(N)

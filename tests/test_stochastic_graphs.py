@@ -15,9 +15,11 @@ import pytest
 from tiny import tiny_config
 
 import jaxgossip as jg
-from jaxgossip import algorithms, mixing, sweeps
+from jaxgossip import algorithms
 from jaxgossip import topology as T
 from jaxgossip.cli import main
+from jaxgossip.engine import sweeps
+from jaxgossip.ops import mixing
 from jaxgossip.run.runner import run_training
 
 ROUNDS = 200
@@ -374,7 +376,7 @@ def test_sweeps_run_stochastic_graphs_alone_and_equal_consensus_scan():
     assert sorted(map(sorted, sweep.groups)) == [[0], [1], [2]]  # stochastic graphs are never stacked
     key_x, key_a = jax.random.split(jax.random.key(0))
     x0 = jax.random.normal(key_x, (8, 3))
-    trace = jg.consensus.consensus_scan(algorithms.make("gossip", graphs[1]), x0, 10, key_a)
+    trace = jg.consensus_scan(algorithms.make("gossip", graphs[1]), x0, 10, key_a)
     np.testing.assert_allclose(sweep.error[1][0], trace.error, rtol=1e-5, atol=1e-7)
     rows = sweeps.topology_rows(sweep)
     assert rows[1]["mean_degree"] == pytest.approx(1.0)  # a matching of 8: one message per node

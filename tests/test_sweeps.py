@@ -1,4 +1,4 @@
-"""Tests for jaxgossip.sweeps: sweeps in one compile (training, consensus, and topology sweeps over
+"""Tests for jaxgossip.engine.sweeps: sweeps in one compile (training, consensus, and topology sweeps over
 stacked graphs) equal the individual runs; shape-changing axes are refused by name."""
 
 import jax
@@ -9,9 +9,10 @@ from _reference import static_graphs_16
 from tiny import tiny_config
 
 import jaxgossip as jg
-from jaxgossip import algorithms, sweeps
+from jaxgossip import algorithms
 from jaxgossip import topology as T
-from jaxgossip.consensus import consensus_scan
+from jaxgossip.engine import sweeps
+from jaxgossip.engine.consensus import consensus_scan
 from jaxgossip.run import experiment_sweeps
 from jaxgossip.run.runner import run_training
 

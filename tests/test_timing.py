@@ -1,4 +1,4 @@
-"""The time model (jaxgossip.timing) against a plain per-node / per-edge NumPy loop, its exactness
+"""The time model (jaxgossip.sim.timing) against a plain per-node / per-edge NumPy loop, its exactness
 cases inside the compiled runs, and its errors."""
 
 import re
@@ -10,8 +10,8 @@ import optax
 import pytest
 
 import jaxgossip as jg
-from jaxgossip import timing
 from jaxgossip import topology as T
+from jaxgossip.sim import timing
 
 
 def _reference_comm(topo, bits, t, latency, bandwidth, mode, exchanges):
@@ -123,7 +123,7 @@ def test_overlap_takes_the_max_of_compute_and_communication():
 
 def test_training_records_sim_time_and_keeps_the_iterates():
     from jaxgossip import data, models
-    from jaxgossip.training import make_train
+    from jaxgossip.engine.training import make_train
 
     dataset = data.make_synthetic(num_train=256, num_test=64, num_classes=4, shape=(4, 4, 1), noise=0.5, seed=0)
     topo = T.ring(8)

@@ -6,8 +6,8 @@ recursion written here, its limits, its errors, and its column in ``sweeps.topol
 import numpy as np
 import pytest
 
-from jaxgossip import sweeps
 from jaxgossip import topology as T
+from jaxgossip.engine import sweeps
 
 GAMMAS = (0.5, 0.9, 0.99)
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from _reference import static_graphs_16
 
-from jaxgossip import algorithms, mixing
+from jaxgossip import algorithms
 from jaxgossip import topology as T
+from jaxgossip.ops import mixing
 
 
 def _check_stack_mix(topos, leaf_dtype=jnp.float32):

@@ -12,10 +12,10 @@ from tiny import tiny_config
 
 import jaxgossip as jg
 from jaxgossip import data, models
+from jaxgossip.engine.training import make_train
 from jaxgossip.run import runner
 from jaxgossip.run.checkpoint import CheckpointError
 from jaxgossip.run.runner import TrainConfig, run_training
-from jaxgossip.training import make_train
 
 # Small, sensible hyperparameters per algorithm for an 8-node run.
 ALG_OPTIONS = {
@@ -543,7 +543,7 @@ def test_optimizer_config_errors(changes, match):
 def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     """local_steps=1 is the trainer before local steps existed: this reference round (one batch,
     one optimizer step, one communication round, keys split 4 ways) reproduces it bit for bit."""
-    from jaxgossip.training import cross_entropy_loss, linen_model_fns
+    from jaxgossip.engine.training import cross_entropy_loss, linen_model_fns
 
     model = models.make_model("mlp", num_classes=4, hidden=(16,))
     fns = linen_model_fns(model)

@@ -13,6 +13,7 @@ import pytest
 import jaxgossip as jg
 from jaxgossip import data, models
 from jaxgossip.cli import main
+from jaxgossip.engine import training
 from jaxgossip.run import runner
 from jaxgossip.run.runner import TrainConfig, run_training
 
@@ -219,7 +220,7 @@ def test_every_algorithm_trains_the_transformer_on_python_docs_by_source(alg_nam
     parts = data.partition(data.partition_labels(ds)[0], 4, "by_source")
     model = models.make_model("transformer", num_classes=ds.num_classes, depth=1, width=16, heads=2, context=16)
 
-    trainer = jg.training.make_train(
+    trainer = training.make_train(
         model,
         alg,
         data.shard_dataset(ds, parts),
@@ -238,7 +239,7 @@ def test_every_algorithm_trains_the_transformer_on_python_docs_by_source(alg_nam
 
 
 def test_rows_and_plots_carry_perplexities_of_next_token_models_only(tmp_path):
-    metrics = jg.training.Metrics(
+    metrics = training.Metrics(
         *[np.array([v, v / 2]) for v in (10.0, 3.0, 2.0, 0.3, 0.3, 0.2, 0.4, 2.5, 1e-3)],
         bits=np.ones((2, 4)),
         model_sq_norm=np.ones(2),

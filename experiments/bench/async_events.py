@@ -4,9 +4,9 @@ synchronous round, and a plain Python event loop over the same jitted per-node s
 For N = 16, 64, 256 nodes of a heterogeneous least-squares problem (D = 100 per node) on a ring,
 R rounds (E = R N events) with lognormal compute (median 1 s, sigma 0.5) and the default links:
 
-* ``waves``: :func:`jaxgossip.asynchronous.run_async_optimization` (AD-PSGD and asynchronous
+* ``waves``: :func:`jaxgossip.engine.asynchronous.run_async_optimization` (AD-PSGD and asynchronous
   gossip). The first call compiles; the second (same shapes, the jit cache hit) is timed, minus
-  the host planning of the schedule (:func:`jaxgossip.asynchronous.plan_async`, timed apart), so
+  the host planning of the schedule (:func:`jaxgossip.engine.asynchronous.plan_async`, timed apart), so
   ``events_per_s`` is the compiled run's, and ``plan_s`` is reported next to it.
 * ``sync``: :func:`jaxgossip.run_optimization` of synchronous gossip, R rounds, timed the same way;
   ``wave_over_round`` = (run seconds / waves) / (sync seconds / rounds), the target being
@@ -31,8 +31,10 @@ import numpy as np
 import optax
 
 import jaxgossip as jg
-from jaxgossip import algorithms, asynchronous, problems, timing
+from jaxgossip import algorithms
 from jaxgossip import topology as T
+from jaxgossip.engine import asynchronous, problems
+from jaxgossip.sim import timing
 
 SIZES = (16, 64, 256)
 DIM = 100

@@ -79,10 +79,10 @@ from _common import resnet20_shapes  # noqa: E402  (experiments/ is on sys.path 
 import jaxgossip as jg  # noqa: E402
 from jaxgossip import data  # noqa: E402
 from jaxgossip import topology as T  # noqa: E402
-from jaxgossip.consensus import consensus_scan  # noqa: E402
+from jaxgossip.engine.consensus import consensus_scan  # noqa: E402
+from jaxgossip.engine.training import linen_model_fns  # noqa: E402
 from jaxgossip.run.cost_report import step_flops_and_memory  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, make_trainer, prepare  # noqa: E402
-from jaxgossip.training import linen_model_fns  # noqa: E402
 
 SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus", "transformer", "many_nodes")
 BYTES = 4  # float32

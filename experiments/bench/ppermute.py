@@ -52,8 +52,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import header_line, machine_info, median_seconds, write_result  # noqa: E402
 
 from jaxgossip import topology as T  # noqa: E402
-from jaxgossip.mixing import mix  # noqa: E402
-from jaxgossip.sharding import mix_ppermute, node_mesh, shard_nodes  # noqa: E402
+from jaxgossip.ops.mixing import mix  # noqa: E402
+from jaxgossip.ops.sharding import mix_ppermute, node_mesh, shard_nodes  # noqa: E402
 
 TOPOLOGIES = {"ring": T.ring, "exponential": T.exponential, "one_peer": T.one_peer_exponential}
 SCAN_ROUNDS = 20

@@ -21,9 +21,9 @@ import time
 import jax
 import numpy as np
 
+from jaxgossip.engine.training import make_train
 from jaxgossip.run.config import check_train_config, time_model_of
 from jaxgossip.run.runner import TrainConfig, make_algorithm, make_optimizer, prepare
-from jaxgossip.training import make_train
 
 
 def main() -> None:

@@ -18,7 +18,8 @@ import argparse
 import json
 import time
 
-from jaxgossip import sweeps, topology
+from jaxgossip import topology
+from jaxgossip.engine import sweeps
 
 FAMILIES = ("ring", "torus", "hypercube", "exponential", "one_peer_exponential", "erdos_renyi:0.1", "random_matching")
 SIZES = (16, 64, 256, 1024)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, leaf_bits
+from jaxgossip.ops.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 

@@ -32,7 +32,7 @@ from jaxgossip.algorithms.common import (
 )
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused
-from jaxgossip.mixing import check_params, mix
+from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jaxgossip import compress
 from jaxgossip.algorithms.common import check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, mix
+from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
 from jaxgossip.algorithms.messages import check_fixed_graph, read_slot
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, leaf_bits, mix
+from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxgossip import compress
 from jaxgossip.algorithms.common import check_int, per_round
 from jaxgossip.algorithms.registry import require_column_stochastic
-from jaxgossip.mixing import check_params, leaf_bits, mix
+from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, Params, StepInfo
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from jaxgossip.algorithms.common import CountState, per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, leaf_bits
+from jaxgossip.ops.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, num_params_per_node
+from jaxgossip.ops.mixing import check_params, num_params_per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
 

@@ -48,7 +48,7 @@ from jaxgossip.algorithms.matrix_views import (
 )
 from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, mix
+from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jaxgossip import compress
 from jaxgossip.algorithms.common import per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.mixing import check_params, leaf_bits, mix
+from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 

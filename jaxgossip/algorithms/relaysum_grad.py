@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.algorithms.tree_tables import RELAY_REASONS, edge_zeros, relay, relay_bits, tree_tables
-from jaxgossip.mixing import check_params
+from jaxgossip.ops.mixing import check_params
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 

@@ -35,7 +35,7 @@ from jaxgossip.algorithms.common import check_positive, check_public_init, per_n
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused
-from jaxgossip.mixing import check_params, mix
+from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, PRNGKey, StepInfo
 

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
-from jaxgossip.mixing import leaf_bits
+from jaxgossip.ops.mixing import leaf_bits
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, Params
 

@@ -1,5 +1,6 @@
 """The ``jaxgossip`` console script (edge package): ``train``, ``sweep``, ``consensus``,
-``topology-sweep``, ``tune-gamma``, ``demo``, ``plan`` and ``compare``, one module each, on one typed configuration system
+``topology-sweep``, ``tune-gamma``, ``demo``, ``plan`` and ``compare``, one module each, on one
+typed configuration system
 (:mod:`jaxgossip.run.parsing`, jsonargparse).
 
 Every command takes ``--config FILE`` (YAML, JSON or Python ``get_config()``; ``FILE.py:ARG`` for

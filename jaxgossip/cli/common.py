@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxgossip.run import errors
 from jaxgossip.run.cost_report import (
     COST_OPTIONS,
     ENERGY_OPTIONS,
@@ -25,7 +26,6 @@ from jaxgossip.run.cost_report import (
     step_flops_and_memory,
     training_cost,
 )
-from jaxgossip.run import errors
 from jaxgossip.run.parsing import UsageError
 
 __all__ = [
@@ -234,7 +234,7 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     cumulative = np.asarray(metrics.bits, dtype=np.float64)
     merge_bits = None
     if len(rows) > cumulative.shape[0]:
-        from jaxgossip.sharding import to_host
+        from jaxgossip.ops.sharding import to_host
 
         merge_bits = np.asarray(to_host(result.state.bits), np.float64) - cumulative[-1]
     fields = training_cost(

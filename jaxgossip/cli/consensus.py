@@ -96,7 +96,7 @@ def command() -> Command:
         flags=dict(common.PROGRESS_FLAG),
         extra={
             "output": [("out", typing.Optional[str], None, "output folder (default runs/consensus)")],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(),
+            "cost model (jaxgossip.sim.cost; reported next to the bits)": common.cost_options(),
         },
         field_help=FIELD_HELP,
         epilog=common.algorithm_epilog()

@@ -245,7 +245,7 @@ def command(quick: bool = False) -> Command:
                 ),
             ],
             "output": [("out", str | None, None, "output folder (default runs/demo)"), common.TARGET_OPTION],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
+            "cost model (jaxgossip.sim.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=help_text,
         epilog="the compared runs (name: algorithm on topology, options; --algorithm_options.METHOD.KEY=VALUE is "

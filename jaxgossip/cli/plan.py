@@ -90,9 +90,9 @@ def command() -> Command:
 
 
 def run(argv: list[str]) -> int:
-    from jaxgossip import plan as plan_lib
-    from jaxgossip import platforms
+    from jaxgossip.ops import platforms
     from jaxgossip.run.config import check_train_config
+    from jaxgossip.sim import plan as plan_lib
 
     parsed = parse_argv(command(), argv)
     if parsed is None:
@@ -127,8 +127,8 @@ def run(argv: list[str]) -> int:
 
 def format_plan(result) -> str:
     """The plan as text: the breakdown at N, the line, the table of largest N, the caveats."""
-    from jaxgossip.plan import format_bytes
     from jaxgossip.run import plots
+    from jaxgossip.sim.plan import format_bytes
 
     m, config, choices = result.measurement, result.config, result.choices
     n = m.num_nodes

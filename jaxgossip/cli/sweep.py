@@ -31,7 +31,7 @@ class SweepOptions:
 
 
 def _help() -> dict[str, str]:
-    from jaxgossip import sweeps
+    from jaxgossip.engine import sweeps
 
     return {
         **train_field_help(),
@@ -52,7 +52,7 @@ def command() -> Command:
         flags=dict(common.PROGRESS_FLAG),
         extra={
             "output": [("out", typing.Optional[str], None, "output folder (default runs/sweep)"), common.TARGET_OPTION],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
+            "cost model (jaxgossip.sim.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=_help(),
         epilog=common.algorithm_epilog()
@@ -126,7 +126,8 @@ def _known_axis(name: str, names: list[str], plugin: bool = False) -> bool:
 def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[float]]:
     """``--sweep.*`` as axis name -> list of finite numbers (a single value is a one-point axis);
     ``algorithm`` (the run's) tells a plug-in's options apart from misspelled ones."""
-    from jaxgossip import algorithms, sweeps
+    from jaxgossip import algorithms
+    from jaxgossip.engine import sweeps
 
     axes = {}
     for name, values in _flatten(sweep or {}).items():
@@ -222,7 +223,8 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
 
     import jax
 
-    from jaxgossip import sweeps, topology
+    from jaxgossip import topology
+    from jaxgossip.engine import sweeps
     from jaxgossip.run import experiment_sweeps, plots
     from jaxgossip.run.runner import consensus_watchdog
 

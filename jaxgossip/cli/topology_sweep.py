@@ -103,7 +103,7 @@ def command() -> Command:
         },
         extra={
             "output": [("out", typing.Optional[str], None, "output folder (default runs/topology_sweep[_train])")],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
+            "cost model (jaxgossip.sim.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=help_text,
         epilog=_TOPOLOGY_SWEEP_HELP.split("\n\n", 1)[1] + "\n" + common.algorithm_epilog(),
@@ -149,7 +149,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
 
 
 def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
-    from jaxgossip import sweeps
+    from jaxgossip.engine import sweeps
     from jaxgossip.run import plots
     from jaxgossip.run.config import check_algorithm, gamma_warning
 

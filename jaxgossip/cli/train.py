@@ -48,7 +48,7 @@ def command() -> Command:
         flags={**common.PROGRESS_FLAG, "no-resume": "ignore an existing checkpoint in --out"},
         extra={
             "output": [out_option("runs/NAME, NAME = --name or --algorithm"), common.TARGET_OPTION],
-            "cost model (jaxgossip.cost; reported next to the bits)": common.cost_options(training=True),
+            "cost model (jaxgossip.sim.cost; reported next to the bits)": common.cost_options(training=True),
         },
         field_help=train_field_help(),
         epilog=common.algorithm_epilog() + "\n" + EXAMPLES,

@@ -68,7 +68,7 @@ def command() -> Command:
         "Every node starts from a spread-out state (each parameter leaf i.i.d. N(0, 1/D_leaf)); a step size "
         "contracts if after --num_steps rounds the consensus error is finite, below its start and still falling "
         "over the second half (or below 1e-6 of its start). Writes tune_gamma.json, tune_gamma.md and "
-        "tune_gamma.png under --out (jaxgossip.tuning.tune_gamma is the Python API).",
+        "tune_gamma.png under --out (jaxgossip.engine.tuning.tune_gamma is the Python API).",
         classes=[(TuneGammaConfig, "tuning config (config file keys or --field=value)")],
         flags={k: v for k, v in common.PROGRESS_FLAG.items() if k == "print-config"},
         extra={"output": [("out", str | None, None, "output folder (default runs/tune_gamma)")]},
@@ -128,7 +128,7 @@ def check_tune_config(config: TuneGammaConfig):
     input_shape = tuple(config.input_shape)
     if not input_shape or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in input_shape):
         raise UsageError(f"input_shape={list(input_shape)} must be one or more sizes >= 1, e.g. 28,28,1")
-    from jaxgossip.tuning import model_shapes
+    from jaxgossip.engine.tuning import model_shapes
 
     try:
         shapes = model_shapes(config.model, input_shape, config.num_classes, **model_options)
@@ -157,8 +157,8 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
 
     import numpy as np
 
+    from jaxgossip.engine.tuning import tune_gamma, tuning_rows
     from jaxgossip.run import plots
-    from jaxgossip.tuning import tune_gamma, tuning_rows
 
     result = tune_gamma(
         config.algorithm,

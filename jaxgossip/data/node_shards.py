@@ -104,7 +104,7 @@ def check_batch_size(shards: NodeShards, batch_size: int, *, replace: bool = Tru
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    from jaxgossip.sharding import to_host
+    from jaxgossip.ops.sharding import to_host
 
     counts = np.asarray(to_host(shards.counts))  # sharded over the processes of a multi-process run
     if not replace and batch_size > counts.min():

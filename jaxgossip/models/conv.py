@@ -47,7 +47,7 @@ def resolve_conv_impl(impl: str, backend: str | None = None, node_batch: int | N
     """Maps a `conv_impl` option to the concrete formulation ("lax", "matmul" or "explicit").
 
     "auto" picks by backend (`jax.default_backend()` unless `backend` is given) and by how the
-    node axis is batched (`node_batch`, as in `jaxgossip.training.make_train`):
+    node axis is batched (`node_batch`, as in `jaxgossip.engine.training.make_train`):
 
     * GPU/TPU: "lax", whose convolution kernels (cuDNN, the TPU MXU) handle batched convolutions
       natively and avoid the kh*kw-fold im2col memory (not measured here: no accelerator was

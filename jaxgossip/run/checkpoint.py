@@ -3,9 +3,9 @@
 Layout: ``ckpt_dir/<R>/`` for every kept checkpoint, ``R`` the rounds done, each holding three
 orbax items:
 
-* ``state/``: the full :class:`~jaxgossip.training.TrainState` (params, normalization statistics,
+* ``state/``: the full :class:`~jaxgossip.engine.training.TrainState` (params, normalization statistics,
   optimizer and communication state, RNG key data, round counter, bits);
-* ``history/``: the :class:`~jaxgossip.training.Metrics` of every evaluation point so far (orbax
+* ``history/``: the :class:`~jaxgossip.engine.training.Metrics` of every evaluation point so far (orbax
   reserves the item name ``metrics``);
 * ``meta/``: JSON with the config, the rounds done, the cumulative wall time and the wall time at
   every evaluation point.
@@ -275,7 +275,7 @@ def save(ckpt_dir: str, state, metrics, walls: list, config: dict) -> None:
     """
     import orbax.checkpoint as ocp
 
-    from jaxgossip import sharding
+    from jaxgossip.ops import sharding
 
     step = int(np.asarray(state.round))
     arrays = {name: np.asarray(value) for name, value in metrics._asdict().items()}
@@ -417,8 +417,8 @@ def restore(
     """
     import orbax.checkpoint as ocp
 
-    from jaxgossip import sharding
-    from jaxgossip.training import Metrics
+    from jaxgossip.engine.training import Metrics
+    from jaxgossip.ops import sharding
 
     if not os.path.isdir(ckpt_dir):
         raise CheckpointError(f"{ckpt_dir} holds no complete checkpoint")
@@ -465,7 +465,8 @@ def restore(
     missing = np.full(np.shape(items.history["round"]), np.nan, np.float32)
     history = {name: np.asarray(items.history.get(name, missing)) for name in Metrics._fields}
     metrics = Metrics(**history)
-    return Restored(_unstorable(items.state, like_state), metrics, saved.wall_time, saved.walls, saved.round, tuple(names))
+    state = _unstorable(items.state, like_state)
+    return Restored(state, metrics, saved.wall_time, saved.walls, saved.round, tuple(names))
 
 
 def _remove_unfinished(ckpt_dir: str) -> None:

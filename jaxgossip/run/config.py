@@ -148,7 +148,9 @@ class TrainConfig:
 
 def allowed_values() -> dict[str, list[str]]:
     """The closed sets of names: datasets, models, algorithms, topologies, partitions, compressors."""
-    from jaxgossip import algorithms, compress, data, models, outer, precision, topology
+    from jaxgossip import algorithms, compress, data, models, topology
+    from jaxgossip.engine import outer
+    from jaxgossip.ops import precision
 
     families = topology.FAMILIES
     return {
@@ -250,7 +252,7 @@ def train_field_help() -> dict[str, str]:
         "models on CPU",
         "final_merge": "after training: null (none), R (R extra gossip / push-sum rounds) or exact (averaging)",
         "tensorboard": "also write TensorBoard event files under --out (needs tensorboardX)",
-        "time": "the simulated time model (jaxgossip.timing; every metrics row has sim_time): "
+        "time": "the simulated time model (jaxgossip.sim.timing; every metrics row has sim_time): "
         "--time.compute=SECONDS per local step, or stragglers:C,F,S (round(F N) nodes S times slower), "
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0; "
         "--time.latency=S per message (default 1e-4); --time.bandwidth=BIT/S (default 1e9); "
@@ -522,7 +524,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     if config.data_seed is not None:
         _number(config, "data_seed", 0, integer=True)
     _number(config, "lr", 0, strict=True)
-    from jaxgossip import outer
+    from jaxgossip.engine import outer
 
     if config.outer_optimizer not in outer.OUTER_OPTIMIZERS:
         raise _unknown("outer_optimizer", config.outer_optimizer, outer.OUTER_OPTIMIZERS)
@@ -537,7 +539,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
             + "|".join(name for name in outer.OUTER_OPTIMIZERS if name != "none")
             + " (or drop --outer_message)"
         )
-    from jaxgossip import precision
+    from jaxgossip.ops import precision
 
     if config.precision not in precision.PRECISIONS:
         raise _unknown("precision", config.precision, precision.PRECISIONS)
@@ -668,13 +670,13 @@ def _option_group(field: str, options: Any, known: Any, what: str, example: str)
 
 
 def time_model_of(config: TrainConfig, topo):
-    """The :class:`jaxgossip.timing.TimeModel` of a run: ``config.time`` over :data:`TIME_OPTIONS`,
+    """The :class:`jaxgossip.sim.timing.TimeModel` of a run: ``config.time`` over :data:`TIME_OPTIONS`,
     the algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering.
 
     Raises:
       ValueError: naming the ``--time.*`` option and the rule (unknown key, bad value or shape).
     """
-    from jaxgossip import timing
+    from jaxgossip.sim import timing
 
     example = "--time.compute=0.01 --time.bandwidth=1e8"
     options = _option_group("time", config.time, TIME_OPTIONS, "time option", example)
@@ -712,7 +714,7 @@ def time_model_of(config: TrainConfig, topo):
 def availability_of(config: TrainConfig) -> np.ndarray | None:
     """The run's ``[num_rounds, N]`` online mask from ``--time.availability`` (None: always online),
     drawn from ``config.seed``: the runner's graph and its clock use this same mask."""
-    from jaxgossip import timing
+    from jaxgossip.sim import timing
 
     options = normalise_time(config.time) if isinstance(config.time, dict) else {}
     spec = options.get("availability") or TIME_OPTIONS["availability"]
@@ -831,7 +833,7 @@ def check_byzantine(config: TrainConfig, topo) -> None:
 
 
 def async_form_of(config: TrainConfig) -> str:
-    """The asynchronous algorithm of an ``--execution=async`` run (:mod:`jaxgossip.asynchronous`):
+    """The asynchronous algorithm of an ``--execution=async`` run (:mod:`jaxgossip.engine.asynchronous`):
     ``async_form``, or with ``auto`` the first of the algorithm's asynchronous forms
     (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`).
 
@@ -883,7 +885,7 @@ def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
 def check_execution_options(config: TrainConfig, topo) -> None:
     """Checks ``execution`` and, for ``async``, the algorithm's asynchronous form
     (:func:`async_form_of`), the options an asynchronous run does not model, the graph
-    (:func:`jaxgossip.asynchronous.check_async_graph`: fixed, static, the weights the form uses)
+    (:func:`jaxgossip.engine.asynchronous.check_async_graph`: fixed, static, the weights the form uses)
     and a positive compute time (the step times order the events).
 
     Raises:
@@ -900,7 +902,8 @@ def check_execution_options(config: TrainConfig, topo) -> None:
     if refused:
         what, why = refused[0]
         raise ValueError(f"{what} with --execution=async: {why}")
-    from jaxgossip import asynchronous, timing
+    from jaxgossip.engine import asynchronous
+    from jaxgossip.sim import timing
 
     try:
         asynchronous.check_async_graph(form, topo)

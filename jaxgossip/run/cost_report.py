@@ -1,6 +1,6 @@
-"""The cost of configured runs, as the CLI reports it (built on :mod:`jaxgossip.cost`).
+"""The cost of configured runs, as the CLI reports it (built on :mod:`jaxgossip.sim.cost`).
 
-:mod:`jaxgossip.cost` prices bits, FLOPs and memory under a network model; this module holds the
+:mod:`jaxgossip.sim.cost` prices bits, FLOPs and memory under a network model; this module holds the
 option-level model a user sets (``--time.*`` links and ``--energy.*``: :data:`COST_OPTIONS`,
 :class:`CostModel`) and applies it to whole runs: the cost fields of every evaluation point of a
 training run (:func:`training_cost`, from the times the run recorded) and of one graph of a
@@ -16,9 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from jaxgossip.cost import ALLREDUCE_MODELS, MODES, EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
-from jaxgossip.cost import flops_per_step as _flops_per_step
-from jaxgossip.timing import DEFAULT_BANDWIDTH, DEFAULT_LATENCY
+from jaxgossip.sim.cost import (
+    ALLREDUCE_MODELS,
+    MODES,
+    EnergyModel,
+    LinkModel,
+    memory_per_node,
+    per_round_bits,
+    simulate,
+)
+from jaxgossip.sim.cost import flops_per_step as _flops_per_step
+from jaxgossip.sim.timing import DEFAULT_BANDWIDTH, DEFAULT_LATENCY
 
 __all__ = [
     "COST_OPTIONS",
@@ -35,7 +43,7 @@ __all__ = [
     "consensus_graph_cost",
 ]
 
-# --option: (metavar, help); the defaults live in jaxgossip.timing (DEFAULT_BANDWIDTH, DEFAULT_LATENCY).
+# --option: (metavar, help); the defaults live in jaxgossip.sim.timing (DEFAULT_BANDWIDTH, DEFAULT_LATENCY).
 # The commands that train take the time options as TrainConfig.time (--time.*, jaxgossip.run.config)
 # and only the energy options here; the consensus commands take both from here.
 LINK_OPTIONS = {
@@ -83,7 +91,7 @@ def _check_number(option: str, value: float | None, text: Any = None) -> None:
 @dataclasses.dataclass(frozen=True)
 class CostModel:
     """The cost-model options, validated on construction (units: bit/s, s, J): the links of the
-    time model (:mod:`jaxgossip.timing`) and the energy prices.
+    time model (:mod:`jaxgossip.sim.timing`) and the energy prices.
 
     Raises:
       ValueError: naming the option (``--time.bandwidth``, ...): not finite, out of range, or an
@@ -171,10 +179,10 @@ def cost_model_of_training(config, values: Mapping[str, Any]) -> CostModel:
 
 
 def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, **kwargs):
-    """:func:`jaxgossip.cost.simulate` of ``bits`` [R, N] under ``model`` (communication only).
+    """:func:`jaxgossip.sim.cost.simulate` of ``bits`` [R, N] under ``model`` (communication only).
 
     The energy of the FLOPs needs no time, so the callers add it (``F * joules_per_flop`` per
-    round) and only the bits are priced here. ``kwargs`` go to :func:`~jaxgossip.cost.simulate`
+    round) and only the bits are priced here. ``kwargs`` go to :func:`~jaxgossip.sim.cost.simulate`
     (``start_round``).
     """
     return simulate(
@@ -207,8 +215,8 @@ def priced_as_allreduce(algorithm: str) -> bool:
 def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
     """FLOPs of one node's local step (0 unless ``need_flops``) and bytes per node of a run.
 
-    The step is the gradient of :func:`jaxgossip.training.cross_entropy_loss` on one node's batch
-    [B, ...], as in :func:`jaxgossip.training.make_train` (optimizer update, augmentation and
+    The step is the gradient of :func:`jaxgossip.engine.training.cross_entropy_loss` on one node's batch
+    [B, ...], as in :func:`jaxgossip.engine.training.make_train` (optimizer update, augmentation and
     evaluation not counted). Memory is params, normalization statistics, optimizer and algorithm
     state, from shapes only.
 
@@ -223,7 +231,7 @@ def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[floa
     import jax
 
     from jaxgossip import models
-    from jaxgossip import training as train
+    from jaxgossip.engine import training as train
     from jaxgossip.run.runner import make_algorithm, make_optimizer
 
     fns = train.linen_model_fns(
@@ -262,8 +270,8 @@ def training_cost(
     """Cost fields of every evaluation point of a training run (and of its final merge).
 
     The times are the ones the run recorded (``Metrics.sim_time`` / ``comm_time``, advanced every
-    round by :mod:`jaxgossip.timing`); only the final merge, which runs after the compiled
-    training, is priced here, by the same time model (:func:`jaxgossip.cost.simulate`).
+    round by :mod:`jaxgossip.sim.timing`); only the final merge, which runs after the compiled
+    training, is priced here, by the same time model (:func:`jaxgossip.sim.cost.simulate`).
 
     Args:
       model: the cost model (links as the run's, energy prices).

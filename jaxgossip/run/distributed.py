@@ -14,7 +14,7 @@ module holds them:
   JAX's own cluster detection (SLURM, Open MPI, Kubernetes, Cloud TPU). The ``jaxgossip`` command
   calls it first, so every command runs multi-process unchanged;
 * reading results: a node-sharded array spans devices of other processes, so
-  ``np.asarray`` refuses it; :func:`jaxgossip.sharding.to_host` gathers it (a collective: every process must call it
+  ``np.asarray`` refuses it; :func:`jaxgossip.ops.sharding.to_host` gathers it (a collective: every process must call it
   at the same point, which holds because all run the same program);
 * writing results: only :func:`is_primary` (process 0) writes metrics, configs and plots; orbax
   checkpoints are written by all processes together (orbax coordinates them and writes each array

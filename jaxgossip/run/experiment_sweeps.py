@@ -1,11 +1,11 @@
 """Training sweeps of a config in one compile (edge module: builds runs from a ``TrainConfig``).
 
 :func:`sweep_training` ``vmap``s a whole configured training run over a grid of sweepable
-hyperparameters x seeds. The grid and its rules (:data:`jaxgossip.sweeps.SWEEPABLE`,
-:func:`jaxgossip.sweeps.check_axes`, :func:`jaxgossip.sweeps.grid`) live in the library module
-:mod:`jaxgossip.sweeps`; this module adds the config layer (:mod:`jaxgossip.run.runner`) on top.
+hyperparameters x seeds. The grid and its rules (:data:`jaxgossip.engine.sweeps.SWEEPABLE`,
+:func:`jaxgossip.engine.sweeps.check_axes`, :func:`jaxgossip.engine.sweeps.grid`) live in the library module
+:mod:`jaxgossip.engine.sweeps`; this module adds the config layer (:mod:`jaxgossip.run.runner`) on top.
 :func:`sweep_topologies_training` does the same over graphs, on the engine
-:func:`jaxgossip.sweeps.map_topologies`.
+:func:`jaxgossip.engine.sweeps.map_topologies`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip import sharding
+from jaxgossip.engine.sweeps import check_axes, grid, map_topologies
+from jaxgossip.ops import sharding
 from jaxgossip.run.runner import make_trainer, prepare
-from jaxgossip.sweeps import check_axes, grid, map_topologies
 from jaxgossip.topology import Topology
 
 __all__ = ["SweepProgram", "sweep_training", "sweep_program", "sweep_topologies_training", "apply_point"]
 
 
-# Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.timing.Compute.
+# Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.sim.timing.Compute.
 _COMPUTE_FIELDS = {"time.compute": "seconds", "time.fraction": "fraction", "time.slowdown": "slowdown"}
 # The compute kinds whose seconds (C, median or mean) time.compute sets (a trace has none).
 _SCALED_KINDS = ("constant", "stragglers", "lognormal", "exponential")
@@ -35,9 +35,9 @@ def apply_point(config, point: Mapping[str, Any]):
     """``config`` with the values of one grid point (``"algorithm_options.gamma"`` style names
     set inside ``algorithm_options``, ``"time.bandwidth"`` inside ``time``, and the numbers of the
     compute spec, ``"time.slowdown"`` the S of ``stragglers:C,F,S``, inside its parsed
-    :class:`jaxgossip.timing.Compute`); values may be traced."""
-    from jaxgossip import timing
+    :class:`jaxgossip.sim.timing.Compute`); values may be traced."""
     from jaxgossip.run.config import TIME_OPTIONS
+    from jaxgossip.sim import timing
 
     changes, options, time = {}, dict(config.algorithm_options), dict(config.time)
     for name, value in point.items():
@@ -64,7 +64,7 @@ def sweep_training(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[in
 
     Args:
       config: a :class:`jaxgossip.run.runner.TrainConfig`.
-      axes: name -> values, names from :data:`jaxgossip.sweeps.SWEEPABLE` (e.g. ``{"lr": [...],
+      axes: name -> values, names from :data:`jaxgossip.engine.sweeps.SWEEPABLE` (e.g. ``{"lr": [...],
         "algorithm_options.gamma": [...]}``).
       seeds: S integer seeds; seed ``s`` runs exactly like
         ``run_training(config.replace(seed=s, data_seed=d))`` with ``d`` the config's data seed
@@ -97,7 +97,7 @@ class SweepProgram(NamedTuple):
 
 def sweep_program(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], dataset=None, platform=None):
     """The program of :func:`sweep_training` (same arguments) built for ``platform`` (one of
-    :data:`jaxgossip.platforms.PLATFORMS`; None: the backend JAX runs on), not yet run: a
+    :data:`jaxgossip.ops.platforms.PLATFORMS`; None: the backend JAX runs on), not yet run: a
     :class:`SweepProgram`."""
     check_axes(axes)
     points = grid(axes)

@@ -51,7 +51,9 @@ FEATURES: tuple[Feature, ...] = (
         static_graph=True,
         forms=lambda info: tuple(info.asynchronous),
     ),
-    Feature("byzantine_nodes", ("--byzantine.nodes=1",), "one attacker drawn from the data seed, metrics over honest nodes"),
+    Feature(
+        "byzantine_nodes", ("--byzantine.nodes=1",), "one attacker drawn from the data seed, metrics over honest nodes"
+    ),
     Feature("byzantine_ids", ("--byzantine.ids=0", "--byzantine.attack=signflip"), "an attacker by id"),
     Feature(
         "outer",

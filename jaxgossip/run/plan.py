@@ -12,13 +12,13 @@ of ``eval_every`` rounds, evaluation included) is lowered on abstract values and
   process the trainer closes over them as constants, which XLA's analysis leaves out. Only the
   per-node sample counts ``[N]`` and the graph's index tables stay constants (not counted).
 
-Total = XLA's ``arguments + outputs + temp - alias`` (:class:`jaxgossip.plan.MemoryStats`); the
+Total = XLA's ``arguments + outputs + temp - alias`` (:class:`jaxgossip.sim.plan.MemoryStats`); the
 breakdown of the arguments (parameters, optimizer state, algorithm state, ...) is counted from the
 state's leaf shapes, and temp (activations, gradients, intermediate buffers) is XLA's. The state is
 not donated, so a chunk holds its input and output state at once.
 
 The numbers are from the CPU compile of the program built for ``platform`` (its build-time
-choices: node batching, convolution formulation; :mod:`jaxgossip.platforms`). A GPU compile can
+choices: node batching, convolution formulation; :mod:`jaxgossip.ops.platforms`). A GPU compile can
 differ (other fusions, cuDNN workspaces, allocator fragmentation; compile-time branches such as the
 fused CPU top-k round are the CPU's here), so keep a margin.
 """
@@ -32,8 +32,11 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgossip import data, platforms, topology
-from jaxgossip.plan import (
+from jaxgossip import data, topology
+from jaxgossip.ops import platforms
+from jaxgossip.run import runner
+from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.sim.plan import (
     GPU_MEMORY,
     Fit,
     MemoryStats,
@@ -42,8 +45,6 @@ from jaxgossip.plan import (
     memory_stats,
     tree_bytes,
 )
-from jaxgossip.run import runner
-from jaxgossip.run.config import TrainConfig, check_train_config
 
 __all__ = [
     "Part",
@@ -69,7 +70,7 @@ class Part(NamedTuple):
     Attributes:
       name: what it is ("parameters", "optimizer state", "algorithm state", ...).
       total: bytes over all nodes.
-      per_node: the bytes of the leaves with a node axis, / N (:func:`jaxgossip.plan.tree_bytes`).
+      per_node: the bytes of the leaves with a node axis, / N (:func:`jaxgossip.sim.plan.tree_bytes`).
       shared: bytes of the leaves that are not per-node.
       shared_leaves: ``"path shape dtype"`` of those leaves.
     """
@@ -86,7 +87,7 @@ class Measurement(NamedTuple):
 
     Attributes:
       num_nodes: N.
-      stats: XLA's memory analysis (:class:`jaxgossip.plan.MemoryStats`).
+      stats: XLA's memory analysis (:class:`jaxgossip.sim.plan.MemoryStats`).
       parts: the arguments by part, from the leaf shapes (their totals add up to
         ``stats.arguments``).
       rounds: rounds in the compiled chunk (``evals_per_chunk * eval_every``, at most the run).
@@ -134,12 +135,12 @@ class MemoryPlan(NamedTuple):
     Attributes:
       config: the checked config (``num_nodes`` the planned N).
       platform: the platform whose build-time choices the program uses (compiled for the CPU).
-      choices: those choices (:class:`jaxgossip.platforms.BuildChoices`).
+      choices: those choices (:class:`jaxgossip.ops.platforms.BuildChoices`).
       measurement: the compiled chunk at ``config.num_nodes``.
       line: ``(a, b)`` of ``bytes ~ a + b N`` through the first two compiles (None if only one
         node count is valid).
       fit_nodes: the two node counts of the line.
-      fits: one :class:`jaxgossip.plan.Fit` per memory size, in the order given.
+      fits: one :class:`jaxgossip.sim.plan.Fit` per memory size, in the order given.
       labels: the label of each memory size.
       rule: the node-count rule in words (:class:`NodeRule`: the data set's limit and the first
         refusal of a count met in the search).
@@ -167,7 +168,7 @@ class AbstractRun(NamedTuple):
 
     Attributes:
       num_nodes: N.
-      state: ``jax.eval_shape`` of ``trainer.init`` (a :class:`jaxgossip.training.TrainState` of
+      state: ``jax.eval_shape`` of ``trainer.init`` (a :class:`jaxgossip.engine.training.TrainState` of
         ``jax.ShapeDtypeStruct``).
       data: ``(train_data, eval_data)``: ``(x [N, M_max, ...], y [N, M_max, ...])`` and
         ``(x [M_eval, ...], y [M_eval, ...])`` as ``jax.ShapeDtypeStruct``.
@@ -195,7 +196,7 @@ def abstract_run(
     Args:
       config: a training config (checked here with ``check_train_config``).
       dataset: its data set (loaded from the config when None).
-      platform: whose build-time choices to build with (:data:`jaxgossip.platforms.PLATFORMS`;
+      platform: whose build-time choices to build with (:data:`jaxgossip.ops.platforms.PLATFORMS`;
         None: the backend JAX runs on). The program is compiled for the CPU either way.
 
     Raises:
@@ -259,7 +260,7 @@ def breakdown(run: AbstractRun, like: AbstractRun | None = None) -> tuple[Part, 
     Args:
       run: the run at N.
       like: optional, the same config at another node count; a leaf is then per-node when one of
-        its axes is N here and ``like.num_nodes`` there (:func:`jaxgossip.plan.tree_bytes`), which
+        its axes is N here and ``like.num_nodes`` there (:func:`jaxgossip.sim.plan.tree_bytes`), which
         also catches ``[T, N, ...]`` buffers. Without it, when its leading axis is N.
     """
     if like is None:
@@ -355,12 +356,12 @@ def plan_memory(
 ) -> MemoryPlan:
     """The memory plan of ``config``: the compiled chunk at ``config.num_nodes`` and, for every
     memory size, the largest node count whose compiled chunk fits it (confirmed by compiling there
-    and at the next valid count; :func:`jaxgossip.plan.largest_fitting`).
+    and at the next valid count; :func:`jaxgossip.sim.plan.largest_fitting`).
 
     Args:
       config: a training config; ``num_nodes`` is the N of the breakdown and the first point of
         the line.
-      memories: ``(label, bytes)`` sizes; default :data:`jaxgossip.plan.GPU_MEMORY`.
+      memories: ``(label, bytes)`` sizes; default :data:`jaxgossip.sim.plan.GPU_MEMORY`.
       dataset: the config's data set (loaded when None).
       platform: whose build-time choices the program is built with (see :func:`measure`).
       fit_nodes: the second node count of the line; default the first valid count >= 2 N (or the

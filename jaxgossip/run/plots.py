@@ -215,7 +215,7 @@ def plot_consensus(
 
 
 def plot_gamma_tuning(result, path: str, title: str = "") -> str:
-    """Two panels of a :class:`jaxgossip.tuning.GammaTuning`: relative consensus error vs rounds
+    """Two panels of a :class:`jaxgossip.engine.tuning.GammaTuning`: relative consensus error vs rounds
     for every step size (colour = step size; contracting solid, the others dashed), and the final
     relative error vs step size with the largest contracting and the recommended value marked."""
     plt = _pyplot()
@@ -328,7 +328,7 @@ def plot_topology_sweep(rows: Sequence[Mapping], path: str, title: str = "", tol
     target error, each against the spectral gap (log-log). One marker per family, colour by N.
 
     Args:
-      rows: :func:`jaxgossip.sweeps.topology_rows` output.
+      rows: :func:`jaxgossip.engine.sweeps.topology_rows` output.
       path: PNG file to write.
       tol: the target used for the rows (for the axis labels).
     """

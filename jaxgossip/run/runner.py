@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import algorithms, data, models, outer, platforms, precision, sharding, topology
+from jaxgossip import algorithms, data, models, topology
+from jaxgossip.engine import outer
+from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
+from jaxgossip.ops import platforms, precision, sharding
 from jaxgossip.run.config import (
     TrainConfig,
     async_form_of,
@@ -29,7 +32,6 @@ from jaxgossip.run.config import (
     with_trainer_options,
 )
 from jaxgossip.run.watchdog import DivergenceError, WatchdogAlarm, check_consensus, check_divergence
-from jaxgossip.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
 
 __all__ = [
     "TrainConfig",
@@ -192,7 +194,7 @@ class Built:
 @dataclasses.dataclass
 class Prepared:
     """The parts of a run that fix array shapes: data, shards, graph, model (built once per sweep),
-    and the build-time choices of the target platform (:class:`jaxgossip.platforms.BuildChoices`)."""
+    and the build-time choices of the target platform (:class:`jaxgossip.ops.platforms.BuildChoices`)."""
 
     dataset: data.Dataset
     parts: list
@@ -205,7 +207,7 @@ class Prepared:
 
 def prepare(config: TrainConfig, dataset: data.Dataset | None = None, platform: str | None = None) -> Prepared:
     """Loads and partitions the data and builds the topology and the model for ``platform`` (one
-    of :data:`jaxgossip.platforms.PLATFORMS`; None: the backend JAX runs on)."""
+    of :data:`jaxgossip.ops.platforms.PLATFORMS`; None: the backend JAX runs on)."""
     choices = platforms.resolve(config.model, config.node_batch, platform)
     if dataset is None:
         dataset = load_data(config)
@@ -271,7 +273,7 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
 def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
     """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
     algorithm options) may hold traced values here, so this can run inside ``vmap``. With
-    ``execution="async"`` it is :func:`jaxgossip.async_training.make_async_train` (the schedule
+    ``execution="async"`` it is :func:`jaxgossip.engine.async_training.make_async_train` (the schedule
     planned from ``seed``) and there is no synchronous algorithm (None)."""
     if config.execution == "async":
         return _make_async_trainer(config, prep), None
@@ -300,7 +302,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
 
 
 def _make_async_trainer(config: TrainConfig, prep: Prepared) -> Trainer:
-    from jaxgossip import async_training
+    from jaxgossip.engine import async_training
 
     eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     return async_training.make_async_train(
@@ -469,7 +471,7 @@ def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[Tr
     merge_fn = jax.jit(algorithms.make_merge(built.topology, built.config.final_merge))
     params, comm_state, info = merge_fn(state.params, state.comm_state)
     state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
-    from jaxgossip.sharding import to_host
+    from jaxgossip.ops.sharding import to_host
 
     point = to_host(jax.jit(built.trainer.evaluate)(state, jnp.float32(train_loss)))
     lm = models.is_sequence_model(built.config.model)

@@ -233,7 +233,7 @@ class Topology:
         if self.num_graphs is not None:
             raise ValueError(
                 f"{self.name} is a stack of {self.num_graphs} stochastic graphs: jax.vmap over its leading axis "
-                "(jaxgossip.sweeps.map_topologies does) and draw from each member"
+                "(jaxgossip.engine.sweeps.map_topologies does) and draw from each member"
             )
         return self.sampler.draw(jax.random.fold_in(key, _GRAPH_STREAM), t, self.draw_args)
 

@@ -2,7 +2,7 @@
 circulant shifts.
 
 A :class:`~jaxgossip.topology.Topology` stores its mixing matrices in the layout chosen here, and
-:mod:`jaxgossip.mixing` runs one kernel per layout. The choice is measured on XLA:CPU
+:mod:`jaxgossip.ops.mixing` runs one kernel per layout. The choice is measured on XLA:CPU
 (``experiments/bench_mixing.py``): summing K per-slot gathers reaches 0.86x the bandwidth of a
 plain copy at K = 3 and 0.65x at K = 9, ``segment_sum`` over an edge list about 0.22x, and a dense
 ``W @ x`` is 6x faster than slots for a complete graph (N = 64). Host-side NumPy, not jittable.

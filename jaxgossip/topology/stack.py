@@ -4,7 +4,7 @@ A graph built on the host keeps NumPy tables, constants of the compiled program,
 costs its own compile. :func:`stack` puts the tables of G graphs with the same node count N on a
 leading graph axis ``[G, ...]`` as device arrays; ``jax.vmap`` over the stack gives each member's
 tables as traced values, so a mixing algorithm built on a member runs all G graphs in one program
-(``jaxgossip.sweeps.sweep_topologies``).
+(``jaxgossip.engine.sweeps.sweep_topologies``).
 
 Stacking pads the tables to a common shape:
 

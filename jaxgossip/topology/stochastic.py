@@ -14,7 +14,7 @@ A stochastic graph is a :class:`~jaxgossip.topology.Topology` without tables who
 whose ``graph`` is a one-round Topology with traced tables ``[1, E]`` of fixed E (padding edges
 have weight 0), so every mixing kernel runs on it unchanged. The key of round t is the step key
 the runner hands to the algorithm (the round driver's key schedule,
-:func:`jaxgossip.rounds.next_keys`), folded with a fixed stream id: the graph sequence is a pure
+:func:`jaxgossip.engine.rounds.next_keys`), folded with a fixed stream id: the graph sequence is a pure
 function of the run key, the same key gives the same sequence, and a resumed run draws the same
 graphs. Which algorithms accept which stochastic graph is their metadata
 (:attr:`jaxgossip.types.AlgorithmInfo.stochastic_graphs`); docs/algorithms.md, section stochastic
@@ -519,7 +519,7 @@ def with_availability(topology: Topology, available: Any) -> Topology:
     Args:
       topology: a graph :func:`with_failures` accepts, or failures of one (its drops are kept).
       available: ``[R, N]`` 0/1 (or bool), node i online in round t iff ``available[t mod R, i]``
-        (e.g. :func:`jaxgossip.timing.availability`).
+        (e.g. :func:`jaxgossip.sim.timing.availability`).
 
     Returns:
       A stochastic :class:`Topology` (failures with ``available`` among its ``draw_args``).
@@ -601,7 +601,7 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
 
     Both are pytree leaves of the result (``draw_args``), not compile-time constants: failures of
     one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program that
-    ``jax.vmap`` runs for every p (``jaxgossip.sweeps.map_topologies`` does this for a list of
+    ``jax.vmap`` runs for every p (``jaxgossip.engine.sweeps.map_topologies`` does this for a list of
     them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
 
     Returns:
@@ -676,7 +676,7 @@ def sample_matrices(topology: Topology, keys: Any, start: int = 0) -> np.ndarray
 
     Args:
       topology: any single graph.
-      keys: [R] PRNG keys (e.g. ``jaxgossip.rounds.round_keys(key, R)``, the step keys of ``run_consensus``).
+      keys: [R] PRNG keys (e.g. ``jaxgossip.engine.rounds.round_keys(key, R)``, the step keys of ``run_consensus``).
       start: the round counter of the first key.
     """
     keys = jnp.asarray(keys)

@@ -14,7 +14,7 @@ counter alike. The layout is chosen per graph from measurements on XLA:CPU (``ex
   ``segment_sum``.
 
 Placement: when a leaf's node axis lives on a mesh axis named ``"nodes"`` (see
-:mod:`jaxgossip.sharding`) and the graph is circulant with static slot tables, ``mix`` runs the
+:mod:`jaxgossip.ops.sharding`) and the graph is circulant with static slot tables, ``mix`` runs the
 slot kernel as ``shard_map`` + ``lax.ppermute`` of contiguous row slices instead of leaving the
 gathers to XLA's partitioner (``experiments/bench/ppermute.py``: 1.6-38x per round for the
 one-peer exponential graph with a traced round, the same speed for static rounds).
@@ -46,7 +46,7 @@ __all__ = [
     "NODE_AXIS",
 ]
 
-# The mesh axis that carries the node axis (jaxgossip.sharding.node_mesh builds it).
+# The mesh axis that carries the node axis (jaxgossip.ops.sharding.node_mesh builds it).
 NODE_AXIS = "nodes"
 
 
@@ -238,7 +238,7 @@ def _mix_ppermute(plan, mesh: Any, x: Params, idx: Any) -> Params:
 def _node_mesh(leaf: Array, num_nodes: int) -> Any:
     """The mesh whose ``"nodes"`` axis (size P > 1, P divides N) holds the node axis of ``leaf``,
     or None. Under ``jit`` with automatic axes only the mesh is known, not the spec, so a leaf on
-    a mesh with a ``"nodes"`` axis counts as placed on it (jaxgossip.sharding.shard_nodes)."""
+    a mesh with a ``"nodes"`` axis counts as placed on it (jaxgossip.ops.sharding.shard_nodes)."""
     sharding = getattr(jax.typeof(leaf), "sharding", None)
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or NODE_AXIS not in mesh.axis_names:
@@ -333,7 +333,7 @@ def mix_on_mesh(topology: Topology, x: Params, t: Any, mesh: Any) -> Params:
     axis ``"nodes"``; each shift c of round t (:func:`circulant_shifts`) moves at most two
     contiguous row slices between devices. Any layout of a circulant graph is served. ``mix`` picks
     this path by itself for slot-layout graphs whose leaves are placed on such a mesh;
-    :func:`jaxgossip.sharding.mix_ppermute` is the checked public entry with an explicit mesh.
+    :func:`jaxgossip.ops.sharding.mix_ppermute` is the checked public entry with an explicit mesh.
 
     Args:
       topology: a circulant graph with host tables.

@@ -1,7 +1,7 @@
 """The round driver: one ``lax.scan`` over communication rounds for every kind of run.
 
-Consensus (:mod:`jaxgossip.consensus`), optimization (:mod:`jaxgossip.optimization`) and training
-(:mod:`jaxgossip.training`) are programs for this driver. A program is a pure ``round_fn(carry, x)
+Consensus (:mod:`jaxgossip.engine.consensus`), optimization (:mod:`jaxgossip.engine.optimization`) and training
+(:mod:`jaxgossip.engine.training`) are programs for this driver. A program is a pure ``round_fn(carry, x)
 -> (carry, record)``: ``carry`` is any pytree the program carries from round to round (params,
 algorithm and optimizer state, counters, a PRNG key, and whatever per-round extras a program
 needs: clocks, masks, delayed messages), ``x`` the round's slice of ``xs`` (per-round inputs such

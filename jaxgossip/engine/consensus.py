@@ -1,5 +1,5 @@
 """Consensus-only simulation: communication rounds without gradients, one program of the round
-driver (:func:`jaxgossip.rounds.run_rounds`)."""
+driver (:func:`jaxgossip.engine.rounds.run_rounds`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import timing
-from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.rounds import next_keys, run_rounds
-from jaxgossip.timing import TimeModel
+from jaxgossip.engine.rounds import next_keys, run_rounds
+from jaxgossip.ops.mixing import consensus_distance, node_mean
+from jaxgossip.sim import timing
+from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["ConsensusResult", "ConsensusTrace", "run_consensus", "consensus_scan"]
@@ -29,9 +29,9 @@ class ConsensusResult(NamedTuple):
       x: final params (leaves [N, ...]).
       state: final algorithm state.
       node_bits: [S, N] float32, the bits each node sent in each round (``StepInfo.bits``; the time
-        of a round under :mod:`jaxgossip.cost` depends on what each node sent).
+        of a round under :mod:`jaxgossip.sim.cost` depends on what each node sent).
       sim_time: [S + 1] simulated seconds since the start (0 first) under the run's time model
-        (:mod:`jaxgossip.timing`), or None for a run without one.
+        (:mod:`jaxgossip.sim.timing`), or None for a run without one.
       comm_time: [S + 1] seconds of communication so far (the slowest node's, summed over rounds),
         or None.
     """
@@ -112,9 +112,9 @@ def run_consensus(
       alg: a :class:`~jaxgossip.types.GossipAlgorithm`.
       x0: pytree of leaves ``[N, ...]``, the initial node values.
       num_steps: S, number of rounds (static).
-      key: PRNG key; round k uses the k-th of :func:`jaxgossip.rounds.round_keys` ``(key, S)`` (the
+      key: PRNG key; round k uses the k-th of :func:`jaxgossip.engine.rounds.round_keys` ``(key, S)`` (the
         driver's key schedule).
-      time: optional :class:`jaxgossip.timing.TimeModel` (e.g. :func:`jaxgossip.timing.time_model`);
+      time: optional :class:`jaxgossip.sim.timing.TimeModel` (e.g. :func:`jaxgossip.sim.timing.time_model`);
         the run then records ``sim_time`` and ``comm_time`` (rounds without local steps: a round
         lasts as long as its slowest node's communication).
 

@@ -1,8 +1,8 @@
 """Simulated time inside the compiled run: compute per local step, links, and each round's clock.
 
-One model with one implementation: the compiled runs (:mod:`jaxgossip.consensus`,
-:mod:`jaxgossip.optimization`, :mod:`jaxgossip.training`) advance a clock with it every round from
-the bits the round actually sent, and :func:`jaxgossip.cost.simulate` prices recorded bits with the
+One model with one implementation: the compiled runs (:mod:`jaxgossip.engine.consensus`,
+:mod:`jaxgossip.engine.optimization`, :mod:`jaxgossip.engine.training`) advance a clock with it every round from
+the bits the round actually sent, and :func:`jaxgossip.sim.cost.simulate` prices recorded bits with the
 same functions (in float64 on the host).
 
 * **Compute.** Local step k of node i takes ``p_{k,i}`` seconds (:class:`Compute`): a constant C;

@@ -1,7 +1,7 @@
-"""Asynchronous decentralized optimization on the simulated clock of :mod:`jaxgossip.timing`.
+"""Asynchronous decentralized optimization on the simulated clock of :mod:`jaxgossip.sim.timing`.
 
 Nodes do not wait for each other. Node i's k-th local step takes ``p_{k,i}`` seconds
-(:func:`jaxgossip.timing.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
+(:func:`jaxgossip.sim.timing.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
 (a float32 running sum); the finish of a step is an *event*, after which the node starts its next
 step. A message leaves with the sender's model at its event and counts at the receiver when it
 arrives, ``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
@@ -32,7 +32,7 @@ Algorithms (:data:`ALGORITHMS`), event e of node i at time t with gradient
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
 the partners on the host), then every event's stale version or delayed messages and the waves
-are planned on the host (:mod:`jaxgossip.async_waves`): each round's events are put on the
+are planned on the host (:mod:`jaxgossip.engine.async_waves`): each round's events are put on the
 earliest wave that keeps every dependency (read-after-write strictly later, write-after-read not
 earlier), so events that commute share a wave and the result is the sequential simulation's.
 A ``lax.scan`` runs over the waves, each a vmapped gather, gradient and masked scatter over W
@@ -48,7 +48,7 @@ the messages it is due straight from the senders' rings, so every event writes o
 node's rows and the scatters are deterministic.
 
 Keys: ``key_sched, key_grad = split(key)``; the clock's key is ``fold_in(key, TIME_STREAM)``
-(:func:`jaxgossip.timing.init_clock`); AD-PSGD's event e picks its neighbour slot
+(:func:`jaxgossip.sim.timing.init_clock`); AD-PSGD's event e picks its neighbour slot
 ``floor(u_e deg_i)`` with ``u = uniform(key_sched, [E])``; event e draws its gradient with
 ``fold_in(key_grad, e)``. The same key gives the same schedule and the same run.
 
@@ -68,7 +68,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import async_waves, timing
+from jaxgossip.engine import async_waves
+from jaxgossip.sim import timing
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = [
@@ -115,7 +116,7 @@ class AsyncSchedule(NamedTuple):
 
 
 class WaveStats(NamedTuple):
-    """How the events were packed (:mod:`jaxgossip.async_waves`).
+    """How the events were packed (:mod:`jaxgossip.engine.async_waves`).
 
     Attributes:
       num_waves: M, waves of the scan.
@@ -289,7 +290,7 @@ def _durations(compute, clock_key, n, num_steps):
 
 def step_durations(compute: timing.Compute, num_nodes: int, num_steps: int, key: PRNGKey) -> np.ndarray:
     """``[K, N]`` float32 seconds of every node's first K = ``num_steps`` local steps in the run
-    with key ``key`` (:func:`jaxgossip.timing.compute_seconds` with the clock's key), as the
+    with key ``key`` (:func:`jaxgossip.sim.timing.compute_seconds` with the clock's key), as the
     schedule draws them."""
     return np.asarray(_durations(compute, timing.init_clock(key).key, num_nodes, num_steps), np.float32)
 
@@ -665,7 +666,7 @@ def run_async_optimization(
     algorithm: str = "ad_psgd",
     max_width: int | None = None,
 ) -> AsyncResult:
-    """An asynchronous algorithm (module docstring) on a :class:`jaxgossip.problems.Problem`.
+    """An asynchronous algorithm (module docstring) on a :class:`jaxgossip.engine.problems.Problem`.
 
     Args:
       problem: its ``loss_fn`` gives the (stochastic) gradients, ``full_loss_fn`` the objective.
@@ -674,9 +675,9 @@ def run_async_optimization(
         ``ad_psgd`` averages along its edges.
       x0: [N, D] float32 initial models.
       lr: the step size (may be traced).
-      time: a :class:`jaxgossip.timing.TimeModel` (compute and per-edge links; no availability)
-        or a :class:`jaxgossip.timing.Compute` or ``--time.compute`` spec (then the default
-        links, :data:`jaxgossip.timing.DEFAULT_LATENCY` and ``DEFAULT_BANDWIDTH``).
+      time: a :class:`jaxgossip.sim.timing.TimeModel` (compute and per-edge links; no availability)
+        or a :class:`jaxgossip.sim.timing.Compute` or ``--time.compute`` spec (then the default
+        links, :data:`jaxgossip.sim.timing.DEFAULT_LATENCY` and ``DEFAULT_BANDWIDTH``).
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
       algorithm: one of :data:`ALGORITHMS`, or a registered algorithm with an asynchronous form

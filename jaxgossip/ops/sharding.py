@@ -29,8 +29,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxgossip import mixing
-from jaxgossip.mixing import NODE_AXIS, check_params
+from jaxgossip.ops import mixing
+from jaxgossip.ops.mixing import NODE_AXIS, check_params
 from jaxgossip.topology import Topology
 from jaxgossip.topology.layout import circulant_shifts
 from jaxgossip.types import Params

@@ -1,11 +1,11 @@
-"""Asynchronous decentralized training: the events of :mod:`jaxgossip.asynchronous` on a model.
+"""Asynchronous decentralized training: the events of :mod:`jaxgossip.engine.asynchronous` on a model.
 
 Each node's parameters are flattened to one vector (``jax.flatten_util.ravel_pytree`` of one
 node's params, D values), so the asynchronous engine runs on ``[N, D]`` as it does for
 optimization problems. Event e of node i (finishing its local step at time t) takes the gradient
 of the model loss on a fresh batch of B samples drawn from node i's shard (with replacement, as
 :func:`jaxgossip.data.sample_batch`; ``key_batch, key_aug = split(fold_in(key_grad, e))``), at
-the model i read when the step started (stale, as in :mod:`jaxgossip.asynchronous`), and turns it
+the model i read when the step started (stale, as in :mod:`jaxgossip.engine.asynchronous`), and turns it
 into a step ``u`` with node i's own optax state (momentum, Adam moments; plain SGD gives
 ``u = -lr g``, AD-PSGD's rule). The rules, with ``u`` in place of ``- lr g``:
 
@@ -47,9 +47,10 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxgossip import asynchronous, timing
-from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.training import Metrics, Trainer, TrainState, as_model_fns, batched_eval, cross_entropy_loss
+from jaxgossip.engine import asynchronous
+from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, batched_eval, cross_entropy_loss
+from jaxgossip.ops.mixing import consensus_distance, node_mean
+from jaxgossip.sim import timing
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = ["AsyncTables", "make_async_train"]
@@ -59,7 +60,7 @@ class AsyncTables(NamedTuple):
     """What the compiled chunks read from the host plan (device arrays).
 
     Attributes:
-      waves: :class:`jaxgossip.asynchronous.WaveTables` of all M waves, ``[M, W, ...]``.
+      waves: :class:`jaxgossip.engine.asynchronous.WaveTables` of all M waves, ``[M, W, ...]``.
       round_start: [R + 1] int32, the first wave of each round (and M at the end).
       sim_time: [R + 1] float32, the time of the last event of each round (0 first).
       bits: [R + 1, N] float32 cumulative bits each node sent after each round (0 first).
@@ -107,37 +108,37 @@ def make_async_train(
     max_width: int | None = None,
 ) -> Trainer:
     """An asynchronous training run (module docstring) with the interface of
-    :func:`jaxgossip.training.make_train`.
+    :func:`jaxgossip.engine.training.make_train`.
 
     Args:
-      model: as :func:`jaxgossip.training.make_train`, without normalization statistics.
+      model: as :func:`jaxgossip.engine.training.make_train`, without normalization statistics.
       topology: a fixed, static graph with host tables (as
-        :func:`jaxgossip.asynchronous.run_async_optimization`).
+        :func:`jaxgossip.engine.asynchronous.run_async_optimization`).
       shards: ``NodeShards(x [N, M_max, ...], y [N, M_max], counts [N])`` in this process.
       eval_data: ``(x [M, ...], y [M])`` held-out data.
       optimizer: an optax transformation, one state per node, updated at the node's events.
       algorithm: ``"ad_psgd"``, ``"async_gossip"``, ``"async_sgp"`` or a registered algorithm with
         an asynchronous form (``"gossip"``, ``"push_sum"``).
-      time: a :class:`jaxgossip.timing.TimeModel` (per-edge links, no availability), a
-        :class:`jaxgossip.timing.Compute` or a ``--time.compute`` spec.
+      time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, no availability), a
+        :class:`jaxgossip.sim.timing.Compute` or a ``--time.compute`` spec.
       key: the run's key (concrete): the schedule is drawn from its second half, as
         :meth:`Trainer.init` derives the run's keys (``key_init, key_run = split(key)``;
         the engine's keys come from ``key_run``). Pass the same key to ``init``.
       num_rounds: R rounds of N events; a multiple of ``eval_every``.
       batch_size: B samples per event.
       eval_every: rounds between evaluation points.
-      identical_init, augment, eval_chunk, loss_fn: as :func:`jaxgossip.training.make_train`.
+      identical_init, augment, eval_chunk, loss_fn: as :func:`jaxgossip.engine.training.make_train`.
       max_width: at most this many events per wave (None: no limit).
 
     Returns:
-      A :class:`jaxgossip.training.Trainer` (``local_steps = 1``). Its state is a
-      :class:`jaxgossip.training.TrainState` whose ``comm_state`` is the engine's state, whose
+      A :class:`jaxgossip.engine.training.Trainer` (``local_steps = 1``). Its state is a
+      :class:`jaxgossip.engine.training.TrainState` whose ``comm_state`` is the engine's state, whose
       ``params`` are the nodes' models at the last evaluation point (the engine's models as the
       model's pytree), and whose ``clock`` holds the time of the last round's last event.
 
     Raises:
       ValueError: bad counts, a model with normalization statistics, non-float32 parameters, and
-        every refusal of :func:`jaxgossip.asynchronous.plan_async`.
+        every refusal of :func:`jaxgossip.engine.asynchronous.plan_async`.
     """
     for name, value in (("num_rounds", num_rounds), ("batch_size", batch_size), ("eval_every", eval_every)):
         _positive_int(name, value)

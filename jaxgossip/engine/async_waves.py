@@ -1,4 +1,4 @@
-"""Host-side planning of an asynchronous run (:mod:`jaxgossip.asynchronous`): which stale version
+"""Host-side planning of an asynchronous run (:mod:`jaxgossip.engine.asynchronous`): which stale version
 or which delayed message every event reads, and the packing of events into waves.
 
 Everything here is NumPy on the host, computed from the schedule (event times and nodes), which

@@ -5,7 +5,7 @@ enough for its compressor and graph; too large and the consensus distance grows 
 the node mean stays put (experiments/studies/dirichlet.md, "Mode A"). Which gamma is too
 large depends on the compressor, the graph *and* the leaf shapes (top-k keeps a fraction of each
 leaf), so :func:`tune_gamma` measures it on the actual configuration with communication only: one
-:func:`jaxgossip.sweeps.sweep_consensus` program, vmapped over a grid of gammas.
+:func:`jaxgossip.engine.sweeps.sweep_consensus` program, vmapped over a grid of gammas.
 
 The test (documented in :func:`tune_gamma`):
 
@@ -32,7 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip import algorithms, sweeps
+from jaxgossip import algorithms
+from jaxgossip.engine import sweeps
 from jaxgossip.topology import Topology
 
 __all__ = ["GammaTuning", "tune_gamma", "model_shapes", "tuning_rows", "DEFAULT_GAMMAS", "CONVERGED"]
@@ -90,7 +91,7 @@ def model_shapes(model: str, input_shape: Sequence[int], num_classes: int = 10, 
       **model_options: the model's options (``features=[16, 32]``, ...).
     """
     from jaxgossip import models
-    from jaxgossip.training import as_model_fns
+    from jaxgossip.engine.training import as_model_fns
 
     fns = as_model_fns(models.make_model(model, num_classes=num_classes, **model_options))
     example = jax.ShapeDtypeStruct((1, *tuple(int(d) for d in input_shape)), jnp.float32)
@@ -112,7 +113,7 @@ def _leaf_shapes(shapes: Any) -> tuple[Any, list[tuple[int, ...]]]:
     if not leaves or not all(hasattr(leaf, "shape") for leaf in leaves):
         raise TypeError(
             "shapes must be an int D, a shape tuple such as (100, 100), or a pytree of arrays / "
-            "jax.ShapeDtypeStruct (one node's params, e.g. jaxgossip.tuning.model_shapes('cnn', (28, 28, 1)))"
+            "jax.ShapeDtypeStruct (one node's params, e.g. jaxgossip.engine.tuning.model_shapes('cnn', (28, 28, 1)))"
         )
     return treedef, [tuple(int(d) for d in leaf.shape) for leaf in leaves]
 
@@ -159,7 +160,7 @@ def tune_gamma(
     Every grid value runs R = ``num_steps`` communication rounds of ``algorithm`` (no gradients)
     from the same spread-out start (each leaf of each node i.i.d. ``N(0, 1 / D_leaf)``; key
     ``key_x`` of ``key_x, key_alg = split(key(seed))``, the algorithm's randomness from
-    ``key_alg``), all in one :func:`jaxgossip.sweeps.sweep_consensus` program. A value contracts if
+    ``key_alg``), all in one :func:`jaxgossip.engine.sweeps.sweep_consensus` program. A value contracts if
     the consensus error ends finite, below its start and still falling over the second half, or
     below ``CONVERGED`` (1e-6) times its start; the largest contracting value is the top of the
     contracting run from the smallest grid value; the recommendation is that divided by ``safety``.

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import algorithms, topology
-from jaxgossip.consensus import consensus_scan
+from jaxgossip.engine.consensus import consensus_scan
 from jaxgossip.topology import Topology, effective_neighbors, spectral_gap
 from jaxgossip.types import GossipAlgorithm, Params
 
@@ -53,7 +53,7 @@ SWEEPABLE = (
     "algorithm_options.gamma",
     "algorithm_options.vector_gamma",
     "algorithm_options.target_residual",
-    # the time model (jaxgossip.timing): links, and the numbers of the --time.compute spec (seconds
+    # the time model (jaxgossip.sim.timing): links, and the numbers of the --time.compute spec (seconds
     # C, median or mean; a straggler fraction F and slowdown S)
     "time.latency",
     "time.bandwidth",
@@ -325,7 +325,7 @@ def sweep_topologies(
     Graph g with seed s starts from ``x0 = normal(key_x, [N_g, D])`` and runs
     ``algorithms.make(algorithm, topologies[g], **options, **per_graph(topologies[g]))`` for R rounds
     with key ``key_a``, where ``key_x, key_a = jax.random.split(jax.random.key(s))``; the result
-    equals :func:`jaxgossip.consensus.consensus_scan` of that run (tested). Graphs of one
+    equals :func:`jaxgossip.engine.consensus.consensus_scan` of that run (tested). Graphs of one
     :func:`jaxgossip.topology.signature` share one program vmapped over graph stacks
     (:func:`jaxgossip.topology.stack`) and seeds when the algorithm is in
     registered with ``stackable=True``; other algorithms (PowerGossip, Sparse-Push, SCSP) and
@@ -343,7 +343,7 @@ def sweep_topologies(
         ``lambda t: {"gamma": optimal_gamma(t)}``.
       stack: False runs every graph on its own (for comparison and timing).
       node_bits: also keep every node's bits of every round (``ConsensusTrace.node_bits``) in
-        ``TopologySweep.node_bits``, for :mod:`jaxgossip.cost` (S x R x N floats per graph).
+        ``TopologySweep.node_bits``, for :mod:`jaxgossip.sim.cost` (S x R x N floats per graph).
 
     Returns:
       :class:`TopologySweep`.

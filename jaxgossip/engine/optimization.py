@@ -9,8 +9,8 @@ and plain gossip this is D-PSGD (Lian et al., NeurIPS 2017).
 
 Gradients are taken at the *debiased* model ``z = debias(x, state)`` (``x_i / w_i`` for push-sum
 methods, ``x_i`` otherwise) and the updates are applied to the params ``x`` (push-sum numerators),
-exactly as :mod:`jaxgossip.training` does (SGP, Assran et al., ICML 2019). The two orderings are those
-of :data:`jaxgossip.training.ORDERINGS`, extended to H local steps. With ``u_i^{k,h}`` the optimizer's
+exactly as :mod:`jaxgossip.engine.training` does (SGP, Assran et al., ICML 2019). The two orderings are those
+of :data:`jaxgossip.engine.training.ORDERINGS`, extended to H local steps. With ``u_i^{k,h}`` the optimizer's
 update of node i at local step h of round k (``optimizer.update`` of the gradient of
 ``f_i(., key_{k,i,h})`` at ``debias`` of the local iterate ``y^{k,h-1}``, ``y^{k,0} = x^k``):
 
@@ -22,13 +22,13 @@ update of node i at local step h of round k (``optimizer.update`` of the gradien
 
 An algorithm with a gradient hook (gradient tracking, QGM) sees every gradient before the
 optimizer does and may replace it: ``u = optimizer.update(hook(g, z))``, through
-:func:`jaxgossip.local_step.local_update`, the code path :mod:`jaxgossip.training` shares.
+:func:`jaxgossip.engine.local_step.local_update`, the code path :mod:`jaxgossip.engine.training` shares.
 
 Local steps do not communicate, so the bits per round do not depend on H. Optimizer state
 (momentum, Adam moments) is node-local and never communicated.
 
 Keys (same ``key`` gives bitwise the same run): ``key_eval, key_run = split(key)``; ``key_run``
-starts the driver's key schedule (:func:`jaxgossip.rounds.next_keys`), whose two keys per round are
+starts the driver's key schedule (:func:`jaxgossip.engine.rounds.next_keys`), whose two keys per round are
 ``key_comm`` (passed to ``alg.step``) and ``key_local``; ``split(key_local, H * N)`` reshaped to
 [H, N] gives node i's key for local step h. The objective is evaluated at every point with the one
 fixed key ``key_eval`` (the same for all nodes and rounds), so curves of a stochastic objective are
@@ -54,12 +54,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import timing
-from jaxgossip.local_step import check_ordering, local_update
-from jaxgossip.mixing import consensus_distance, node_mean
-from jaxgossip.rounds import next_keys, run_rounds
-from jaxgossip.timing import TimeModel
-from jaxgossip.training import ORDERINGS
+from jaxgossip.engine.local_step import check_ordering, local_update
+from jaxgossip.engine.rounds import next_keys, run_rounds
+from jaxgossip.engine.training import ORDERINGS
+from jaxgossip.ops.mixing import consensus_distance, node_mean
+from jaxgossip.sim import timing
+from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = ["OptimizationResult", "OptimizationTrace", "run_optimization", "optimization_scan", "ORDERINGS"]
@@ -111,7 +111,7 @@ class OptimizationResult(NamedTuple):
       round: [S + 1] int, communication rounds done at each point (0, 1, ..., S).
       local_step: [S + 1] int, local optimizer steps each node has done at each point (round * H).
       sim_time: [S + 1] simulated seconds since the start under the run's time model
-        (:mod:`jaxgossip.timing`), or None for a run without one.
+        (:mod:`jaxgossip.sim.timing`), or None for a run without one.
       comm_time: [S + 1] seconds of communication so far, or None.
     """
 
@@ -349,7 +349,7 @@ def run_optimization(
       objective_fn: optional ``f_i`` used only for the reported ``objective`` (same signature),
         e.g. the full-batch loss when ``loss_fn`` draws minibatches; defaults to ``loss_fn``. It is
         evaluated with one fixed key (``key_eval``, module docstring).
-      time: optional :class:`jaxgossip.timing.TimeModel`; the run then records ``sim_time`` and
+      time: optional :class:`jaxgossip.sim.timing.TimeModel`; the run then records ``sim_time`` and
         ``comm_time`` (a round's H local steps, then its communication, overlapped under
         ``same_iterate``: the run's ordering sets the model's overlap).
 

@@ -1,11 +1,11 @@
-"""Decentralized training as one jitted ``lax.scan`` of the round driver (:func:`jaxgossip.rounds.run_rounds`):
+"""Decentralized training as one jitted ``lax.scan`` of the round driver (:func:`jaxgossip.engine.rounds.run_rounds`):
 local optax steps, gossip, evaluation.
 
 A run is ``R = num_rounds`` rounds. In every round each of the N nodes takes ``H = local_steps``
 local optimizer steps, each on a fresh batch of B samples from its own shard (local SGD, Stich,
 ICLR 2019), with the gradient at its *debiased* local iterate ``z_i = debias(y)_i`` (``y_i / w_i``
 for push-sum methods, ``y_i`` otherwise); then the communication algorithm runs one round. The
-orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, section orderings). With
+orderings are those of :mod:`jaxgossip.engine.optimization` (docs/algorithms.md, section orderings). With
 ``u^{k,h} = opt(g(debias(y^{k,h-1})))`` the update of local step h of round k and
 ``y^{k,0} = x^k``:
 
@@ -16,16 +16,16 @@ orderings are those of :mod:`jaxgossip.optimization` (docs/algorithms.md, sectio
   H = 1, ``x^{k+1} = comm(x^k) - opt(g(z^k))``.
 
 An algorithm's optional gradient hook runs on every gradient before the optimizer
-(:func:`jaxgossip.local_step.local_update`, shared with :mod:`jaxgossip.optimization`).
+(:func:`jaxgossip.engine.local_step.local_update`, shared with :mod:`jaxgossip.engine.optimization`).
 
-With an outer optimizer (:mod:`jaxgossip.outer`, decentralized DiLoCo; ``"atc"`` only) each node
+With an outer optimizer (:mod:`jaxgossip.engine.outer`, decentralized DiLoCo; ``"atc"`` only) each node
 takes an outer optimizer step on a pseudo-gradient after the communication: with
 ``outer_message="model"`` (default) the algorithm communicates ``y^{k,H}`` as without one and
 ``x^{k+1} = x^k - outer_opt(x^k - comm(y^{k,H}))``; with ``"pseudo_gradient"`` it communicates
 ``x^k - y^{k,H}`` and ``x^{k+1} = x^k - outer_opt(comm(x^k - y^{k,H}))``.
 
 Local steps do not communicate, so bits per round do not depend on H. Keys: the driver's key schedule
-(:func:`jaxgossip.rounds.next_keys`) from the second half of ``split(key)`` (the first initialises
+(:func:`jaxgossip.engine.rounds.next_keys`) from the second half of ``split(key)`` (the first initialises
 the models), three keys per round: ``(key_batch, key_aug, key_comm)``; with H = 1 step 1 uses ``key_batch``/``key_aug``
 themselves (the one-step trainer, bitwise), with H > 1 step h uses the h-th of
 ``split(key_batch, H)`` / ``split(key_aug, H)``.
@@ -52,13 +52,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip import outer as outer_lib
-from jaxgossip import timing
 from jaxgossip.algorithms.byzantine import honest_consensus_distance, honest_mean
-from jaxgossip.local_step import check_ordering, local_update
-from jaxgossip.mixing import check_params, consensus_distance, node_mean
-from jaxgossip.rounds import next_keys, run_rounds
-from jaxgossip.timing import TimeModel
+from jaxgossip.engine import outer as outer_lib
+from jaxgossip.engine.local_step import check_ordering, local_update
+from jaxgossip.engine.rounds import next_keys, run_rounds
+from jaxgossip.ops.mixing import check_params, consensus_distance, node_mean
+from jaxgossip.sim import timing
+from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = [
@@ -218,9 +218,9 @@ class TrainState(NamedTuple):
       key: [2] uint32 raw PRNG key data for the next round.
       round: [] int32, rounds done.
       bits: [N] float32, cumulative bits each node has sent.
-      clock: the simulated clock (:class:`jaxgossip.timing.Clock`), or None for a run without a
+      clock: the simulated clock (:class:`jaxgossip.sim.timing.Clock`), or None for a run without a
         time model.
-      outer: the outer optimizer's state (:class:`jaxgossip.outer.OuterState`), or None without one.
+      outer: the outer optimizer's state (:class:`jaxgossip.engine.outer.OuterState`), or None without one.
     """
 
     params: Params
@@ -248,7 +248,7 @@ class Metrics(NamedTuple):
       bits: [N] cumulative bits sent by each node.
       model_sq_norm: ``||z_bar||^2`` of the averaged model (squared norms summed over leaves), the
         scale the consensus watchdog (:mod:`jaxgossip.run.watchdog`) compares ``consensus`` with.
-      sim_time: simulated seconds since the start (:mod:`jaxgossip.timing`), or None without a
+      sim_time: simulated seconds since the start (:mod:`jaxgossip.sim.timing`), or None without a
         time model.
       comm_time: seconds of communication so far (the slowest node's per round), or None.
     """
@@ -426,17 +426,17 @@ def make_train(
       loss_fn: ``loss_fn(out [B, ...], y [B, ...]) -> scalar``, the loss of one node's batch on
         the model's outputs, used for training and for the evaluation losses (accuracy is always
         ``argmax(out, -1) == y``); default :func:`softmax_cross_entropy`.
-      time: optional :class:`jaxgossip.timing.TimeModel` (:func:`jaxgossip.timing.time_model`): the
+      time: optional :class:`jaxgossip.sim.timing.TimeModel` (:func:`jaxgossip.sim.timing.time_model`): the
         state then carries a simulated clock advanced every round from the bits the round sent
         (the ordering sets the model's overlap), and every :class:`Metrics` point has
         ``sim_time`` and ``comm_time``. The iterates are those of the same run untimed.
-      outer: optional outer optax transformation (:func:`jaxgossip.outer.make_outer_optimizer`):
+      outer: optional outer optax transformation (:func:`jaxgossip.engine.outer.make_outer_optimizer`):
         each node then takes an outer step on the pseudo-gradient of its round (decentralized
-        DiLoCo, :mod:`jaxgossip.outer`); ``"atc"`` ordering only. None: no outer step.
+        DiLoCo, :mod:`jaxgossip.engine.outer`); ``"atc"`` ordering only. None: no outer step.
       outer_message: with ``outer``, what the algorithm communicates: ``"model"`` (the inner
         result ``y^{k,H}``, as without an outer optimizer; the models reach consensus) or
         ``"pseudo_gradient"`` (``x^k - y^{k,H}``: the original DiLoCo under ``allreduce``, drifting
-        apart under gossip); :data:`jaxgossip.outer.OUTER_MESSAGES`.
+        apart under gossip); :data:`jaxgossip.engine.outer.OUTER_MESSAGES`.
 
     Returns:
       A :class:`Trainer`.

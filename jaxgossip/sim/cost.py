@@ -6,7 +6,7 @@ sent in each round (``StepInfo.bits`` stacked over rounds, or the cumulative ``M
 training run via :func:`per_round_bits`) into simulated time on a network of links, and adds
 per-node compute (FLOPs), memory and energy, the quantities Sparse-Push reports for edge devices.
 
-The model: the round times are those of :mod:`jaxgossip.timing`, the one time model (links,
+The model: the round times are those of :mod:`jaxgossip.sim.timing`, the one time model (links,
 exchanges, all-reduce, compute, ``atc`` / overlapped rounds) that the compiled runs also advance
 every round; :func:`simulate` prices recorded bits with it on the host, in float64, with a
 constant compute time per node ``p_i = F / s_i`` (``F`` the FLOPs of one local step,
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgossip import timing
+from jaxgossip.sim import timing
 from jaxgossip.topology import Topology
 
 __all__ = [
@@ -205,7 +205,7 @@ def simulate(
         compute = np.zeros(num_nodes)
     else:
         compute = flops / _per_node("device_flops", _array("device_flops", device_flops, 0.0, True), num_nodes)
-    # The round times come from the one time model the compiled runs use (jaxgossip.timing), in float64.
+    # The round times come from the one time model the compiled runs use (jaxgossip.sim.timing), in float64.
     with jax.enable_x64(True):
         links = timing.make_links(
             None if allreduce is not None else topology,

@@ -1,6 +1,6 @@
 """The local update both runners share: gradient hook, then the local optimizer.
 
-:func:`jaxgossip.optimization.optimization_scan` and :func:`jaxgossip.training.make_train` compute
+:func:`jaxgossip.engine.optimization.optimization_scan` and :func:`jaxgossip.engine.training.make_train` compute
 every node's gradient at its debiased local iterate ``z`` and turn it into an update through
 :func:`local_update`, the one place where an algorithm's optional gradient hook
 (:attr:`jaxgossip.types.GossipAlgorithm.gradient`) runs:
