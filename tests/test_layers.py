@@ -94,7 +94,7 @@ def layer(name: str) -> str:
 # The rooms of the package, lowest floor first; a room may import its own modules and rooms of lower
 # floors only. "jaxgossip" is the package's public surface (its __init__), which gathers the rooms.
 FLOORS = (
-    ("types", "configs"),
+    ("types", "checks", "configs"),
     ("compress", "topology", "models"),
     ("ops",),
     ("algorithms", "data"),

@@ -50,6 +50,8 @@ import scipy.stats
 
 from jaxgossip.algorithms.messages import Received, check_fixed_graph, received_models, slot_round
 from jaxgossip.algorithms.registry import INFOS, make, resolve
+from jaxgossip.checks import is_concrete
+from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params
 
@@ -128,7 +130,7 @@ def attackers(num_nodes: int, ids: Any = None, num: int | None = None, key: Any 
             )
         if key is None:
             raise ValueError("num=K draws the attackers from a key: give key= (a jax.random key or an int seed)")
-        if isinstance(key, jax.core.Tracer):
+        if not is_concrete(key):
             raise ValueError(
                 "num=K draws the attackers on the host (they fix the shapes of the edge tables): key= must be "
                 "concrete, an int seed or a key made outside jit/vmap, not a traced key"
@@ -174,7 +176,7 @@ def honest_mean(x: Params, honest: Any) -> Params:
 
     def mean(leaf):
         acc = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
-        w = jnp.reshape(h, h.shape + (1,) * (leaf.ndim - 1)).astype(acc.dtype)
+        w = per_node(h, leaf).astype(acc.dtype)
         return jnp.sum(w * acc, axis=0) / jnp.sum(h).astype(acc.dtype)
 
     return jax.tree_util.tree_map(mean, x)
@@ -297,7 +299,7 @@ def _neighbourhood_stats(x: Params, rows: Array, members: Array, std: bool):
     count = jnp.sum(members, axis=1).astype(jnp.float32)
 
     def shape(v, leaf):
-        return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1))
+        return per_node(v, leaf)
 
     def mean_leaf(leaf):
         acc = leaf.astype(jnp.promote_types(leaf.dtype, jnp.float32))
@@ -346,7 +348,7 @@ def _messages(attack: str, values: dict, x: Params, key: Array, tables: Any, byz
         own = acc[receiver]
 
         def shape(v):
-            return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1))
+            return per_node(v, leaf)
 
         total = sum(shape(pull[:, k]) * (acc[rows[:, k]] - own) for k in range(rows.shape[1]))
         return (own - values["epsilon"] * total / shape(byz_weight)).astype(leaf.dtype)

@@ -25,14 +25,13 @@ from jaxgossip import compress
 from jaxgossip.algorithms.common import (
     check_positive,
     check_public_init,
-    per_node,
     per_round,
     tree_add,
     tree_add_scaled,
 )
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused
-from jaxgossip.ops.mixing import check_params, mix
+from jaxgossip.ops.mixing import check_params, mix, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
@@ -170,7 +169,7 @@ def choco(
         if topology.stochastic:
             drawn = topology.draw(key, t)
             alive = drawn.alive.astype(jnp.float32)
-            q = jax.tree_util.tree_map(lambda a: a * per_node(alive, a), q)  # a down node sends nothing
+            q = jax.tree_util.tree_map(lambda a: a * per_node(alive, a, cast=True), q)  # a down node sends nothing
             msg_bits = msg_bits * alive
         x_hat = tree_add(state.x_hat, q)
         s = tree_add(state.s, mix(support, q, t))  # s = W x_hat on the fixed graph W, as without failures

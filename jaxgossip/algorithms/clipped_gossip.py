@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxgossip.algorithms.common import CountState, check_int, check_positive
 from jaxgossip.algorithms.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
 from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
@@ -93,7 +94,7 @@ def clipped_gossip_receive(topology: Topology, tau: Any = None, num_clipped: int
             xa = _acc(x)
             out = xa
             for k in range(1, num_slots):  # slot 0 is the node itself: its difference is 0
-                c = jnp.reshape(coef[:, k], (-1,) + (1,) * (x.ndim - 1))
+                c = per_node(coef[:, k], x)
                 out = out + c * (_acc(slot_values[k]) - xa)
             return out.astype(x.dtype)
 

@@ -8,18 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip.checks import is_concrete
 from jaxgossip.types import Array
 
 __all__ = [
     "CountState",
     "check_positive",
     "check_int",
-    "is_concrete",
     "per_round",
     "relax",
     "tree_add",
     "tree_add_scaled",
-    "per_node",
     "PUBLIC_INITS",
     "check_public_init",
 ]
@@ -33,11 +32,6 @@ class CountState(NamedTuple):
     """State of memoryless algorithms: only the round counter."""
 
     count: Array  # [] int32, communication rounds done so far
-
-
-def is_concrete(value: Any) -> bool:
-    """False for tracers (values swept under ``vmap``/``jit``), which cannot be checked in Python."""
-    return not isinstance(value, jax.core.Tracer)
 
 
 def check_positive(name: str, value: Any, upper: float | None = None) -> Any:
@@ -102,11 +96,6 @@ def tree_add_scaled(y: Any, a: Any, x: Any) -> Any:
     """``y + a x`` leaf-wise with ``a`` cast to each leaf's dtype (``optax.tree_utils.tree_add_scalar_mul``
     casts it in optax 0.2.4 but not from 0.2.5 on, so its result dtype depends on the version)."""
     return jax.tree_util.tree_map(lambda u, v: v + jnp.asarray(a, v.dtype) * u, x, y)
-
-
-def per_node(v: Array, leaf: Array) -> Array:
-    """A per-node vector [N] shaped to broadcast against a leaf [N, ...], in the leaf's dtype."""
-    return jnp.reshape(v, v.shape + (1,) * (leaf.ndim - 1)).astype(leaf.dtype)
 
 
 def check_public_init(public_init: str, algorithm: str) -> str:

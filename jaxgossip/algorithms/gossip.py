@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
 from jaxgossip.algorithms.messages import check_fixed_graph, read_slot
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.ops.mixing import check_params, leaf_bits, mix
+from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
 
@@ -81,7 +81,7 @@ def gossip_receive(topology: Topology, gamma: Any = 1.0):
         for k in range(received.neighbors.shape[1]):
             w = received.weights[:, k]
             term = jax.tree_util.tree_map(
-                lambda r, w=w: jnp.reshape(w, (-1,) + (1,) * (r.ndim - 1)).astype(r.dtype) * r, read_slot(received, k)
+                lambda r, w=w: per_node(w, r, cast=True) * r, read_slot(received, k)
             )
             mixed = term if mixed is None else jax.tree_util.tree_map(jnp.add, term, mixed)
         new_params = relax(params, mixed, gamma)

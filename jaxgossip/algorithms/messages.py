@@ -23,7 +23,7 @@ import numpy as np
 
 from jaxgossip.algorithms.common import CountState, per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.ops.mixing import check_params, leaf_bits
+from jaxgossip.ops.mixing import check_params, leaf_bits, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
@@ -131,7 +131,7 @@ def _sorted_neighbourhood(received: Received, source: Array, leaf: Array) -> Arr
     """[N, K, ...]: every coordinate's values over the receiver's neighbourhood (slots in the mask)
     in ascending order, the slots outside it (+inf) last."""
     values = _acc(source)[received.neighbors]
-    mask = jnp.reshape(received.mask, received.mask.shape + (1,) * (leaf.ndim - 1))
+    mask = per_node(received.mask, leaf)
     return jnp.sort(jnp.where(mask, values, jnp.inf), axis=1)
 
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.ops.mixing import check_params, num_params_per_node
+from jaxgossip.ops.mixing import check_params, num_params_per_node, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
 
@@ -140,7 +140,7 @@ def moniqua(
             q = jnp.floor(levels * (_cmod(x / modulus, 1.0) + 0.5) + u) / levels - 0.5
             sent = modulus * q  # what a receiver reconstructs from the bits (B known to all)
             own = _cmod(sent - x, modulus)  # [N, ...] each node's own rounding offset
-            w = weights.reshape((-1,) + (1,) * (x.ndim - 1))
+            w = per_node(weights, x)
             # per edge s -> r: what r recovers of x_s minus x_r, relative to r's own offset; the
             # self-loop and padding edges contribute exactly 0.
             term = w * (_cmod(sent[senders] - x[receivers], modulus) - own[receivers])

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jaxgossip import compress
 from jaxgossip.algorithms.common import per_round
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.ops.mixing import check_params, leaf_bits, mix
+from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
@@ -41,7 +41,7 @@ def divide_by_weight(params: Params, w: Array) -> Params:
     """The de-biased models ``z_i = x_i / w_i`` (``w`` [N] broadcast over each leaf ``[N, ...]``)."""
 
     def divide(leaf):
-        scale = jnp.reshape(w, w.shape + (1,) * (leaf.ndim - 1))
+        scale = per_node(w, leaf)
         return (leaf / scale.astype(jnp.promote_types(leaf.dtype, jnp.float32))).astype(leaf.dtype)
 
     return jax.tree_util.tree_map(divide, params)

@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms.common import check_positive, is_concrete, per_round
+from jaxgossip.algorithms.common import check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo

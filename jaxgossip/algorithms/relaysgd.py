@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.algorithms.tree_tables import RELAY_REASONS, edge_zeros, relay, relay_bits, tree_tables
-from jaxgossip.ops.mixing import check_params
+from jaxgossip.ops.mixing import check_params, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
@@ -102,7 +102,7 @@ def relaysgd(topology: Topology) -> GossipAlgorithm:
         missing = n - 1 - relayed.heard  # [N], nodes not heard from yet
 
         def average(x, received, x0):
-            missing_x = jnp.reshape(missing, (-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+            missing_x = per_node(missing, x, cast=True)
             return (x + received + missing_x * x0) / n
 
         new_params = jax.tree_util.tree_map(average, params, relayed.received, state.x0)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.algorithms.tree_tables import RELAY_REASONS, edge_zeros, relay, relay_bits, tree_tables
-from jaxgossip.ops.mixing import check_params
+from jaxgossip.ops.mixing import check_params, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
 
@@ -107,7 +107,7 @@ def relaysum_grad(topology: Topology) -> GossipAlgorithm:
         arrived = relayed.heard - relayed.heard_before  # [N], nodes whose x^0 reached i this round
 
         def update(x, d, received, x0):
-            arrived_x = jnp.reshape(arrived, (-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+            arrived_x = per_node(arrived, x, cast=True)
             return x + (d + received - arrived_x * x0) / n
 
         new_params = jax.tree_util.tree_map(update, state.x, delta, relayed.received, state.x0)

@@ -31,11 +31,11 @@ import numpy as np
 from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, check_public_init, per_node, per_round, tree_add
+from jaxgossip.algorithms.common import check_positive, check_public_init, per_round, tree_add
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused
-from jaxgossip.ops.mixing import check_params, mix
+from jaxgossip.ops.mixing import check_params, mix, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, PRNGKey, StepInfo
 
@@ -169,7 +169,7 @@ def compressed_push_sum(
     def received(params, t):
         """``sum_{j != i} W_ij(t) x_j`` for every node i: what one exchange of ``params`` over W(t) delivers."""
         a = per_round(support.self_weights, t)
-        return jax.tree_util.tree_map(lambda m, x: m - per_node(a, x) * x, mix(support, params, t), params)
+        return jax.tree_util.tree_map(lambda m, x: m - per_node(a, x, cast=True) * x, mix(support, params, t), params)
 
     def growth_steps(params):
         if top_k_budget is None or top_k_budget.growth is None:
@@ -232,16 +232,16 @@ def compressed_push_sum(
         if topology.stochastic:
             drawn = topology.draw(key, t)
             alive = drawn.alive.astype(jnp.float32)
-            q = jax.tree_util.tree_map(lambda q_: q_ * per_node(alive, q_), q)  # a down node sends nothing
+            q = jax.tree_util.tree_map(lambda q_: q_ * per_node(alive, q_, cast=True), q)  # a down node sends nothing
             message_bits = message_bits * alive
         x_hat = tree_add(x_hat, q)
         a = per_round(support.self_weights, t)  # [N], W_t[i, i]
         mixed_q, mixed_w = mix(support, (q, state.w), t)
         # r_i = sum_{j != i} W_t[i, j] q_j: what reached node i from its current in-neighbours.
-        s = jax.tree_util.tree_map(lambda s_, m, q_: s_ + (m - per_node(a, q_) * q_), s, mixed_q, q)
+        s = jax.tree_util.tree_map(lambda s_, m, q_: s_ + (m - per_node(a, q_, cast=True) * q_), s, mixed_q, q)
 
         def correct(x, s_, h):
-            return x + jnp.asarray(gamma, x.dtype) * (s_ + per_node(a, h) * h - h)
+            return x + jnp.asarray(gamma, x.dtype) * (s_ + per_node(a, h, cast=True) * h - h)
 
         all_x_hat, all_s = put(state.x_hat, c, x_hat), put(state.s, c, s)
         if num_copies > 1:
@@ -255,7 +255,7 @@ def compressed_push_sum(
             lost_x, lost_w = mix(drawn.lost, (x_hat, state.w), t)
 
             def repaired(x, s_, h, lost):
-                return x + jnp.asarray(gamma, x.dtype) * (s_ + per_node(a, h) * h - lost - h)
+                return x + jnp.asarray(gamma, x.dtype) * (s_ + per_node(a, h, cast=True) * h - lost - h)
 
             new_params = jax.tree_util.tree_map(repaired, params, s, x_hat, lost_x)
             mixed_w = mixed_w - lost_w

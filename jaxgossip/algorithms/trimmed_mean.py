@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from jaxgossip.algorithms.common import check_int
 from jaxgossip.algorithms.messages import coordinatewise_round, model_algorithm
+from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
 
@@ -30,9 +31,9 @@ def trimmed_mean_receive(topology: Topology, trim: int = 1):
         b = jnp.minimum(trim, (count - 1) // 2)  # [N]: at least one value is kept
         pos = jnp.arange(ranked.shape[1])[None, :]
         keep = (pos >= b[:, None]) & (pos < (count - b)[:, None])
-        keep = jnp.reshape(keep, keep.shape + (1,) * (leaf.ndim - 1))
+        keep = per_node(keep, leaf)
         kept = jnp.sum(jnp.where(keep, ranked, 0.0), axis=1)
-        return kept / jnp.reshape(count - 2 * b, (-1,) + (1,) * (leaf.ndim - 1)).astype(kept.dtype)
+        return kept / per_node(count - 2 * b, leaf).astype(kept.dtype)
 
     return coordinatewise_round(topology, "trimmed_mean", INFO, rule)
 

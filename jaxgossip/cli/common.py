@@ -4,7 +4,6 @@ training-config options, divergence marks and result files (edge module)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import typing
@@ -27,6 +26,7 @@ from jaxgossip.run.cost_report import (
     training_cost,
 )
 from jaxgossip.run.parsing import UsageError
+from jaxgossip.run.runner import json_safe
 
 __all__ = [
     "COST_OPTIONS",
@@ -43,7 +43,6 @@ __all__ = [
     "prepare_out",
     "warn",
     "diverged_at",
-    "json_safe",
     "write_json",
     "write_markdown",
     "write_metrics",
@@ -186,19 +185,6 @@ def diverged_at(values: Any, rounds: Any) -> int | None:
     if not bad.any():
         return None
     return int(np.asarray(rounds).reshape(-1)[int(np.argmax(bad))])
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with NaN and inf as null (strict JSON) and NumPy scalars as Python numbers."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -47,6 +47,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jaxgossip.checks import is_concrete, positive_int
 from jaxgossip.engine import asynchronous
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, batched_eval, cross_entropy_loss
 from jaxgossip.ops.mixing import consensus_distance, node_mean
@@ -81,11 +82,6 @@ class _Bound(NamedTuple):
 
     def __call__(self, state, num_evals):
         return self.chunk(state, num_evals, self.tables)
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
 
 
 def make_async_train(
@@ -141,10 +137,10 @@ def make_async_train(
         every refusal of :func:`jaxgossip.engine.asynchronous.plan_async`.
     """
     for name, value in (("num_rounds", num_rounds), ("batch_size", batch_size), ("eval_every", eval_every)):
-        _positive_int(name, value)
+        positive_int(name, value)
     if num_rounds % eval_every:
         raise ValueError(f"num_rounds={num_rounds} must be a multiple of eval_every={eval_every}")
-    if isinstance(key, jax.core.Tracer):
+    if not is_concrete(key):
         raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
     model = as_model_fns(model)
     n = int(shards.counts.shape[0])

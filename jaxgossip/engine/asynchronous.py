@@ -68,6 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip.checks import is_concrete
 from jaxgossip.engine import async_waves
 from jaxgossip.sim import timing
 from jaxgossip.types import Array, PRNGKey
@@ -613,7 +614,7 @@ def plan_async(
         isinstance(max_width, bool) or not isinstance(max_width, (int, np.integer)) or max_width < 1
     ):
         raise ValueError(f"max_width={max_width!r} must be None or a positive int")
-    if isinstance(key, jax.core.Tracer):
+    if not is_concrete(key):
         raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
     n = topology.num_nodes
     compute, links = _split_time(topology, time)

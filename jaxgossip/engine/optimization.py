@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgossip.checks import positive_int
 from jaxgossip.engine.local_step import check_ordering, local_update
 from jaxgossip.engine.rounds import next_keys, run_rounds
 from jaxgossip.engine.training import ORDERINGS
@@ -129,12 +130,6 @@ class OptimizationResult(NamedTuple):
     comm_time: Any = None
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
-    return int(value)
-
-
 def _num_nodes(x0: Params) -> int:
     """N, the common leading axis of every leaf of ``x0``; raises naming the offending leaf."""
     leaves = jax.tree_util.tree_leaves_with_path(x0)
@@ -179,8 +174,8 @@ def _validate(alg, x0, loss_fn, optimizer, num_steps, key, local_steps, ordering
         raise TypeError(f"alg must be a GossipAlgorithm (jaxgossip.algorithms.make), got {type(alg).__name__}")
     if not hasattr(key, "dtype") or not hasattr(key, "shape"):
         raise TypeError(f"key must be a PRNG key (jax.random.key(seed)), got {type(key).__name__}")
-    _positive_int("num_steps", num_steps)
-    _positive_int("local_steps", local_steps)
+    positive_int("num_steps", num_steps)
+    positive_int("local_steps", local_steps)
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering={ordering!r} is unknown; known orderings: {ORDERINGS}")
     check_ordering(alg, ordering)

@@ -52,9 +52,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import optax
 
+from jaxgossip.ops.mixing import where_nodes
 from jaxgossip.types import Array, GossipAlgorithm, Params, PRNGKey, State, StepInfo
 
 __all__ = [
@@ -165,10 +165,6 @@ def model_outer_step(
     return params, OuterState(opt_state=opt_state)
 
 
-def _keep(online: Array, new: Any, old: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(online.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
-
-
 def outer_round(
     algorithm: GossipAlgorithm,
     tx: optax.GradientTransformation,
@@ -212,5 +208,5 @@ def outer_round(
         raise ValueError(f"outer_message={message!r} is unknown; known: {', '.join(OUTER_MESSAGES)}")
     if online is not None:
         # Without this a node's momentum would keep moving it while it is offline.
-        params, new_outer = _keep(online, params, stay), _keep(online, new_outer, outer_state)
+        params, new_outer = where_nodes(online, params, stay), where_nodes(online, new_outer, outer_state)
     return OuterRound(params=params, comm_state=comm_state, outer=new_outer, info=info)

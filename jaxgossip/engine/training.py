@@ -53,10 +53,11 @@ import numpy as np
 import optax
 
 from jaxgossip.algorithms.byzantine import honest_consensus_distance, honest_mean
+from jaxgossip.checks import is_concrete
 from jaxgossip.engine import outer as outer_lib
 from jaxgossip.engine.local_step import check_ordering, local_update
 from jaxgossip.engine.rounds import next_keys, run_rounds
-from jaxgossip.ops.mixing import check_params, consensus_distance, node_mean
+from jaxgossip.ops.mixing import check_params, consensus_distance, node_mean, where_nodes
 from jaxgossip.sim import timing
 from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
@@ -274,11 +275,6 @@ def online_nodes(time: TimeModel, t: Array) -> Array:
     return available[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0
 
 
-def _keep_offline(online: Array, new: Any, old: Any) -> Any:
-    """``new`` for the online nodes, ``old`` for the others (leaves ``[N, ...]``)."""
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(online.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
-
-
 class _LocalCarry(NamedTuple):
     """What the H local steps of one round carry (leaves [N, ...])."""
 
@@ -329,7 +325,7 @@ def _spans_processes(tree: Any) -> bool:
     trainer is then built inside a trace that takes the shards as arguments (``jaxgossip.run.plan``
     compiles the chunk on abstract shards)."""
     return any(
-        isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and not leaf.is_fully_addressable
+        isinstance(leaf, jax.Array) and is_concrete(leaf) and not leaf.is_fully_addressable
         for leaf in jax.tree_util.tree_leaves(tree)
     )
 
@@ -553,8 +549,8 @@ def make_train(
             # An offline node computes nothing: its model, statistics and optimizer state stay.
             online = online_nodes(time, state.round)
             old = (state.params, state.batch_stats, state.opt_state)
-            y, stats, opt_state = _keep_offline(online, (y, stats, opt_state), old)
-            updates = _keep_offline(online, updates, jax.tree_util.tree_map(jnp.zeros_like, updates))
+            y, stats, opt_state = where_nodes(online, (y, stats, opt_state), old)
+            updates = where_nodes(online, updates, jax.tree_util.tree_map(jnp.zeros_like, updates))
         outer_state = state.outer
         if outer is not None:
             anchor = (state.params, state.comm_state)  # x^k and the state it is read with

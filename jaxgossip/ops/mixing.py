@@ -42,6 +42,8 @@ __all__ = [
     "node_mean",
     "consensus_distance",
     "num_params_per_node",
+    "per_node",
+    "where_nodes",
     "leaf_bits",
     "NODE_AXIS",
 ]
@@ -108,8 +110,18 @@ def _acc_dtype(dtype) -> Any:
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def _expand(w: Array, ndim: int) -> Array:
-    return jnp.reshape(w, w.shape + (1,) * (ndim - 1))
+def per_node(v: Array, leaf: Array, cast: bool = False) -> Array:
+    """``v`` with leading axes ``[N]`` (or ``[N, K]``) reshaped to broadcast against ``leaf``
+    ``[N, ...]``: one trailing axis of size 1 per axis of the leaf after the node axis; with
+    ``cast``, in the leaf's dtype (so that a product with the leaf stays in it)."""
+    v = jnp.reshape(v, jnp.shape(v) + (1,) * (jnp.ndim(leaf) - 1))
+    return v.astype(jnp.result_type(leaf)) if cast else v
+
+
+def where_nodes(mask: Array, new: Any, old: Any) -> Any:
+    """``new`` for the nodes where ``mask`` ``[N]`` is true, ``old`` for the others (pytrees of
+    leaves ``[N, ...]``), e.g. the online nodes' update and the offline nodes' unchanged state."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(per_node(mask, a), a, b), new, old)
 
 
 # ---- one kernel per layout -------------------------------------------------------------------------
@@ -121,7 +133,7 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
     x = leaf.astype(acc)
     w = _table(slot_w, idx, np.float32 if acc == jnp.float32 else None)
     static = isinstance(nbr, np.ndarray) and isinstance(idx, int)
-    out = _expand(jnp.asarray(w[:, 0], acc), x.ndim) * x  # slot 0 is the node itself
+    out = per_node(jnp.asarray(w[:, 0], acc), x) * x  # slot 0 is the node itself
     for k in range(1, nbr.shape[-1]):
         if static and (shift := circulant_shift(nbr[idx, :, k])) is not None:
             gathered = jnp.roll(x, -shift, axis=0)
@@ -129,7 +141,7 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
             gathered = x[_table(nbr, idx)[:, k]]
         # Product first: XLA:CPU then fuses each step into one multiply-add the same way for host
         # and traced tables (single graph, stack member), so they agree bitwise.
-        out = _expand(jnp.asarray(w[:, k], acc), x.ndim) * gathered + out
+        out = per_node(jnp.asarray(w[:, k], acc), x) * gathered + out
     return out.astype(leaf.dtype)
 
 
@@ -156,7 +168,7 @@ def _mix_segment(topology: Topology, leaf: Array, idx: Any) -> Array:
     senders = _table(topology.senders, idx)
     receivers = _table(topology.receivers, idx)
     w = jnp.asarray(_table(topology.weights, idx), acc)
-    msgs = _expand(w, leaf.ndim) * leaf.astype(acc)[senders]
+    msgs = per_node(w, leaf) * leaf.astype(acc)[senders]
     out = jax.ops.segment_sum(msgs, receivers, num_segments=topology.num_nodes)
     return out.astype(leaf.dtype)
 
@@ -208,7 +220,7 @@ def _mix_round_local(terms, n_local: int, num_devices: int, leaf: Array) -> Arra
         shifted = _shifted_block(leaf, shift, n_local, num_devices).astype(acc)
         wl = _local_weights(w, acc, n_local)
         if not isinstance(wl, float):
-            wl = _expand(wl, leaf.ndim)
+            wl = per_node(wl, leaf)
         term = wl * shifted
         out = term if out is None else term + out  # product first, as in _mix_slots
     if out is None:  # a round with no edges at all

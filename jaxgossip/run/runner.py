@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from jaxgossip import algorithms, data, models, topology
+from jaxgossip.checks import is_concrete
 from jaxgossip.engine import outer
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
 from jaxgossip.ops import platforms, precision, sharding
@@ -47,6 +48,7 @@ __all__ = [
     "TrainingResult",
     "run_summary",
     "write_metrics",
+    "json_safe",
     "metrics_to_rows",
     "load_config",
     "config_from_dict",
@@ -82,10 +84,6 @@ def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
     return config
 
 
-def _concrete(value: Any) -> bool:
-    return not isinstance(value, jax.core.Tracer)
-
-
 def _is_norm_key(entry: Any) -> bool:
     name = str(getattr(entry, "key", getattr(entry, "name", ""))).lower()
     return name.startswith(("bn", "norm", "batchnorm", "groupnorm", "layernorm"))
@@ -100,7 +98,7 @@ def make_schedule(config: TrainConfig) -> optax.Schedule:
     arXiv:1608.03983). All are counted in communication rounds: with ``local_steps = H > 1`` the
     schedule is evaluated at ``count // H`` (the H local steps of a round share its rate); with
     H = 1 it is the plain per-step schedule."""
-    if _concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
+    if is_concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
         raise ValueError(f"lr={config.lr} must be a positive number")
     if config.lr_schedule == "cosine":
         # optax's cosine runs from lr to alpha * lr over decay_steps, then stays there.
@@ -159,10 +157,10 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     options = check_optimizer_options(config.optimizer, dict(config.optimizer_options))
     parts = []
     if config.grad_clip is not None:
-        if _concrete(config.grad_clip) and not config.grad_clip > 0:
+        if is_concrete(config.grad_clip) and not config.grad_clip > 0:
             raise ValueError(f"grad_clip={config.grad_clip} must be a positive number or None")
         parts.append(optax.clip_by_global_norm(config.grad_clip))
-    decay = not _concrete(config.weight_decay) or bool(config.weight_decay)
+    decay = not is_concrete(config.weight_decay) or bool(config.weight_decay)
     if config.optimizer == "adamw":
         parts.append(optax.adamw(schedule, weight_decay=config.weight_decay, mask=mask, **options))
         return optax.chain(*parts)
@@ -379,14 +377,17 @@ def _concat(parts: list[Metrics]) -> Metrics:
     return jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *parts)
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities (a diverged loss) as JSON null, so metrics.json stays valid JSON."""
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities (a diverged loss) as JSON null, so that the files stay strict
+    JSON, and NumPy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
     return value
 
 
@@ -402,7 +403,7 @@ def _replace_file(path: str, write: Callable[[Any], None], newline: str | None =
 def write_metrics(out_dir: str, rows: list[dict], extra: dict) -> None:
     """Writes ``metrics.json`` (``{"rows": rows, **extra}``, non-finite numbers as null) and
     ``metrics.csv`` (one line per row) under ``out_dir``, each replaced atomically."""
-    payload = _json_safe({"rows": rows, **extra})
+    payload = json_safe({"rows": rows, **extra})
     _replace_file(os.path.join(out_dir, "metrics.json"), lambda f: json.dump(payload, f, indent=1, allow_nan=False))
     if rows:
         fields = list(dict.fromkeys(k for row in rows for k in row))

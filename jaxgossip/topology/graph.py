@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip.checks import is_concrete
 from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_table
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
@@ -391,7 +392,7 @@ class Topology:
         children, aux = self.tree_flatten()
         digest = hashlib.sha256()
         for leaf in jax.tree_util.tree_leaves(children):
-            if isinstance(leaf, jax.core.Tracer):
+            if not is_concrete(leaf):
                 raise TypeError(f"value_key of {self.name} needs concrete tables, got a traced one")
             table = np.ascontiguousarray(leaf)
             digest.update(f"{table.shape}{table.dtype.str}".encode())

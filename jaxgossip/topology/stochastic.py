@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgossip.checks import any_traced, is_concrete
 from jaxgossip.topology.graph import GraphRound, Topology, TopologyKey
 from jaxgossip.topology.layout import choose_kernel
 
@@ -351,7 +352,7 @@ def _check_drop(name: str, value: Any) -> Any:
     """A failure probability as a float32 scalar. A concrete value must lie in [0, 1); a traced
     one (``with_failures`` called inside ``jax.vmap`` or ``jit``) cannot be checked here, only its
     shape: its range is the caller's promise."""
-    if isinstance(value, jax.core.Tracer):
+    if not is_concrete(value):
         if jnp.ndim(value) != 0 or not jnp.issubdtype(value.dtype, jnp.floating):
             raise TypeError(f"{name} must be a scalar float probability, got a traced {value.dtype}{list(value.shape)}")
         return value.astype(jnp.float32)
@@ -433,7 +434,7 @@ class _FailureSampler:
         base = self.base
         if base.stochastic or base.period != 1 or self.repair != "symmetric" or "available" in draw_args:
             return None
-        if any(isinstance(draw_args[k], jax.core.Tracer) for k in ("link_drop", "node_drop")):
+        if any_traced((draw_args["link_drop"], draw_args["node_drop"])):
             return None
         import scipy.sparse
 
@@ -644,9 +645,9 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         slot_edge = _slot_edges(topology) if topology.resolved_kernel == "slots" else None
 
     def show(value):
-        return "traced" if isinstance(value, jax.core.Tracer) else f"{float(value):g}"
+        return f"{float(value):g}" if is_concrete(value) else "traced"
 
-    parts = [f"link_drop={show(p)}"] + ([f"node_drop={show(q)}"] if isinstance(q, jax.core.Tracer) or q else [])
+    parts = [f"link_drop={show(p)}"] + ([f"node_drop={show(q)}"] if not is_concrete(q) or q else [])
     name = f"{topology.name}+failures({', '.join(parts)})"
     identity = (repair, _base_identity(topology))
     sampler = _FailureSampler(
@@ -722,7 +723,7 @@ def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -
     if not topology.stochastic:
         return float(np.mean(topology.out_degree))
     n = topology.num_nodes
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(topology)):
+    if any_traced(topology):
         keys = jax.random.split(jax.random.key(seed), num_samples)
         senders, receivers, weights = jax.vmap(functools.partial(_round_tables, topology))(
             keys, jnp.arange(num_samples, dtype=jnp.int32)
