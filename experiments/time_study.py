@@ -130,7 +130,7 @@ def async_training_available() -> bool:
     if "execution" not in {f.name for f in dataclasses.fields(TrainConfig)}:
         return False
     try:
-        import jaxgossip.engine.async_training  # noqa: F401
+        import jaxgossip.engine.asynchronous.training  # noqa: F401
     except ImportError:
         return False
     return True

@@ -10,7 +10,8 @@ import pytest
 
 from jaxgossip import algorithms
 from jaxgossip import topology as T
-from jaxgossip.engine import async_waves, asynchronous, problems
+from jaxgossip.engine import asynchronous, problems
+from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
 
 N, D, ROUNDS = 8, 3, 15  # 120 events

@@ -1,4 +1,4 @@
-"""Asynchronous training (jaxgossip.engine.async_training, --execution=async): the trainer against
+"""Asynchronous training (jaxgossip.engine.asynchronous.training, --execution=async): the trainer against
 run_async_optimization (itself checked against a heapq event-by-event reference in
 tests/test_async.py) on a linear model, learning, rows, resume, and the command line's refusals."""
 
@@ -13,7 +13,8 @@ from tiny import TINY_FLAGS, tiny_config
 from jaxgossip import data
 from jaxgossip import topology as T
 from jaxgossip.cli import main
-from jaxgossip.engine import async_training, asynchronous, training
+from jaxgossip.engine import asynchronous, training
+from jaxgossip.engine.asynchronous import training as async_training
 from jaxgossip.run.config import check_train_config
 from jaxgossip.run.runner import run_training
 from jaxgossip.sim import timing

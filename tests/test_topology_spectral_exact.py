@@ -147,11 +147,11 @@ def test_16384_node_ring_and_exponential():
     "topo", [T.random_matching(15), T.random_out(16, 2), T.with_failures(T.ring(16), 0.3, 0.1)], ids=lambda t: t.name
 )
 def test_mean_out_degree_from_the_sparse_rounds_counts_the_dense_matrices_messages(topo):
-    from jaxgossip.topology import stochastic
+    from jaxgossip.topology import random_spectra
 
-    w = stochastic.sample_matrices(topo, jax.random.split(jax.random.key(0), 64))
+    w = random_spectra.sample_matrices(topo, jax.random.split(jax.random.key(0), 64))
     off = (w != 0) & ~np.eye(topo.num_nodes, dtype=bool)[None]
-    assert stochastic.mean_out_degree(topo, num_samples=64) == off.sum() / (64 * topo.num_nodes)
+    assert random_spectra.mean_out_degree(topo, num_samples=64) == off.sum() / (64 * topo.num_nodes)
 
 
 @pytest.mark.parametrize("spec, n", [("torus", 1024), ("hypercube", 1024), ("erdos_renyi:0.1", 512)])

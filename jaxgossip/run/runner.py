@@ -271,7 +271,7 @@ def make_algorithm(config: TrainConfig, topo: topology.Topology):
 def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
     """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
     algorithm options) may hold traced values here, so this can run inside ``vmap``. With
-    ``execution="async"`` it is :func:`jaxgossip.engine.async_training.make_async_train` (the schedule
+    ``execution="async"`` it is :func:`jaxgossip.engine.asynchronous.training.make_async_train` (the schedule
     planned from ``seed``) and there is no synchronous algorithm (None)."""
     if config.execution == "async":
         return _make_async_trainer(config, prep), None
@@ -300,7 +300,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
 
 
 def _make_async_trainer(config: TrainConfig, prep: Prepared) -> Trainer:
-    from jaxgossip.engine import async_training
+    from jaxgossip.engine.asynchronous import training as async_training
 
     eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     return async_training.make_async_train(

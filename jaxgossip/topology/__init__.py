@@ -9,6 +9,8 @@
 * :mod:`~jaxgossip.topology.stack`: stacking graphs of one shape for one compile;
 * :mod:`~jaxgossip.topology.stochastic`: graphs drawn every round inside the run
   (``random_matching``, ``random_out``, ``with_failures``);
+* :mod:`~jaxgossip.topology.random_spectra`: what a drawn graph does in expectation
+  (``expected_gram``, ``exact_gram``, ``expected_gap``, ``mean_out_degree``);
 * :mod:`~jaxgossip.topology.finite_time`: the Base-(k+1) graph (exact averaging after one period);
 * :mod:`~jaxgossip.topology.equitopo`: EquiTopo (``d_equistatic``, ``u_equistatic``,
   ``od_equidyn``, ``ou_equidyn``);
@@ -34,6 +36,15 @@ from jaxgossip.topology.constructors import (
 from jaxgossip.topology.equitopo import d_equistatic, od_equidyn, ou_equidyn, u_equistatic
 from jaxgossip.topology.finite_time import base_graph
 from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
+from jaxgossip.topology.random_spectra import (
+    ExchangeableGram,
+    GapEstimate,
+    exact_gram,
+    expected_gap,
+    expected_gram,
+    mean_out_degree,
+    sample_matrices,
+)
 from jaxgossip.topology.specs import FAMILIES, check_spec, make
 from jaxgossip.topology.spectral import (
     NeighborsEstimate,
@@ -44,19 +55,7 @@ from jaxgossip.topology.spectral import (
     spectral_gap,
 )
 from jaxgossip.topology.stack import buckets, group, signature, stack
-from jaxgossip.topology.stochastic import (
-    ExchangeableGram,
-    GapEstimate,
-    exact_gram,
-    expected_gap,
-    expected_gram,
-    mean_out_degree,
-    random_matching,
-    random_out,
-    sample_matrices,
-    with_availability,
-    with_failures,
-)
+from jaxgossip.topology.stochastic import random_matching, random_out, with_availability, with_failures
 from jaxgossip.topology.trees import binary_tree, chain, dumbbell, spanning_tree
 
 __all__ = [

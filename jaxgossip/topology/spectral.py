@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxgossip.topology.graph import Topology
-from jaxgossip.topology.stochastic import GapEstimate
+from jaxgossip.topology.random_spectra import GapEstimate
 
 __all__ = [
     "spectral_gap",
@@ -38,7 +38,7 @@ def spectral_gap(topo: Topology) -> float:
     ``1 - sqrt(lambda_2(E[W^T W]))``, the rate at which ``E ||x - mean||^2`` contracts per round
     (Boyd et al., 2006): exact where the sampler knows ``E[W^T W]`` in closed form
     (``random_matching``, failures of a static symmetric graph), else a reproducible sampled estimate
-    (:func:`jaxgossip.topology.stochastic.expected_gap`); :func:`gap_estimate` returns it with
+    (:func:`jaxgossip.topology.random_spectra.expected_gap`); :func:`gap_estimate` returns it with
     its standard error. For a static symmetric W this formula gives back ``1 - |lambda_2(W)|``.
 
     Raises:
@@ -55,7 +55,7 @@ def gap_estimate(topo: Topology) -> GapEstimate:
     FFT of their rows in O(T N log N); other graphs with N <= 256 by dense eigenvalues; larger
     ones by Lanczos/Arnoldi (``scipy.sparse.linalg``) on ``W - J`` (the period's product for a
     schedule) applied from the sparse tables, to about 1e-9. Stochastic graphs:
-    :func:`jaxgossip.topology.stochastic.expected_gap` (exact for a closed form, else sampled with
+    :func:`jaxgossip.topology.random_spectra.expected_gap` (exact for a closed form, else sampled with
     a standard error).
 
     Raises:
@@ -64,7 +64,7 @@ def gap_estimate(topo: Topology) -> GapEstimate:
     if not topo.is_doubly_stochastic:
         raise ValueError(f"spectral_gap needs doubly stochastic weights; {topo.name} is not")
     if topo.stochastic:
-        from jaxgossip.topology.stochastic import expected_gap
+        from jaxgossip.topology.random_spectra import expected_gap
 
         return expected_gap(topo)
     lam2 = _second_magnitude(topo)

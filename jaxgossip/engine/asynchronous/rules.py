@@ -32,7 +32,7 @@ Algorithms (:data:`ALGORITHMS`), event e of node i at time t with gradient
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
 the partners on the host), then every event's stale version or delayed messages and the waves
-are planned on the host (:mod:`jaxgossip.engine.async_waves`): each round's events are put on the
+are planned on the host (:mod:`jaxgossip.engine.asynchronous.waves`): each round's events are put on the
 earliest wave that keeps every dependency (read-after-write strictly later, write-after-read not
 earlier), so events that commute share a wave and the result is the sequential simulation's.
 A ``lax.scan`` runs over the waves, each a vmapped gather, gradient and masked scatter over W
@@ -69,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import is_concrete
-from jaxgossip.engine import async_waves
+from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
 from jaxgossip.types import Array, PRNGKey
 
@@ -117,7 +117,7 @@ class AsyncSchedule(NamedTuple):
 
 
 class WaveStats(NamedTuple):
-    """How the events were packed (:mod:`jaxgossip.engine.async_waves`).
+    """How the events were packed (:mod:`jaxgossip.engine.asynchronous.waves`).
 
     Attributes:
       num_waves: M, waves of the scan.

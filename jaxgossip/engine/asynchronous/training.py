@@ -48,7 +48,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jaxgossip.checks import is_concrete, positive_int
-from jaxgossip.engine import asynchronous
+from jaxgossip.engine.asynchronous import rules as asynchronous
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, batched_eval, cross_entropy_loss
 from jaxgossip.ops.mixing import consensus_distance, node_mean
 from jaxgossip.sim import timing
