@@ -2,12 +2,21 @@
 
 All N workers live in one stacked pytree (leaves ``[N, ...]``); local work is ``vmap``ped and
 communication is a kernel on the node axis.
+
+This is the public surface: what the README and docs/ use in Python. The rooms behind it are
+``topology``, ``algorithms``, ``compress``, ``data``, ``models``, ``ops`` (kernels), ``sim`` (clock,
+cost, memory), ``engine`` (runs), ``run`` (configured runs, files) and ``cli``
+(docs/architecture.md).
 """
 
 from jaxgossip import algorithms, compress, topology
 from jaxgossip.engine import problems, rounds
+from jaxgossip.engine.asynchronous import run_async_optimization
+from jaxgossip.engine.asynchronous.training import make_async_train
 from jaxgossip.engine.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.engine.optimization import OptimizationResult, optimization_scan, run_optimization
+from jaxgossip.engine.sweeps import sweep_consensus, sweep_topologies
+from jaxgossip.engine.training import ModelFns, Trainer, make_train
 from jaxgossip.engine.tuning import GammaTuning, tune_gamma
 from jaxgossip.ops.mixing import consensus_distance, mix, node_mean
 from jaxgossip.sim import cost
@@ -33,6 +42,13 @@ __all__ = [
     "OptimizationResult",
     "tune_gamma",
     "GammaTuning",
+    "make_train",
+    "Trainer",
+    "ModelFns",
+    "sweep_consensus",
+    "sweep_topologies",
+    "make_async_train",
+    "run_async_optimization",
     "GossipAlgorithm",
     "AlgorithmInfo",
     "StepInfo",
