@@ -8,7 +8,7 @@
 # line on stdout, the folder holding the four IDX files:
 #   CACHE_DIR/usr/share/datasets/fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
 # (package 0.0~git20200523.55506a9-1, 30.9 MB). Pass that folder to jaxgossip as raw_dir, or set
-# JAXGOSSIP_FASHION_MNIST_DIR for tests/test_data.py.
+# JAXGOSSIP_FASHION_MNIST_DIR for tests/data/test_data.py.
 #
 # Idempotent: if the four files are already there, nothing is downloaded. Never fails CI: if apt
 # or dpkg-deb is unavailable or the download fails, it prints a warning on stderr and exits 0 with

@@ -155,7 +155,7 @@ class AlgorithmInfo:
       example_options: for an algorithm whose defaults alone are refused because a choice is the
         user's (a compression budget, a step size that depends on the graph, the optimizer's
         learning rate), the options its refusal asks for, at values that run the small end-to-end
-        task of ``tests/test_e2e_matrix.py``; empty when the defaults run.
+        task of ``tests/project/test_e2e_matrix.py``; empty when the defaults run.
     """
 
     factory: Callable[..., GossipAlgorithm]

@@ -33,9 +33,9 @@ if not FULLY_OPTIMIZED and "xla_cpu_use_fusion_emitters" not in os.environ.get("
 
 # With JAXGOSSIP_TEST_COMPILE_CACHE=1, compiled programs are shared across the tests, the xdist
 # workers and the CLI subprocesses they start, through JAX's persistent compilation cache. It keys on
-# the settings the suite changes (tests/test_compile_cache.py). The folder persists between runs
+# the settings the suite changes (tests/project/test_compile_cache.py). The folder persists between runs
 # (under .cache/, ignored by git) and is emptied when it outgrows _CACHE_LIMIT. It is off by default: with a warm cache,
-# tests/test_train.py::test_training_sharded_over_8_devices_equals_one_device[sparse_push] diverges
+# tests/engine/test_train.py::test_training_sharded_over_8_devices_equals_one_device[sparse_push] diverges
 # (8 CPU devices, one node each); cold it equals the one-device run. It is not the project's native
 # kernels (it happens with JAXGOSSIP_NATIVE=0 too, and with XLA:CPU's default emitters): an executable
 # loaded from the cache is not the one a compile gives for that program. The library never turns the

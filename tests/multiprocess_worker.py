@@ -1,4 +1,4 @@
-"""One process of the multi-process test (tests/test_multiprocess.py starts two of them with
+"""One process of the multi-process test (tests/run/test_multiprocess.py starts two of them with
 ``jaxgossip.run.launch``): trains through the ``jaxgossip train`` command with the node axis over all
 processes' devices (5 rounds, then resumed from the checkpoint to 10), then runs a sharded
 consensus; process 0 saves the consensus result.

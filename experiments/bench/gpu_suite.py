@@ -38,7 +38,7 @@ even a run killed from outside (``timeout 480 ...``) leaves the sections done.
 
 ``--smoke`` runs every section at tiny sizes on whatever backend is there (the default MLP instead
 of ResNet-20 in ``training``, a few small leaves instead of ResNet-20 in ``compressed``): seconds on
-CPU, for the test (tests/test_gpu_suite.py) and to try the script before spending GPU time. Without
+CPU, for the test (tests/project/test_gpu_suite.py) and to try the script before spending GPU time. Without
 a GPU and without ``--smoke`` it prints one SKIPPED line and exits 0.
 
 It runs from a checkout, without installing jaxgossip, on an offline image with JAX (CUDA), flax,

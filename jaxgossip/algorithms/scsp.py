@@ -67,7 +67,7 @@ def ratio_budget(rho: Array, base: Any, k_max: Any, target_residual: Any) -> Arr
 def adaptive_budget(residual_norm: Array, model_norm: Array, base: int, k_max: int, target_residual: Any) -> Array:
     """Per-node top-k budget :func:`ratio_budget` of ``rho = ||r|| / max(||x||, FLT_MIN)``.
 
-    ``tests/test_fused.py`` checks that the fused kernel's counts equal this function's, NaN included.
+    ``tests/compress/test_fused.py`` checks that the fused kernel's counts equal this function's, NaN included.
 
     Args:
       residual_norm: [N] ``||x_i - x_hat_i||`` of one leaf.

@@ -326,7 +326,7 @@ def sparse_push(
     irregular digraphs, where the shared rule drifts and diverges). Worse, even with constant self
     weights and no compression its fixed points are not consensus: on ``one_peer_exponential(8)``
     with ``fraction=1, gamma=1`` the shared rule stalls at ``x / w`` away from the average (checked
-    in tests/test_push_sum.py). Keeping a set ``(x_hat^(p), s^(p))`` for each distinct graph p of the
+    in tests/algorithms/test_push_sum.py). Keeping a set ``(x_hat^(p), s^(p))`` for each distinct graph p of the
     schedule restores ``s_i^(p) = sum_{j != i} W_ij(p) x_hat_j^(p)`` with only received messages
     (graph p's in-neighbours are exactly the nodes that send to i whenever p is used), hence:
     ``sum_i x_i`` and ``sum_i w_i`` are conserved exactly (column stochasticity), the round is

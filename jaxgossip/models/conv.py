@@ -18,7 +18,7 @@ A third formulation, `impl="explicit"`, is the lax convolution with a custom VJP
 gradients are canonical forward convolutions; XLA:CPU runs JAX's own gradient convolutions 4-45x
 slower inside loop bodies (`lax.map` over nodes, the trainer's `lax.scan` over rounds), this one at
 straight-line speed; its forward value is the lax one bit for bit and its gradients agree with
-JAX's to 1e-6 (tests/test_models.py).
+JAX's to 1e-6 (tests/models/test_models.py).
 
 `Conv(impl="lax")`, `Conv(impl="explicit")` and `Conv(impl="matmul")` have the same parameters (`kernel` [kh, kw, C_in,
 C_out], `bias` [C_out]) as `flax.linen.Conv`, so checkpoints are interchangeable, and they agree to

@@ -2,7 +2,7 @@
 
 A run is built for one platform: the one JAX runs on (``jax.default_backend()``), or another one
 named explicitly, e.g. to lower and export the compiled programs for a GPU from a CPU machine
-(``jax.export``; tests/test_export_platforms.py). Two kinds of choice exist:
+(``jax.export``; tests/ops/test_export_platforms.py). Two kinds of choice exist:
 
 * **build time** (Python decides while tracing, so the platform must be known before tracing):
 

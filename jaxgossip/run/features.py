@@ -1,7 +1,7 @@
 """The catalogue of what a run can carry: every feature of a training run and every command that
 runs training, as command-line options (edge module, no I/O).
 
-It is the one list that the end-to-end matrix (``tests/test_e2e_matrix.py``) crosses with the
+It is the one list that the end-to-end matrix (``tests/project/test_e2e_matrix.py``) crosses with the
 algorithm registry: every registered algorithm, on a graph its metadata accepts (:func:`graph_for`),
 with every :data:`FEATURES` entry, through every :data:`COMMANDS` entry. A feature added here, or an
 algorithm registered, is enrolled in the matrix without editing the test; a :class:`TrainConfig` field

@@ -29,7 +29,7 @@ from jaxgossip.cli import main
 from jaxgossip.engine import sweeps
 from jaxgossip.run import cost_report
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PATH = "my_file:damped_gossip"
 TINY = TINY_FLAGS  # tests/tiny.py's config as flags
 COST = ["--time.bandwidth=1e9", "--time.latency=1e-3"]

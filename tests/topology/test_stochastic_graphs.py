@@ -174,7 +174,7 @@ ZERO_DROP_CASES = [
 )
 def test_failures_with_zero_probabilities_equal_the_wrapped_graph(name, base, opts, monkeypatch):
     # Both runs on the XLA formulation: with failures the top-k algorithms never take the fused CPU
-    # round (jaxgossip.compress.fused), which equals the XLA one to float32 round-off only (tests/test_fused.py).
+    # round (jaxgossip.compress.fused), which equals the XLA one to float32 round-off only (tests/compress/test_fused.py).
     monkeypatch.setenv("JAXGOSSIP_FUSED", "0")
     shape = (base.num_nodes, 4, 3) if name == "power_gossip" else (base.num_nodes, 6)
     x = jax.random.normal(jax.random.key(0), shape)

@@ -35,7 +35,7 @@ from _reference import fast_compile_env
 
 from jaxgossip.compress import native
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "experiments" / "colab_demo.ipynb"
 PACKAGE = "jaxgossip"
 # setuptools builds wheels without the separate `wheel` package from 70.1 on and reads an SPDX

@@ -402,7 +402,7 @@ def test_command_line_refuses_a_non_tree_and_trains_on_a_chain(tmp_path, capsys)
 
 
 # In the default suite the end-to-end matrix interrupts and resumes both through the command line
-# (tests/test_e2e_matrix.py::test_every_algorithm_trains_checkpoints_and_resumes_bitwise).
+# (tests/project/test_e2e_matrix.py::test_every_algorithm_trains_checkpoints_and_resumes_bitwise).
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["relaysgd", "relaysum_grad"])
 def test_resumed_run_equals_uninterrupted(name, tmp_path):

@@ -149,7 +149,7 @@ TINY_BYZANTINE = ["--num_rounds=10", "--byzantine.nodes=1"]
 
 
 # The end-to-end matrix runs this command with drawn attackers in the default suite
-# (tests/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
+# (tests/project/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
 @pytest.mark.slow
 def test_sweep_trains_with_drawn_attackers(tmp_path, capsys):
     from tiny import TINY_FLAGS
@@ -163,7 +163,7 @@ def test_sweep_trains_with_drawn_attackers(tmp_path, capsys):
 
 
 # The end-to-end matrix runs this command with drawn attackers in the default suite
-# (tests/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
+# (tests/project/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
 @pytest.mark.slow
 def test_topology_sweep_trains_with_drawn_attackers(tmp_path, capsys):
     from tiny import TINY_FLAGS
@@ -179,7 +179,7 @@ def test_topology_sweep_trains_with_drawn_attackers(tmp_path, capsys):
 
 
 # The end-to-end matrix runs this command with drawn attackers in the default suite
-# (tests/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
+# (tests/project/test_e2e_matrix.py::test_every_command_runs_plain_and_with_byzantine_nodes).
 @pytest.mark.slow
 def test_plan_compiles_with_drawn_attackers(capsys):
     from tiny import TINY_FLAGS

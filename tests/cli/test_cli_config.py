@@ -22,7 +22,7 @@ from jaxgossip.cli.topology_sweep import TopologySweepOptions
 from jaxgossip.run.config import TrainConfig, check_train_config
 from jaxgossip.run.runner import config_from_dict, load_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMANDS = ["train", "sweep", "consensus", "topology-sweep", "demo"]
 # The cost options of each command: a training command's --time.* are TrainConfig.time (a field).
 COST = {
@@ -444,7 +444,7 @@ SUBPROCESS_BAD = {
 
 
 def test_every_command_exits_2_without_traceback_as_a_subprocess(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__))] + sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))] + sys.path))
     procs = {command: start_cli(command, argv, tmp_path / command, env) for command, argv in SUBPROCESS_BAD.items()}
     for command, proc in procs.items():
         _, err = proc.communicate(timeout=120)
@@ -476,7 +476,7 @@ def _documented_command_lines() -> list[tuple[str, list[str]]]:
     import re
     import shlex
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sources = [os.path.join(root, "README.md"), os.path.join(root, "experiments", "README.md")]
     sources += sorted(glob.glob(os.path.join(root, "docs", "*.md")))
     sources += sorted(glob.glob(os.path.join(root, "experiments", "studies", "*.md")))
@@ -501,7 +501,7 @@ DOCUMENTED = _documented_command_lines()
 
 @pytest.mark.parametrize("where, argv", DOCUMENTED, ids=[f"{w}:{' '.join(a)[:50]}" for w, a in DOCUMENTED])
 def test_documented_command_lines_parse_and_check(where, argv, capsys, monkeypatch):
-    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     argv = [a.replace("DIR", "/tmp") for a in argv]
     code, _, err = _main(capsys, *argv, "--print-config")
     assert code == 0, (where, err)

@@ -18,7 +18,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "experiments" / "colab_demo.ipynb"
 EMPTY_SOURCE = 'JAXGOSSIP_SOURCE = ""'
 

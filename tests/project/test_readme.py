@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+README = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")
 
 
 def _quickstart_block() -> str:

@@ -19,7 +19,7 @@ from jaxgossip.run import checkpoint
 from jaxgossip.run.checkpoint import CheckpointError
 from jaxgossip.run.runner import run_training
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where tiny.py lives
 CONFIG = tiny_config()  # 20 rounds, a chunk (and a checkpoint) every 5
 
 

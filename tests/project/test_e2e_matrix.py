@@ -18,7 +18,7 @@ Default tier: every algorithm plain; every feature on one algorithm that accepts
 list rotated per feature, so the features land on different algorithms); every command plain and
 with Byzantine nodes. ``-m slow``: the full cross of algorithms with features and with commands,
 each train cell also re-running its finished run (which must resume to the same files without
-training; tests/test_checkpoint.py checks it in the default suite).
+training; tests/run/test_checkpoint.py checks it in the default suite).
 """
 
 import json

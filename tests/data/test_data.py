@@ -22,7 +22,7 @@ import tensorflow_datasets as tfds
 from jaxgossip import data
 from jaxgossip.data import raw
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import sys
 import pytest
 from _reference import fast_compile_env, load_script
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: Installed here, absent from a GPU machine's image.
 OPTIONAL = ("tensorflow_datasets", "jsonargparse", "tensorboardX")
 # ``sys.modules[name] = None`` makes ``import name`` raise ModuleNotFoundError and

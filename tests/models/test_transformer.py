@@ -312,7 +312,7 @@ def test_documented_language_model_command_trains(capsys, tmp_path):
     import re
     import shlex
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     text = open(os.path.join(root, "docs", "usage.md")).read()
     line = re.search(r"^jaxgossip (train --dataset=python_docs .*)$", text, re.M).group(1)
     argv = [a for a in shlex.split(line) if not a.startswith("runs/")]

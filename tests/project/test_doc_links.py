@@ -4,7 +4,7 @@ result tables) names a file or folder that exists. Web links and in-page anchors
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SKIP = {".git", ".ci-venv", ".venv", "runs", ".cache", "node_modules", "build", "dist"}
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

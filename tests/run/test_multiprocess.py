@@ -19,7 +19,7 @@ from jaxgossip.cli import main as cli_main
 from jaxgossip.ops import sharding
 from jaxgossip.run import distributed, launch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: the worker and tiny.py
 sys.path.insert(0, HERE)
 import multiprocess_worker as worker  # noqa: E402
 

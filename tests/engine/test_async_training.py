@@ -1,6 +1,6 @@
 """Asynchronous training (jaxgossip.engine.asynchronous.training, --execution=async): the trainer against
 run_async_optimization (itself checked against a heapq event-by-event reference in
-tests/test_async.py) on a linear model, learning, rows, resume, and the command line's refusals."""
+tests/engine/test_async.py) on a linear model, learning, rows, resume, and the command line's refusals."""
 
 import jax
 import jax.numpy as jnp
