@@ -9,50 +9,5 @@
   ``--execution=async``).
 """
 
-from jaxgossip.engine.asynchronous.rules import (
-    ALGORITHMS,
-    ADPSGDState,
-    AsyncGossipState,
-    AsyncPlan,
-    AsyncResult,
-    AsyncSchedule,
-    AsyncSGPState,
-    WaveStats,
-    WaveTables,
-    async_schedule,
-    check_async_graph,
-    event_bits,
-    init_async_state,
-    make_wave,
-    message_bits,
-    neighbor_table,
-    node_models,
-    plan_async,
-    resolve_algorithm,
-    run_async_optimization,
-    step_durations,
-)
-
-__all__ = [
-    "ALGORITHMS",
-    "AsyncSchedule",
-    "WaveStats",
-    "AsyncResult",
-    "ADPSGDState",
-    "AsyncGossipState",
-    "AsyncSGPState",
-    "resolve_algorithm",
-    "neighbor_table",
-    "step_durations",
-    "async_schedule",
-    "WaveTables",
-    "AsyncPlan",
-    "check_async_graph",
-    "plan_async",
-    "event_bits",
-    "init_async_state",
-    "make_wave",
-    "message_bits",
-    "node_models",
-    "run_async_optimization",
-]
+from jaxgossip.engine.asynchronous.rules import *  # noqa: F403  (the rules' public names, listed there)
+from jaxgossip.engine.asynchronous.rules import __all__  # noqa: F401
