@@ -1,7 +1,7 @@
 """Benchmark: one decentralized training round of N nodes, vectorized trainer vs per-node loops.
 
 One round = a local optimizer step on every node (batch B = 32, SGD + Nesterov momentum + weight
-decay from ``runner.make_optimizer``) followed by one gossip round (plain gossip on a ring). Models:
+decay from ``resolve.make_optimizer``) followed by one gossip round (plain gossip on a ring). Models:
 the small CNN (``make_model("cnn")``, 104,202 parameters on 28x28x1), an MLP with hidden
 (256, 256) (269,322 parameters), all on 28x28x1 inputs, and ``mlp_small``: the scaling benchmark's
 model and task (``bench/scaling.py``: MLP hidden (32,), 2,698 parameters, 8x8x1 inputs). N = 16, 64
@@ -69,7 +69,8 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 from jaxgossip import data, models  # noqa: E402
 from jaxgossip.engine.training import linen_model_fns  # noqa: E402
 from jaxgossip.ops import sharding
-from jaxgossip.run.runner import TrainConfig, build, make_optimizer  # noqa: E402
+from jaxgossip.run.resolve import make_optimizer  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, build  # noqa: E402
 
 BATCH = 32
 EVAL = 16

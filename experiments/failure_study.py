@@ -45,9 +45,9 @@ from _common import cpu_model
 from jaxgossip import topology as T
 from jaxgossip.cli.demo import DEMO_DEFAULTS
 from jaxgossip.engine import sweeps
-from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.config import TrainConfig
 from jaxgossip.run.experiment_sweeps import sweep_topologies_training
-from jaxgossip.run.runner import prepare
+from jaxgossip.run.resolve import check_train_config, resolve
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "failure_study")
 N = 16
@@ -259,7 +259,7 @@ def main(argv=None) -> dict:
     chosen = None if args.methods is None else args.methods.split(",")
     methods_a = [m for m in METHODS if chosen is None or m.split()[0] in chosen]
     methods_b = [m for m in RANDOM if chosen is None or m in chosen]
-    prep = prepare(config.replace(algorithm="gossip", topology="ring"))
+    prep = resolve(config.replace(algorithm="gossip", topology="ring"))
     load_before = os.getloadavg()
     start = time.perf_counter()
     result = {}

@@ -115,7 +115,7 @@ class AlgorithmInfo:
       allreduce_cost: the cost model prices a round as an all-reduce rather than gossip on the graph.
       trainer_options: option defaults the trainer sets (a user's option wins).
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
-        range on a symmetric W is checked (``jaxgossip.run.config.gamma_warning``).
+        range on a symmetric W is checked (``jaxgossip.run.validate.gamma_warning``).
       orderings: the runner orderings under which it is the method it claims to be (default
         both); the factory copies them into :attr:`GossipAlgorithm.orderings`, where
         :func:`jaxgossip.engine.local_step.check_ordering` reads them and refuses the others. D^2 corrects the

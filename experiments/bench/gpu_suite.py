@@ -82,7 +82,8 @@ from jaxgossip import topology as T  # noqa: E402
 from jaxgossip.engine.consensus import consensus_scan  # noqa: E402
 from jaxgossip.engine.training import linen_model_fns  # noqa: E402
 from jaxgossip.run.cost_report import step_flops_and_memory  # noqa: E402
-from jaxgossip.run.runner import TrainConfig, make_trainer, prepare  # noqa: E402
+from jaxgossip.run.resolve import resolve  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, make_trainer  # noqa: E402
 
 SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus", "transformer", "many_nodes")
 BYTES = 4  # float32
@@ -228,8 +229,8 @@ def section_training(s: Sizes) -> dict:
         lr=0.1,
         seed=0,
     )
-    prep = prepare(config, dataset)
-    trainer, _ = make_trainer(config, prep)
+    prep = resolve(config, dataset)
+    trainer, _ = make_trainer(prep.config, prep)
     state = jax.block_until_ready(jax.jit(trainer.init)(jax.random.key(0)))
     params_per_node = sum(int(leaf[0].size) for leaf in jax.tree_util.tree_leaves(state.params))
     chunk = timed(lambda st: trainer.run_chunk(st, 1), (state,), s.reps)
@@ -250,7 +251,7 @@ def section_training(s: Sizes) -> dict:
     xs = jnp.zeros((n, batch, *s.train_shape), jnp.float32)
     ys = jnp.zeros((n, batch), jnp.int32)
     flops_xla = compiled_flops(grads.lower(state.params, state.batch_stats, xs, ys).compile())
-    node_flops, memory_per_node = step_flops_and_memory(config, dataset, prep.topology, True)
+    node_flops, memory_per_node = step_flops_and_memory(prep, True)
     peak = compiled_bytes(chunk.compiled)
     return {
         "model": s.train_model,
@@ -277,8 +278,8 @@ def section_training(s: Sizes) -> dict:
 def _chunk_timing(config: TrainConfig, dataset, reps: int) -> dict:
     """ms per round of the trainer's chunk of ``config.num_rounds`` rounds (one evaluation at its
     end, timed apart and subtracted as in :func:`section_training`), compile time and peak memory."""
-    prep = prepare(config, dataset)
-    trainer, _ = make_trainer(config, prep)
+    prep = resolve(config, dataset)
+    trainer, _ = make_trainer(prep.config, prep)
     state = jax.block_until_ready(jax.jit(trainer.init)(jax.random.key(0)))
     chunk = timed(lambda st: trainer.run_chunk(st, 1), (state,), reps)
     evaluate = timed(trainer.evaluate, (state, jnp.float32(0.0)), reps)

@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import compiled_bytes, header_line, machine_info, median_seconds, tree_bytes, write_result  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
-from jaxgossip.run.runner import TrainConfig, make_trainer, prepare  # noqa: E402
+from jaxgossip.run.resolve import resolve  # noqa: E402
+from jaxgossip.run.runner import TrainConfig, make_trainer  # noqa: E402
 
 HIDDEN = (32,)
 BATCH = 16
@@ -57,8 +58,8 @@ def measure(topology: str, n: int, rounds: int, reps: int) -> dict:
         eval_chunk=EVAL,
         seed=0,
     )
-    prep = prepare(config, dataset)
-    trainer, _ = make_trainer(config, prep)
+    prep = resolve(config, dataset)
+    trainer, _ = make_trainer(prep.config, prep)
     state = jax.block_until_ready(jax.jit(trainer.init)(jax.random.key(0)))
     start = time.perf_counter()
     chunk = trainer.run_chunk.lower(state, 1).compile()

@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from jaxgossip.engine.training import make_train
-from jaxgossip.run.config import check_train_config, time_model_of
-from jaxgossip.run.runner import TrainConfig, make_algorithm, make_optimizer, prepare
+from jaxgossip.run.resolve import check_train_config, make_optimizer, resolve
+from jaxgossip.run.runner import TrainConfig
 
 
 def main() -> None:
@@ -51,9 +51,9 @@ def main() -> None:
     timed_config = check_train_config(
         base.replace(time={"compute": "stragglers:0.01,0.125,10", "latency": 1e-3, "bandwidth": 1e8})
     )
-    prep = prepare(timed_config)
+    prep = resolve(timed_config)
 
-    alg = make_algorithm(timed_config, prep.topology)
+    alg = prep.algorithm
     eval_data = (prep.dataset.x_test[:500], prep.dataset.y_test[:500])
     common = dict(num_rounds=args.rounds, batch_size=16, eval_every=args.rounds, eval_chunk=500)
     runs = {
@@ -64,7 +64,7 @@ def main() -> None:
             prep.shards,
             eval_data,
             make_optimizer(base),
-            time=time_model_of(timed_config, prep.topology),
+            time=prep.time,
             **common,
         ),
     }

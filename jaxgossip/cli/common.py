@@ -47,7 +47,6 @@ __all__ = [
     "write_markdown",
     "write_metrics",
     "run_cost",
-    "load_data",
     "algorithm_epilog",
     "warn_gamma",
     "print_config",
@@ -212,10 +211,10 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     config = built.config
     need_flops = bool(model.joules_per_flop)
     try:
-        flops, memory = step_flops_and_memory(config, built.dataset, built.topology, need_flops)
+        flops, memory = step_flops_and_memory(built.resolved, need_flops)
     except RuntimeError as err:  # the backend counts no FLOPs: report communication only
         print(f"jaxgossip: FLOP energy not reported: {err}", file=sys.stderr)
-        _, memory = step_flops_and_memory(config, built.dataset, built.topology, False)
+        _, memory = step_flops_and_memory(built.resolved, False)
         flops, model = 0.0, dataclasses.replace(model, joules_per_flop=None)
     cumulative = np.asarray(metrics.bits, dtype=np.float64)
     merge_bits = None
@@ -243,13 +242,6 @@ def run_cost(model: CostModel, result: Any, *, out_dir: str | None) -> list[dict
     return rows
 
 
-def load_data(config):
-    """The data set of a training config (``jaxgossip.run.runner.load_data``)."""
-    from jaxgossip.run import runner
-
-    return runner.load_data(config)
-
-
 def algorithm_epilog() -> str:
     """The hyperparameters of every algorithm and compressor, with defaults (for ``--help``)."""
     import inspect
@@ -274,13 +266,11 @@ def algorithm_epilog() -> str:
     return "\n".join(lines)
 
 
-def warn_gamma(command: str, config) -> None:
-    """Warns when the config's gossip-type gamma is outside the stable range of its graph."""
-    from jaxgossip.run.config import check_topology, gamma_warning
+def warn_gamma(command: str, config, topo) -> None:
+    """Warns when the config's gossip-type gamma is outside the stable range of its graph ``topo``."""
+    from jaxgossip.run.validate import gamma_warning
 
-    data_seed = config.resolved_data_seed
-    message = gamma_warning(config.algorithm, dict(config.algorithm_options), check_topology(
-        config.topology, config.num_nodes, data_seed))
+    message = gamma_warning(config.algorithm, dict(config.algorithm_options), topo)
     if message:
         warn(command, message)
 

@@ -112,7 +112,7 @@ def check_consensus_config(config: ConsensusConfig) -> tuple[list[ConsensusRun],
     Raises:
       ValueError: naming the field and the fix.
     """
-    from jaxgossip.run.config import check_algorithm, check_topology, gamma_warning
+    from jaxgossip.run.validate import check_algorithm, check_topology, gamma_warning
 
     for field, low in (("num_nodes", 1), ("num_steps", 1), ("seed", 0)):
         value = getattr(config, field)

@@ -9,9 +9,11 @@ import os
 import re
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, did_you_mean, train_field_help
+from jaxgossip.run.config import TrainConfig, did_you_mean, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.resolve import check_train_config
+from jaxgossip.run.validate import check_sync_only
 
 __all__ = ["command", "run", "demo_runs", "DEMO_DEFAULTS"]
 
@@ -305,7 +307,9 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     common.require_tensorboard(base)
     chosen = parsed.values.get("algorithms")
     runs = demo_runs(parsed.flags["quick"], chosen, per_method)
-    configs = []
+    from jaxgossip.run.resolve import check_run, load_data, resolve
+
+    configs = []  # checked runs, then resolved ones
     for spec_run in runs:
         config = base.replace(
             name=spec_run["name"],
@@ -315,15 +319,15 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             final_merge=spec_run.get("final_merge"),
         )
         try:
-            configs.append(check_train_config(config))  # every run is checked before the first one starts
+            configs.append(check_run(config))  # every run is checked before the first one starts
         except (ValueError, TypeError) as err:
             raise _run_error(spec_run, err) from None
-    resolved = {k: v for k, v in base.to_dict().items() if k not in PER_RUN and k != METHOD_OPTIONS}
+    printed = {k: v for k, v in base.to_dict().items() if k not in PER_RUN and k != METHOD_OPTIONS}
     if chosen is not None:
-        resolved["algorithms"] = list(chosen)
+        printed["algorithms"] = list(chosen)
     if per_method:
-        resolved[METHOD_OPTIONS] = per_method
-    if common.print_config(parsed, resolved):
+        printed[METHOD_OPTIONS] = per_method
+    if common.print_config(parsed, printed):
         return 0
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
     held.enter_context(hold_out(out, "jaxgossip demo", log=lambda m: common.warn("demo", m)))
@@ -332,15 +336,17 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     from jaxgossip.run import plots
     from jaxgossip.run.runner import run_training
 
-    dataset = common.load_data(base)
+    dataset = load_data(base)  # one data set for every run
+    configs = [resolve(checked, dataset) for checked in configs]
     print(f"data: {dataset.source}")
     print(f"demo: {base.num_nodes} nodes, {base.partition} partition, model {base.model}, {base.num_rounds} rounds")
     results, table = {}, []
-    for config in configs:
+    for resolved_run in configs:
+        config = resolved_run.config
         run_dir = _run_dir(out, config.name)
         try:
             result = run_training(
-                config,
+                resolved_run,
                 run_dir,
                 resume=False,
                 progress=not parsed.flags["no_progress"],
@@ -379,7 +385,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
             flush=True,
         )
     # Reductions are relative to the first run of the list (by default gossip, the uncompressed baseline).
-    baseline = configs[0].name
+    baseline = configs[0].config.name
     baseline_mb = next((r["MB_per_node"] for r in table if r["name"].startswith(baseline) and "MB_per_node" in r), None)
     for row in table:
         if baseline_mb and row.get("MB_per_node"):

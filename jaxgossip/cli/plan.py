@@ -7,8 +7,9 @@ import dataclasses
 import math
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_sync_only, train_field_help
+from jaxgossip.run.config import TrainConfig, train_field_help
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.validate import check_sync_only
 
 __all__ = ["PlanOptions", "command", "run", "format_plan"]
 
@@ -91,7 +92,7 @@ def command() -> Command:
 
 def run(argv: list[str]) -> int:
     from jaxgossip.ops import platforms
-    from jaxgossip.run.config import check_train_config
+    from jaxgossip.run.resolve import check_train_config
     from jaxgossip.sim import plan as plan_lib
 
     parsed = parse_argv(command(), argv)

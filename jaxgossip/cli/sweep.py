@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, did_you_mean, train_field_help
+from jaxgossip.run.config import TrainConfig, did_you_mean, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.resolve import check_train_config
+from jaxgossip.run.validate import check_sync_only
 from jaxgossip.run.watchdog import check_divergence
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
@@ -163,13 +165,11 @@ def _with_option(options: dict, path: list[str], value: float) -> dict:
     return out
 
 
-def _check_points(config: TrainConfig, axes: dict[str, list[float]]) -> list[str]:
-    """Checks every axis value as a config value; returns gamma warnings."""
-    from jaxgossip.run.config import check_topology, gamma_warning
+def _check_points(config: TrainConfig, topo, axes: dict[str, list[float]]) -> list[str]:
+    """Checks every axis value as a config value; returns gamma warnings on the run's graph ``topo``."""
+    from jaxgossip.run.validate import gamma_warning
 
     warnings = []
-    data_seed = config.resolved_data_seed
-    topo = check_topology(config.topology, config.num_nodes, data_seed)
     for name, values in axes.items():
         for value in values:
             if name.startswith("algorithm_options."):
@@ -206,37 +206,38 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     options = parsed.build(SweepOptions)
     seeds = seed_list(options.seeds)
     axes = sweep_axes(options.sweep, parsed.values.get("algorithm"))
-    config = check_train_config(parsed.build(TrainConfig))
+    from jaxgossip.run.resolve import check_run, resolve
+
+    checked = check_run(parsed.build(TrainConfig))  # the objects every grid point shares, built once
+    config = checked.config
     check_sync_only(config, "sweep")
     cost = common.cost_model(parsed.values, config)
     target = common.target_acc(parsed.values)
-    for message in _check_points(config, axes):
+    for message in _check_points(config, checked.topology, axes):
         common.warn("sweep", message)
-    common.warn_gamma("sweep", config)
+    common.warn_gamma("sweep", config, checked.topology)
     common.require_tensorboard(config)
     if config.tensorboard:
         _tensorboard_writer()
     if common.print_config(parsed, {"seeds": seeds, "sweep": axes, **config.to_dict()}):
         return 0
+    resolved = resolve(checked)
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "sweep"))
     held.enter_context(hold_out(out, "jaxgossip sweep", log=lambda m: common.warn("sweep", m)))
 
     import jax
 
-    from jaxgossip import topology
     from jaxgossip.engine import sweeps
     from jaxgossip.run import experiment_sweeps, plots
     from jaxgossip.run.runner import consensus_watchdog
 
-    dataset = common.load_data(config)
     start = time.perf_counter()
-    points, metrics = experiment_sweeps.sweep_training(config, axes, seeds, dataset=dataset)
+    points, metrics = experiment_sweeps.sweep_training(resolved, axes, seeds)
     jax.block_until_ready(metrics)
     wall = time.perf_counter() - start
     rows = sweeps.summarize(points, metrics)
-    data_seed = config.resolved_data_seed
-    topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
-    flops, memory = common.step_flops_and_memory(config, dataset, topo, bool(cost.joules_per_flop))
+    topo = resolved.topology
+    flops, memory = common.step_flops_and_memory(resolved, bool(cost.joules_per_flop))
     rounds, bits = np.asarray(metrics.round), np.asarray(metrics.bits, dtype=np.float64)  # [G, S, M], [..., N]
     sim_time, comm_time = np.asarray(metrics.sim_time), np.asarray(metrics.comm_time)  # [G, S, M]
     watched = np.stack([np.asarray(getattr(metrics, k), np.float64) for k in ("train_loss", "test_loss", "consensus")])

@@ -14,9 +14,10 @@ import numpy as np
 
 from jaxgossip.cli import common
 from jaxgossip.cli.sweep import seed_list
-from jaxgossip.run.config import TrainConfig, check_sync_only, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, train_field_help
 from jaxgossip.run.lock import hold_out
 from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.validate import check_sync_only
 from jaxgossip.run.watchdog import check_divergence, consensus_diverged_at
 
 __all__ = ["TopologySweepOptions", "command", "run"]
@@ -151,7 +152,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
 def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
     from jaxgossip.engine import sweeps
     from jaxgossip.run import plots
-    from jaxgossip.run.config import check_algorithm, gamma_warning
+    from jaxgossip.run.validate import check_algorithm, gamma_warning
 
     algorithm, alg_options = parsed.values["algorithm"], dict(parsed.values["algorithm_options"])
     for field in ("num_steps", "dim"):
@@ -237,9 +238,12 @@ def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitS
 def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
     from jaxgossip import topology
     from jaxgossip.run import experiment_sweeps, plots
-    from jaxgossip.run.config import byzantine_args, check_algorithm, check_byzantine
+    from jaxgossip.run.groups import byzantine_args, check_byzantine
+    from jaxgossip.run.resolve import check_run, resolve
+    from jaxgossip.run.validate import check_algorithm
 
-    config = check_train_config(parsed.build(TrainConfig))
+    checked = check_run(parsed.build(TrainConfig))
+    config = checked.config
     check_sync_only(config, "topology-sweep")
     if config.final_merge is not None:
         raise UsageError(f"--final_merge={config.final_merge!r}: a topology sweep reports training without a merge")
@@ -247,27 +251,29 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
         raise UsageError("--tensorboard is written by train, demo and sweep; not by topology-sweep")
     data_seed = config.resolved_data_seed
     graphs, graph_specs, notes = _build_graphs(specs, [config.num_nodes], data_seed)
+    per_graph = []  # each graph's algorithm (its state's memory is reported)
     for topo in graphs:
-        check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
-        check_byzantine(config, topo)  # the attackers must leave every graph's honest nodes connected
+        alg = check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
+        attacked = check_byzantine(config, topo)  # the attackers must leave every graph's honest nodes connected
+        per_graph.append(alg if attacked is None else attacked)
     resolved = {"topologies": specs, "seeds": seeds, **config.to_dict()}
     if common.print_config(parsed, resolved):
         return 0
+    resolved_run = resolve(checked)  # the data, model and optimizer every graph shares
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep_train"))
     held.enter_context(hold_out(out, "jaxgossip topology-sweep", log=lambda m: common.warn("topology-sweep", m)))
     no_stack = parsed.flags["no_stack"]
-    dataset = common.load_data(config)
     start = time.perf_counter()
-    metrics, groups = experiment_sweeps.sweep_topologies_training(
-        config, graphs, seeds, dataset=dataset, stack=not no_stack
-    )
+    metrics, groups = experiment_sweeps.sweep_topologies_training(resolved_run, graphs, seeds, stack=not no_stack)
     wall = time.perf_counter() - start
     group_of = {i: g for g, members in enumerate(groups) for i in members}
     need_flops = bool(cost.joules_per_flop)
     flops, rows = None, []
     for g, topo in enumerate(graphs):
         # FLOPs of a local step do not depend on the graph; memory does (the algorithm's state).
-        step_flops, memory = common.step_flops_and_memory(config, dataset, topo, need_flops and flops is None)
+        step_flops, memory = common.step_flops_and_memory(
+            resolved_run, need_flops and flops is None, algorithm=per_graph[g]
+        )
         flops = step_flops if flops is None else flops
         m = metrics[g]
         rounds, bits = np.asarray(m.round), np.asarray(m.bits, dtype=np.float64)  # [S, M], [S, M, N]
@@ -329,7 +335,7 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
     payload = {
         "mode": "train",
         "config": config.to_dict(),
-        "data": dataset.source,
+        "data": resolved_run.dataset.source,
         "topologies": specs,
         "seeds": seeds,
         "stack": not no_stack,

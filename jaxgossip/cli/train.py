@@ -7,7 +7,7 @@ import os
 import typing
 
 from jaxgossip.cli import common
-from jaxgossip.run.config import TrainConfig, check_train_config, train_field_help
+from jaxgossip.run.config import TrainConfig, train_field_help
 from jaxgossip.run.lock import hold_out_of_run
 from jaxgossip.run.parsing import Command, parse_argv
 
@@ -68,13 +68,17 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     if parsed is None:
         return 0
     common.check_out(parsed.values["out"])
-    config = check_train_config(parsed.build(TrainConfig))
+    from jaxgossip.run.resolve import check_run, resolve
+
+    checked = check_run(parsed.build(TrainConfig))  # the run's objects that need no data
+    config = checked.config
     cost = common.cost_model(parsed.values, config)
     target = common.target_acc(parsed.values)
-    common.warn_gamma("train", config)
+    common.warn_gamma("train", config, checked.topology)
     common.require_tensorboard(config)
     if common.print_config(parsed, config.to_dict()):
         return 0
+    resolved = resolve(checked)  # the data and the model, before anything is written
     out = common.prepare_out(parsed.values["out"] or os.path.join("runs", config.name or config.algorithm))
     held.enter_context(hold_out_of_run(out, "jaxgossip train", log=lambda m: common.warn("train", m)))
 
@@ -83,7 +87,7 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
 
     try:
         result = run_training(
-            config, out, resume=not parsed.flags["no_resume"], progress=not parsed.flags["no_progress"]
+            resolved, out, resume=not parsed.flags["no_resume"], progress=not parsed.flags["no_progress"]
         )
     except FloatingPointError as err:
         print(f"jaxgossip train: stopped: {err}\n(metrics so far are in {out}/metrics.json)", file=sys.stderr)

@@ -90,7 +90,7 @@ def check_tune_config(config: TuneGammaConfig):
     import math
 
     from jaxgossip import algorithms
-    from jaxgossip.run.config import check_algorithm, check_model_options, check_topology
+    from jaxgossip.run.validate import check_algorithm, check_model_options, check_topology
 
     if config.algorithm is None:
         tunable = [name for name, i in algorithms.INFOS.items() if i.step_size is not None]
@@ -124,7 +124,7 @@ def check_tune_config(config: TuneGammaConfig):
         if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape):
             raise UsageError(f"shape={list(shape)} must be one or more sizes >= 1, e.g. 1000 or 100,100")
         return topo, shape
-    model_options = check_model_options(config.model, dict(config.model_options), config.num_classes)
+    model_options = check_model_options(config.model, dict(config.model_options))
     input_shape = tuple(config.input_shape)
     if not input_shape or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in input_shape):
         raise UsageError(f"input_shape={list(input_shape)} must be one or more sizes >= 1, e.g. 28,28,1")

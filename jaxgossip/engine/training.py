@@ -418,7 +418,7 @@ def make_train(
       local_steps: H >= 1 local optimizer steps per round, each on a fresh batch (local SGD),
         between communication rounds; bits per round do not depend on H (update rules in the
         module docstring). The optimizer counts local steps: a schedule in rounds needs
-        ``count // H`` (``jaxgossip.run.runner.make_optimizer`` does this).
+        ``count // H`` (``jaxgossip.run.resolve.make_optimizer`` does this).
       loss_fn: ``loss_fn(out [B, ...], y [B, ...]) -> scalar``, the loss of one node's batch on
         the model's outputs, used for training and for the evaluation losses (accuracy is always
         ``argmax(out, -1) == y``); default :func:`softmax_cross_entropy`.

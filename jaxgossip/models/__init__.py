@@ -20,12 +20,21 @@ from jaxgossip.models.params import (
     matrix_shapes,
 )
 from jaxgossip.models.pool import max_pool
-from jaxgossip.models.registry import REGISTRY, SEQUENCE_MODELS, is_sequence_model, make_model
+from jaxgossip.models.registry import (
+    REGISTRY,
+    SEQUENCE_MODELS,
+    attributes,
+    check_options,
+    is_sequence_model,
+    make_model,
+)
 from jaxgossip.models.resnet import BasicBlock, ResNet, resnet20, resnet110
 from jaxgossip.models.transformer import POSITIONS, Transformer, causal_mask, rotary
 from jaxgossip.models.vgg import VGG, VGG_CONFIGS, vgg11, vgg16
 
 __all__ = [
+    "attributes",
+    "check_options",
     "BasicBlock",
     "CNN",
     "CONV_IMPLS",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from flax import linen as nn
 
@@ -13,21 +16,21 @@ from jaxgossip.models.resnet import resnet20, resnet110
 from jaxgossip.models.transformer import Transformer
 from jaxgossip.models.vgg import vgg11, vgg16
 
-__all__ = ["REGISTRY", "SEQUENCE_MODELS", "is_sequence_model", "make_model"]
+__all__ = ["REGISTRY", "SEQUENCE_MODELS", "attributes", "check_options", "is_sequence_model", "make_model"]
 
 
 def _is_size(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
 
 
-def _check_sizes(default: nn.Module, options: dict) -> None:
+def _check_sizes(defaults: Mapping[str, Any], options: dict) -> None:
     # Every integer attribute of the registered models is a size or a count (widths, depth, heads,
     # groups, ...), and every tuple attribute a list of layer sizes: 0, a negative or a non-integer
     # would otherwise fail deep inside flax (a ZeroDivisionError in the initializer, a shape error).
     for key, value in options.items():
-        if not hasattr(default, key):
+        if key not in defaults:
             continue  # the model's own constructor names an unknown attribute
-        ref = getattr(default, key)
+        ref = defaults[key]
         if isinstance(ref, numbers.Integral) and not isinstance(ref, bool) and not _is_size(value):
             raise ValueError(f"{key}={value!r} must be a positive integer")
         if isinstance(ref, tuple) and not (isinstance(value, (tuple, list)) and all(_is_size(v) for v in value)):
@@ -96,8 +99,45 @@ def make_model(name: str, num_classes: int = 10, **options) -> nn.Module:
       ValueError: unknown name (the message lists the known ones), or a size attribute (an integer
         or a tuple of layer sizes) given a value that is not a positive integer (tuple of them).
     """
+    defaults = attributes(name)  # refuses an unknown name
+    if options:
+        _check_sizes(defaults, options)
+    return REGISTRY[name](num_classes=num_classes, **options)
+
+
+def check_options(name: str, **options) -> None:
+    """Checks ``options`` of model ``name`` as :func:`make_model` does, before the number of classes
+    is known (a config is checked before its data set is read): the registry's builder describes
+    the module at one class and the description is dropped (a flax module holds no parameters
+    before ``init``). The data's class count is checked when the run's model is built (a
+    transformer's ``vocab`` must hold the data's tokens).
+
+    Raises:
+      ValueError: what :func:`make_model` raises for these options.
+    """
+    defaults = attributes(name)  # refuses an unknown name
+    if options:
+        _check_sizes(defaults, options)
+    REGISTRY[name](num_classes=1, **options)
+
+
+def attributes(name: str) -> dict[str, Any]:
+    """The attributes of registered model ``name`` at the registry's defaults (e.g. ``hidden``,
+    ``conv_impl``, a transformer's ``context``), without flax's ``parent``/``name``: what a config's
+    ``model_options`` may set, and their kinds (a tuple attribute takes a list of sizes).
+
+    Raises:
+      ValueError: unknown name (the message lists the known ones).
+    """
     if name not in REGISTRY:
         raise ValueError(f"unknown model name {name!r}; known models: {sorted(REGISTRY)}")
-    if options:
-        _check_sizes(REGISTRY[name](num_classes=num_classes), options)
-    return REGISTRY[name](num_classes=num_classes, **options)
+    return dict(_default_attributes(name))
+
+
+@functools.cache
+def _default_attributes(name: str) -> tuple[tuple[str, Any], ...]:
+    # The registry entries are builders (resnet20 fixes depth, the transformer its vocab), so the
+    # defaults are read from the module one builds; cached, a description is read once per process.
+    module = REGISTRY[name]()
+    fields = [f.name for f in dataclasses.fields(module) if f.name not in ("parent", "name")]
+    return tuple((key, getattr(module, key)) for key in fields)

@@ -80,7 +80,7 @@ def resolve(model: str, node_batch: int | str | None = "auto", platform: str | N
       :class:`BuildChoices`.
     """
     platform = check_platform(platform)
-    has_conv = hasattr(models.make_model(model), "conv_impl")
+    has_conv = "conv_impl" in models.attributes(model)
     if node_batch == "auto":
         batch = 1 if model != "mlp" and platform == "cpu" else None
     else:

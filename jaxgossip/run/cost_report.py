@@ -164,7 +164,7 @@ def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
 
 def cost_model_of_training(config, values: Mapping[str, Any]) -> CostModel:
     """The cost model of a training run: its links from ``config.time`` (the ``--time.*`` options,
-    checked by :func:`jaxgossip.run.config.check_time`), the energy prices from ``values``."""
+    checked by :func:`jaxgossip.run.groups.time_model_of`), the energy prices from ``values``."""
     from jaxgossip.run.config import TIME_OPTIONS
 
     links = {**TIME_OPTIONS, **{k: v for k, v in dict(config.time).items() if v is not None}}
@@ -212,7 +212,7 @@ def priced_as_allreduce(algorithm: str) -> bool:
     return algorithms.resolve(algorithm).allreduce_cost
 
 
-def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[float, float]:
+def step_flops_and_memory(resolved, need_flops: bool, algorithm=None) -> tuple[float, float]:
     """FLOPs of one node's local step (0 unless ``need_flops``) and bytes per node of a run.
 
     The step is the gradient of :func:`jaxgossip.engine.training.cross_entropy_loss` on one node's batch
@@ -221,28 +221,33 @@ def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[floa
     state, from shapes only.
 
     Args:
-      config: a :class:`jaxgossip.run.runner.TrainConfig` (its optimizer and algorithm are built with
-        the runner's ``make_optimizer`` / ``make_algorithm``, imported here only).
-      dataset: the run's dataset; topo: its topology.
+      resolved: the :class:`jaxgossip.run.resolve.Resolved` run (its model, data, optimizer and
+        algorithm).
+      need_flops: whether to count the FLOPs.
+      algorithm: the algorithm whose state is counted (default the run's; an asynchronous run,
+        which has none, counts that of its synchronous algorithm on the run's graph).
 
     Raises:
       RuntimeError: ``need_flops`` and the backend counts no FLOPs.
     """
     import jax
 
-    from jaxgossip import models
     from jaxgossip.engine import training as train
-    from jaxgossip.run.runner import make_algorithm, make_optimizer
 
-    fns = train.linen_model_fns(
-        models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
-    )
+    config, dataset = resolved.config, resolved.dataset
+    if algorithm is None:
+        algorithm = resolved.algorithm
+    if algorithm is None:
+        from jaxgossip.run.resolve import make_algorithm
+
+        algorithm = make_algorithm(config, resolved.topology)
+    fns = train.linen_model_fns(resolved.model)
     x, y = dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size]
     params, stats = jax.eval_shape(fns.init, jax.random.key(0), x[:1])
     n = config.num_nodes
     stacked = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((n, *a.shape), a.dtype), (params, stats))
-    opt_state = jax.eval_shape(jax.vmap(make_optimizer(config).init), stacked[0])
-    comm_state = jax.eval_shape(make_algorithm(config, topo).init, stacked[0])
+    opt_state = jax.eval_shape(jax.vmap(resolved.optimizer.init), stacked[0])
+    comm_state = jax.eval_shape(algorithm.init, stacked[0])
     memory = memory_per_node(stacked, opt_state, comm_state, num_nodes=n)
     if not need_flops:
         return 0.0, memory

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 
 from jaxgossip.engine.sweeps import check_axes, grid, map_topologies
 from jaxgossip.ops import sharding
-from jaxgossip.run.runner import make_trainer, prepare
+from jaxgossip.run.resolve import Resolved, resolve
+from jaxgossip.run.runner import make_trainer
 from jaxgossip.topology import Topology
 
 __all__ = ["SweepProgram", "sweep_training", "sweep_program", "sweep_topologies_training", "apply_point"]
@@ -101,7 +102,8 @@ def sweep_program(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int
     :class:`SweepProgram`."""
     check_axes(axes)
     points = grid(axes)
-    prep = prepare(config, dataset, platform)
+    prep = config if isinstance(config, Resolved) else resolve(config, dataset, platform)
+    config = prep.config
 
     def one(key, point):
         trainer, _ = make_trainer(apply_point(config, point), prep)
@@ -136,19 +138,20 @@ def sweep_topologies_training(
       ``(metrics, groups)``: metrics a list over graphs of ``Metrics`` with leaves
       ``[S, num_evals, ...]``; groups the compile groups (lists of graph indices).
     """
-    from jaxgossip.run.config import byzantine_args
+    from jaxgossip.run.groups import byzantine_args
 
+    prep = config if isinstance(config, Resolved) else resolve(config, dataset)
+    config = prep.config
     for topo in topologies:
         if isinstance(topo, Topology) and topo.num_nodes != config.num_nodes:
             raise ValueError(f"{topo.name} has N={topo.num_nodes} nodes but config.num_nodes={config.num_nodes}")
-    prep = prepare(config, dataset)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     if prep.mesh is not None:  # the program runs on the mesh's devices (sharding.replicate says why)
         keys = sharding.replicate(keys, prep.mesh)
 
     def one(topo, point, key):
         options = {**config.algorithm_options, **point}
-        trainer, _ = make_trainer(config.replace(algorithm_options=options), dataclasses.replace(prep, topology=topo))
+        trainer, _ = make_trainer(config.replace(algorithm_options=options), prep._replace(topology=topo))
         return trainer.train(key)[1]
 
     stack = stack and byzantine_args(config) is None

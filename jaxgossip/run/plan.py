@@ -1,7 +1,7 @@
 """Memory plan of a configured training run (``jaxgossip plan``): the compiled chunk's memory from
 XLA's memory analysis, per node and in total, and the largest node count that fits a memory size.
 
-The program planned is the one the trainer runs: :func:`jaxgossip.run.runner.prepare` and
+The program planned is the one the trainer runs: :func:`jaxgossip.run.resolve.resolve` and
 :func:`jaxgossip.run.runner.make_trainer` build the run of the config (same model, optimizer,
 algorithm, topology, partition), and its ``run_chunk`` (``evals_per_chunk`` evaluation intervals
 of ``eval_every`` rounds, evaluation included) is lowered on abstract values and compiled:
@@ -25,7 +25,6 @@ fused CPU top-k round are the CPU's here), so keep a margin.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -35,7 +34,8 @@ import numpy as np
 from jaxgossip import data, topology
 from jaxgossip.ops import platforms
 from jaxgossip.run import runner
-from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.config import TrainConfig
+from jaxgossip.run.resolve import check_train_config, load_data, resolve
 from jaxgossip.sim.plan import (
     GPU_MEMORY,
     Fit,
@@ -190,11 +190,11 @@ class AbstractRun(NamedTuple):
 def abstract_run(
     config: TrainConfig, dataset: data.Dataset | None = None, *, platform: str | None = "cuda"
 ) -> AbstractRun:
-    """The run of ``config`` (``runner.prepare`` + ``runner.make_trainer``) at ``config.num_nodes``
+    """The run of ``config`` (``resolve.resolve`` + ``runner.make_trainer``) at ``config.num_nodes``
     on abstract state and data (see :class:`AbstractRun`).
 
     Args:
-      config: a training config (checked here with ``check_train_config``).
+      config: a training config (resolved here).
       dataset: its data set (loaded from the config when None).
       platform: whose build-time choices to build with (:data:`jaxgossip.ops.platforms.PLATFORMS`;
         None: the backend JAX runs on). The program is compiled for the CPU either way.
@@ -203,12 +203,10 @@ def abstract_run(
       ValueError: a bad config, ``devices != 1``, or a node count the data set cannot be split
         into.
     """
-    config = check_train_config(config)
     if config.devices != 1:
         raise ValueError(f"devices={config.devices}: the memory plan is of one device holding all N nodes (devices=1)")
-    if dataset is None:
-        dataset = runner.load_data(config)
-    prep = runner.prepare(config, dataset, platform)  # the run's partition, graph and model
+    prep = resolve(config, dataset, platform)  # the run's partition, graph, model, algorithm and clock
+    config, dataset = prep.config, prep.dataset
     eval_size = min(config.eval_size, dataset.y_test.shape[0])
     args = (
         _abstract((prep.shards.x, prep.shards.y)),
@@ -216,13 +214,12 @@ def abstract_run(
     )
     counts = np.asarray(prep.shards.counts)
     samples_per_node = int(prep.shards.x.shape[1])
-    prep = dataclasses.replace(prep, shards=None)  # the program takes the shards' shapes, not the arrays
+    prep = prep._replace(shards=None)  # the program takes the shards' shapes, not the arrays
 
     def trainer_on(train_data, eval_data):
         """The run's trainer on traced data (inside the trace of eval_shape or jit)."""
         x, y = train_data
-        part = dataclasses.replace(
-            prep,
+        part = prep._replace(
             dataset=dataset._replace(x_test=eval_data[0], y_test=eval_data[1]),
             shards=data.NodeShards(x, y, counts),
         )
@@ -374,7 +371,7 @@ def plan_memory(
     config = check_train_config(config)
     platform = platforms.check_platform(platform)
     if dataset is None:
-        dataset = runner.load_data(config)
+        dataset = load_data(config)
     measured: dict[int, Measurement] = {}
 
     def at(n: int) -> Measurement:

@@ -5,7 +5,6 @@ with progress, checkpoints and outputs. File I/O and printing live here and in `
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -16,34 +15,21 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from jaxgossip import algorithms, data, models, topology
-from jaxgossip.checks import is_concrete
+from jaxgossip import data, models, topology
 from jaxgossip.engine import outer
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
-from jaxgossip.ops import platforms, precision, sharding
-from jaxgossip.run.config import (
-    TrainConfig,
-    async_form_of,
-    availability_of,
-    byzantine_args,
-    check_train_config,
-    time_model_of,
-    with_trainer_options,
-)
+from jaxgossip.ops import precision, sharding
+from jaxgossip.run.config import TrainConfig
+from jaxgossip.run.groups import async_form_of, time_model_of
+from jaxgossip.run.resolve import Resolved, make_algorithm, make_optimizer, resolve
 from jaxgossip.run.watchdog import DivergenceError, WatchdogAlarm, check_consensus, check_divergence
 
 __all__ = [
     "TrainConfig",
     "Built",
     "build",
-    "Prepared",
-    "prepare",
-    "load_data",
     "make_trainer",
-    "make_optimizer",
-    "make_schedule",
     "run_training",
     "TrainingResult",
     "run_summary",
@@ -52,7 +38,6 @@ __all__ = [
     "metrics_to_rows",
     "load_config",
     "config_from_dict",
-    "check_train_config",
     "consensus_watchdog",
 ]
 
@@ -73,7 +58,7 @@ def config_from_dict(values: dict, base: TrainConfig | None = None) -> TrainConf
 def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
     """Reads a YAML, JSON or Python config (a ``get_config()`` returning a mapping or TrainConfig;
     ``file.py:ARG`` for ``get_config(ARG)``) and applies ``overrides``; the result is not yet checked
-    (see ``check_train_config``)."""
+    (see :func:`jaxgossip.run.resolve.check_train_config`)."""
     from jaxgossip.run.parsing import from_dict, read_config_file
 
     config = TrainConfig()
@@ -83,257 +68,116 @@ def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
         config = config_from_dict(overrides, config)
     return config
 
+class Built(NamedTuple):
+    """A configured run: the resolved objects, the trainer and what reports need.
 
-def _is_norm_key(entry: Any) -> bool:
-    name = str(getattr(entry, "key", getattr(entry, "name", ""))).lower()
-    return name.startswith(("bn", "norm", "batchnorm", "groupnorm", "layernorm"))
-
-
-def make_schedule(config: TrainConfig) -> optax.Schedule:
-    """The learning rate as a function of the optimizer's step count: linear warm-up from
-    ``warmup_from`` over ``warmup_rounds``, then (``lr_schedule="step"``) ``lr`` multiplied by
-    ``decay_factor`` at each of ``decay_rounds``, or (``"cosine"``) the cosine decay
-    ``final_lr + (lr - final_lr) (1 + cos(pi r / R')) / 2`` at round r after the warm-up, over the
-    R' = ``num_rounds - warmup_rounds`` remaining rounds (Loshchilov & Hutter, SGDR, ICLR 2017,
-    arXiv:1608.03983). All are counted in communication rounds: with ``local_steps = H > 1`` the
-    schedule is evaluated at ``count // H`` (the H local steps of a round share its rate); with
-    H = 1 it is the plain per-step schedule."""
-    if is_concrete(config.lr) and (config.lr <= 0 or not math.isfinite(config.lr)):
-        raise ValueError(f"lr={config.lr} must be a positive number")
-    if config.lr_schedule == "cosine":
-        # optax's cosine runs from lr to alpha * lr over decay_steps, then stays there.
-        decay = max(int(config.num_rounds) - int(config.warmup_rounds), 1)
-        schedule = optax.cosine_decay_schedule(config.lr, decay, alpha=config.final_lr / config.lr)
-    else:
-        boundaries = {int(b) - config.warmup_rounds: config.decay_factor for b in config.decay_rounds}
-        if any(b <= 0 for b in boundaries):
-            raise ValueError(f"decay_rounds={config.decay_rounds} must come after warmup_rounds={config.warmup_rounds}")
-        schedule = optax.piecewise_constant_schedule(config.lr, boundaries)
-    if config.warmup_rounds > 0:
-        warm = optax.linear_schedule(config.warmup_from, config.lr, config.warmup_rounds)
-        schedule = optax.join_schedules([warm, schedule], [config.warmup_rounds])
-    local_steps = int(config.local_steps)
-    if local_steps > 1:
-        per_step = schedule
-
-        def schedule(count):
-            return per_step(count // local_steps)
-
-    return schedule
-
-
-def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    """The local optimizer of one node (the trainer vmaps it), an ``optax.chain`` of
-
-    * ``clip_by_global_norm(grad_clip)`` if ``grad_clip`` is set (each node's own gradient norm);
-    * ``optimizer="sgd"`` (default): ``add_decayed_weights(weight_decay, mask)`` (weight decay added
-      to the gradient, as PyTorch's SGD does; omitted when 0), then
-      ``sgd(schedule, momentum or None, nesterov and momentum > 0)`` — the paper recipes of
-      docs/algorithms.md, section training recipes and models;
-    * ``optimizer="adam"``: ``add_decayed_weights(weight_decay, mask)`` (L2, PyTorch's Adam), then
-      ``adam(schedule, b1, b2, eps)``;
-    * ``optimizer="adamw"``: ``adamw(schedule, b1, b2, eps, weight_decay, mask)`` (decoupled decay,
-      scaled by the learning rate as in PyTorch's AdamW).
-
-    ``schedule`` is :func:`make_schedule` (warm-up and step decay, counted in rounds); ``mask`` is
-    ``weight_decay_mask``; ``b1``, ``b2``, ``eps`` come from ``optimizer_options`` (defaults
-    0.9, 0.999, 1e-8). ``momentum`` and ``nesterov`` apply to sgd only.
+    Attributes:
+      resolved: the :class:`jaxgossip.run.resolve.Resolved` run (config, graph, algorithm, clock,
+        data, model, ...).
+      trainer: the run's :class:`jaxgossip.engine.training.Trainer`.
+      histograms: float [N, C], each node's label (or text source) counts.
+      num_params: parameters of one node's model.
     """
-    from jaxgossip.run.config import check_optimizer_options
 
-    schedule = make_schedule(config)
-    masks = {
-        "all": None,
-        "no_1d": lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params),
-        # The BN exclusion of the PowerGossip recipe (docs/algorithms.md, section training recipes and
-        # models): no decay on the scale and bias of normalization layers (named bn*/norm* in jaxgossip.models).
-        "no_norm": lambda params: jax.tree_util.tree_map_with_path(
-            lambda path, p: not any(_is_norm_key(k) for k in path), params
-        ),
-    }
-    if config.weight_decay_mask not in masks:
-        raise ValueError(f"weight_decay_mask={config.weight_decay_mask!r} must be one of {sorted(masks)}")
-    mask = masks[config.weight_decay_mask]
-    options = check_optimizer_options(config.optimizer, dict(config.optimizer_options))
-    parts = []
-    if config.grad_clip is not None:
-        if is_concrete(config.grad_clip) and not config.grad_clip > 0:
-            raise ValueError(f"grad_clip={config.grad_clip} must be a positive number or None")
-        parts.append(optax.clip_by_global_norm(config.grad_clip))
-    decay = not is_concrete(config.weight_decay) or bool(config.weight_decay)
-    if config.optimizer == "adamw":
-        parts.append(optax.adamw(schedule, weight_decay=config.weight_decay, mask=mask, **options))
-        return optax.chain(*parts)
-    if decay:
-        parts.append(optax.add_decayed_weights(config.weight_decay, mask))
-    if config.optimizer == "adam":
-        parts.append(optax.adam(schedule, **options))
-    else:
-        parts.append(
-            optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov and bool(config.momentum))
-        )
-    return optax.chain(*parts)
-
-
-@dataclasses.dataclass
-class Built:
-    """A configured run: the trainer plus what reports need."""
-
-    config: TrainConfig
+    resolved: Resolved
     trainer: Trainer
-    dataset: data.Dataset
-    topology: topology.Topology
-    algorithm: Any
     histograms: np.ndarray
     num_params: int
-    mesh: Any = None
+
+    @property
+    def config(self) -> TrainConfig:
+        return self.resolved.config
+
+    @property
+    def dataset(self) -> data.Dataset:
+        return self.resolved.dataset
+
+    @property
+    def topology(self) -> topology.Topology:
+        return self.resolved.topology
+
+    @property
+    def algorithm(self) -> Any:
+        return self.resolved.algorithm
+
+    @property
+    def mesh(self) -> Any:
+        return self.resolved.mesh
 
 
-@dataclasses.dataclass
-class Prepared:
-    """The parts of a run that fix array shapes: data, shards, graph, model (built once per sweep),
-    and the build-time choices of the target platform (:class:`jaxgossip.ops.platforms.BuildChoices`)."""
-
-    dataset: data.Dataset
-    parts: list
-    shards: Any
-    topology: topology.Topology
-    model: Any
-    mesh: Any
-    choices: platforms.BuildChoices
-
-
-def prepare(config: TrainConfig, dataset: data.Dataset | None = None, platform: str | None = None) -> Prepared:
-    """Loads and partitions the data and builds the topology and the model for ``platform`` (one
-    of :data:`jaxgossip.ops.platforms.PLATFORMS`; None: the backend JAX runs on)."""
-    choices = platforms.resolve(config.model, config.node_batch, platform)
-    if dataset is None:
-        dataset = load_data(config)
-    if config.num_nodes > dataset.y_train.shape[0]:
-        raise ValueError(
-            f"num_nodes={config.num_nodes} exceeds the {dataset.y_train.shape[0]} training samples of {dataset.name}"
-        )
-    data_seed = config.resolved_data_seed
-    parts = data.partition(data.partition_labels(dataset)[0], config.num_nodes, config.partition, seed=data_seed)
-    shards = data.shard_dataset(dataset, parts)
-    mesh = None
-    if jax.process_count() > 1 and config.devices != jax.device_count():
-        # Each process holds only its own nodes; a mesh that leaves a process out would make it
-        # compute nothing while still being asked to write its share of the checkpoint.
-        raise ValueError(
-            f"devices={config.devices}: a run over {jax.process_count()} processes must spread the node axis "
-            f"over all their devices, devices={jax.device_count()}"
-        )
-    if config.devices != 1:
-        mesh = sharding.node_mesh(config.num_nodes, config.devices)
-        shards = sharding.shard_nodes(shards, mesh, config.num_nodes)
-    topo = topology.make(config.topology, config.num_nodes, seed=data_seed)
-    available = availability_of(config)
-    if available is not None:  # the same mask as the run's clock (config.time_model_of)
-        topo = topology.with_availability(topo, available)
-    model = models.make_model(config.model, num_classes=dataset.num_classes, **_model_options(config, choices))
-    return Prepared(dataset, parts, shards, topo, model, mesh, choices)
-
-
-def load_data(config: TrainConfig) -> data.Dataset:
-    """The data set of a training config (``dataset``, ``data_dir``, ``raw_dir``, ``download``; a
-    text data set in examples of the sequence model's ``context``)."""
-    return data.load_dataset(
-        config.dataset, config.data_dir, raw_dir=config.raw_dir, download=config.download, context=_context(config)
-    )
-
-
-def _context(config: TrainConfig) -> int:
-    """The example length of a text data set: the sequence model's ``context`` (64 otherwise)."""
-    if not models.is_sequence_model(config.model):
-        return 64
-    return models.make_model(config.model, **dict(config.model_options)).context
-
-
-def _model_options(config: TrainConfig, choices: platforms.BuildChoices) -> dict:
-    """The user's model options; a conv model's `conv_impl="auto"` is the platform's choice
-    (the fastest formulation depends on the platform and the node batching)."""
-    options = dict(config.model_options)
-    if choices.conv_impl is not None and options.get("conv_impl", "auto") == "auto":
-        options["conv_impl"] = choices.conv_impl
-    return options
-
-
-def make_algorithm(config: TrainConfig, topo: topology.Topology):
-    # The algorithm's trainer defaults (its metadata's trainer_options) under the user's options.
-    options = with_trainer_options(config.algorithm, config.algorithm_options)
-    attack = byzantine_args(config)
-    if attack is not None:  # --byzantine.*: the algorithm with attackers; the trainer's metrics skip them
-        return algorithms.byzantine(config.algorithm, topo, options=options, **attack)
-    return algorithms.make(config.algorithm, topo, **options)
-
-
-def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
-    """The trainer of ``config`` on prepared parts. Sweepable fields (lr, weight_decay, gamma-like
-    algorithm options) may hold traced values here, so this can run inside ``vmap``. With
-    ``execution="async"`` it is :func:`jaxgossip.engine.asynchronous.training.make_async_train` (the schedule
-    planned from ``seed``) and there is no synchronous algorithm (None)."""
+def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]:
+    """The trainer of ``config`` on a resolved run. With ``config`` the resolved config itself the
+    trainer takes the resolved algorithm, clock and optimizer; another config (a sweep point, whose
+    learning rate, weight decay or gamma-like algorithm options may be traced values inside
+    ``vmap``) builds those three from its own values on the resolved graph, data and model. With
+    ``execution="async"`` it is :func:`jaxgossip.engine.asynchronous.training.make_async_train` (the
+    schedule planned from ``seed``) and there is no synchronous algorithm (None)."""
+    own = config is resolved.config
+    time = resolved.time if own else time_model_of(config, resolved.topology)
+    optimizer = resolved.optimizer if own else make_optimizer(config)
+    eval_size = min(config.eval_size, resolved.dataset.y_test.shape[0])
+    eval_data = (resolved.dataset.x_test[:eval_size], resolved.dataset.y_test[:eval_size])
+    model_fns = precision.mixed_precision(as_model_fns(resolved.model), config.precision)
+    augment = data.augment_cifar if config.augment else None
     if config.execution == "async":
-        return _make_async_trainer(config, prep), None
-    alg = precision.with_message_dtype(make_algorithm(config, prep.topology), config.message_dtype)
-    eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
+        from jaxgossip.engine.asynchronous import training as async_training
+
+        trainer = async_training.make_async_train(
+            model_fns,
+            resolved.topology,
+            resolved.shards,
+            eval_data,
+            optimizer,
+            algorithm=resolved.async_form if own else async_form_of(config),
+            time=time,
+            key=jax.random.key(config.seed),
+            num_rounds=config.num_rounds,
+            batch_size=config.batch_size,
+            eval_every=config.eval_every,
+            identical_init=config.identical_init,
+            augment=augment,
+            eval_chunk=min(config.eval_chunk, eval_size),
+        )
+        return trainer, None
+    if own:
+        alg = resolved.algorithm
+    else:
+        alg = precision.with_message_dtype(make_algorithm(config, resolved.topology), config.message_dtype)
     trainer = make_train(
-        precision.mixed_precision(as_model_fns(prep.model), config.precision),
+        model_fns,
         alg,
-        prep.shards,
-        (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),
-        make_optimizer(config),
+        resolved.shards,
+        eval_data,
+        optimizer,
         num_rounds=config.num_rounds,
         batch_size=config.batch_size,
         eval_every=config.eval_every,
         ordering=config.ordering,
         identical_init=config.identical_init,
-        augment=data.augment_cifar if config.augment else None,
+        augment=augment,
         eval_chunk=min(config.eval_chunk, eval_size),
-        node_batch=prep.choices.node_batch,
+        node_batch=resolved.choices.node_batch,
         local_steps=config.local_steps,
-        time=time_model_of(config, prep.topology),
+        time=time,
         outer=outer.make_outer_optimizer(config.outer_optimizer, config.outer_lr, config.outer_momentum),
         outer_message=config.outer_message,
     )
     return trainer, alg
 
 
-def _make_async_trainer(config: TrainConfig, prep: Prepared) -> Trainer:
-    from jaxgossip.engine.asynchronous import training as async_training
-
-    eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
-    return async_training.make_async_train(
-        precision.mixed_precision(as_model_fns(prep.model), config.precision),
-        prep.topology,
-        prep.shards,
-        (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),
-        make_optimizer(config),
-        algorithm=async_form_of(config),
-        time=time_model_of(config, prep.topology),
-        key=jax.random.key(config.seed),
-        num_rounds=config.num_rounds,
-        batch_size=config.batch_size,
-        eval_every=config.eval_every,
-        identical_init=config.identical_init,
-        augment=data.augment_cifar if config.augment else None,
-        eval_chunk=min(config.eval_chunk, eval_size),
-    )
-
-
-def build(config: TrainConfig, dataset: data.Dataset | None = None, platform: str | None = None) -> Built:
-    """Checks the config (``check_train_config``), loads data, partitions it, builds topology,
-    algorithm, model, optimizer and trainer for ``platform`` (:func:`prepare`; None: the backend
-    JAX runs on; another platform's build lowers and exports, e.g. ``jax.export`` for ``"cuda"``,
-    but runs only there)."""
-    config = check_train_config(config)
-    prep = prepare(config, dataset, platform)
-    trainer, alg = make_trainer(config, prep)
+def build(
+    config: TrainConfig | Resolved, dataset: data.Dataset | None = None, platform: str | None = None
+) -> Built:
+    """The run of ``config`` (resolved here, :func:`jaxgossip.run.resolve.resolve`, unless already a
+    :class:`Resolved`) with its trainer for ``platform`` (None: the backend JAX runs on; another
+    platform's build lowers and exports, e.g. ``jax.export`` for ``"cuda"``, but runs only there)."""
+    resolved = config if isinstance(config, Resolved) else resolve(config, dataset, platform)
+    trainer, _ = make_trainer(resolved.config, resolved)
     one = jax.eval_shape(lambda: trainer.init(jax.random.key(0)).params)
     num_params = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(one))
-    labels, num_labels = data.partition_labels(prep.dataset)  # sources of a text data set
-    hist = data.label_histograms(labels, prep.parts, num_labels)
-    return Built(config, trainer, prep.dataset, prep.topology, alg, hist, num_params, prep.mesh)
+    labels, num_labels = data.partition_labels(resolved.dataset)  # sources of a text data set
+    hist = data.label_histograms(labels, resolved.parts, num_labels)
+    return Built(resolved, trainer, hist, num_params)
 
 
 def metrics_to_rows(metrics: Metrics, local_steps: int = 1, perplexity: bool = False) -> list[dict]:
@@ -469,7 +313,7 @@ def run_summary(result: TrainingResult) -> dict:
 def _final_merge(built: Built, state: TrainState, train_loss: float) -> tuple[TrainState, dict]:
     """Runs the final merge phase (R communication rounds or exact averaging, bits counted) and
     evaluates the merged models. Not checkpointed: it is applied to the finished run."""
-    merge_fn = jax.jit(algorithms.make_merge(built.topology, built.config.final_merge))
+    merge_fn = jax.jit(built.resolved.merge)
     params, comm_state, info = merge_fn(state.params, state.comm_state)
     state = state._replace(params=params, comm_state=comm_state, bits=state.bits + info.bits)
     from jaxgossip.ops.sharding import to_host
@@ -488,7 +332,7 @@ def _sq_norm_of_mean(params) -> float:
 
 
 def run_training(
-    config: TrainConfig,
+    config: TrainConfig | Resolved,
     out_dir: str | None = None,
     *,
     resume: bool = True,
@@ -497,7 +341,8 @@ def run_training(
     dataset: data.Dataset | None = None,
     log: Callable[[str], None] = print,
 ) -> TrainingResult:
-    """Runs a configured training in chunks of ``evals_per_chunk`` evaluation intervals.
+    """Runs a configured training in chunks of ``evals_per_chunk`` evaluation intervals; ``config``
+    is a :class:`TrainConfig` (resolved here) or a :class:`jaxgossip.run.resolve.Resolved` run.
 
     With ``out_dir``, after every chunk ``metrics.json``/``metrics.csv`` are rewritten and a
     checkpoint of the full state is saved under ``out_dir/checkpoint`` (:mod:`jaxgossip.run.checkpoint`:
@@ -521,6 +366,7 @@ def run_training(
     else:
         write_dir = out_dir
     built = build(config, dataset)
+    config = built.config
     trainer = built.trainer
     lm = models.is_sequence_model(config.model)  # rows get perplexities
     config_dict = config.to_dict()
@@ -529,7 +375,8 @@ def run_training(
     if saved is not None:
         checkpoint.check_resume(saved, config_dict, ckpt_dir)  # before anything is written
     log(f"data: {built.dataset.source}")
-    what = config.algorithm if config.execution == "sync" else f"{config.algorithm} ({async_form_of(config)}, async)"
+    form = built.resolved.async_form
+    what = config.algorithm if form is None else f"{config.algorithm} ({form}, async)"
     log(
         f"run: {what} on {built.topology.name}, {config.num_nodes} nodes, model {config.model} "
         f"({built.num_params:,} params/node), partition {config.partition}, {config.num_rounds} rounds"

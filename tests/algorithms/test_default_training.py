@@ -27,7 +27,7 @@ import pytest
 
 import jaxgossip as jg
 from jaxgossip import data
-from jaxgossip.run.config import check_train_config
+from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import TrainConfig, run_training
 
 NUM_ROUNDS = 40  # Moniqua's former defaults diverge by round 30 on this task

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from jaxgossip import algorithms
-from jaxgossip.run.config import TrainConfig, byzantine_args, check_train_config
+from jaxgossip.run.config import TrainConfig
+from jaxgossip.run.groups import byzantine_args
+from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import build
 
 BASE = dict(dataset="digits", model="mlp", topology="torus", num_nodes=16, num_rounds=20, eval_every=10, lr=0.1)

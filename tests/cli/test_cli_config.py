@@ -19,7 +19,8 @@ from jaxgossip.cli import main
 from jaxgossip.cli.consensus import ConsensusConfig
 from jaxgossip.cli.sweep import SweepOptions
 from jaxgossip.cli.topology_sweep import TopologySweepOptions
-from jaxgossip.run.config import TrainConfig, check_train_config
+from jaxgossip.run.config import TrainConfig
+from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import config_from_dict, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -15,7 +15,7 @@ from jaxgossip import topology as T
 from jaxgossip.cli import main
 from jaxgossip.engine import asynchronous, training
 from jaxgossip.engine.asynchronous import training as async_training
-from jaxgossip.run.config import check_train_config
+from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import run_training
 from jaxgossip.sim import timing
 

@@ -12,7 +12,7 @@ from tiny import TINY_FLAGS, tiny_config
 from jaxgossip import algorithms, topology
 from jaxgossip.cli import main
 from jaxgossip.engine import outer
-from jaxgossip.run.config import check_train_config
+from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import run_training
 
 N, D, H, ROUNDS, INNER_LR = 4, 3, 3, 5, 0.1

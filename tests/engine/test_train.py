@@ -13,8 +13,8 @@ from tiny import tiny_config
 import jaxgossip as jg
 from jaxgossip import data, models
 from jaxgossip.engine.training import make_train
-from jaxgossip.run import runner
 from jaxgossip.run.checkpoint import CheckpointError
+from jaxgossip.run.resolve import resolve
 from jaxgossip.run.runner import TrainConfig, run_training
 
 # Small, sensible hyperparameters per algorithm for an 8-node run.
@@ -171,7 +171,7 @@ def test_mismatched_and_unreadable_checkpoint(tmp_path):
 
 
 def test_weight_decay_masks():
-    from jaxgossip.run.runner import make_optimizer
+    from jaxgossip.run.resolve import make_optimizer
 
     params = {
         "conv": {"kernel": jnp.ones((3, 3, 2, 4)), "bias": jnp.ones(4)},
@@ -446,7 +446,7 @@ def test_local_steps_keep_bits_per_round_and_report_local_steps(tmp_path):
 
 
 def test_schedule_counts_rounds_with_local_steps():
-    from jaxgossip.run.runner import make_schedule
+    from jaxgossip.run.resolve import make_schedule
 
     base = dict(lr=0.1, warmup_rounds=2, warmup_from=0.01, decay_rounds=(4, 6))
     per_round = make_schedule(TrainConfig(**base))
@@ -456,7 +456,7 @@ def test_schedule_counts_rounds_with_local_steps():
 
 
 def test_local_steps_and_loss_fn_bad_input(synthetic):
-    from jaxgossip.run.config import check_train_config
+    from jaxgossip.run.resolve import check_train_config
 
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="local_steps"):
@@ -509,7 +509,7 @@ def test_optimizers_and_grad_clip_train_end_to_end(changes):
 
 
 def test_grad_clip_is_per_node_and_adamw_decay_is_decoupled():
-    from jaxgossip.run.runner import make_optimizer
+    from jaxgossip.run.resolve import make_optimizer
 
     opt = make_optimizer(TrainConfig(lr=1.0, momentum=0.0, weight_decay=0.0, grad_clip=1.0))
     grads = {"w": jnp.array([[6.0, 8.0], [0.3, 0.4]])}  # node norms 10 and 0.5
@@ -533,7 +533,7 @@ def test_grad_clip_is_per_node_and_adamw_decay_is_decoupled():
     ],
 )
 def test_optimizer_config_errors(changes, match):
-    from jaxgossip.run.config import check_train_config
+    from jaxgossip.run.resolve import check_train_config
 
     with pytest.raises(ValueError, match=match):
         check_train_config(_config(**changes))
@@ -606,5 +606,5 @@ def test_recorded_time_counts_local_steps_as_compute():
 )
 def test_runner_resolves_conv_impl_with_the_node_batching(node_batch, options, expected):
     config = tiny_config(model="cnn", model_options={"features": [4], **options}, node_batch=node_batch)
-    assert runner.prepare(config).model.conv_impl == expected
+    assert resolve(config).model.conv_impl == expected
     assert config.model_options.get("conv_impl", "auto") == options.get("conv_impl", "auto")  # config untouched

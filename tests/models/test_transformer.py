@@ -15,7 +15,9 @@ from jaxgossip import data, models
 from jaxgossip.cli import main
 from jaxgossip.engine import training
 from jaxgossip.run import runner
+from jaxgossip.run.resolve import check_train_config, load_data, make_schedule, resolve
 from jaxgossip.run.runner import TrainConfig, run_training
+from jaxgossip.run.validate import with_trainer_options
 
 
 def np_causal_mask(length):
@@ -178,9 +180,8 @@ def test_transformer_learns_python_docs_split_by_source_through_the_runner():
 
 
 def test_eval_loss_and_accuracy_are_per_token_means():
-    config = runner.check_train_config(lm_config(num_rounds=10, eval_every=10))
-    prep = runner.prepare(config)
-    trainer, _ = runner.make_trainer(config, prep)
+    prep = resolve(lm_config(num_rounds=10, eval_every=10))
+    trainer, _ = runner.make_trainer(prep.config, prep)
     state = jax.jit(trainer.init)(jax.random.key(0))
     point = jax.jit(trainer.evaluate)(state, jnp.float32(0.0))
     x, y = prep.dataset.x_test[:128], prep.dataset.y_test[:128]
@@ -215,7 +216,7 @@ def test_every_algorithm_trains_the_transformer_on_python_docs_by_source(alg_nam
     topo = jg.topology.one_peer_exponential(4) if alg_name in PUSH else jg.topology.ring(4)
     if jg.algorithms.info(alg_name).tree:  # RelaySum needs a tree (metadata tree=True)
         topo = jg.topology.chain(4)
-    alg = jg.algorithms.make(alg_name, topo, **runner.with_trainer_options(alg_name, OPTIONS.get(alg_name, {})))
+    alg = jg.algorithms.make(alg_name, topo, **with_trainer_options(alg_name, OPTIONS.get(alg_name, {})))
     ds = data.load_dataset("python_docs", context=16)
     parts = data.partition(data.partition_labels(ds)[0], 4, "by_source")
     model = models.make_model("transformer", num_classes=ds.num_classes, depth=1, width=16, heads=2, context=16)
@@ -258,7 +259,7 @@ def test_rows_and_plots_carry_perplexities_of_next_token_models_only(tmp_path):
 
 def test_cosine_schedule_follows_the_formula():
     config = lm_config(num_rounds=30, warmup_rounds=5, warmup_from=0.0, lr=1e-2, final_lr=1e-3)
-    schedule = runner.make_schedule(config)
+    schedule = make_schedule(config)
     for r in (0, 2, 5, 10, 20, 29, 30, 40):
         if r < 5:
             want = 1e-2 * r / 5
@@ -267,7 +268,7 @@ def test_cosine_schedule_follows_the_formula():
             want = 1e-3 + (1e-2 - 1e-3) * 0.5 * (1 + math.cos(math.pi * progress))
         assert float(schedule(r)) == pytest.approx(want, rel=1e-5, abs=1e-9), r
     # With H local steps the schedule still counts rounds.
-    per_round = runner.make_schedule(config.replace(local_steps=4))
+    per_round = make_schedule(config.replace(local_steps=4))
     assert float(per_round(4 * 12 + 3)) == pytest.approx(float(schedule(12)), rel=1e-6)
 
 
@@ -325,10 +326,8 @@ def test_documented_language_model_command_trains(capsys, tmp_path):
 
 
 def test_every_command_loads_text_in_the_models_context():
-    from jaxgossip.cli import common
-
-    config = runner.check_train_config(lm_config())  # context 16
-    for dataset in (runner.load_data(config), common.load_data(config), runner.prepare(config).dataset):
+    config = check_train_config(lm_config())  # context 16
+    for dataset in (load_data(config), resolve(config).dataset):
         assert dataset.x_train.shape[1:] == dataset.x_test.shape[1:] == (16,)
 
 

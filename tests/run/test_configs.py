@@ -21,7 +21,8 @@ import yaml
 
 from jaxgossip import algorithms, configs, data, models, topology
 from jaxgossip.run.parsing import UsageError, read_config_file
-from jaxgossip.run.runner import load_config, make_algorithm, make_optimizer, run_training
+from jaxgossip.run.resolve import make_algorithm, make_optimizer
+from jaxgossip.run.runner import load_config, run_training
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments", "configs")
 CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))

@@ -13,12 +13,13 @@ from jaxgossip import data
 from jaxgossip.cli import main
 from jaxgossip.run import plan as run_plan
 from jaxgossip.run import runner
+from jaxgossip.run.resolve import load_data, resolve
 from jaxgossip.sim import plan
 
 
 @pytest.fixture(scope="module")
 def dataset():
-    return runner.load_data(tiny_config())
+    return load_data(tiny_config())
 
 
 @pytest.fixture(scope="module")
@@ -84,19 +85,16 @@ def test_sparse_push_copies_per_period_count_per_node(dataset):
 
 def test_reported_total_equals_an_independent_compile_of_the_same_chunk(measured, dataset):
     """The plan's numbers are XLA's of the trainer's chunk with the data as arguments: compile that
-    program here on the real state and real shards (runner.prepare, trainer.init) and compare."""
+    program here on the real state and real shards (resolve, trainer.init) and compare."""
     config = tiny_config()
-    prep = runner.prepare(config, dataset, "cuda")
+    prep = resolve(config, dataset, "cuda")
+    config = prep.config
     eval_size = min(config.eval_size, dataset.y_test.shape[0])
     x_eval, y_eval = dataset.x_test[:eval_size], dataset.y_test[:eval_size]
     counts = np.asarray(prep.shards.counts)
 
     def chunk(state, x, y, xt, yt):
-        import dataclasses
-
-        part = dataclasses.replace(
-            prep, dataset=dataset._replace(x_test=xt, y_test=yt), shards=data.NodeShards(x, y, counts)
-        )
+        part = prep._replace(dataset=dataset._replace(x_test=xt, y_test=yt), shards=data.NodeShards(x, y, counts))
         return runner.make_trainer(config, part)[0].run_chunk(state, 1)
 
     state = runner.make_trainer(config, prep)[0].init(jax.random.key(config.seed))

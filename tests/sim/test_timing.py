@@ -346,7 +346,7 @@ def test_offline_nodes_neither_compute_nor_send_and_the_round_waits_only_for_onl
 def test_availability_refuses_algorithms_that_cannot_drop_nodes():
     from tiny import tiny_config
 
-    from jaxgossip.run.config import check_train_config
+    from jaxgossip.run.resolve import check_train_config
 
     with pytest.raises(ValueError, match="gradient hook"):
         check_train_config(tiny_config(algorithm="gradient_tracking", time={"availability": "markov:0.1,0.5"}))

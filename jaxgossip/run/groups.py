@@ -1,0 +1,242 @@
+"""The option groups of a training config: ``--time.*`` (the clock: links, compute, availability),
+``--byzantine.*`` (attackers) and ``--execution`` (synchronous rounds or asynchronous events).
+
+Each function reads its group from a :class:`~jaxgossip.run.config.TrainConfig` and raises a
+``ValueError`` naming the ``--group.option`` and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxgossip.run.config import (
+    BYZANTINE_OPTIONS,
+    EXECUTIONS,
+    TIME_OPTIONS,
+    TrainConfig,
+    did_you_mean,
+    normalise_time,
+    unknown_name,
+)
+from jaxgossip.run.validate import with_trainer_options
+
+__all__ = [
+    "time_model_of",
+    "availability_of",
+    "byzantine_args",
+    "check_byzantine",
+    "async_form_of",
+    "check_execution_options",
+]
+
+
+def _option_group(field: str, options: Any, known: Any, what: str, example: str) -> dict:
+    """``options`` of a mapping field of dotted options (``--time.*``, ``--byzantine.*``), checked:
+    a mapping whose keys are all ``known`` (ValueError naming the first unknown key, with did you mean)."""
+    if not isinstance(options, dict):
+        raise ValueError(f"{field}={options!r} must be a mapping, e.g. {example}")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{field}.{unknown[0]}: unknown {what}{did_you_mean(unknown[0], known)}; known: {', '.join(known)}"
+        )
+    return options
+
+
+def time_model_of(config: TrainConfig, topo):
+    """The :class:`jaxgossip.sim.timing.TimeModel` of a run: ``config.time`` over :data:`TIME_OPTIONS`,
+    the algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering.
+
+    Raises:
+      ValueError: naming the ``--time.*`` option and the rule (unknown key, bad value or shape).
+    """
+    from jaxgossip.sim import timing
+
+    example = "--time.compute=0.01 --time.bandwidth=1e8"
+    options = _option_group("time", config.time, TIME_OPTIONS, "time option", example)
+    values = {**TIME_OPTIONS, **{k: v for k, v in normalise_time(options).items() if v is not None}}
+    for key in ("latency", "bandwidth"):
+        value = values[key]
+        traced = hasattr(value, "shape") and not isinstance(value, np.ndarray)  # a sweep's traced value
+        if not traced and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"--time.{key}={value!r} must be a number ({'s' if key == 'latency' else 'bit/s'})")
+    for key, known in (("mode", timing.LINK_MODES), ("allreduce_model", timing.ALLREDUCE_MODELS)):
+        if values[key] not in known:
+            raise ValueError(f"--time.{key}={values[key]!r} is unknown; known: {', '.join(known)}")
+    # An asynchronous event sends one message per out-neighbour: no exchanges or all-reduce pricing.
+    asynchronous = config.execution == "async"
+    try:
+        return timing.time_model(
+            topo,
+            compute=values["compute"],
+            latency=values["latency"],
+            bandwidth=values["bandwidth"],
+            mode=values["mode"],
+            algorithm=None if asynchronous else config.algorithm,
+            options=None if asynchronous else with_trainer_options(config.algorithm, dict(config.algorithm_options)),
+            exchanges=1 if asynchronous else None,
+            ordering=config.ordering,
+            allreduce_model=values["allreduce_model"],
+            available=availability_of(config),
+            names=("--time.latency", "--time.bandwidth"),
+        )
+    except ValueError as err:
+        text = str(err)
+        raise ValueError(text if text.startswith("--time.") else f"--time.compute: {text}") from None
+
+
+def availability_of(config: TrainConfig) -> np.ndarray | None:
+    """The run's ``[num_rounds, N]`` online mask from ``--time.availability`` (None: always online),
+    drawn from ``config.seed``: the runner's graph and its clock use this same mask."""
+    from jaxgossip.sim import timing
+
+    options = normalise_time(config.time) if isinstance(config.time, dict) else {}
+    spec = options.get("availability") or TIME_OPTIONS["availability"]
+    return timing.availability(spec, int(config.num_rounds), int(config.num_nodes), int(config.seed))
+
+
+def byzantine_args(config: TrainConfig) -> dict | None:
+    """The keyword arguments of :func:`jaxgossip.algorithms.byzantine` for ``config.byzantine``
+    (``ids`` or ``num`` with the run's data seed as key, ``attack`` and its options), None without
+    attackers.
+
+    Raises:
+      ValueError: naming the ``--byzantine.*`` option and the rule.
+    """
+    options = _option_group(
+        "byzantine", config.byzantine, BYZANTINE_OPTIONS, "option", "--byzantine.nodes=2 --byzantine.attack=alie"
+    )
+    values = {**BYZANTINE_OPTIONS, **options}
+    nodes, ids = values["nodes"], values["ids"]
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ValueError(f"--byzantine.nodes={nodes!r} must be an int K >= 0 (attackers drawn by the data seed)")
+    if isinstance(ids, str):
+        try:
+            ids = [int(part) for part in ids.split(",") if part.strip()]
+        except ValueError:
+            raise ValueError(f"--byzantine.ids={values['ids']!r} must be node ids, e.g. 0,5") from None
+    elif isinstance(ids, int) and not isinstance(ids, bool):
+        ids = [ids]
+    if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) for i in ids)):
+        raise ValueError(f"--byzantine.ids={values['ids']!r} must be node ids, e.g. 0,5")
+    if ids is not None and nodes:
+        raise ValueError(
+            "--byzantine.nodes and --byzantine.ids: give one of them (K drawn by the data seed, or the ids)"
+        )
+    if not isinstance(values["attack_options"], dict):
+        raise ValueError(f"--byzantine.attack_options={values['attack_options']!r} must be a mapping, e.g. "
+                         "--byzantine.attack_options.sigma=10")
+    for key, value in values["attack_options"].items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"--byzantine.attack_options.{key}={value!r} must be a number")
+    if not nodes and not ids:
+        return None
+    # K attackers are drawn from the data seed, like the partition and random graphs: they fix the
+    # shapes of the attack's edge tables, so every seed of a sweep (one vmapped program) shares them.
+    who = {"ids": list(ids)} if ids else {"num": nodes, "key": config.resolved_data_seed}
+    return {**who, "attack": values["attack"], **values["attack_options"]}
+
+
+def check_byzantine(config: TrainConfig, topo) -> Any:
+    """The algorithm of ``config`` with the attackers of ``config.byzantine`` on the run's graph
+    (:func:`jaxgossip.algorithms.byzantine`), None without attackers; building it checks the attack
+    names and options, K < N, an honest graph that stays connected, an algorithm whose messages
+    are models."""
+    from jaxgossip import algorithms
+
+    args = byzantine_args(config)
+    if args is None:
+        return None
+    try:
+        options = with_trainer_options(config.algorithm, dict(config.algorithm_options))
+        return algorithms.byzantine(config.algorithm, topo, options=options, **args)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--byzantine: {err}") from None
+
+
+def async_form_of(config: TrainConfig) -> str:
+    """The asynchronous algorithm of an ``--execution=async`` run (:mod:`jaxgossip.engine.asynchronous`):
+    ``async_form``, or with ``auto`` the first of the algorithm's asynchronous forms
+    (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`).
+
+    Raises:
+      ValueError: an algorithm without an asynchronous form (its reason), or an ``async_form``
+        that is not one of its forms.
+    """
+    from jaxgossip import algorithms
+
+    entry = algorithms.resolve(config.algorithm)
+    algorithms.check_execution(config.algorithm, entry, "async")
+    form = config.async_form
+    if form == "auto":
+        return entry.asynchronous[0]
+    if form not in entry.asynchronous:
+        raise ValueError(
+            f"async_form={form!r}{did_you_mean(form, entry.asynchronous)}: the asynchronous forms of "
+            f"{config.algorithm} are {', '.join(entry.asynchronous)} (or auto, the first)"
+        )
+    return form
+
+
+def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
+    """(option=value, why) of every option set that an asynchronous run does not model."""
+    options = config.time if isinstance(config.time, dict) else {}
+    availability = options.get("availability") or TIME_OPTIONS["availability"]
+    checks = [
+        (config.local_steps != 1, f"local_steps={config.local_steps}",
+         "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1"),
+        (bool(config.algorithm_options), f"algorithm_options={dict(config.algorithm_options)}",
+         "the asynchronous forms mix or push with the graph's weights and take no options (no compression)"),
+        (config.outer_optimizer != "none", f"outer_optimizer={config.outer_optimizer!r}",
+         "an outer step needs a common round; use --outer_optimizer=none"),
+        (byzantine_args(config) is not None, f"byzantine={dict(config.byzantine)}",
+         "attackers are modelled in synchronous rounds only"),
+        (config.final_merge is not None, f"final_merge={config.final_merge!r}",
+         "the merge runs synchronous rounds on the synchronous algorithm's state"),
+        (config.ordering != "atc", f"ordering={config.ordering!r}",
+         "the asynchronous rules fix where each gradient is taken; use --ordering=atc"),
+        (config.message_dtype != "fp32", f"message_dtype={config.message_dtype!r}",
+         "asynchronous messages are float32 models"),
+        (config.devices != 1, f"devices={config.devices}", "asynchronous runs are planned for one device"),
+        (availability != "always", f"time.availability={availability!r}",
+         "availability is not modelled (a node is always computing)"),
+    ]
+    return [(what, why) for bad, what, why in checks if bad]
+
+
+def check_execution_options(config: TrainConfig, topo) -> None:
+    """Checks ``execution`` and, for ``async``, the algorithm's asynchronous form
+    (:func:`async_form_of`), the options an asynchronous run does not model, the graph
+    (:func:`jaxgossip.engine.asynchronous.check_async_graph`: fixed, static, the weights the form uses)
+    and a positive compute time (the step times order the events).
+
+    Raises:
+      ValueError: naming the value and the rule.
+    """
+    if config.execution not in EXECUTIONS:
+        raise unknown_name("execution", config.execution, EXECUTIONS)
+    if config.execution == "sync":
+        if config.async_form != "auto":
+            raise ValueError(f"async_form={config.async_form!r} applies to --execution=async only")
+        return
+    form = async_form_of(config)
+    refused = _async_refusals(config)
+    if refused:
+        what, why = refused[0]
+        raise ValueError(f"{what} with --execution=async: {why}")
+    from jaxgossip.engine import asynchronous
+    from jaxgossip.sim import timing
+
+    try:
+        asynchronous.check_async_graph(form, topo)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--execution=async with {config.algorithm} ({form}) on {topo.name}: {err}") from None
+    compute = timing.parse_compute(normalise_time(config.time).get("compute", TIME_OPTIONS["compute"]))
+    zero = compute.trace is not None and not np.any(np.asarray(compute.trace) > 0)
+    if zero or (compute.kind in ("constant", "stragglers") and not compute.seconds > 0):
+        raise ValueError(
+            "--execution=async needs --time.compute > 0 (the step times order the events; with 0 every step "
+            "ends at time 0), e.g. --time.compute=0.01 or --time.compute=stragglers:0.01,0.25,4"
+        )
