@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_int, check_positive, relax
+from jaxgossip.algorithms.common import check_positive, relax
 from jaxgossip.algorithms.matrix_views import (
     MATRIX_VIEWS,
     LeafPlan,
@@ -48,6 +48,7 @@ from jaxgossip.algorithms.matrix_views import (
 )
 from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables
 from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
