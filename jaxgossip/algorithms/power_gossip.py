@@ -417,7 +417,8 @@ def power_gossip(
       matrix_view: how a node leaf of ndim >= 2 becomes an ``m x n`` matrix: ``"leading"``,
         ``(shape[0], -1)`` (the reference's view of PyTorch tensors, right for any pytree), or
         ``"flax_kernel"``, the PyTorch matrix of a flax kernel, ``(kh, kw, C_in, F) -> (F, C_in *
-        kh * kw)`` (as :func:`jaxgossip.models.as_matrix`), computed without transposing the leaf.
+        kh * kw)`` (as :func:`jaxgossip.algorithms.matrix_views.as_matrix`), computed without
+        transposing the leaf.
       seed: Python int or ``jax.random.key``, base of the shared per-edge randomness.
 
     Returns:

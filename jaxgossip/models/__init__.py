@@ -12,13 +12,7 @@ from jaxgossip.models.conv import CONV_IMPLS, Conv, conv_output_pads, resolve_co
 from jaxgossip.models.mlp import MLP
 from jaxgossip.models.nnx_utils import nnx_apply_fn, nnx_init_stacked
 from jaxgossip.models.norm import NORMS, make_norm
-from jaxgossip.models.params import (
-    as_matrix,
-    count_params,
-    from_matrix,
-    init_stacked,
-    matrix_shapes,
-)
+from jaxgossip.models.params import count_params, init_stacked
 from jaxgossip.models.pool import max_pool
 from jaxgossip.models.registry import REGISTRY, SEQUENCE_MODELS, is_sequence_model, make_model
 from jaxgossip.models.resnet import BasicBlock, ResNet, resnet20, resnet110
@@ -39,16 +33,13 @@ __all__ = [
     "Transformer",
     "VGG",
     "VGG_CONFIGS",
-    "as_matrix",
     "causal_mask",
     "conv_output_pads",
     "count_params",
-    "from_matrix",
     "init_stacked",
     "is_sequence_model",
     "make_model",
     "make_norm",
-    "matrix_shapes",
     "max_pool",
     "nnx_apply_fn",
     "nnx_init_stacked",
