@@ -234,7 +234,7 @@ def step_flops_and_memory(config, dataset, topo, need_flops: bool) -> tuple[floa
     from jaxgossip.engine import training as train
     from jaxgossip.run.runner import make_algorithm, make_optimizer
 
-    fns = train.linen_model_fns(
+    fns = models.linen_model_fns(
         models.make_model(config.model, num_classes=dataset.num_classes, **config.model_options)
     )
     x, y = dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size]

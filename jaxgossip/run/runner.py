@@ -21,7 +21,7 @@ import optax
 from jaxgossip import algorithms, data, models, topology
 from jaxgossip.checks import is_concrete
 from jaxgossip.engine import outer
-from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
+from jaxgossip.engine.training import Metrics, Trainer, TrainState, check_finite, make_train
 from jaxgossip.ops import platforms, precision, sharding
 from jaxgossip.run.config import (
     TrainConfig,
@@ -278,7 +278,7 @@ def make_trainer(config: TrainConfig, prep: Prepared) -> tuple[Trainer, Any]:
     alg = precision.with_message_dtype(make_algorithm(config, prep.topology), config.message_dtype)
     eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     trainer = make_train(
-        precision.mixed_precision(as_model_fns(prep.model), config.precision),
+        precision.mixed_precision(models.as_model_fns(prep.model), config.precision),
         alg,
         prep.shards,
         (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),
@@ -304,7 +304,7 @@ def _make_async_trainer(config: TrainConfig, prep: Prepared) -> Trainer:
 
     eval_size = min(config.eval_size, prep.dataset.y_test.shape[0])
     return async_training.make_async_train(
-        precision.mixed_precision(as_model_fns(prep.model), config.precision),
+        precision.mixed_precision(models.as_model_fns(prep.model), config.precision),
         prep.topology,
         prep.shards,
         (prep.dataset.x_test[:eval_size], prep.dataset.y_test[:eval_size]),

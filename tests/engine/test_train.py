@@ -543,7 +543,8 @@ def test_optimizer_config_errors(changes, match):
 def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     """local_steps=1 is the trainer before local steps existed: this reference round (one batch,
     one optimizer step, one communication round, keys split 4 ways) reproduces it bit for bit."""
-    from jaxgossip.engine.training import cross_entropy_loss, linen_model_fns
+    from jaxgossip.engine.training import cross_entropy_loss
+    from jaxgossip.models.adapters import linen_model_fns
 
     model = models.make_model("mlp", num_classes=4, hidden=(16,))
     fns = linen_model_fns(model)
