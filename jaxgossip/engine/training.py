@@ -152,6 +152,10 @@ class Metrics(NamedTuple):
       sim_time: simulated seconds since the start (:mod:`jaxgossip.sim.timing`), or None without a
         time model.
       comm_time: seconds of communication so far (the slowest node's per round), or None.
+
+    With the algorithm's :attr:`~jaxgossip.types.GossipAlgorithm.honest` hook, ``test_loss``,
+    ``test_acc``, ``node_*``, ``consensus`` and ``model_sq_norm`` are over the nodes it marks
+    honest (the averaged model is theirs); ``train_loss`` and ``bits`` still cover every node.
     """
 
     round: Array
@@ -297,7 +301,9 @@ def make_train(
       model: anything :func:`jaxgossip.models.adapters.as_model_fns` takes: a
         :class:`~jaxgossip.models.adapters.ModelFns`, a pure ``(init, apply)`` pair, a flax NNX
         module or a flax linen module.
-      algorithm: the communication algorithm (``jaxgossip.algorithms.make(...)``).
+      algorithm: the communication algorithm (``jaxgossip.algorithms.make(...)``). With an
+        :attr:`~jaxgossip.types.GossipAlgorithm.honest` hook (the Byzantine wrapper's) the
+        evaluation metrics are over the nodes it marks honest only (:class:`Metrics`).
       shards: per-node data ``NodeShards(x [N, M_max, ...], y [N, M_max], counts [N])``.
       eval_data: ``(x [M, ...], y [M])`` held-out data; the first multiple of ``eval_chunk``
         samples are used.
@@ -478,9 +484,9 @@ def make_train(
 
     def evaluate(state: TrainState, train_loss: Array) -> Metrics:
         z = algorithm.debias(state.params, state.comm_state)
-        # Under attack (jaxgossip.algorithms.byzantine: the state carries the [N] honest mask) every
+        # Under attack (the algorithm's honest hook, set by jaxgossip.algorithms.byzantine) every
         # metric is over the honest nodes only.
-        honest = getattr(state.comm_state, "honest", None)
+        honest = None if algorithm.honest is None else algorithm.honest(state.comm_state)
         if honest is None:
             z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
         else:
