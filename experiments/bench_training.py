@@ -67,7 +67,7 @@ import optax  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 from jaxgossip import data, models  # noqa: E402
-from jaxgossip.engine.training import linen_model_fns  # noqa: E402
+from jaxgossip.models.adapters import linen_model_fns  # noqa: E402
 from jaxgossip.ops import sharding
 from jaxgossip.run.resolve import make_optimizer  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, build  # noqa: E402

@@ -16,8 +16,9 @@ from jaxgossip.engine.asynchronous.training import make_async_train
 from jaxgossip.engine.consensus import ConsensusResult, consensus_scan, run_consensus
 from jaxgossip.engine.optimization import OptimizationResult, optimization_scan, run_optimization
 from jaxgossip.engine.sweeps import sweep_consensus, sweep_topologies
-from jaxgossip.engine.training import ModelFns, Trainer, make_train
+from jaxgossip.engine.training import Trainer, make_train
 from jaxgossip.engine.tuning import GammaTuning, tune_gamma
+from jaxgossip.models.adapters import ModelFns
 from jaxgossip.ops.mixing import consensus_distance, mix, node_mean
 from jaxgossip.sim import cost
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo

@@ -35,6 +35,7 @@ StepFn = Callable[[Params, State, PRNGKey], tuple[Params, State, StepInfo]]
 DebiasFn = Callable[[Params, State], Params]
 Grads = Any  # pytree like Params: one gradient per node, leaves [N, ...]
 GradientFn = Callable[[Grads, Params, State], tuple[Grads, State]]
+HonestFn = Callable[[State], Array]
 
 
 # The runners' orderings of local step and communication: "atc" (local step, then communication)
@@ -64,6 +65,12 @@ class GossipAlgorithm(NamedTuple):
         all of :data:`ORDERINGS`): a factory sets its :attr:`AlgorithmInfo.orderings`, and
         :func:`jaxgossip.algorithms.make` narrows them to a plug-in's metadata;
         :func:`jaxgossip.engine.local_step.check_ordering` refuses the others.
+      honest: optional ``mask = honest(state)``, ``[N]`` bool: True for the nodes that follow the
+        algorithm, False for attackers. The trainer's evaluation metrics (the averaged model's
+        loss, accuracy and norm, the per-node accuracies and losses, the consensus distance) are
+        over the nodes it marks True only (:func:`jaxgossip.engine.training.make_train`). The Byzantine wrapper
+        (:func:`jaxgossip.algorithms.byzantine`) sets it to read the mask its state carries.
+        ``None`` (the default): every node is honest.
     """
 
     init: InitFn
@@ -72,6 +79,7 @@ class GossipAlgorithm(NamedTuple):
     name: str = ""
     gradient: GradientFn | None = None
     orderings: tuple[str, ...] = ORDERINGS
+    honest: HonestFn | None = None
 
 
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")

@@ -91,7 +91,7 @@ def write_result(path: str | None, result: dict) -> dict:
 
 def linen_sgd_step(fns, opt):
     """One model's local step for the benchmarks: softmax cross-entropy of a linen model with
-    batch statistics (``fns`` from ``jaxgossip.engine.training.linen_model_fns``), its gradient and an optax
+    batch statistics (``fns`` from ``jaxgossip.models.adapters.linen_model_fns``), its gradient and an optax
     update. ``step(params, batch_stats, opt_state, x, y) -> (params, batch_stats, opt_state, loss)``."""
     import optax
 

@@ -50,7 +50,7 @@ from _benchlib import compiled_flops, header_line, linen_sgd_step, machine_info,
 
 import jaxgossip as jg  # noqa: E402
 from jaxgossip import data, models  # noqa: E402
-from jaxgossip.engine.training import linen_model_fns  # noqa: E402
+from jaxgossip.models.adapters import linen_model_fns  # noqa: E402
 from jaxgossip.run.runner import TrainConfig  # noqa: E402
 
 try:

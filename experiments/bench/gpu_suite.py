@@ -80,7 +80,7 @@ import jaxgossip as jg  # noqa: E402
 from jaxgossip import data  # noqa: E402
 from jaxgossip import topology as T  # noqa: E402
 from jaxgossip.engine.consensus import consensus_scan  # noqa: E402
-from jaxgossip.engine.training import linen_model_fns  # noqa: E402
+from jaxgossip.models.adapters import linen_model_fns  # noqa: E402
 from jaxgossip.run.cost_report import step_flops_and_memory  # noqa: E402
 from jaxgossip.run.resolve import resolve  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, make_trainer  # noqa: E402

@@ -24,7 +24,8 @@ Attacks (per edge e from attacker j to honest receiver i; H_i = i and its honest
   i away from them (``epsilon=1.0``).
 
 Metrics of a run under attack are over the honest nodes only: :func:`honest_mask`,
-:func:`honest_mean`, :func:`honest_consensus_distance` (the wrapper's state carries the mask).
+:func:`honest_mean`, :func:`honest_consensus_distance` (the wrapper's state carries the mask, and its
+:attr:`~jaxgossip.types.GossipAlgorithm.honest` hook reads it for the trainer).
 
 References:
   He, Karimireddy, Jaggi, "Byzantine-robust decentralized learning via ClippedGossip", 2022
@@ -407,8 +408,10 @@ def byzantine(
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` with state :class:`ByzantineState` (``honest``
-      the [N] mask of honest nodes, for metrics over honest nodes only). Its debias and orderings
-      are the algorithm's; bits are what every node sends, one model per directed edge.
+      the [N] mask of honest nodes) and the hook ``honest(state) = state.honest``
+      (:attr:`~jaxgossip.types.GossipAlgorithm.honest`: the trainer's metrics are over the honest
+      nodes only). Its debias and orderings are the algorithm's; bits are what every node sends,
+      one model per directed edge.
 
     Raises:
       ValueError: an algorithm that cannot be attacked (with the reason), an unknown attack or
@@ -454,4 +457,7 @@ def byzantine(
     def debias_fn(params, state):
         return inner.debias(params, state.inner)
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, label, orderings=inner.orderings)
+    def honest_fn(state):
+        return state.honest
+
+    return GossipAlgorithm(init_fn, step_fn, debias_fn, label, orderings=inner.orderings, honest=honest_fn)

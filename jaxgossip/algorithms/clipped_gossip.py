@@ -20,9 +20,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_int, check_positive
+from jaxgossip.algorithms.common import CountState, check_positive
 from jaxgossip.algorithms.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
 from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo

@@ -14,7 +14,6 @@ from jaxgossip.types import Array
 __all__ = [
     "CountState",
     "check_positive",
-    "check_int",
     "per_round",
     "relax",
     "tree_add",
@@ -50,16 +49,6 @@ def check_positive(name: str, value: Any, upper: float | None = None) -> Any:
         if upper is not None and np.any(arr > upper):
             raise ValueError(f"{name}={value!r} must be <= {upper}")
     return value
-
-
-def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    """Checks a static integer hyperparameter (it fixes shapes, so it cannot be traced)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a Python int (it fixes array shapes), got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        hi = "" if maximum is None else f" and <= {maximum}"
-        raise ValueError(f"{name}={value} is out of range: need {name} >= {minimum}{hi}")
-    return int(value)
 
 
 def per_round(table: Any, t: Any) -> Array:

@@ -7,13 +7,18 @@ matrix M). The flax view runs its half-steps on the free reshape M' = ``[kh kw C
 working bases ``(Pi V, U)``; these functions convert between stored and working bases.
 docs/algorithms.md, section power_gossip ("Matrix views"), has the derivation.
 
+:func:`as_matrix` / :func:`from_matrix` form the view's matrix M of one leaf explicitly (a
+transpose for ``"flax_kernel"``) and :func:`matrix_shapes` lists a pytree's ``(m, n)``: the view
+made visible, for checks and for sizing a model's PowerGossip traffic; the rounds never form M.
+
 Used by :mod:`jaxgossip.algorithms.power_gossip`.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,6 +29,9 @@ __all__ = [
     "MatrixLeaf",
     "LeafPlan",
     "leaf_plan",
+    "as_matrix",
+    "from_matrix",
+    "matrix_shapes",
     "working_view",
     "working_side",
     "permute_rows",
@@ -57,6 +65,69 @@ def _matrix_shape(shape: tuple[int, ...], view: str) -> tuple[int, int]:
     size = int(np.prod(shape, dtype=np.int64))
     m = shape[0] if view == "leading" else shape[-1]
     return int(m), size // int(m)
+
+
+def _check_view(view: str) -> None:
+    if view not in MATRIX_VIEWS:
+        raise ValueError(f"view={view!r} is unknown; known views: {MATRIX_VIEWS}")
+
+
+def _flax_axes(ndim: int) -> tuple[int, ...]:
+    # flax kernel (..spatial.., C_in, F) -> PyTorch order (F, C_in, ..spatial..).
+    return (ndim - 1, ndim - 2) + tuple(range(ndim - 2))
+
+
+def as_matrix(leaf: Array, view: str = "flax_kernel") -> Array:
+    """One node's leaf as the ``[m, n]`` matrix M of ``view`` (its entries, in M's order).
+
+    ``"flax_kernel"``: the PyTorch matrix ``[F, C_in * kh * kw]`` of a flax kernel
+    ``(kh, kw, C_in, F)`` (``(C_in, F) -> (F, C_in)`` for a dense kernel). PowerGossip reshapes
+    every >= 2-D PyTorch tensor to ``(shape[0], -1)``; a PyTorch conv weight is
+    ``(F, C_in, kh, kw)``, so moving the output axis first and ordering the rest
+    ``(C_in, kh, kw)`` lines the entries up one-to-one with the PyTorch matrix. It assumes the flax
+    kernel layout (output features last): an embedding ``(V, E)``, already in PyTorch's layout, is
+    seen transposed. ``"leading"``: ``(shape[0], -1)`` of the leaf as stored.
+
+    Args:
+      leaf: array of ndim >= 2, e.g. ``[kh, kw, C_in, F]`` or ``[C_in, F]``.
+      view: one of :data:`MATRIX_VIEWS`.
+
+    Returns:
+      ``[m, n]`` with ``(m, n)`` as in :func:`matrix_shapes`. Invert with
+      ``from_matrix(matrix, leaf.shape, view)``.
+    """
+    _check_view(view)
+    if leaf.ndim < 2:
+        raise ValueError(f"as_matrix needs ndim >= 2, got shape {leaf.shape}")
+    if view == "leading":
+        return leaf.reshape(leaf.shape[0], -1)
+    return jnp.transpose(leaf, _flax_axes(leaf.ndim)).reshape(leaf.shape[-1], -1)
+
+
+def from_matrix(matrix: Array, shape: tuple[int, ...], view: str = "flax_kernel") -> Array:
+    """Inverse of :func:`as_matrix`: the ``[m, n]`` matrix of ``view`` back to a leaf of ``shape``."""
+    _check_view(view)
+    if view == "leading":
+        return matrix.reshape(shape)
+    axes = _flax_axes(len(shape))
+    permuted = matrix.reshape(tuple(shape[a] for a in axes))
+    return jnp.transpose(permuted, np.argsort(axes))
+
+
+def matrix_shapes(params: Any, view: str = "flax_kernel") -> list[tuple[int, int]]:
+    """``(m, n)`` of the matrix view of every leaf with ndim >= 2, in ``jax.tree.leaves`` order.
+
+    Args:
+      params: one node's parameter pytree (not stacked).
+      view: one of :data:`MATRIX_VIEWS`; ``"flax_kernel"`` gives the PyTorch shapes of
+        docs/algorithms.md, section training recipes and models (ResNet-20: sum m = 794,
+        sum n = 5755).
+
+    Returns:
+      list of ``(m, n)`` int pairs.
+    """
+    _check_view(view)
+    return [_matrix_shape(tuple(np.shape(leaf)), view) for leaf in jax.tree.leaves(params) if np.ndim(leaf) >= 2]
 
 
 def leaf_plan(leaves: list, matrix_view: str, rank: int) -> LeafPlan:

@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_int, per_round
+from jaxgossip.algorithms.common import per_round
 from jaxgossip.algorithms.registry import require_column_stochastic
+from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import Array, Params, StepInfo

@@ -14,8 +14,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round
+from jaxgossip.algorithms.common import CountState, check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, num_params_per_node, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo

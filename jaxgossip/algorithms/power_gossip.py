@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_int, check_positive, relax
+from jaxgossip.algorithms.common import check_positive, relax
 from jaxgossip.algorithms.matrix_views import (
     MATRIX_VIEWS,
     LeafPlan,
@@ -48,6 +48,7 @@ from jaxgossip.algorithms.matrix_views import (
 )
 from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables
 from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
@@ -416,7 +417,8 @@ def power_gossip(
       matrix_view: how a node leaf of ndim >= 2 becomes an ``m x n`` matrix: ``"leading"``,
         ``(shape[0], -1)`` (the reference's view of PyTorch tensors, right for any pytree), or
         ``"flax_kernel"``, the PyTorch matrix of a flax kernel, ``(kh, kw, C_in, F) -> (F, C_in *
-        kh * kw)`` (as :func:`jaxgossip.models.as_matrix`), computed without transposing the leaf.
+        kh * kw)`` (as :func:`jaxgossip.algorithms.matrix_views.as_matrix`), computed without
+        transposing the leaf.
       seed: Python int or ``jax.random.key``, base of the shared per-edge randomness.
 
     Returns:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import check_int
 from jaxgossip.algorithms.messages import coordinatewise_round, model_algorithm
+from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm

@@ -57,17 +57,13 @@ from jaxgossip.checks import is_concrete
 from jaxgossip.engine import outer as outer_lib
 from jaxgossip.engine.local_step import check_ordering, local_update
 from jaxgossip.engine.rounds import next_keys, run_rounds
+from jaxgossip.models.adapters import ModelFns, as_model_fns
 from jaxgossip.ops.mixing import check_params, consensus_distance, node_mean, where_nodes
 from jaxgossip.sim import timing
 from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
 __all__ = [
-    "ModelFns",
-    "linen_model_fns",
-    "pure_model_fns",
-    "nnx_model_fns",
-    "as_model_fns",
     "softmax_cross_entropy",
     "cross_entropy_loss",
     "TrainState",
@@ -83,102 +79,6 @@ __all__ = [
 
 class NaNLossError(FloatingPointError):
     """The training loss became NaN or infinite."""
-
-
-class ModelFns(NamedTuple):
-    """A model as two pure functions.
-
-    Attributes:
-      init: ``params, batch_stats = init(key, x)`` for one node; ``x`` [B, ...] example inputs.
-        ``batch_stats`` is a (possibly empty) pytree of node-local statistics.
-      apply: ``logits, batch_stats = apply(params, batch_stats, x, train)`` for one node;
-        ``logits`` [B, C]. In training mode the returned statistics are the updated ones.
-    """
-
-    init: Callable[[PRNGKey, Array], tuple[Params, Any]]
-    apply: Callable[[Params, Any, Array, bool], tuple[Array, Any]]
-
-
-def linen_model_fns(model) -> ModelFns:
-    """Wraps a flax linen module whose ``__call__(x, train)`` may use a ``batch_stats`` collection."""
-
-    def init(key, x):
-        variables = model.init(key, x, train=False)
-        return variables["params"], variables.get("batch_stats", {})
-
-    def apply(params, batch_stats, x, train):
-        variables = {"params": params}
-        if batch_stats:
-            variables["batch_stats"] = batch_stats
-        if train and batch_stats:
-            logits, mutated = model.apply(variables, x, train=True, mutable=["batch_stats"])
-            return logits, mutated["batch_stats"]
-        return model.apply(variables, x, train=train), batch_stats
-
-    return ModelFns(init, apply)
-
-
-def pure_model_fns(init: Callable, apply: Callable) -> ModelFns:
-    """Wraps a pure pair ``params = init(key, x)``, ``out = apply(params, x)`` (no normalization
-    statistics; ``train`` is ignored) as :class:`ModelFns`."""
-
-    def init_fn(key, x):
-        return init(key, x), {}
-
-    def apply_fn(params, batch_stats, x, train):
-        del train
-        return apply(params, x), batch_stats
-
-    return ModelFns(init_fn, apply_fn)
-
-
-def nnx_model_fns(module) -> ModelFns:
-    """Wraps a constructed flax NNX module ``out = module(x)`` as :class:`ModelFns` via
-    ``nnx.split`` / ``nnx.merge``: the ``nnx.Param`` state is the params, the ``nnx.BatchStat``
-    state the node-local statistics (both ``nnx.State`` pytrees), anything else is held fixed.
-    ``train`` selects ``module.train()`` / ``module.eval()`` on the merged copy. The module is
-    already initialized, so ``init`` ignores its key: every node starts from the module's weights
-    (use ``identical_init=True``)."""
-    from flax import nnx
-
-    graphdef, params, stats, rest = nnx.split(module, nnx.Param, nnx.BatchStat, ...)
-
-    def init(key, x):
-        del key, x
-        return params, stats
-
-    def apply(params_i, stats_i, x, train):
-        model = nnx.merge(graphdef, params_i, stats_i, rest)
-        if train:
-            model.train()
-        else:
-            model.eval()
-        out = model(x)
-        return out, nnx.state(model, nnx.BatchStat)
-
-    return ModelFns(init, apply)
-
-
-def as_model_fns(model) -> ModelFns:
-    """:class:`ModelFns` of ``model``: ModelFns as is, a pure ``(init, apply)`` tuple
-    (:func:`pure_model_fns`), a flax NNX module (:func:`nnx_model_fns`) or a linen module
-    (:func:`linen_model_fns`)."""
-    if isinstance(model, ModelFns):
-        return model
-    if isinstance(model, tuple) and len(model) == 2 and all(callable(f) for f in model):
-        return pure_model_fns(*model)
-    try:
-        from flax import nnx
-    except ImportError:  # pragma: no cover - flax is a dependency
-        nnx = None
-    if nnx is not None and isinstance(model, nnx.Module):
-        return nnx_model_fns(model)
-    if callable(getattr(model, "init", None)) and callable(getattr(model, "apply", None)):
-        return linen_model_fns(model)
-    raise TypeError(
-        f"model must be a ModelFns, a pure (init, apply) pair, a flax linen module or an NNX module, "
-        f"got {type(model).__name__}"
-    )
 
 
 def softmax_cross_entropy(logits: Array, labels: Array) -> Array:
@@ -252,6 +152,10 @@ class Metrics(NamedTuple):
       sim_time: simulated seconds since the start (:mod:`jaxgossip.sim.timing`), or None without a
         time model.
       comm_time: seconds of communication so far (the slowest node's per round), or None.
+
+    With the algorithm's :attr:`~jaxgossip.types.GossipAlgorithm.honest` hook, ``test_loss``,
+    ``test_acc``, ``node_*``, ``consensus`` and ``model_sq_norm`` are over the nodes it marks
+    honest (the averaged model is theirs); ``train_loss`` and ``bits`` still cover every node.
     """
 
     round: Array
@@ -394,9 +298,12 @@ def make_train(
     """Configures a decentralized training run and returns its pure functions.
 
     Args:
-      model: :class:`ModelFns`, a pure ``(init, apply)`` pair (:func:`pure_model_fns`), a flax NNX
-        module (:func:`nnx_model_fns`) or a flax linen module (:func:`linen_model_fns`).
-      algorithm: the communication algorithm (``jaxgossip.algorithms.make(...)``).
+      model: anything :func:`jaxgossip.models.adapters.as_model_fns` takes: a
+        :class:`~jaxgossip.models.adapters.ModelFns`, a pure ``(init, apply)`` pair, a flax NNX
+        module or a flax linen module.
+      algorithm: the communication algorithm (``jaxgossip.algorithms.make(...)``). With an
+        :attr:`~jaxgossip.types.GossipAlgorithm.honest` hook (the Byzantine wrapper's) the
+        evaluation metrics are over the nodes it marks honest only (:class:`Metrics`).
       shards: per-node data ``NodeShards(x [N, M_max, ...], y [N, M_max], counts [N])``.
       eval_data: ``(x [M, ...], y [M])`` held-out data; the first multiple of ``eval_chunk``
         samples are used.
@@ -577,9 +484,9 @@ def make_train(
 
     def evaluate(state: TrainState, train_loss: Array) -> Metrics:
         z = algorithm.debias(state.params, state.comm_state)
-        # Under attack (jaxgossip.algorithms.byzantine: the state carries the [N] honest mask) every
+        # Under attack (the algorithm's honest hook, set by jaxgossip.algorithms.byzantine) every
         # metric is over the honest nodes only.
-        honest = getattr(state.comm_state, "honest", None)
+        honest = None if algorithm.honest is None else algorithm.honest(state.comm_state)
         if honest is None:
             z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
         else:

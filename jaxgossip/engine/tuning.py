@@ -91,9 +91,8 @@ def model_shapes(model: str, input_shape: Sequence[int], num_classes: int = 10, 
       **model_options: the model's options (``features=[16, 32]``, ...).
     """
     from jaxgossip import models
-    from jaxgossip.engine.training import as_model_fns
 
-    fns = as_model_fns(models.make_model(model, num_classes=num_classes, **model_options))
+    fns = models.as_model_fns(models.make_model(model, num_classes=num_classes, **model_options))
     example = jax.ShapeDtypeStruct((1, *tuple(int(d) for d in input_shape)), jnp.float32)
     params, _ = jax.eval_shape(fns.init, jax.random.key(0), example)
     return params

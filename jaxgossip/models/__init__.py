@@ -5,20 +5,25 @@ Every model is a flax linen module with pure `init`/`apply`, so N workers stack 
 `conv_impl="auto" | "lax" | "matmul" | "explicit"` (see `conv.resolve_conv_impl`) and `norm="batch" | "group" |
 "none"`; BatchNorm running statistics live in the node-local `batch_stats` collection and are never
 communicated (see `norm`).
+
+The model adapters (`adapters`) turn a linen module, an NNX module or a pure `(init, apply)` pair
+into `ModelFns`, the two pure per-node functions the runners stack over nodes.
 """
 
+from jaxgossip.models.adapters import (
+    ModelFns,
+    as_model_fns,
+    linen_model_fns,
+    nnx_apply_fn,
+    nnx_init_stacked,
+    nnx_model_fns,
+    pure_model_fns,
+)
 from jaxgossip.models.cnn import CNN
 from jaxgossip.models.conv import CONV_IMPLS, Conv, conv_output_pads, resolve_conv_impl
 from jaxgossip.models.mlp import MLP
-from jaxgossip.models.nnx_utils import nnx_apply_fn, nnx_init_stacked
 from jaxgossip.models.norm import NORMS, make_norm
-from jaxgossip.models.params import (
-    as_matrix,
-    count_params,
-    from_matrix,
-    init_stacked,
-    matrix_shapes,
-)
+from jaxgossip.models.params import count_params, init_stacked
 from jaxgossip.models.pool import max_pool
 from jaxgossip.models.registry import (
     REGISTRY,
@@ -40,6 +45,7 @@ __all__ = [
     "CONV_IMPLS",
     "Conv",
     "MLP",
+    "ModelFns",
     "NORMS",
     "POSITIONS",
     "REGISTRY",
@@ -48,19 +54,20 @@ __all__ = [
     "Transformer",
     "VGG",
     "VGG_CONFIGS",
-    "as_matrix",
+    "as_model_fns",
     "causal_mask",
     "conv_output_pads",
     "count_params",
-    "from_matrix",
     "init_stacked",
     "is_sequence_model",
+    "linen_model_fns",
     "make_model",
     "make_norm",
-    "matrix_shapes",
     "max_pool",
     "nnx_apply_fn",
     "nnx_init_stacked",
+    "nnx_model_fns",
+    "pure_model_fns",
     "resnet110",
     "resolve_conv_impl",
     "rotary",

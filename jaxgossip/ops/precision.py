@@ -68,7 +68,7 @@ def cast_floats(tree: Any, dtype) -> Any:
 
 
 def mixed_precision(model: Any, precision: str = "fp32") -> Any:
-    """``model`` (a :class:`jaxgossip.engine.training.ModelFns`) under the compute policy ``precision``
+    """``model`` (a :class:`jaxgossip.models.adapters.ModelFns`) under the compute policy ``precision``
     (module docstring); ``fp32`` returns it unchanged.
 
     Raises:

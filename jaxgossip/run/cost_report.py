@@ -232,6 +232,7 @@ def step_flops_and_memory(resolved, need_flops: bool, algorithm=None) -> tuple[f
     """
     import jax
 
+    from jaxgossip import models
     from jaxgossip.engine import training as train
 
     config, dataset = resolved.config, resolved.dataset
@@ -241,7 +242,7 @@ def step_flops_and_memory(resolved, need_flops: bool, algorithm=None) -> tuple[f
         from jaxgossip.run.resolve import make_algorithm
 
         algorithm = make_algorithm(config, resolved.topology)
-    fns = train.linen_model_fns(resolved.model)
+    fns = models.linen_model_fns(resolved.model)
     x, y = dataset.x_train[: config.batch_size], dataset.y_train[: config.batch_size]
     params, stats = jax.eval_shape(fns.init, jax.random.key(0), x[:1])
     n = config.num_nodes

@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxgossip import data, models, topology
 from jaxgossip.engine import outer
-from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, check_finite, make_train
+from jaxgossip.engine.training import Metrics, Trainer, TrainState, check_finite, make_train
 from jaxgossip.ops import precision, sharding
 from jaxgossip.run.config import TrainConfig
 from jaxgossip.run.groups import async_form_of, time_model_of
@@ -117,7 +117,7 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
     optimizer = resolved.optimizer if own else make_optimizer(config)
     eval_size = min(config.eval_size, resolved.dataset.y_test.shape[0])
     eval_data = (resolved.dataset.x_test[:eval_size], resolved.dataset.y_test[:eval_size])
-    model_fns = precision.mixed_precision(as_model_fns(resolved.model), config.precision)
+    model_fns = precision.mixed_precision(models.as_model_fns(resolved.model), config.precision)
     augment = data.augment_cifar if config.augment else None
     if config.execution == "async":
         from jaxgossip.engine.asynchronous import training as async_training

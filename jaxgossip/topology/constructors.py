@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
+from jaxgossip.checks import check_int
 from jaxgossip.topology.graph import Topology
 
 __all__ = [
@@ -45,15 +46,6 @@ _TOL = 1e-6
 
 
 # ---- construction helpers -----------------------------------------------------------------------
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, else a TypeError / ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name}={value} is too small: need {name} >= {minimum}")
-    return int(value)
 
 
 def from_edges(

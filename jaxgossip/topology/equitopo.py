@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.topology.constructors import check_int, from_edges
+from jaxgossip.checks import check_int
+from jaxgossip.topology.constructors import from_edges
 from jaxgossip.topology.graph import GraphRound, Topology
 
 __all__ = ["d_equistatic", "u_equistatic", "od_equidyn", "ou_equidyn", "ou_partners", "default_m", "basis_shifts"]

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxgossip.topology.constructors import check_int, from_edges
+from jaxgossip.checks import check_int
+from jaxgossip.topology.constructors import from_edges
 from jaxgossip.topology.graph import Topology
 
 __all__ = ["base_graph", "hyper_hypercube_factors", "smooth_part"]

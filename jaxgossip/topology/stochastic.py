@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.checks import any_traced, is_concrete
+from jaxgossip.checks import any_traced, check_int, is_concrete
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import choose_kernel
 from jaxgossip.topology.random_spectra import ExchangeableGram, SparseGram
@@ -43,14 +43,6 @@ __all__ = [
     "with_failures",
     "with_availability",
 ]
-
-
-def _check_n(n: Any, minimum: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n must be an int, got {type(n).__name__} {n!r}")
-    if n < minimum:
-        raise ValueError(f"n={n} is too small: need n >= {minimum}")
-    return int(n)
 
 
 def _one_round(tables: dict, n: int, name: str, layout: str, directed: bool, rows: bool, cols: bool) -> Topology:
@@ -146,7 +138,7 @@ def random_matching(n: int) -> Topology:
     References:
       Boyd, Ghosh, Prabhakar, Shah, "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006.
     """
-    n = _check_n(n, 2)
+    n = check_int("n", n, 2)
     name = f"random_matching({n})"
     return Topology.from_sampler(
         _MatchingSampler(n, name),
@@ -238,7 +230,7 @@ def random_out(n: int, s: int = 1) -> Topology:
       Decentralized Learning with Randomized Communication", NeurIPS 2023 (arXiv:2310.01972).
       Kempe, Dobra, Gehrke, FOCS 2003 (push-sum).
     """
-    n = _check_n(n, 2)
+    n = check_int("n", n, 2)
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
         raise TypeError(f"s must be an int, got {type(s).__name__} {s!r}")
     if not 1 <= s < n:

@@ -13,7 +13,8 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
-from jaxgossip.topology.constructors import check_int, from_edges, from_matrix, metropolis_weights
+from jaxgossip.checks import check_int
+from jaxgossip.topology.constructors import from_edges, from_matrix, metropolis_weights
 from jaxgossip.topology.graph import Topology
 
 __all__ = ["chain", "binary_tree", "spanning_tree", "dumbbell"]

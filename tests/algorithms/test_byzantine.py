@@ -93,6 +93,8 @@ def test_each_attack_matches_the_numpy_reference_through_each_rule(rule, attack,
     # honest receivers read the attack, attackers run the rule on honest messages
     np.testing.assert_allclose(flat(y), ref(w, xf, msgs), rtol=2e-5, atol=2e-5)
     np.testing.assert_array_equal(np.asarray(state.honest), [i not in IDS for i in range(10)])
+    # the trainer reads the mask through the algorithm's honest hook
+    np.testing.assert_array_equal(np.asarray(alg.honest(state)), [i not in IDS for i in range(10)])
     # attackers send one model per directed edge, as everybody
     np.testing.assert_array_equal(np.asarray(info.bits), topo.out_degree[0] * 32 * 8)
 

@@ -11,6 +11,7 @@ from _reference import RESNET20_MATRICES, RESNET20_VECTORS, key_range, resnet20_
 from jaxgossip import topology as tp
 from jaxgossip.algorithms import REGISTRY, make
 from jaxgossip.algorithms.gossip import gossip
+from jaxgossip.algorithms.matrix_views import as_matrix, from_matrix, matrix_shapes
 from jaxgossip.algorithms.power_gossip import MatrixLeaf, power_gossip, view_bases, working_bases, working_view
 from jaxgossip.engine.consensus import run_consensus
 from jaxgossip.ops.mixing import consensus_distance
@@ -410,9 +411,24 @@ def test_gamma_sweepable_under_vmap(rng):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
-def test_flax_kernel_view_matches_pytorch_matrix(rng):
-    from jaxgossip.models import as_matrix, from_matrix
+def test_as_matrix_matches_pytorch_layout_and_inverts():
+    kernel = jax.random.normal(jax.random.key(1), (3, 2, 4, 5))  # (kh, kw, C_in, F)
+    matrix = as_matrix(kernel)
+    assert matrix.shape == (5, 4 * 3 * 2)
+    torch_weight = np.transpose(np.asarray(kernel), (3, 2, 0, 1))  # (F, C_in, kh, kw)
+    np.testing.assert_array_equal(matrix, torch_weight.reshape(5, -1))
+    np.testing.assert_array_equal(from_matrix(matrix, kernel.shape), kernel)
+    dense = jnp.arange(6.0).reshape(2, 3)  # (C_in, F)
+    np.testing.assert_array_equal(as_matrix(dense), dense.T)
+    assert matrix_shapes({"k": kernel, "b": jnp.zeros(5)}, view="leading") == [(3, 40)]
+    leading = as_matrix(kernel, "leading")  # (shape[0], -1) of the leaf as stored
+    np.testing.assert_array_equal(leading, np.asarray(kernel).reshape(3, -1))
+    np.testing.assert_array_equal(from_matrix(leading, kernel.shape, "leading"), kernel)
+    with pytest.raises(ValueError, match="view='raw' is unknown"):
+        matrix_shapes({"k": kernel}, view="raw")
 
+
+def test_flax_kernel_view_matches_pytorch_matrix(rng):
     kernel = jnp.asarray(rng.normal(size=(2, 3, 3, 4, 5)), jnp.float32)  # [N, kh, kw, C_in, F]
     mats = jax.vmap(as_matrix)(kernel)  # the PyTorch matrices M [N, F, C_in * kh * kw]
     assert mats.shape == (2, 5, 36)

@@ -13,8 +13,9 @@ from tiny import TINY_FLAGS, tiny_config
 from jaxgossip import data
 from jaxgossip import topology as T
 from jaxgossip.cli import main
-from jaxgossip.engine import asynchronous, training
+from jaxgossip.engine import asynchronous
 from jaxgossip.engine.asynchronous import training as async_training
+from jaxgossip.models.adapters import pure_model_fns
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import run_training
 from jaxgossip.sim import timing
@@ -30,7 +31,7 @@ def _linear():
     def apply(params, x):
         return x @ params["w"] + params["b"]
 
-    return training.pure_model_fns(init, apply)
+    return pure_model_fns(init, apply)
 
 
 def _shards():

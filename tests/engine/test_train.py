@@ -2,6 +2,7 @@
 
 import json
 import os
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -543,7 +544,8 @@ def test_optimizer_config_errors(changes, match):
 def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     """local_steps=1 is the trainer before local steps existed: this reference round (one batch,
     one optimizer step, one communication round, keys split 4 ways) reproduces it bit for bit."""
-    from jaxgossip.engine.training import cross_entropy_loss, linen_model_fns
+    from jaxgossip.engine.training import cross_entropy_loss
+    from jaxgossip.models.adapters import linen_model_fns
 
     model = models.make_model("mlp", num_classes=4, hidden=(16,))
     fns = linen_model_fns(model)
@@ -579,6 +581,77 @@ def test_one_local_step_is_the_one_step_trainer_bitwise(synthetic, ordering):
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(metrics.train_loss)[0], np.asarray(losses.mean()))
+
+
+class _StateWithHonestField(NamedTuple):
+    """A state that has an ``honest`` field but belongs to an algorithm without the hook."""
+
+    inner: Any
+    honest: Any
+
+
+def test_metrics_skip_exactly_the_nodes_the_honest_hook_marks(synthetic):
+    """The evaluation metrics are over the nodes ``GossipAlgorithm.honest(state)`` marks True, and
+    nothing else decides it: a state with an ``honest`` field but no hook is averaged over all."""
+    from jaxgossip.engine.training import batched_eval
+    from jaxgossip.models.adapters import linen_model_fns
+
+    n, attackers = 8, [2, 5]
+    mask = np.array([i not in attackers for i in range(n)])
+    model = models.make_model("mlp", num_classes=4, hidden=(16,))
+    shards = data.shard_dataset(synthetic, data.partition(synthetic.y_train, n, "iid", seed=0))
+    gossip = jg.algorithms.make("gossip", jg.topology.ring(n))
+    hooked = gossip._replace(honest=lambda state: jnp.asarray(mask))  # the state is gossip's own
+
+    def step_with_field(params, state, key):
+        params, inner, info = gossip.step(params, state.inner, key)
+        return params, state._replace(inner=inner), info
+
+    field_only = gossip._replace(
+        init=lambda params: _StateWithHonestField(gossip.init(params), jnp.asarray(mask)),
+        step=step_with_field,
+        debias=lambda params, state: gossip.debias(params, state.inner),
+    )
+
+    def trainer(alg):
+        return make_train(
+            model, alg, shards, (synthetic.x_test, synthetic.y_test), optax.sgd(0.1),
+            num_rounds=10, batch_size=16, eval_every=10, eval_chunk=64,
+        )  # fmt: skip
+
+    honest_trainer, all_trainer = trainer(hooked), trainer(field_only)
+    state, _ = honest_trainer.run_chunk(honest_trainer.init(jax.random.key(0)), 1)
+    # The attackers hold flipped models, so counting them would change every metric.
+    flip = jnp.where(jnp.asarray(mask), 1.0, -3.0)
+    params = jax.tree_util.tree_map(lambda a: a * flip.reshape((n,) + (1,) * (a.ndim - 1)), state.params)
+    state = state._replace(params=params)
+    got = honest_trainer.evaluate(state, jnp.zeros(()))
+
+    fns = linen_model_fns(model)
+    x, y = jnp.asarray(synthetic.x_test), jnp.asarray(synthetic.y_test)
+    per_node = [batched_eval(fns.apply, jax.tree_util.tree_map(lambda a: a[i], params), {}, x, y, 64) for i in range(n)]
+    node_loss = np.array([float(loss) for loss, _ in per_node])
+    node_acc = np.array([float(acc) for _, acc in per_node])
+    honest_model = jg.algorithms.honest_mean(params, mask)
+    test_loss, test_acc = batched_eval(fns.apply, honest_model, {}, x, y, 64)
+    np.testing.assert_allclose(float(got.test_loss), float(test_loss), rtol=1e-6)
+    np.testing.assert_allclose(float(got.test_acc), float(test_acc), rtol=1e-6)
+    np.testing.assert_allclose(float(got.node_acc_mean), node_acc[mask].mean(), rtol=1e-6)
+    assert float(got.node_acc_min) == pytest.approx(node_acc[mask].min(), rel=1e-6)
+    assert float(got.node_acc_max) == pytest.approx(node_acc[mask].max(), rel=1e-6)
+    np.testing.assert_allclose(float(got.node_loss_mean), node_loss[mask].mean(), rtol=1e-5)
+    want_consensus = float(jg.algorithms.honest_consensus_distance(params, mask))
+    np.testing.assert_allclose(float(got.consensus), want_consensus, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(got.bits), np.asarray(state.bits))  # bits: every node
+
+    # Without the hook the same models are averaged over every node, whatever the state holds.
+    everyone = all_trainer.evaluate(
+        state._replace(comm_state=_StateWithHonestField(state.comm_state, jnp.asarray(mask))), jnp.zeros(())
+    )
+    np.testing.assert_allclose(float(everyone.node_acc_mean), node_acc.mean(), rtol=1e-6)
+    np.testing.assert_allclose(float(everyone.consensus), float(jg.consensus_distance(params)), rtol=1e-5)
+    assert float(everyone.consensus) != pytest.approx(want_consensus, rel=1e-3)
+    assert float(everyone.node_loss_mean) != pytest.approx(float(got.node_loss_mean), rel=1e-3)
 
 
 def test_recorded_time_counts_local_steps_as_compute():

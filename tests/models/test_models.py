@@ -11,6 +11,7 @@ from flax import linen as nn
 from flax import nnx
 
 from jaxgossip import models
+from jaxgossip.algorithms.matrix_views import matrix_shapes
 
 RTOL = ATOL = 1e-5
 
@@ -47,23 +48,11 @@ def test_resnet20_has_exactly_272474_parameters():
 
 def test_resnet20_matrix_shapes_match_powergossip_view():
     params = _params_shape(models.resnet20(), (1, 32, 32, 3))["params"]
-    shapes = models.matrix_shapes(params)
+    shapes = matrix_shapes(params)
     assert collections.Counter(shapes) == collections.Counter(RESNET20_MATRICES)
     assert sum(m for m, _ in shapes) == 794
     assert sum(n for _, n in shapes) == 5_755
     assert sum(m * n for m, n in shapes) == 270_896
-
-
-def test_as_matrix_matches_pytorch_layout_and_inverts():
-    kernel = jax.random.normal(jax.random.key(1), (3, 2, 4, 5))  # (kh, kw, C_in, F)
-    matrix = models.as_matrix(kernel)
-    assert matrix.shape == (5, 4 * 3 * 2)
-    torch_weight = np.transpose(np.asarray(kernel), (3, 2, 0, 1))  # (F, C_in, kh, kw)
-    np.testing.assert_array_equal(matrix, torch_weight.reshape(5, -1))
-    np.testing.assert_array_equal(models.from_matrix(matrix, kernel.shape), kernel)
-    dense = jnp.arange(6.0).reshape(2, 3)  # (C_in, F)
-    np.testing.assert_array_equal(models.as_matrix(dense), dense.T)
-    assert models.matrix_shapes({"k": kernel, "b": jnp.zeros(5)}, layout="raw") == [(3, 40)]
 
 
 def _resnet_param_formula(blocks_per_stage, num_classes=10):

@@ -11,7 +11,7 @@ import pytest
 import jaxgossip as jg
 from jaxgossip import algorithms, models
 from jaxgossip import topology as T
-from jaxgossip.engine.training import linen_model_fns
+from jaxgossip.models.adapters import linen_model_fns
 from jaxgossip.ops import precision
 
 N = 8

@@ -254,7 +254,7 @@ def main(argv=None) -> int:
 
     import jaxgossip as jg
     from jaxgossip import models
-    from jaxgossip.engine.training import linen_model_fns
+    from jaxgossip.models.adapters import linen_model_fns
 
     global SETTLE_S
     SETTLE_S = args.settle

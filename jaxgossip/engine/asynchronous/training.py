@@ -49,7 +49,8 @@ from jax.flatten_util import ravel_pytree
 
 from jaxgossip.checks import is_concrete, positive_int
 from jaxgossip.engine.asynchronous import rules as asynchronous
-from jaxgossip.engine.training import Metrics, Trainer, TrainState, as_model_fns, batched_eval, cross_entropy_loss
+from jaxgossip.engine.training import Metrics, Trainer, TrainState, batched_eval, cross_entropy_loss
+from jaxgossip.models.adapters import as_model_fns
 from jaxgossip.ops.mixing import consensus_distance, node_mean
 from jaxgossip.sim import timing
 from jaxgossip.types import Array, PRNGKey
