@@ -139,7 +139,7 @@ class AlgorithmInfo:
         to every out-neighbour): ``receive(topology, **options) -> round_fn`` with
         ``params, state, info = round_fn(params, state, received, key)``, the round as a function
         of the models each receiver reads per in-neighbour slot
-        (:class:`jaxgossip.algorithms.messages.Received`). The Byzantine wrapper
+        (:class:`jaxgossip.algorithms.Received`). The Byzantine wrapper
         (:func:`jaxgossip.algorithms.byzantine`) replaces what attackers send through it. None:
         the messages are not plain models (compressed differences, push-sum pairs, factors), and
         the algorithm cannot be attacked.

@@ -5,6 +5,12 @@ file, next to its metadata ``INFO`` (:class:`~jaxgossip.types.AlgorithmInfo`); o
 registers it, which enrolls it in the shared test suite, the CLI, sweeps and the cost model. An
 algorithm outside the package is registered with :func:`register` or named by an import path
 ``"package.module:factory"`` (README, section "Adding an algorithm").
+
+The pieces the algorithm modules share live in the private sub-package ``_shared``; what other
+rooms use of them is re-exported here: :class:`Received` (what a receiver reads per in-neighbour
+slot, the argument of a metadata's ``receive`` round), :func:`oriented_pairs`, :func:`pair_tables`
+and :func:`pair_round` (the per-pair tables of edge-wise algorithms), :func:`tree_tables` (the
+directed-edge tables of a tree).
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from jaxgossip.algorithms import relaysum_grad as _relaysum_grad
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
 from jaxgossip.algorithms import trimmed_mean as _trimmed_mean
+from jaxgossip.algorithms._shared.messages import Received
+from jaxgossip.algorithms._shared.pair_tables import oriented_pairs, pair_round, pair_tables
+from jaxgossip.algorithms._shared.tree_tables import tree_tables
 from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.byzantine import (
     ATTACKS,
@@ -123,4 +132,9 @@ __all__ = [
     "ByzantineState",
     "merge",
     "make_merge",
+    "Received",
+    "oriented_pairs",
+    "pair_tables",
+    "pair_round",
+    "tree_tables",
 ]

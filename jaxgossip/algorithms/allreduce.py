@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState
+from jaxgossip.algorithms._shared.common import CountState
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology

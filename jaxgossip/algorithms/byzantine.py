@@ -7,7 +7,7 @@ message chosen by the attack. Attackers are omniscient (they read every honest m
 threat model of He et al. 2022 allows). The messages live on the M directed edges from attackers
 to honest receivers ([T, M] host tables): each round they are appended to the models
 (``[N + M, ...]``) and the receivers' in-neighbour slots of those edges point at them
-(:class:`~jaxgossip.algorithms.messages.Received`), so a different message per neighbour costs
+(:class:`~jaxgossip.algorithms.Received`), so a different message per neighbour costs
 no dense ``N x N`` table and the algorithm's round is unchanged.
 
 Attacks (per edge e from attacker j to honest receiver i; H_i = i and its honest in-neighbours):
@@ -48,7 +48,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.stats
 
-from jaxgossip.algorithms.messages import Received, check_fixed_graph, received_models, slot_round
+from jaxgossip.algorithms._shared.messages import Received, check_fixed_graph, received_models, slot_round
 from jaxgossip.algorithms.registry import INFOS, make, resolve
 from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import per_node

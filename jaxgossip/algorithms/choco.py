@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import (
+from jaxgossip.algorithms._shared.common import (
     check_positive,
     check_public_init,
     per_round,
@@ -122,7 +122,7 @@ def choco(
       compressor_options: keyword options of a compressor given by name, e.g.
         ``{"fraction": 0.01, "index_bits": 64}``.
       public_init: ``"zero"`` (default) or ``"model"``: the public copies start at 0, or at the
-        models ``init`` is given (see :func:`~jaxgossip.algorithms.common.check_public_init`).
+        models ``init`` is given (see :func:`~jaxgossip.algorithms._shared.common.check_public_init`).
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` with state :class:`ChocoState`; ``step`` uses its

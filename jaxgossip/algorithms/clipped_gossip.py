@@ -2,7 +2,7 @@
 
 Receiver i clips every neighbour's difference ``x_j - x_i`` to the radius ``tau_i`` before the
 gossip average, so a Byzantine neighbour moves it by at most its weight times the radius. The round
-reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms.messages`), so the
+reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms._shared.messages`), so the
 Byzantine wrapper can replace what attackers send on each edge: K slot gathers of the model for
 the distances and K for the update, no dense ``N x N`` matrix. Bits: one model per directed edge
 per round, as gossip.
@@ -20,8 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_int, check_positive
-from jaxgossip.algorithms.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
+from jaxgossip.algorithms._shared.common import CountState, check_int, check_positive
+from jaxgossip.algorithms._shared.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from optax import tree_utils as otu
 
-from jaxgossip.algorithms.common import check_positive, per_round, relax, tree_add
+from jaxgossip.algorithms._shared.common import check_positive, per_round, relax, tree_add
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, node_mean

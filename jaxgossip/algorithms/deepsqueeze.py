@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, per_round
+from jaxgossip.algorithms._shared.common import check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology

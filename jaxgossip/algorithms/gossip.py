@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
-from jaxgossip.algorithms.messages import check_fixed_graph, read_slot
+from jaxgossip.algorithms._shared.common import CountState, check_positive, per_round, relax
+from jaxgossip.algorithms._shared.messages import check_fixed_graph, read_slot
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology
@@ -68,7 +68,7 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
 
 def gossip_receive(topology: Topology, gamma: Any = 1.0):
     """The round of :func:`gossip` as a function of the models each receiver reads per
-    in-neighbour slot (``AlgorithmInfo.receive``, :class:`~jaxgossip.algorithms.messages.Received`):
+    in-neighbour slot (``AlgorithmInfo.receive``, :class:`~jaxgossip.algorithms.Received`):
     ``x_i + gamma (sum_k w_ik r_ik - x_i)``. Fixed or time-varying graphs with host tables."""
     check_graph("gossip", INFO, topology)
     check_fixed_graph(topology, "gossip")

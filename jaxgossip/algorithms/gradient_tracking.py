@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import per_round
+from jaxgossip.algorithms._shared.common import per_round
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology

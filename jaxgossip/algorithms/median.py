@@ -1,6 +1,6 @@
 """Coordinate-wise median over a node's in-neighbours and itself (a Byzantine-robust baseline).
 
-The round reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms.messages`),
+The round reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms._shared.messages`),
 gathers the K slots of each leaf into ``[N, K, ...]`` and sorts them. Bits: one model per
 directed edge per round, as gossip.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.messages import coordinatewise_round, model_algorithm
+from jaxgossip.algorithms._shared.messages import coordinatewise_round, model_algorithm
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
 

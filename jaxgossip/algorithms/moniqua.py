@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_int, check_positive, per_round
+from jaxgossip.algorithms._shared.common import CountState, check_int, check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, num_params_per_node, per_node
 from jaxgossip.topology import Topology

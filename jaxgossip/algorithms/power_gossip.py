@@ -17,7 +17,7 @@ One round is a composition of pure functions, read top to bottom:
 * :func:`matrix_round`: the I iterations of one round; :func:`gossip_vectors`: the 1-D leaves;
 * :func:`round_bits`: what every node sent.
 
-The per-pair tables come from :mod:`jaxgossip.algorithms.pair_tables`.
+The per-pair tables come from :mod:`jaxgossip.algorithms._shared.pair_tables`.
 
 References:
   Vogels, Karimireddy, Jaggi, "Practical Low-Rank Communication Compression in Decentralized Deep
@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_int, check_positive, relax
+from jaxgossip.algorithms._shared.common import check_int, check_positive, relax
+from jaxgossip.algorithms._shared.pair_tables import PairRound, PairTables, pair_round, pair_tables
 from jaxgossip.algorithms.matrix_views import (
     MATRIX_VIEWS,
     LeafPlan,
@@ -46,7 +47,6 @@ from jaxgossip.algorithms.matrix_views import (
     working_side,
     working_view,
 )
-from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
@@ -143,7 +143,7 @@ def half_step(x: Array, basis: Array, side: str, pairs: PairRound) -> tuple[Arra
       x: [N, m, n] float32, every node's matrix.
       basis: the basis on the ``side`` of the step, [P, n, R] (right) or [P, m, R] (left).
       side: ``"right"`` or ``"left"`` (static).
-      pairs: the round's :class:`~jaxgossip.algorithms.pair_tables.PairRound`.
+      pairs: the round's :class:`~jaxgossip.algorithms._shared.pair_tables.PairRound`.
 
     Returns:
       ``(x + delta, basis_hat [P, n or m, R], product [P, m or n, R])``.

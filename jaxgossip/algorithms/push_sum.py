@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import per_round
+from jaxgossip.algorithms._shared.common import per_round
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms.common import check_positive, per_round
+from jaxgossip.algorithms._shared.common import check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix

@@ -23,8 +23,8 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from jaxgossip.algorithms.pair_tables import require_symmetric
-from jaxgossip.algorithms.tree_tables import require_tree
+from jaxgossip.algorithms._shared.pair_tables import require_symmetric
+from jaxgossip.algorithms._shared.tree_tables import require_tree
 from jaxgossip.topology import Topology
 from jaxgossip.types import EXECUTIONS, ORDERINGS, AlgorithmInfo, GossipAlgorithm
 

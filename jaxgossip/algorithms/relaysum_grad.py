@@ -1,7 +1,7 @@
 """RelaySum/Grad: RelaySum over the updates of a spanning tree.
 
 The relay (one message per tree neighbour per round, each value reaching every node once, delayed by
-the tree distance, with a count) is :mod:`jaxgossip.algorithms.tree_tables`.
+the tree distance, with a count) is :mod:`jaxgossip.algorithms._shared.tree_tables`.
 
 References:
   Vogels, He, Koloskova, Lin, Karimireddy, Stich, Jaggi, "RelaySum for Decentralized Deep Learning
@@ -18,8 +18,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxgossip.algorithms._shared.tree_tables import RELAY_REASONS, edge_zeros, relay, relay_bits, tree_tables
 from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.algorithms.tree_tables import RELAY_REASONS, edge_zeros, relay, relay_bits, tree_tables
 from jaxgossip.ops.mixing import check_params, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_int, check_positive
+from jaxgossip.algorithms._shared.common import check_int, check_positive
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.algorithms.sparse_push import TopKBudget, check_public_copies, compressed_push_sum
 from jaxgossip.compress import selection

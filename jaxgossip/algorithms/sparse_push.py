@@ -31,7 +31,7 @@ import numpy as np
 from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, check_public_init, per_round, tree_add
+from jaxgossip.algorithms._shared.common import check_positive, check_public_init, per_round, tree_add
 from jaxgossip.algorithms.push_sum import divide_by_weight
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.compress import fused

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms.common import CountState, per_round
+from jaxgossip.algorithms._shared.common import CountState, per_round
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import check_params, leaf_bits, per_node
 from jaxgossip.topology import Topology
