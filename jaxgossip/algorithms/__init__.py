@@ -1,8 +1,9 @@
 """Communication algorithms and their registry.
 
 Every algorithm is a factory ``name(topology, **hyperparameters) -> GossipAlgorithm`` in its own
-file, next to its metadata ``INFO`` (:class:`~jaxgossip.types.AlgorithmInfo`); one line below
-registers it, which enrolls it in the shared test suite, the CLI, sweeps and the cost model. An
+file, next to its metadata ``INFO`` (:class:`~jaxgossip.types.AlgorithmInfo`, one group of facts
+per reader); one line below registers it, which enrolls it in the shared test suite, the CLI,
+sweeps and the cost model, and its asynchronous forms in :data:`ASYNC_FORMS`. An
 algorithm outside the package is registered with :func:`register` or named by an import path
 ``"package.module:factory"`` (README, section "Adding an algorithm").
 
@@ -58,6 +59,7 @@ from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.qgm import qgm
 from jaxgossip.algorithms.registry import (
+    ASYNC_FORMS,
     INFOS,
     REGISTRY,
     check_execution,
@@ -67,6 +69,7 @@ from jaxgossip.algorithms.registry import (
     register,
     register_builtin,
     resolve,
+    sign,
     unregister,
 )
 from jaxgossip.algorithms.relaysgd import relaysgd
@@ -74,7 +77,15 @@ from jaxgossip.algorithms.relaysum_grad import relaysum_grad
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
 from jaxgossip.algorithms.trimmed_mean import trimmed_mean
-from jaxgossip.types import AlgorithmInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    AsyncForm,
+    CostFacts,
+    Execution,
+    GraphNeeds,
+    SweepFacts,
+    TrainerHooks,
+)
 
 # One line per algorithm: its name and the metadata its file declares next to the factory.
 register_builtin("gossip", _gossip.INFO)
@@ -99,6 +110,13 @@ __all__ = [
     "REGISTRY",
     "INFOS",
     "AlgorithmInfo",
+    "GraphNeeds",
+    "CostFacts",
+    "SweepFacts",
+    "TrainerHooks",
+    "Execution",
+    "AsyncForm",
+    "ASYNC_FORMS",
     "make",
     "register",
     "unregister",
@@ -106,6 +124,7 @@ __all__ = [
     "resolve",
     "check_graph",
     "check_execution",
+    "sign",
     "gossip",
     "allreduce",
     "choco",

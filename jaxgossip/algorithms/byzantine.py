@@ -1,7 +1,7 @@
 """Byzantine nodes: a wrapper that replaces what attackers send on each of their edges.
 
 ``byzantine(algorithm, topology, attack, ids=... | num=K, key=...)`` runs an algorithm whose messages
-are its models (its metadata has :attr:`~jaxgossip.types.AlgorithmInfo.receive`) with K nodes
+are its models (its metadata has :attr:`~jaxgossip.types.TrainerHooks.receive`) with K nodes
 that follow the algorithm on their own state but send, on every edge to an honest receiver i, a
 message chosen by the attack. Attackers are omniscient (they read every honest model, as the
 threat model of He et al. 2022 allows). The messages live on the M directed edges from attackers
@@ -366,13 +366,13 @@ def _attackable(algorithm: Any) -> tuple[str, AlgorithmInfo]:
         name, entry = algorithm, resolve(algorithm)
     else:
         raise TypeError(f"algorithm={algorithm!r} must be a registered name, an import path or an AlgorithmInfo")
-    if entry.receive is None:
-        why = entry.reasons.get(
+    if entry.hooks.receive is None:
+        why = entry.hooks.reasons.get(
             "receive",
-            "its metadata has no round as a function of the received models (AlgorithmInfo.receive): its "
+            "its metadata has no round as a function of the received models (TrainerHooks.receive): its "
             "messages are not plain models (compressed differences, push-sum pairs, low-rank factors, ...)",
         )
-        able = ", ".join(n for n, i in INFOS.items() if i.receive is not None)
+        able = ", ".join(n for n, i in INFOS.items() if i.hooks.receive is not None)
         raise ValueError(f"{name} cannot be attacked: {why}. Algorithms that can: {able}")
     return name, entry
 
@@ -423,7 +423,7 @@ def byzantine(
     values = _check_options(attack, attack_options, n, byz.size)
     _check_honest_connected(topology, byz)
     inner = make(algorithm, topology, **options) if isinstance(algorithm, str) else entry.factory(topology, **options)
-    round_fn = entry.receive(topology, **options)
+    round_fn = entry.hooks.receive(topology, **options)
     edges = attack_edges(topology, byz)
     honest = honest_mask(n, byz)
     byz_index = np.zeros(n, np.int32)

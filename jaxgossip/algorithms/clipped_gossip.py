@@ -25,7 +25,7 @@ from jaxgossip.algorithms._shared.messages import Received, check_fixed_graph, m
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, StepInfo, TrainerHooks
 
 __all__ = ["clipped_gossip", "clipped_gossip_receive", "adaptive_tau", "INFO"]
 
@@ -68,7 +68,7 @@ def adaptive_tau(distances: jax.Array, neighbours: jax.Array, num_clipped: int) 
 
 
 def clipped_gossip_receive(topology: Topology, tau: Any = None, num_clipped: int = 1):
-    """The round of :func:`clipped_gossip` on the received models (``AlgorithmInfo.receive``)."""
+    """The round of :func:`clipped_gossip` on the received models (``TrainerHooks.receive``)."""
     check_graph("clipped_gossip", INFO, topology)
     check_fixed_graph(topology, "clipped_gossip")
     if tau is not None:
@@ -136,13 +136,15 @@ def clipped_gossip(topology: Topology, tau: Any = None, num_clipped: int = 1) ->
 
 INFO = AlgorithmInfo(
     clipped_gossip,
-    mixing="doubly_stochastic",
-    stochastic_graphs="none",
-    reasons={
-        "stochastic_graphs": (
-            "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-        ),
-        "mixing": "without clipping it is gossip, which needs a mean-preserving W",
-    },
-    receive=clipped_gossip_receive,
+    graph=GraphNeeds(
+        mixing="doubly_stochastic",
+        stochastic_graphs="none",
+        reasons={
+            "stochastic_graphs": (
+                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
+            ),
+            "mixing": "without clipping it is gossip, which needs a mean-preserving W",
+        },
+    ),
+    hooks=TrainerHooks(receive=clipped_gossip_receive),
 )

@@ -47,10 +47,19 @@ from jaxgossip.algorithms.matrix_views import (
     working_side,
     working_view,
 )
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    Array,
+    CostFacts,
+    GossipAlgorithm,
+    GraphNeeds,
+    StepInfo,
+    SweepFacts,
+    TrainerHooks,
+)
 
 __all__ = [
     "power_gossip",
@@ -488,7 +497,7 @@ def power_gossip(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "power_gossip", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "power_gossip", INFO)
 
 
 def _exchanges(options) -> int:
@@ -498,18 +507,22 @@ def _exchanges(options) -> int:
 
 INFO = AlgorithmInfo(
     power_gossip,
-    mixing="symmetric",
-    stackable=False,
-    exchanges=_exchanges,
-    shape_options={
-        "rank": "the PowerGossip rank R fixes the shapes of U [P, m, R] and V [P, n, R]",
-        "num_iterations": "PowerGossip iterations are unrolled per round",
-    },
+    graph=GraphNeeds(
+        mixing="symmetric",
+        stackable=False,
+        stochastic_graphs="failures",
+        reasons={"stochastic_graphs": "its U, V state lives on a fixed set of pairs"},
+    ),
+    cost=CostFacts(exchanges=_exchanges),
+    sweep=SweepFacts(
+        shape_options={
+            "rank": "the PowerGossip rank R fixes the shapes of U [P, m, R] and V [P, n, R]",
+            "num_iterations": "PowerGossip iterations are unrolled per round",
+        },
+        step_size="gamma",
+        relaxation_gamma=True,
+    ),
     # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
     # the reference compresses them (docs/algorithms.md, section training recipes and models).
-    trainer_options={"matrix_view": "flax_kernel"},
-    relaxation_gamma=True,
-    stochastic_graphs="failures",
-    step_size="gamma",
-    reasons={"stochastic_graphs": "its U, V state lives on a fixed set of pairs"},
+    hooks=TrainerHooks(trainer_options={"matrix_view": "flax_kernel"}),
 )

@@ -18,13 +18,13 @@ from jaxgossip.algorithms._shared.common import check_int
 from jaxgossip.algorithms._shared.messages import coordinatewise_round, model_algorithm
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, TrainerHooks
 
 __all__ = ["trimmed_mean", "trimmed_mean_receive", "INFO"]
 
 
 def trimmed_mean_receive(topology: Topology, trim: int = 1):
-    """The round of :func:`trimmed_mean` on the received models (``AlgorithmInfo.receive``)."""
+    """The round of :func:`trimmed_mean` on the received models (``TrainerHooks.receive``)."""
     trim = check_int("trim", trim, 0)
 
     def rule(ranked, count, leaf):
@@ -67,12 +67,14 @@ def trimmed_mean(topology: Topology, trim: int = 1) -> GossipAlgorithm:
 
 INFO = AlgorithmInfo(
     trimmed_mean,
-    mixing="any",
-    stochastic_graphs="none",
-    reasons={
-        "stochastic_graphs": (
-            "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-        )
-    },
-    receive=trimmed_mean_receive,
+    graph=GraphNeeds(
+        mixing="any",
+        stochastic_graphs="none",
+        reasons={
+            "stochastic_graphs": (
+                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
+            )
+        },
+    ),
+    hooks=TrainerHooks(receive=trimmed_mean_receive),
 )

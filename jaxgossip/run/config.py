@@ -394,7 +394,7 @@ def with_trainer_options(name: str, options: dict) -> dict:
     ``trainer_options``; the user's option wins): the options a training run builds it with."""
     from jaxgossip import algorithms
 
-    return {**algorithms.resolve(name).trainer_options, **options}
+    return {**algorithms.resolve(name).hooks.trainer_options, **options}
 
 
 def check_model_options(model: str, options: dict, num_classes: int = 10) -> dict:
@@ -617,7 +617,7 @@ def check_train_config(config: TrainConfig) -> TrainConfig:
     if (
         config.outer_optimizer != "none"
         and config.outer_message == "pseudo_gradient"
-        and algorithms.info(config.algorithm).mixing == "column_stochastic"
+        and algorithms.info(config.algorithm).graph.mixing == "column_stochastic"
         and not topo.is_doubly_stochastic
     ):
         raise ValueError(
@@ -753,7 +753,7 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
     from jaxgossip import algorithms
 
     try:
-        if not algorithms.resolve(algorithm).relaxation_gamma:
+        if not algorithms.resolve(algorithm).sweep.relaxation_gamma:
             return None
     except (ValueError, TypeError):  # an unknown algorithm is reported by check_algorithm
         return None
@@ -847,11 +847,11 @@ def async_form_of(config: TrainConfig) -> str:
     algorithms.check_execution(config.algorithm, entry, "async")
     form = config.async_form
     if form == "auto":
-        return entry.asynchronous[0]
-    if form not in entry.asynchronous:
+        return entry.execution.form_names[0]
+    if form not in entry.execution.form_names:
         raise ValueError(
-            f"async_form={form!r}{did_you_mean(form, entry.asynchronous)}: the asynchronous forms of "
-            f"{config.algorithm} are {', '.join(entry.asynchronous)} (or auto, the first)"
+            f"async_form={form!r}{did_you_mean(form, entry.execution.form_names)}: the asynchronous forms of "
+            f"{config.algorithm} are {', '.join(entry.execution.form_names)} (or auto, the first)"
         )
     return form
 
@@ -1015,11 +1015,11 @@ def resolved_config(values: Any) -> dict:
     if entry is not None and isinstance(out["algorithm_options"], dict):
         out["algorithm_options"] = {
             **_signature_defaults(entry.factory, 1),
-            **entry.trainer_options,
+            **entry.hooks.trainer_options,
             **out["algorithm_options"],
         }
-        if out["execution"] == "async" and out["async_form"] == "auto" and entry.asynchronous:
-            out["async_form"] = entry.asynchronous[0]
+        if out["execution"] == "async" and out["async_form"] == "auto" and entry.execution.form_names:
+            out["async_form"] = entry.execution.form_names[0]
     if isinstance(out["model_options"], dict) and out["model"] in models.REGISTRY:
         try:
             module = models.make_model(out["model"], num_classes=10)

@@ -27,10 +27,9 @@ import numpy as np
 from jaxgossip.checks import is_concrete
 from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
-from jaxgossip.types import Array, PRNGKey
+from jaxgossip.types import Array, AsyncForm, PRNGKey
 
 __all__ = [
-    "ALGORITHMS",
     "AsyncSchedule",
     "WaveStats",
     "resolve_algorithm",
@@ -44,8 +43,6 @@ __all__ = [
     "event_bits",
     "message_bits",
 ]
-
-ALGORITHMS = ("ad_psgd", "async_gossip", "async_sgp")
 
 
 class AsyncSchedule(NamedTuple):
@@ -81,31 +78,26 @@ class WaveStats(NamedTuple):
     slots: int
 
 
-def resolve_algorithm(algorithm: str) -> str:
-    """The asynchronous algorithm (one of :data:`ALGORITHMS`) that ``algorithm`` names: one of
-    them, or a registered algorithm (or import path) whose metadata has an asynchronous form
-    (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`, the first one).
+def resolve_algorithm(algorithm: str) -> AsyncForm:
+    """The asynchronous form (:class:`~jaxgossip.types.AsyncForm`) that ``algorithm`` names: a
+    registered form (:data:`jaxgossip.algorithms.ASYNC_FORMS`), or a registered algorithm (or
+    import path) whose metadata has an asynchronous form (``execution.asynchronous``, the first one).
 
     Raises:
-      ValueError: an unknown name, an algorithm without an asynchronous mode (the reason, from
-        :func:`jaxgossip.algorithms.check_execution`), or metadata naming no known one.
+      ValueError: an unknown name, or an algorithm without an asynchronous mode (the reason, from
+        :func:`jaxgossip.algorithms.check_execution`).
     """
-    if algorithm in ALGORITHMS:
-        return algorithm
     from jaxgossip import algorithms  # the registry imports much of the library; only needed here
 
+    forms = algorithms.ASYNC_FORMS
+    if algorithm in forms:
+        return forms[algorithm]
     try:
         entry = algorithms.resolve(algorithm)
     except ValueError as err:
-        raise ValueError(f"{err}; asynchronous algorithms: {', '.join(ALGORITHMS)}") from None
+        raise ValueError(f"{err}; asynchronous algorithms: {', '.join(sorted(forms))}") from None
     algorithms.check_execution(algorithm, entry, "async")
-    rule = entry.asynchronous[0]
-    if rule not in ALGORITHMS:
-        raise ValueError(
-            f"algorithm {algorithm!r} is registered with asynchronous={entry.asynchronous}; "
-            f"{rule!r} is not one of {', '.join(ALGORITHMS)}"
-        )
-    return rule
+    return entry.execution.asynchronous[0]
 
 
 def _graph(topology: Any, algorithm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -240,9 +232,10 @@ class WaveTables(NamedTuple):
     extra: Any  # rule-specific tables, [M, W, ...]
 
 
-def _check_topology_weights(topology, rule, s, r, w, self_w):
+def _check_topology_weights(topology, form, s, r, w, self_w):
+    """Raises unless the graph has the weights ``form``'s rule reads (:attr:`AsyncForm.weights`)."""
     n = topology.num_nodes
-    if rule == "async_gossip":
+    if form.weights == "receiver_stochastic":
         sums = self_w + np.bincount(r, weights=w, minlength=n)
         what = "each receiver's weights W_ij (self included) summing to 1, so every update is an average"
     else:
@@ -251,7 +244,7 @@ def _check_topology_weights(topology, rule, s, r, w, self_w):
     bad = np.flatnonzero(np.abs(sums - 1) > 1e-5)
     if bad.size:
         raise ValueError(
-            f"{rule} needs {what}; {topology.name} has sums {sums[bad[:3]].round(6).tolist()} "
+            f"{form.name} needs {what}; {topology.name} has sums {sums[bad[:3]].round(6).tolist()} "
             f"at node(s) {bad[:3].tolist()}"
         )
 
@@ -276,9 +269,10 @@ def _neighbour_delays(topology, links, bits, pairs, incoming):
 
 
 def message_bits(rule: str, dim: int) -> float:
-    """Bits of one message of ``rule`` over D = ``dim`` float32 values: a model (``32 D``), with
-    ``async_sgp``'s push-sum weight (``32 D + 32``)."""
-    return 32.0 * dim + (32.0 if rule == "async_sgp" else 0.0)
+    """Bits of one message of the event rule ``rule`` (:data:`~jaxgossip.types.ASYNC_RULES`) over
+    D = ``dim`` float32 values: a model (``32 D``), with the push-sum weight of
+    ``delayed_push_sum`` (``32 D + 32``)."""
+    return 32.0 * dim + (32.0 if rule == "delayed_push_sum" else 0.0)
 
 
 def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
@@ -288,8 +282,8 @@ def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
     sched, n = plan.schedule, num_nodes
     rounds = np.arange(sched.node.shape[0]) // n
     out = np.zeros((int(rounds[-1]) + 1, n), np.float64)
-    per = message_bits(plan.rule, dim)
-    if plan.rule == "ad_psgd":
+    per = message_bits(plan.form.rule, dim)
+    if plan.form.rule == "pairwise_averaging":
         np.add.at(out, (rounds, sched.node), per)
         np.add.at(out, (rounds, sched.partner), per)
     else:
@@ -297,15 +291,15 @@ def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
     return out
 
 
-def _plan(rule, topology, sched, dim, links, max_width) -> _HostPlan:
-    """The waves and tables of the run (host)."""
-    n = topology.num_nodes
-    if rule == "ad_psgd":
+def _plan(form, topology, sched, dim, links, max_width) -> _HostPlan:
+    """The waves and the tables of ``form``'s event rule (host)."""
+    n, rule = topology.num_nodes, form.rule
+    if rule == "pairwise_averaging":
         level = async_waves.ad_psgd_levels(sched.node, sched.partner, n)
         return _HostPlan(async_waves.pack_waves(level, n, max_width), (sched.partner,), (True,), 0, None)
-    s, r, w, self_w = _graph(topology, rule)
+    s, r, w, self_w = _graph(topology, form.name)
     step, i = sched.step.astype(np.int64), sched.node
-    if rule == "async_gossip":
+    if rule == "stale_mixing":
         pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == node) for node in range(n)]
         table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=True)
         version, producer, slots = async_waves.read_versions(sched.time, i, table, real, delay, n)
@@ -327,18 +321,18 @@ class AsyncPlan(NamedTuple):
     """The host plan of a whole asynchronous run (:func:`plan_async`; R rounds, E = R N events).
 
     Attributes:
-      rule: which of :data:`ALGORITHMS` runs.
+      form: the :class:`~jaxgossip.types.AsyncForm` that runs (its ``rule`` the event rule).
       schedule: :class:`AsyncSchedule` of the E events.
       tables: :class:`WaveTables` of the M waves (NumPy, ``[M, W, ...]``).
       waves: :class:`async_waves.Plan` (wave events, round ends, boundaries).
       stats: :class:`WaveStats`.
-      slots: S, versions kept per node (0 for ``ad_psgd``).
+      slots: S, versions kept per node (0 for ``pairwise_averaging``).
       flight: ``(sender [P], ring slot [P], weight [P])`` of the messages still in flight at the
         end (``async_sgp``), None otherwise.
       out_degree: [N] int, each node's real out-neighbours (the messages of one of its events).
     """
 
-    rule: str
+    form: AsyncForm
     schedule: AsyncSchedule
     tables: WaveTables
     waves: async_waves.Plan
@@ -348,25 +342,26 @@ class AsyncPlan(NamedTuple):
     out_degree: np.ndarray
 
 
-def check_async_graph(algorithm: str, topology: Any) -> str:
-    """The asynchronous rule that ``algorithm`` names (:func:`resolve_algorithm`) after checking
+def check_async_graph(algorithm: str, topology: Any) -> AsyncForm:
+    """The asynchronous form that ``algorithm`` names (:func:`resolve_algorithm`) after checking
     that it can run on ``topology`` (a registered algorithm's own graph requirements, a fixed
-    static graph, AD-PSGD's out-neighbours, the weights the rule mixes or pushes with), before
-    anything is drawn.
+    static graph, and what the form's rule reads, :attr:`~jaxgossip.types.AsyncForm.weights`:
+    an out-neighbour for every node to average with, or the weights it mixes or pushes with),
+    before anything is drawn.
 
     Raises:
-      ValueError: naming the algorithm, the graph and the rule; TypeError: a graph stack.
+      ValueError: naming the algorithm, the graph and the form; TypeError: a graph stack.
     """
-    rule = resolve_algorithm(algorithm)
-    if algorithm != rule:  # a registered algorithm: its own graph requirements hold too
+    form = resolve_algorithm(algorithm)
+    if algorithm != form.name:  # a registered algorithm: its own graph requirements hold too
         from jaxgossip import algorithms
 
         algorithms.check_graph(algorithm, algorithms.resolve(algorithm), topology)
-    if rule == "ad_psgd":
-        neighbor_table(topology, rule)
+    if form.weights == "none":
+        neighbor_table(topology, form.name)
     else:
-        _check_topology_weights(topology, rule, *_graph(topology, rule))
-    return rule
+        _check_topology_weights(topology, form, *_graph(topology, form.name))
+    return form
 
 
 def _split_time(topology: Any, time: Any) -> tuple[timing.Compute, timing.Links]:
@@ -395,7 +390,7 @@ def plan_async(
     Raises:
       ValueError: as :func:`run_async_optimization`.
     """
-    rule = check_async_graph(algorithm, topology)
+    form = check_async_graph(algorithm, topology)
     if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
         raise ValueError(f"num_rounds={num_rounds!r} must be a positive int")
     if max_width is not None and (
@@ -407,11 +402,11 @@ def plan_async(
     n = topology.num_nodes
     compute, links = _split_time(topology, time)
     table = degree = None
-    if rule == "ad_psgd":
-        table, degree = neighbor_table(topology, rule)
+    if form.rule == "pairwise_averaging":
+        table, degree = neighbor_table(topology, form.name)
     num_events = int(num_rounds) * n
     sched = async_schedule(compute, n, num_events, key, table, degree)
-    host = _plan(rule, topology, sched, dim, links, max_width)
+    host = _plan(form, topology, sched, dim, links, max_width)
     plan = host.plan
     valid = plan.events >= 0
     ev = np.where(valid, plan.events, 0)
@@ -426,6 +421,6 @@ def plan_async(
     stats = WaveStats(
         int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], host.slots
     )
-    s, r, _, _ = _graph(topology, rule)
+    s, r, _, _ = _graph(topology, form.name)
     out_degree = np.array([len(set(r[s == i].tolist())) for i in range(n)], np.int64)
-    return AsyncPlan(rule, sched, tables, plan, stats, int(host.slots), host.flight, out_degree)
+    return AsyncPlan(form, sched, tables, plan, stats, int(host.slots), host.flight, out_degree)

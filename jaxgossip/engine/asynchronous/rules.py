@@ -11,23 +11,28 @@ modelled). Events are processed in time order (ties: lower node first, then lowe
 arriving at an event's time counts for it). A *round* is N events, as many local steps as one
 synchronous round.
 
-Algorithms (:data:`ALGORITHMS`), event e of node i at time t with gradient
-``g = grad f_i(.)`` at the model i read when its step started (right after its previous event):
+The event rules (:data:`~jaxgossip.types.ASYNC_RULES`) of the registered asynchronous forms
+(:data:`jaxgossip.algorithms.ASYNC_FORMS`, each declared next to the algorithm it is a form of),
+event e of node i at time t with gradient ``g = grad f_i(.)`` at the model i read when its step
+started (right after its previous event):
 
-* ``ad_psgd`` (Lian et al. 2018, Algorithm 1): with j a uniformly random out-neighbour,
-  atomically ``x_i, x_j <- (x_i + x_j) / 2``, then ``x_i <- x_i - lr g`` with g taken at
-  ``xhat_i``, i's model right after its previous event (others may have averaged with it since);
-  averaging is instantaneous. Pairwise averaging keeps the node mean.
-* ``async_gossip``: ``x_i <- W_ii x_i + sum_j W_ij c_ij - lr g(x_i)`` with ``c_ij`` the newest
-  version of j that has arrived at i (every node sends its new model to all out-neighbours
-  after each event; ``bits = 32 D``). Only node i moves, and from stale copies, so even with a
-  doubly stochastic W the node mean is not kept; with zero gradients the nodes still reach
-  consensus on a strongly connected graph (each update is a convex combination).
-* ``async_sgp`` (overlap SGP, Assran et al. 2019): each node holds ``(x_i, w_i)`` (w init 1);
-  ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it sends ``(p_ri x_i, p_ri w_i)`` to each
-  out-neighbour r (``P = W`` column stochastic, ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)``
-  and adds every message that arrived since its previous event. With zero gradients the sums
-  ``sum_i x_i + in flight`` and ``sum_i w_i + in flight`` are kept.
+* ``pairwise_averaging``, the form ``ad_psgd`` of gossip (Lian et al. 2018, Algorithm 1): with j
+  a uniformly random out-neighbour, atomically ``x_i, x_j <- (x_i + x_j) / 2``, then
+  ``x_i <- x_i - lr g`` with g taken at ``xhat_i``, i's model right after its previous event
+  (others may have averaged with it since); averaging is instantaneous. Pairwise averaging keeps
+  the node mean.
+* ``stale_mixing``, the form ``async_gossip`` of gossip: ``x_i <- W_ii x_i + sum_j W_ij c_ij -
+  lr g(x_i)`` with ``c_ij`` the newest version of j that has arrived at i (every node sends its
+  new model to all out-neighbours after each event; ``bits = 32 D``). Only node i moves, and from
+  stale copies, so even with a doubly stochastic W the node mean is not kept; with zero gradients
+  the nodes still reach consensus on a strongly connected graph (each update is a convex
+  combination).
+* ``delayed_push_sum``, the form ``async_sgp`` of push_sum (overlap SGP, Assran et al. 2019): each
+  node holds ``(x_i, w_i)`` (w init 1); ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it
+  sends ``(p_ri x_i, p_ri w_i)`` to each out-neighbour r (``P = W`` column stochastic,
+  ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)`` and adds every message that arrived since its
+  previous event. With zero gradients the sums ``sum_i x_i + in flight`` and
+  ``sum_i w_i + in flight`` are kept.
 
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
@@ -113,7 +118,7 @@ class AsyncResult(NamedTuple):
       schedule: :class:`AsyncSchedule` of the run's R N events.
       waves: :class:`WaveStats`.
       state: the final :class:`ADPSGDState`, :class:`AsyncGossipState` or :class:`AsyncSGPState`.
-      algorithm: which of :data:`ALGORITHMS` ran.
+      algorithm: the name of the asynchronous form that ran.
       in_flight: ``(x [D], w [])``, the sums of the messages sent but not yet added at the end
         (``async_sgp``), None otherwise.
     """
@@ -130,8 +135,9 @@ class AsyncResult(NamedTuple):
 
 
 def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n: int):
-    """The function ``state, opt, tables -> state, opt, loss`` of one wave of ``rule`` (one of
-    :data:`ALGORITHMS`, update rules in the module docstring with ``- lr g`` replaced by ``u``).
+    """The function ``state, opt, tables -> state, opt, loss`` of one wave of the event rule ``rule``
+    (one of :data:`~jaxgossip.types.ASYNC_RULES`, an :class:`~jaxgossip.types.AsyncForm`'s ``rule``;
+    update rules in the module docstring with ``- lr g`` replaced by ``u``).
 
     Args:
       value_and_grad: ``loss, g = value_and_grad(point [D], node, key)`` of one event (vmapped
@@ -154,7 +160,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         opt = jax.tree_util.tree_map(lambda a, r: a.at[i].set(r, mode="drop"), opt, rows)
         return u, opt, jnp.sum(jnp.where(i < n, loss, jnp.zeros_like(loss)))
 
-    def ad_psgd(state, opt, tab):
+    def pairwise_averaging(state, opt, tab):  # ad_psgd
         i, (j,) = tab.node, tab.extra
         gi, gj = jnp.minimum(i, n - 1), jnp.minimum(j, n - 1)
         u, opt, loss = step(opt, state.x_hat[gi], i, tab.event)
@@ -163,7 +169,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         x = state.x.at[j].set(avg, mode="drop").at[i].set(new, mode="drop")
         return ADPSGDState(x, state.x_hat.at[i].set(new, mode="drop")), opt, loss
 
-    def async_gossip(state, opt, tab):
+    def stale_mixing(state, opt, tab):  # async_gossip
         i = tab.node
         own, write, self_w, nbr, slot, weight = tab.extra
         gi = jnp.minimum(i, n - 1)
@@ -179,7 +185,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         state = AsyncGossipState(ring.reshape(state.history.shape), state.version.at[i].add(1, mode="drop"))
         return state, opt, loss
 
-    def async_sgp(state, opt, tab):
+    def delayed_push_sum(state, opt, tab):  # async_sgp
         i = tab.node
         write, self_p, sender, slot, p = tab.extra
         gi = jnp.minimum(i, n - 1)
@@ -202,21 +208,27 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         )
         return state, opt, loss
 
-    return {"ad_psgd": ad_psgd, "async_gossip": async_gossip, "async_sgp": async_sgp}[rule]
+    rules = {
+        "pairwise_averaging": pairwise_averaging,
+        "stale_mixing": stale_mixing,
+        "delayed_push_sum": delayed_push_sum,
+    }
+    return rules[rule]
 
 
 def node_models(rule: str, state: Any) -> Array:
-    """``[N, D]`` the models the nodes evaluate in ``state`` of ``rule`` (``x / w`` for
-    ``async_sgp``, each node's current version for ``async_gossip``, ``x`` for ``ad_psgd``)."""
+    """``[N, D]`` the models the nodes evaluate in ``state`` of the event rule ``rule`` (``x / w``
+    for ``delayed_push_sum``, each node's current version for ``stale_mixing``, ``x`` for
+    ``pairwise_averaging``)."""
     n = jax.tree_util.tree_leaves(state)[0].shape[0]
     return _models(rule, state, n)
 
 
 def _models(rule, state, n):
     """[N, D] the models the nodes evaluate."""
-    if rule == "ad_psgd":
+    if rule == "pairwise_averaging":
         return state.x
-    if rule == "async_gossip":
+    if rule == "stale_mixing":
         return state.history[jnp.arange(n), state.version % state.history.shape[1]]
     return state.x / state.w[:, None]
 
@@ -244,11 +256,12 @@ def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key):
 
 
 def init_async_state(rule: str, x0: Array, slots: int) -> Any:
-    """The state of ``rule`` at the start from models ``x0`` [N, D] (S = ``slots`` ring slots)."""
+    """The state of the event rule ``rule`` at the start from models ``x0`` [N, D] (S = ``slots``
+    ring slots)."""
     n, dim = x0.shape
-    if rule == "ad_psgd":
+    if rule == "pairwise_averaging":
         return ADPSGDState(x0, x0)
-    if rule == "async_gossip":
+    if rule == "stale_mixing":
         return AsyncGossipState(jnp.repeat(x0[:, None, :], slots, axis=1), jnp.zeros([n], jnp.int32))
     return AsyncSGPState(
         x0, jnp.ones([n], jnp.float32), jnp.zeros([n, slots, dim], jnp.float32), jnp.zeros([n, slots], jnp.float32)
@@ -281,9 +294,9 @@ def run_async_optimization(
         links, :data:`jaxgossip.sim.timing.DEFAULT_LATENCY` and ``DEFAULT_BANDWIDTH``).
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
-      algorithm: one of :data:`ALGORITHMS`, or a registered algorithm with an asynchronous form
-        (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``), whose graph
-        requirements (:func:`jaxgossip.algorithms.check_graph`) are checked too.
+      algorithm: an asynchronous form (:data:`jaxgossip.algorithms.ASYNC_FORMS`), or a registered
+        algorithm with one (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``),
+        whose graph requirements (:func:`jaxgossip.algorithms.check_graph`) are checked too.
       max_width: at most this many events per wave (None: no limit; 1: one event per scan step).
 
     Raises:
@@ -297,7 +310,8 @@ def run_async_optimization(
         raise ValueError(f"x0 must be [N, D] with N = {topology.num_nodes}; got shape {x0.shape}")
     n, dim = x0.shape
     async_plan = plan_async(topology, time, num_rounds, key, algorithm, dim, max_width)
-    rule, sched, plan, host_flight = async_plan.rule, async_plan.schedule, async_plan.waves, async_plan.flight
+    form, sched, plan, host_flight = async_plan.form, async_plan.schedule, async_plan.waves, async_plan.flight
+    rule = form.rule
     tables = async_plan.tables
     state0 = init_async_state(rule, x0, async_plan.slots)
     state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key)
@@ -315,6 +329,6 @@ def run_async_optimization(
         sched,
         async_plan.stats,
         state,
-        rule,
+        form.name,
         in_flight,
     )

@@ -167,7 +167,7 @@ def make_async_train(
 
     key_run = jax.random.split(key)[1]
     plan = planning.plan_async(topology, time, int(num_rounds), key_run, algorithm, dim, max_width)
-    rule = plan.rule
+    rule = plan.form.rule
     start = np.r_[0, plan.waves.boundary + 1].astype(np.int32)
     times = np.r_[np.float32(0), plan.schedule.time.reshape(int(num_rounds), n)[:, -1]].astype(np.float32)
     bits = np.cumsum(np.r_[np.zeros((1, n)), planning.event_bits(plan, dim, n)], axis=0).astype(np.float32)
