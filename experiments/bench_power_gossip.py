@@ -39,7 +39,7 @@ from _common import resnet20_shapes  # noqa: E402
 
 import jaxgossip as jg
 from jaxgossip import topology as tp
-from jaxgossip.algorithms.pair_tables import oriented_pairs, pair_round, pair_tables
+from jaxgossip.algorithms import oriented_pairs, pair_round, pair_tables
 from jaxgossip.algorithms.power_gossip import half_step, orth, power_gossip
 from jaxgossip.types import GossipAlgorithm
 

@@ -72,8 +72,8 @@ def main() -> None:
             continue
         topo = topology.make(config["topology"], config["num_nodes"], seed=config["seed"])
         entry = algorithms.resolve(config["algorithm"])
-        options = {**entry.trainer_options, **config["algorithm_options"]}
-        used = options.pop(entry.step_size)
+        options = {**entry.hooks.trainer_options, **config["algorithm_options"]}
+        used = options.pop(entry.sweep.step_size)
         shapes = model_shapes(config["model"], (28, 28, 1), 10, **config["model_options"])
         start = time.perf_counter()
         gammas = WIDE if options.get("compressor") == "sign" and config["algorithm"] == "choco" else None

@@ -21,7 +21,17 @@ from jaxgossip.engine.tuning import GammaTuning, tune_gamma
 from jaxgossip.models.adapters import ModelFns
 from jaxgossip.ops.mixing import consensus_distance, mix, node_mean
 from jaxgossip.sim import cost
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    AsyncForm,
+    CostFacts,
+    Execution,
+    GossipAlgorithm,
+    GraphNeeds,
+    StepInfo,
+    SweepFacts,
+    TrainerHooks,
+)
 
 __version__ = "0.1.0"
 
@@ -52,6 +62,12 @@ __all__ = [
     "run_async_optimization",
     "GossipAlgorithm",
     "AlgorithmInfo",
+    "GraphNeeds",
+    "CostFacts",
+    "SweepFacts",
+    "TrainerHooks",
+    "Execution",
+    "AsyncForm",
     "StepInfo",
     "__version__",
 ]

@@ -53,7 +53,9 @@ class GossipAlgorithm(NamedTuple):
         carries the round counter, so ``step`` needs no ``t`` argument.
       debias: ``z = debias(params, state)``: the model each node evaluates and differentiates at
         (``x / w`` for push-sum methods, ``params`` otherwise).
-      name: registry name of the algorithm (static metadata).
+      name: the name it is registered under (or its import path): set by the registry
+        (:func:`jaxgossip.algorithms.sign`, which :func:`jaxgossip.algorithms.make` and every
+        built-in factory call), not by the algorithm's own code; error messages name it.
       gradient: optional gradient hook, ``grads, state = gradient(grads, params, state)``, for
         gradient-aware methods (gradient tracking, quasi-global momentum). The runners call it
         once per local step, on the stacked gradients (leaves ``[N, ...]``) and the debiased
@@ -62,9 +64,9 @@ class GossipAlgorithm(NamedTuple):
         state and replace the gradient, but sends nothing; every message is sent (and its bits
         counted) in ``step``. ``None`` (the default) leaves the gradient untouched.
       orderings: the runner orderings under which it is the method it claims to be (default
-        all of :data:`ORDERINGS`): a factory sets its :attr:`AlgorithmInfo.orderings`, and
-        :func:`jaxgossip.algorithms.make` narrows them to a plug-in's metadata;
-        :func:`jaxgossip.engine.local_step.check_ordering` refuses the others.
+        all of :data:`ORDERINGS`): a copy of its metadata's :attr:`Execution.orderings`, set by the
+        registry with ``name`` (:func:`jaxgossip.algorithms.sign`);
+        :func:`jaxgossip.engine.local_step.check_ordering` reads them here and refuses the others.
       honest: optional ``mask = honest(state)``, ``[N]`` bool: True for the nodes that follow the
         algorithm, False for attackers. The trainer's evaluation metrics (the averaged model's
         loss, accuracy and norm, the per-node accuracies and losses, the consensus distance) are
@@ -83,34 +85,63 @@ class GossipAlgorithm(NamedTuple):
 
 
 MIXINGS = ("doubly_stochastic", "column_stochastic", "symmetric", "any")
-# The metadata fields that state a graph requirement (checked by jaxgossip.algorithms.check_graph);
-# AlgorithmInfo.reasons says why, keyed by these.
+# The fields of GraphNeeds that state a graph requirement (checked by jaxgossip.algorithms.check_graph);
+# GraphNeeds.reasons says why, keyed by these.
 GRAPH_REQUIREMENTS = ("mixing", "time_varying", "stackable", "stochastic_graphs", "tree")
 # Which stochastic graphs (jaxgossip.topology.stochastic) an algorithm runs on: none; only failures
 # of a fixed graph (state tied to fixed neighbours: public copies, per-edge state); any.
 STOCHASTIC_GRAPHS = ("none", "failures", "any")
 # Execution modes: "sync" (lock-step rounds, every registered algorithm) and "async" (each node on
-# its own simulated clock, jaxgossip.engine.asynchronous; only algorithms with AlgorithmInfo.asynchronous).
+# its own simulated clock, jaxgossip.engine.asynchronous; only algorithms with an asynchronous form).
 EXECUTIONS = ("sync", "async")
+# The event rules of jaxgossip.engine.asynchronous that an asynchronous form runs (AsyncForm.rule),
+# each with the weights of the graph it reads (ASYNC_WEIGHTS, the same order):
+# "pairwise_averaging" (AD-PSGD: the node and a random out-neighbour average atomically; no weight),
+# "stale_mixing" (x_i <- W_ii x_i + sum_j W_ij c_ij with the newest copies c_ij that have arrived;
+# each receiver's weights, self included, sum to 1), "delayed_push_sum" (push-sum shares of (x, w)
+# added by the receiver when they arrive; column-stochastic weights).
+ASYNC_RULES = ("pairwise_averaging", "stale_mixing", "delayed_push_sum")
+ASYNC_WEIGHTS = ("none", "receiver_stochastic", "column_stochastic")
 
 
 def one_exchange(options: Mapping[str, Any]) -> int:
-    """The default of :attr:`AlgorithmInfo.exchanges`: one exchange per round, whatever the options."""
+    """The default of :attr:`CostFacts.exchanges`: one exchange per round, whatever the options."""
     del options
     return 1
 
 
-@dataclasses.dataclass(frozen=True)
-class AlgorithmInfo:
-    """Registry metadata of an algorithm: every fact other modules need about it (none of them tests
-    an algorithm's name). Each algorithm file declares one next to its factory.
+def _check_bools(group: Any, fields: tuple[str, ...]) -> None:
+    for field in fields:
+        if not isinstance(getattr(group, field), bool):
+            raise TypeError(f"{field}={getattr(group, field)!r} must be True or False")
 
-    The graph requirements (:data:`GRAPH_REQUIREMENTS`) are checked in one place,
-    :func:`jaxgossip.algorithms.check_graph`: by each built-in factory with its own metadata, and
-    by :func:`jaxgossip.algorithms.make` for every other algorithm, before the factory runs.
+
+def _check_mappings(group: Any, fields: tuple[str, ...]) -> None:
+    for field in fields:
+        if not isinstance(getattr(group, field), Mapping):
+            raise TypeError(f"{field}={getattr(group, field)!r} must be a mapping")
+
+
+def _check_reasons(reasons: Any, keys: tuple[str, ...]) -> None:
+    if not isinstance(reasons, Mapping):
+        raise TypeError(f"reasons={reasons!r} must be a mapping")
+    unknown = sorted(set(reasons) - set(keys))
+    if unknown or not all(isinstance(why, str) and why for why in reasons.values()):
+        raise ValueError(
+            f"reasons={dict(reasons)!r} must map {', '.join(keys)} to non-empty strings"
+            + (f"; unknown: {unknown}" if unknown else "")
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphNeeds:
+    """The graphs an algorithm runs on. Read by :func:`jaxgossip.algorithms.check_graph` (every
+    built-in factory and :func:`jaxgossip.algorithms.make` call it); ``stackable`` also by the
+    topology sweeps (same-shape graphs in one compile), and ``mixing``, ``time_varying`` and
+    ``tree`` by the choice of a graph for a method from a user's file (the demo, the feature matrix
+    of ``jaxgossip.run.features``).
 
     Attributes:
-      factory: ``factory(topology, **hyperparameters) -> GossipAlgorithm``.
       mixing: the mixing matrix it needs: ``"doubly_stochastic"`` (mean-preserving W),
         ``"column_stochastic"`` (push-sum: columns sum to 1; ``debias`` is ``x / w``),
         ``"symmetric"`` (doubly stochastic and W(t) = W(t)^T), or ``"any"``.
@@ -118,117 +149,54 @@ class AlgorithmInfo:
       stackable: whether it accepts a stacked :class:`~jaxgossip.topology.Topology` (traced
         tables), so same-shape graphs share one compile in topology sweeps; False means it builds
         host tables from the graph (a stack is refused).
-      exchanges: ``options -> I``, sequential exchanges per round, for the cost model.
-      shape_options: option -> why it changes array shapes (the sweeps' refusal message).
-      allreduce_cost: the cost model prices a round as an all-reduce rather than gossip on the graph.
-      trainer_options: option defaults the trainer sets (a user's option wins).
-      relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
-        range on a symmetric W is checked (``jaxgossip.run.validate.gamma_warning``).
-      orderings: the runner orderings under which it is the method it claims to be (default
-        both); the factory copies them into :attr:`GossipAlgorithm.orderings`, where
-        :func:`jaxgossip.engine.local_step.check_ordering` reads them and refuses the others. D^2 corrects the
-        model that was communicated, so it needs the local step before communication ("atc").
       stochastic_graphs: which graphs drawn anew every round it runs on (its step reads the round's
         graph with ``topology.draw(key, t)``): ``"none"`` (the default, e.g. a plug-in written for
         fixed tables), ``"failures"`` (only ``with_failures`` of a fixed graph: its state is tied to
         fixed neighbours) or ``"any"`` (also ``random_matching``, ``random_out``).
-      step_size: the name of its consensus step-size option (e.g. ``"gamma"``), a traced value that
-        ``jaxgossip tune-gamma`` sweeps; None if it has none.
-      public_init: it keeps public copies of the models (Choco-style) and takes the option
-        ``public_init="zero" | "model"`` (start them at 0 or at the initial models).
-      reasons: why the algorithm has a graph requirement, keyed by the requirement's field
-        (:data:`GRAPH_REQUIREMENTS`: ``"mixing"``, ``"time_varying"``, ``"stackable"``,
-        ``"stochastic_graphs"``, ``"tree"``); :func:`jaxgossip.algorithms.check_graph` puts the reason in its
-        refusal (a generic one when none is given). E.g. Choco's ``time_varying=False`` because
-        ``s_i = sum_j W_ij x_hat_j`` assumes a fixed W. The key ``"receive"`` says why an algorithm
-        without :attr:`receive` cannot be attacked, the key ``"execution"`` why it has no
-        asynchronous form.
-      receive: for an algorithm whose messages are its models (each node sends its current model
-        to every out-neighbour): ``receive(topology, **options) -> round_fn`` with
-        ``params, state, info = round_fn(params, state, received, key)``, the round as a function
-        of the models each receiver reads per in-neighbour slot
-        (:class:`jaxgossip.algorithms.messages.Received`). The Byzantine wrapper
-        (:func:`jaxgossip.algorithms.byzantine`) replaces what attackers send through it. None:
-        the messages are not plain models (compressed differences, push-sum pairs, factors), and
-        the algorithm cannot be attacked.
       tree: it needs an undirected tree (connected, N - 1 links) and relays messages along it
         (RelaySum); :func:`jaxgossip.algorithms.check_graph` refuses any other graph, naming its
         cycle, its disconnection or a link without its reverse. The mixing weights are not read.
-      asynchronous: the asynchronous algorithms of :mod:`jaxgossip.engine.asynchronous` that run it
-        without rounds (each node on its own simulated clock), the first one the default, e.g.
-        ``("async_gossip", "ad_psgd")`` for gossip; empty (the default): it runs in synchronous
-        rounds only. :attr:`execution` is derived from it, and
-        :func:`jaxgossip.algorithms.check_execution` refuses the modes it lacks with
-        ``reasons["execution"]`` (a generic reason when none is given).
-      example_options: for an algorithm whose defaults alone are refused because a choice is the
-        user's (a compression budget, a step size that depends on the graph, the optimizer's
-        learning rate), the options its refusal asks for, at values that run the small end-to-end
-        task of ``tests/project/test_e2e_matrix.py``; empty when the defaults run.
+      reasons: why it has a requirement, keyed by the field (:data:`GRAPH_REQUIREMENTS`); the
+        refusal of :func:`jaxgossip.algorithms.check_graph` gives it (a generic one when none is
+        given). E.g. Choco's ``time_varying=False`` because ``s_i = sum_j W_ij x_hat_j`` assumes a
+        fixed W.
     """
 
-    factory: Callable[..., GossipAlgorithm]
     mixing: str = "any"
     time_varying: bool = True
     stackable: bool = False
-    exchanges: Callable[[Mapping[str, Any]], int] = one_exchange
-    shape_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    allreduce_cost: bool = False
-    trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    relaxation_gamma: bool = False
-    orderings: tuple[str, ...] = ORDERINGS
     stochastic_graphs: str = "none"
-    step_size: str | None = None
-    public_init: bool = False
-    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    receive: Callable[..., Callable] | None = None
     tree: bool = False
-    asynchronous: tuple[str, ...] = ()
-    example_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def execution(self) -> tuple[str, ...]:
-        """The execution modes it supports (:data:`EXECUTIONS`): ``("sync",)``, plus ``"async"``
-        when it has an :attr:`asynchronous` form."""
-        return ("sync", "async") if self.asynchronous else ("sync",)
+    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if not callable(self.factory):
-            raise TypeError(f"factory={self.factory!r} is not callable: expected factory(topology, **options)")
         if self.mixing not in MIXINGS:
             raise ValueError(f"mixing={self.mixing!r} is unknown; known: {', '.join(MIXINGS)}")
         if self.stochastic_graphs not in STOCHASTIC_GRAPHS:
             raise ValueError(
                 f"stochastic_graphs={self.stochastic_graphs!r} is unknown; known: {', '.join(STOCHASTIC_GRAPHS)}"
             )
-        for field in ("time_varying", "stackable", "allreduce_cost", "relaxation_gamma", "public_init", "tree"):
-            if not isinstance(getattr(self, field), bool):
-                raise TypeError(f"{field}={getattr(self, field)!r} must be True or False")
-        if self.step_size is not None and (not isinstance(self.step_size, str) or not self.step_size):
-            raise TypeError(f"step_size={self.step_size!r} must be None or the name of an option, e.g. 'gamma'")
+        _check_bools(self, ("time_varying", "stackable", "tree"))
+        _check_reasons(self.reasons, GRAPH_REQUIREMENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostFacts:
+    """What a round of the algorithm costs on the links. Read by the clock and the cost model
+    (:func:`jaxgossip.sim.timing.time_model`, ``jaxgossip.run.cost_report``).
+
+    Attributes:
+      exchanges: ``options -> I``, sequential exchanges per round (:meth:`exchanges_per_round`).
+      allreduce_cost: a round is priced as an all-reduce rather than as gossip on the graph.
+    """
+
+    exchanges: Callable[[Mapping[str, Any]], int] = one_exchange
+    allreduce_cost: bool = False
+
+    def __post_init__(self):
         if not callable(self.exchanges):
             raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
-        if self.receive is not None and not callable(self.receive):
-            raise TypeError(f"receive={self.receive!r} must be None or a function receive(topology, **options)")
-        if (
-            not isinstance(self.orderings, tuple)
-            or not self.orderings
-            or any(o not in ORDERINGS for o in self.orderings)
-        ):
-            raise ValueError(f"orderings={self.orderings!r} must be a non-empty tuple of {ORDERINGS}")
-        for field in ("shape_options", "trainer_options", "reasons", "example_options"):
-            if not isinstance(getattr(self, field), Mapping):
-                raise TypeError(f"{field}={getattr(self, field)!r} must be a mapping")
-        if not isinstance(self.asynchronous, tuple) or not all(isinstance(a, str) and a for a in self.asynchronous):
-            raise TypeError(
-                f"asynchronous={self.asynchronous!r} must be a tuple of asynchronous algorithm names "
-                "(jaxgossip.engine.asynchronous.ALGORITHMS), e.g. ('async_gossip',)"
-            )
-        unknown = sorted(set(self.reasons) - set(GRAPH_REQUIREMENTS) - {"receive", "execution"})
-        if unknown or not all(isinstance(why, str) and why for why in self.reasons.values()):
-            raise ValueError(
-                f"reasons={dict(self.reasons)!r} must map graph requirements ({', '.join(GRAPH_REQUIREMENTS)}), "
-                "'receive' or 'execution' to non-empty strings" + (f"; unknown: {unknown}" if unknown else "")
-            )
+        _check_bools(self, ("allreduce_cost",))
 
     def exchanges_per_round(self, options: Mapping[str, Any]) -> int:
         """Sequential exchanges per round with ``options`` (an int >= 1)."""
@@ -236,3 +204,195 @@ class AlgorithmInfo:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"exchanges(options) returned {value!r}; it must be an int >= 1")
         return value
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepFacts:
+    """What sweeps and step-size tools may do with its options. Read by the one-compile sweeps
+    (``jaxgossip.engine.sweeps``, ``jaxgossip sweep``: ``shape_options``), ``jaxgossip tune-gamma``
+    (``jaxgossip.engine.tuning``: ``step_size``) and the stability warning of the run configs
+    (``jaxgossip.run.validate.gamma_warning``: ``relaxation_gamma``).
+
+    Attributes:
+      shape_options: option -> why it changes array shapes (the sweeps' refusal to trace it).
+      step_size: the name of its consensus step-size option (e.g. ``"gamma"``), a traced value that
+        ``jaxgossip tune-gamma`` sweeps; None if it has none.
+      relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
+        range on a symmetric W is checked.
+    """
+
+    shape_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    step_size: str | None = None
+    relaxation_gamma: bool = False
+
+    def __post_init__(self):
+        _check_mappings(self, ("shape_options",))
+        if self.step_size is not None and (not isinstance(self.step_size, str) or not self.step_size):
+            raise TypeError(f"step_size={self.step_size!r} must be None or the name of an option, e.g. 'gamma'")
+        _check_bools(self, ("relaxation_gamma",))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerHooks:
+    """How training runs build and wrap it. Read by the configured runs (``jaxgossip.run``:
+    ``trainer_options``), the Byzantine wrapper (:func:`jaxgossip.algorithms.byzantine`:
+    ``receive``), the demo and the end-to-end matrix (``example_options``) and the configs' checks
+    of Choco-style options (``public_init``).
+
+    Attributes:
+      trainer_options: option defaults the trainer sets (a user's option wins).
+      public_init: it keeps public copies of the models (Choco-style) and takes the option
+        ``public_init="zero" | "model"`` (start them at 0 or at the initial models).
+      receive: for an algorithm whose messages are its models (each node sends its current model
+        to every out-neighbour): ``receive(topology, **options) -> round_fn`` with
+        ``params, state, info = round_fn(params, state, received, key)``, the round as a function
+        of the models each receiver reads per in-neighbour slot
+        (:class:`jaxgossip.algorithms.Received`). The Byzantine wrapper replaces what attackers
+        send through it. None: the messages are not plain models (compressed differences,
+        push-sum pairs, factors), and the algorithm cannot be attacked.
+      example_options: for an algorithm whose defaults alone are refused because a choice is the
+        user's (a compression budget, a step size that depends on the graph, the optimizer's
+        learning rate), the options its refusal asks for, at values that run the small end-to-end
+        task of ``tests/project/test_e2e_matrix.py``; empty when the defaults run.
+      reasons: ``{"receive": why}``, why an algorithm without ``receive`` cannot be attacked (the
+        wrapper's refusal; a generic reason when none is given).
+    """
+
+    trainer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    public_init: bool = False
+    receive: Callable[..., Callable] | None = None
+    example_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        _check_mappings(self, ("trainer_options", "example_options"))
+        _check_bools(self, ("public_init",))
+        if self.receive is not None and not callable(self.receive):
+            raise TypeError(f"receive={self.receive!r} must be None or a function receive(topology, **options)")
+        _check_reasons(self.reasons, ("receive",))
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncForm:
+    """An asynchronous form of an algorithm: its nodes run without rounds, each on its own
+    simulated clock (:mod:`jaxgossip.engine.asynchronous`, ``--execution=async``). Declared in
+    the :attr:`Execution.asynchronous` of the algorithm it is a form of; every registered form is
+    in :data:`jaxgossip.algorithms.ASYNC_FORMS`. :mod:`jaxgossip.engine.asynchronous` runs the
+    event rule it names and checks the graph against the weights that rule reads.
+
+    Attributes:
+      name: the form's name (``--async_form``, ``run_async_optimization(algorithm=...)``), e.g.
+        ``"async_gossip"``; one name, one form across the registry.
+      rule: the event rule it runs, one of :data:`ASYNC_RULES`. Every rule needs a fixed, static
+        graph with host tables (asynchronous nodes have no common round to switch graphs on).
+    """
+
+    name: str
+    rule: str
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or ":" in self.name:
+            raise ValueError(f"name={self.name!r} must be a non-empty string without ':'")
+        if self.rule not in ASYNC_RULES:
+            raise ValueError(f"rule={self.rule!r} is unknown; known: {', '.join(ASYNC_RULES)}")
+
+    @property
+    def weights(self) -> str:
+        """The graph weights its rule reads (:data:`ASYNC_WEIGHTS`): ``"none"`` (pairwise
+        averaging along the edges), ``"receiver_stochastic"`` (each receiver's weights, self
+        included, sum to 1) or ``"column_stochastic"``."""
+        return ASYNC_WEIGHTS[ASYNC_RULES.index(self.rule)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How the algorithm may be run. Read by the registry (:func:`jaxgossip.algorithms.sign` copies
+    ``orderings`` onto every :class:`GossipAlgorithm` it signs, where the runners' ordering check
+    reads them), :func:`jaxgossip.algorithms.check_execution` and the configs' checks
+    (``jaxgossip.run.config``), and :mod:`jaxgossip.engine.asynchronous` (``asynchronous``).
+
+    Attributes:
+      orderings: the runner orderings under which it is the method it claims to be (default
+        both, :data:`ORDERINGS`); :func:`jaxgossip.engine.local_step.check_ordering` refuses the
+        others. D^2 corrects the model that was communicated, so it needs the local step before
+        communication (``("atc",)``).
+      asynchronous: its :class:`AsyncForm` s, the first one the default, e.g. gossip's
+        ``async_gossip`` and ``ad_psgd``; empty (the default): it runs in synchronous rounds only.
+        :attr:`modes` is derived from it.
+      reasons: ``{"asynchronous": why}``, why it has no asynchronous form (the refusal of
+        :func:`jaxgossip.algorithms.check_execution`; a generic reason when none is given).
+    """
+
+    orderings: tuple[str, ...] = ORDERINGS
+    asynchronous: tuple[AsyncForm, ...] = ()
+    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if (
+            not isinstance(self.orderings, tuple)
+            or not self.orderings
+            or any(o not in ORDERINGS for o in self.orderings)
+        ):
+            raise ValueError(f"orderings={self.orderings!r} must be a non-empty tuple of {ORDERINGS}")
+        if not isinstance(self.asynchronous, tuple) or not all(isinstance(a, AsyncForm) for a in self.asynchronous):
+            raise TypeError(
+                f"asynchronous={self.asynchronous!r} must be a tuple of AsyncForm (the registered ones: "
+                "jaxgossip.algorithms.ASYNC_FORMS), e.g. (AsyncForm('async_gossip', 'stale_mixing'),)"
+            )
+        if len(set(self.form_names)) != len(self.form_names):
+            raise ValueError(f"asynchronous={self.form_names}: a form's name appears twice")
+        _check_reasons(self.reasons, ("asynchronous",))
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The execution modes it supports (:data:`EXECUTIONS`): ``("sync",)``, plus ``"async"``
+        when it has an asynchronous form."""
+        return ("sync", "async") if self.asynchronous else ("sync",)
+
+    @property
+    def form_names(self) -> tuple[str, ...]:
+        """The names of its asynchronous forms, the default first."""
+        return tuple(form.name for form in self.asynchronous)
+
+
+# AlgorithmInfo's groups: field -> type.
+INFO_GROUPS = {
+    "graph": GraphNeeds,
+    "cost": CostFacts,
+    "sweep": SweepFacts,
+    "hooks": TrainerHooks,
+    "execution": Execution,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmInfo:
+    """Registry metadata of an algorithm: its factory and the facts other modules need about it
+    (none of them tests an algorithm's name), in one group per reader. Each algorithm file declares
+    one next to its factory; a group left out keeps its defaults, so ``AlgorithmInfo(factory)`` is
+    complete.
+
+    Attributes:
+      factory: ``factory(topology, **hyperparameters) -> GossipAlgorithm``.
+      graph: :class:`GraphNeeds`, the graphs it runs on (:func:`jaxgossip.algorithms.check_graph`).
+      cost: :class:`CostFacts`, what a round costs on the links (the clock and the cost model).
+      sweep: :class:`SweepFacts`, what sweeps and tune-gamma may do with its options.
+      hooks: :class:`TrainerHooks`, how training runs build and wrap it (trainer defaults,
+        ``receive`` for attacks, the options an example run needs).
+      execution: :class:`Execution`, its runner orderings and asynchronous forms.
+    """
+
+    factory: Callable[..., GossipAlgorithm]
+    graph: GraphNeeds = GraphNeeds()
+    cost: CostFacts = CostFacts()
+    sweep: SweepFacts = SweepFacts()
+    hooks: TrainerHooks = TrainerHooks()
+    execution: Execution = Execution()
+
+    def __post_init__(self):
+        if not callable(self.factory):
+            raise TypeError(f"factory={self.factory!r} is not callable: expected factory(topology, **options)")
+        for field, group in INFO_GROUPS.items():
+            value = getattr(self, field)
+            if not isinstance(value, group):
+                raise TypeError(f"{field}={value!r} must be a {group.__name__}, e.g. {field}={group.__name__}(...)")

@@ -64,9 +64,9 @@ def digest(tree) -> str:
 
 def topology_for(name: str):
     info = jg.algorithms.info(name)
-    if getattr(info, "tree", False):  # RelaySum runs on trees only
+    if info.graph.tree:  # RelaySum runs on trees only
         return jg.topology.binary_tree(N)
-    return jg.topology.one_peer_exponential(N) if info.mixing == "column_stochastic" else jg.topology.ring(N)
+    return jg.topology.one_peer_exponential(N) if info.graph.mixing == "column_stochastic" else jg.topology.ring(N)
 
 
 def build(name: str, options: dict):

@@ -1,10 +1,17 @@
 """Communication algorithms and their registry.
 
 Every algorithm is a factory ``name(topology, **hyperparameters) -> GossipAlgorithm`` in its own
-file, next to its metadata ``INFO`` (:class:`~jaxgossip.types.AlgorithmInfo`); one line below
-registers it, which enrolls it in the shared test suite, the CLI, sweeps and the cost model. An
+file, next to its metadata ``INFO`` (:class:`~jaxgossip.types.AlgorithmInfo`, one group of facts
+per reader); one line below registers it, which enrolls it in the shared test suite, the CLI,
+sweeps and the cost model, and its asynchronous forms in :data:`ASYNC_FORMS`. An
 algorithm outside the package is registered with :func:`register` or named by an import path
 ``"package.module:factory"`` (README, section "Adding an algorithm").
+
+The pieces the algorithm modules share live in the private sub-package ``_shared``; what other
+rooms use of them is re-exported here: :class:`Received` (what a receiver reads per in-neighbour
+slot, the argument of a metadata's ``receive`` round), :func:`oriented_pairs`, :func:`pair_tables`
+and :func:`pair_round` (the per-pair tables of edge-wise algorithms), :func:`tree_tables` (the
+directed-edge tables of a tree).
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from jaxgossip.algorithms import relaysum_grad as _relaysum_grad
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
 from jaxgossip.algorithms import trimmed_mean as _trimmed_mean
+from jaxgossip.algorithms._shared.messages import Received
+from jaxgossip.algorithms._shared.pair_tables import oriented_pairs, pair_round, pair_tables
+from jaxgossip.algorithms._shared.tree_tables import tree_tables
 from jaxgossip.algorithms.allreduce import allreduce
 from jaxgossip.algorithms.byzantine import (
     ATTACKS,
@@ -49,6 +59,7 @@ from jaxgossip.algorithms.power_gossip import power_gossip
 from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.qgm import qgm
 from jaxgossip.algorithms.registry import (
+    ASYNC_FORMS,
     INFOS,
     REGISTRY,
     check_execution,
@@ -58,6 +69,7 @@ from jaxgossip.algorithms.registry import (
     register,
     register_builtin,
     resolve,
+    sign,
     unregister,
 )
 from jaxgossip.algorithms.relaysgd import relaysgd
@@ -65,7 +77,15 @@ from jaxgossip.algorithms.relaysum_grad import relaysum_grad
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
 from jaxgossip.algorithms.trimmed_mean import trimmed_mean
-from jaxgossip.types import AlgorithmInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    AsyncForm,
+    CostFacts,
+    Execution,
+    GraphNeeds,
+    SweepFacts,
+    TrainerHooks,
+)
 
 # One line per algorithm: its name and the metadata its file declares next to the factory.
 register_builtin("gossip", _gossip.INFO)
@@ -90,6 +110,13 @@ __all__ = [
     "REGISTRY",
     "INFOS",
     "AlgorithmInfo",
+    "GraphNeeds",
+    "CostFacts",
+    "SweepFacts",
+    "TrainerHooks",
+    "Execution",
+    "AsyncForm",
+    "ASYNC_FORMS",
     "make",
     "register",
     "unregister",
@@ -97,6 +124,7 @@ __all__ = [
     "resolve",
     "check_graph",
     "check_execution",
+    "sign",
     "gossip",
     "allreduce",
     "choco",
@@ -123,4 +151,9 @@ __all__ = [
     "ByzantineState",
     "merge",
     "make_merge",
+    "Received",
+    "oriented_pairs",
+    "pair_tables",
+    "pair_round",
+    "tree_tables",
 ]

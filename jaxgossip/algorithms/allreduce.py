@@ -5,11 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import CountState
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, CostFacts, GossipAlgorithm, GraphNeeds, StepInfo
 
 __all__ = ["allreduce", "INFO"]
 
@@ -57,7 +57,11 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "allreduce", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "allreduce", INFO)
 
 
-INFO = AlgorithmInfo(allreduce, stackable=True, allreduce_cost=True, stochastic_graphs="any")
+INFO = AlgorithmInfo(
+    allreduce,
+    graph=GraphNeeds(stackable=True, stochastic_graphs="any"),
+    cost=CostFacts(allreduce_cost=True),
+)

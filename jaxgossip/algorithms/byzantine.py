@@ -1,13 +1,13 @@
 """Byzantine nodes: a wrapper that replaces what attackers send on each of their edges.
 
 ``byzantine(algorithm, topology, attack, ids=... | num=K, key=...)`` runs an algorithm whose messages
-are its models (its metadata has :attr:`~jaxgossip.types.AlgorithmInfo.receive`) with K nodes
+are its models (its metadata has :attr:`~jaxgossip.types.TrainerHooks.receive`) with K nodes
 that follow the algorithm on their own state but send, on every edge to an honest receiver i, a
 message chosen by the attack. Attackers are omniscient (they read every honest model, as the
 threat model of He et al. 2022 allows). The messages live on the M directed edges from attackers
 to honest receivers ([T, M] host tables): each round they are appended to the models
 (``[N + M, ...]``) and the receivers' in-neighbour slots of those edges point at them
-(:class:`~jaxgossip.algorithms.messages.Received`), so a different message per neighbour costs
+(:class:`~jaxgossip.algorithms.Received`), so a different message per neighbour costs
 no dense ``N x N`` table and the algorithm's round is unchanged.
 
 Attacks (per edge e from attacker j to honest receiver i; H_i = i and its honest in-neighbours):
@@ -49,7 +49,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.stats
 
-from jaxgossip.algorithms.messages import Received, check_fixed_graph, received_models, slot_round
+from jaxgossip.algorithms._shared.messages import Received, check_fixed_graph, received_models, slot_round
 from jaxgossip.algorithms.registry import INFOS, make, resolve
 from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import per_node
@@ -367,13 +367,13 @@ def _attackable(algorithm: Any) -> tuple[str, AlgorithmInfo]:
         name, entry = algorithm, resolve(algorithm)
     else:
         raise TypeError(f"algorithm={algorithm!r} must be a registered name, an import path or an AlgorithmInfo")
-    if entry.receive is None:
-        why = entry.reasons.get(
+    if entry.hooks.receive is None:
+        why = entry.hooks.reasons.get(
             "receive",
-            "its metadata has no round as a function of the received models (AlgorithmInfo.receive): its "
+            "its metadata has no round as a function of the received models (TrainerHooks.receive): its "
             "messages are not plain models (compressed differences, push-sum pairs, low-rank factors, ...)",
         )
-        able = ", ".join(n for n, i in INFOS.items() if i.receive is not None)
+        able = ", ".join(n for n, i in INFOS.items() if i.hooks.receive is not None)
         raise ValueError(f"{name} cannot be attacked: {why}. Algorithms that can: {able}")
     return name, entry
 
@@ -426,7 +426,7 @@ def byzantine(
     values = _check_options(attack, attack_options, n, byz.size)
     _check_honest_connected(topology, byz)
     inner = make(algorithm, topology, **options) if isinstance(algorithm, str) else entry.factory(topology, **options)
-    round_fn = entry.receive(topology, **options)
+    round_fn = entry.hooks.receive(topology, **options)
     edges = attack_edges(topology, byz)
     honest = honest_mask(n, byz)
     byz_index = np.zeros(n, np.int32)

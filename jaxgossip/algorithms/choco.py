@@ -22,18 +22,27 @@ import jax.numpy as jnp
 from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import (
+from jaxgossip.algorithms._shared.common import (
     check_positive,
     check_public_init,
     per_round,
     tree_add,
     tree_add_scaled,
 )
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.compress import fused
 from jaxgossip.ops.mixing import check_params, mix, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    Array,
+    GossipAlgorithm,
+    GraphNeeds,
+    Params,
+    StepInfo,
+    SweepFacts,
+    TrainerHooks,
+)
 
 __all__ = ["choco", "ChocoState", "INFO"]
 
@@ -122,7 +131,7 @@ def choco(
       compressor_options: keyword options of a compressor given by name, e.g.
         ``{"fraction": 0.01, "index_bits": 64}``.
       public_init: ``"zero"`` (default) or ``"model"``: the public copies start at 0, or at the
-        models ``init`` is given (see :func:`~jaxgossip.algorithms.common.check_public_init`).
+        models ``init`` is given (see :func:`~jaxgossip.algorithms._shared.common.check_public_init`).
 
     Returns:
       A :class:`~jaxgossip.types.GossipAlgorithm` with state :class:`ChocoState`; ``step`` uses its
@@ -184,25 +193,29 @@ def choco(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "choco", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "choco", INFO)
 
 
 INFO = AlgorithmInfo(
     choco,
-    mixing="doubly_stochastic",
-    time_varying=False,
-    stackable=True,
-    shape_options={
-        "compressor_options": "compressor options fix the kept entries, a static shape",
-        "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
-        "k": "top-k keeps K entries, a static shape",
-    },
-    relaxation_gamma=True,
-    stochastic_graphs="failures",
-    step_size="gamma",
-    public_init=True,
-    reasons={
-        "time_varying": "s_i = sum_j W_ij x_hat_j assumes a fixed W",
-        "stochastic_graphs": "its public copies x_hat_j live at j's fixed neighbours",
-    },
+    graph=GraphNeeds(
+        mixing="doubly_stochastic",
+        time_varying=False,
+        stackable=True,
+        stochastic_graphs="failures",
+        reasons={
+            "time_varying": "s_i = sum_j W_ij x_hat_j assumes a fixed W",
+            "stochastic_graphs": "its public copies x_hat_j live at j's fixed neighbours",
+        },
+    ),
+    sweep=SweepFacts(
+        shape_options={
+            "compressor_options": "compressor options fix the kept entries, a static shape",
+            "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
+            "k": "top-k keeps K entries, a static shape",
+        },
+        step_size="gamma",
+        relaxation_gamma=True,
+    ),
+    hooks=TrainerHooks(public_init=True),
 )

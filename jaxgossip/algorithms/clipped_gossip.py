@@ -2,7 +2,7 @@
 
 Receiver i clips every neighbour's difference ``x_j - x_i`` to the radius ``tau_i`` before the
 gossip average, so a Byzantine neighbour moves it by at most its weight times the radius. The round
-reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms.messages`), so the
+reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms._shared.messages`), so the
 Byzantine wrapper can replace what attackers send on each edge: K slot gathers of the model for
 the distances and K for the update, no dense ``N x N`` matrix. Bits: one model per directed edge
 per round, as gossip.
@@ -20,13 +20,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_positive
-from jaxgossip.algorithms.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
+from jaxgossip.algorithms._shared.common import CountState, check_positive
+from jaxgossip.algorithms._shared.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, StepInfo, TrainerHooks
 
 __all__ = ["clipped_gossip", "clipped_gossip_receive", "adaptive_tau", "INFO"]
 
@@ -69,7 +69,7 @@ def adaptive_tau(distances: jax.Array, neighbours: jax.Array, num_clipped: int) 
 
 
 def clipped_gossip_receive(topology: Topology, tau: Any = None, num_clipped: int = 1):
-    """The round of :func:`clipped_gossip` on the received models (``AlgorithmInfo.receive``)."""
+    """The round of :func:`clipped_gossip` on the received models (``TrainerHooks.receive``)."""
     check_graph("clipped_gossip", INFO, topology)
     check_fixed_graph(topology, "clipped_gossip")
     if tau is not None:
@@ -137,13 +137,15 @@ def clipped_gossip(topology: Topology, tau: Any = None, num_clipped: int = 1) ->
 
 INFO = AlgorithmInfo(
     clipped_gossip,
-    mixing="doubly_stochastic",
-    stochastic_graphs="none",
-    reasons={
-        "stochastic_graphs": (
-            "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-        ),
-        "mixing": "without clipping it is gossip, which needs a mean-preserving W",
-    },
-    receive=clipped_gossip_receive,
+    graph=GraphNeeds(
+        mixing="doubly_stochastic",
+        stochastic_graphs="none",
+        reasons={
+            "stochastic_graphs": (
+                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
+            ),
+            "mixing": "without clipping it is gossip, which needs a mean-preserving W",
+        },
+    ),
+    hooks=TrainerHooks(receive=clipped_gossip_receive),
 )

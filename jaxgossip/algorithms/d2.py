@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 from optax import tree_utils as otu
 
-from jaxgossip.algorithms.common import check_positive, per_round, relax, tree_add
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import check_positive, per_round, relax, tree_add
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, node_mean
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, Execution, GossipAlgorithm, GraphNeeds, Params, StepInfo, TrainerHooks
 
 __all__ = ["d2", "D2State", "INFO"]
 
@@ -118,7 +118,7 @@ def d2(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "d2", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "d2", INFO)
 
 
 def _mix_centred(topology: Topology, x: Params, t: Array) -> Params:
@@ -141,15 +141,17 @@ def _mix_centred(topology: Topology, x: Params, t: Array) -> Params:
 # (a schedule, or drawn anew) the difference carries W(t-1) - W(t) terms that do not cancel.
 INFO = AlgorithmInfo(
     d2,
-    mixing="symmetric",
-    time_varying=False,
-    stackable=True,
-    orderings=("atc",),
+    graph=GraphNeeds(
+        mixing="symmetric",
+        time_varying=False,
+        stackable=True,
+        reasons={
+            "time_varying": "its correction uses the previous round's model, exact only when W is the same every round",
+            "stochastic_graphs": "its correction uses the previous round's model, exact only when W is the same "
+            "every round; use gradient_tracking on graphs drawn every round",
+        },
+    ),
     # gamma = 1 (D^2 itself) is refused on graphs with lambda_min(W) <= -1/3, every even ring among them
-    example_options={"gamma": 0.5},
-    reasons={
-        "time_varying": "its correction uses the previous round's model, exact only when W is the same every round",
-        "stochastic_graphs": "its correction uses the previous round's model, exact only when W is the same "
-        "every round; use gradient_tracking on graphs drawn every round",
-    },
+    hooks=TrainerHooks(example_options={"gamma": 0.5}),
+    execution=Execution(orderings=("atc",)),
 )

@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, per_round
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import check_positive, per_round
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, GraphNeeds, Params, StepInfo, SweepFacts
 
 __all__ = ["deepsqueeze", "DeepSqueezeState", "INFO"]
 
@@ -107,15 +107,15 @@ def deepsqueeze(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "deepsqueeze", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "deepsqueeze", INFO)
 
 
 INFO = AlgorithmInfo(
     deepsqueeze,
-    mixing="doubly_stochastic",
-    stackable=True,
-    shape_options={"compressor_options": "compressor options fix the kept entries, a static shape"},
-    relaxation_gamma=True,
-    stochastic_graphs="any",
-    step_size="gamma",
+    graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any"),
+    sweep=SweepFacts(
+        shape_options={"compressor_options": "compressor options fix the kept entries, a static shape"},
+        step_size="gamma",
+        relaxation_gamma=True,
+    ),
 )

@@ -14,14 +14,23 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_positive, per_round, relax
-from jaxgossip.algorithms.messages import check_fixed_graph, read_slot
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import CountState, check_positive, per_round, relax
+from jaxgossip.algorithms._shared.messages import check_fixed_graph, read_slot
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    AsyncForm,
+    Execution,
+    GossipAlgorithm,
+    GraphNeeds,
+    StepInfo,
+    SweepFacts,
+    TrainerHooks,
+)
 
-__all__ = ["gossip", "gossip_receive", "INFO"]
+__all__ = ["gossip", "gossip_receive", "ASYNC_GOSSIP", "AD_PSGD", "INFO"]
 
 
 def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
@@ -63,12 +72,12 @@ def gossip(topology: Topology, gamma: Any = 1.0) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "gossip", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "gossip", INFO)
 
 
 def gossip_receive(topology: Topology, gamma: Any = 1.0):
     """The round of :func:`gossip` as a function of the models each receiver reads per
-    in-neighbour slot (``AlgorithmInfo.receive``, :class:`~jaxgossip.algorithms.messages.Received`):
+    in-neighbour slot (``TrainerHooks.receive``, :class:`~jaxgossip.algorithms.Received`):
     ``x_i + gamma (sum_k w_ik r_ik - x_i)``. Fixed or time-varying graphs with host tables."""
     check_graph("gossip", INFO, topology)
     check_fixed_graph(topology, "gossip")
@@ -91,14 +100,15 @@ def gossip_receive(topology: Topology, gamma: Any = 1.0):
     return round_fn
 
 
+# Without rounds: mixing with the newest copies of the neighbours that have arrived (the default),
+# or AD-PSGD's pairwise averaging (jaxgossip.engine.asynchronous runs their event rules).
+ASYNC_GOSSIP = AsyncForm("async_gossip", rule="stale_mixing")
+AD_PSGD = AsyncForm("ad_psgd", rule="pairwise_averaging")
+
 INFO = AlgorithmInfo(
     gossip,
-    mixing="doubly_stochastic",
-    stackable=True,
-    relaxation_gamma=True,
-    stochastic_graphs="any",
-    step_size="gamma",
-    receive=gossip_receive,
-    # without rounds: mixing with stale copies of the neighbours, or AD-PSGD's pairwise averaging
-    asynchronous=("async_gossip", "ad_psgd"),
+    graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any"),
+    sweep=SweepFacts(step_size="gamma", relaxation_gamma=True),
+    hooks=TrainerHooks(receive=gossip_receive),
+    execution=Execution(asynchronous=(ASYNC_GOSSIP, AD_PSGD)),
 )

@@ -18,11 +18,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import per_round
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import per_round
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, GraphNeeds, Params, StepInfo
 
 __all__ = ["gradient_tracking", "GradientTrackingState", "INFO"]
 
@@ -144,9 +144,9 @@ def gradient_tracking(topology: Topology) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(
-        init_fn, step_fn, debias_fn, "gradient_tracking", gradient=gradient_fn, orderings=INFO.orderings
-    )
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn, gradient=gradient_fn), "gradient_tracking", INFO)
 
 
-INFO = AlgorithmInfo(gradient_tracking, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")
+INFO = AlgorithmInfo(
+    gradient_tracking, graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any")
+)

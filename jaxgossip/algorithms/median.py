@@ -1,6 +1,6 @@
 """Coordinate-wise median over a node's in-neighbours and itself (a Byzantine-robust baseline).
 
-The round reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms.messages`),
+The round reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms._shared.messages`),
 gathers the K slots of each leaf into ``[N, K, ...]`` and sorts them. Bits: one model per
 directed edge per round, as gossip.
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.messages import coordinatewise_round, model_algorithm
+from jaxgossip.algorithms._shared.messages import coordinatewise_round, model_algorithm
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, TrainerHooks
 
 __all__ = ["median", "median_receive", "INFO"]
 
 
 def median_receive(topology: Topology):
-    """The round of :func:`median` on the received models (``AlgorithmInfo.receive``)."""
+    """The round of :func:`median` on the received models (``TrainerHooks.receive``)."""
 
     def rule(ranked, count, leaf):
         def pick(pos):  # the pos-th smallest value of every coordinate, pos [N]
@@ -60,12 +60,14 @@ def median(topology: Topology) -> GossipAlgorithm:
 
 INFO = AlgorithmInfo(
     median,
-    mixing="any",
-    stochastic_graphs="none",
-    reasons={
-        "stochastic_graphs": (
-            "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-        )
-    },
-    receive=median_receive,
+    graph=GraphNeeds(
+        mixing="any",
+        stochastic_graphs="none",
+        reasons={
+            "stochastic_graphs": (
+                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
+            )
+        },
+    ),
+    hooks=TrainerHooks(receive=median_receive),
 )

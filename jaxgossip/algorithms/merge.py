@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import per_round
+from jaxgossip.algorithms._shared.common import per_round
 from jaxgossip.algorithms.registry import require_column_stochastic
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix

@@ -14,12 +14,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.common import CountState, check_positive, per_round
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import CountState, check_positive, per_round
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, num_params_per_node, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, GraphNeeds, StepInfo, SweepFacts
 
 __all__ = ["moniqua", "moniqua_bound", "INFO"]
 
@@ -155,7 +155,11 @@ def moniqua(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "moniqua", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "moniqua", INFO)
 
 
-INFO = AlgorithmInfo(moniqua, mixing="doubly_stochastic", relaxation_gamma=True, stochastic_graphs="any")
+INFO = AlgorithmInfo(
+    moniqua,
+    graph=GraphNeeds(mixing="doubly_stochastic", stochastic_graphs="any"),
+    sweep=SweepFacts(relaxation_gamma=True),
+)

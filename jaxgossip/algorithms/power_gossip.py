@@ -17,7 +17,7 @@ One round is a composition of pure functions, read top to bottom:
 * :func:`matrix_round`: the I iterations of one round; :func:`gossip_vectors`: the 1-D leaves;
 * :func:`round_bits`: what every node sent.
 
-The per-pair tables come from :mod:`jaxgossip.algorithms.pair_tables`.
+The per-pair tables come from :mod:`jaxgossip.algorithms._shared.pair_tables`.
 
 References:
   Vogels, Karimireddy, Jaggi, "Practical Low-Rank Communication Compression in Decentralized Deep
@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, relax
+from jaxgossip.algorithms._shared.common import check_positive, relax
+from jaxgossip.algorithms._shared.pair_tables import PairRound, PairTables, pair_round, pair_tables
 from jaxgossip.algorithms.matrix_views import (
     MATRIX_VIEWS,
     LeafPlan,
@@ -46,12 +47,20 @@ from jaxgossip.algorithms.matrix_views import (
     working_side,
     working_view,
 )
-from jaxgossip.algorithms.pair_tables import PairRound, PairTables, pair_round, pair_tables
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    Array,
+    CostFacts,
+    GossipAlgorithm,
+    GraphNeeds,
+    StepInfo,
+    SweepFacts,
+    TrainerHooks,
+)
 
 __all__ = [
     "power_gossip",
@@ -144,7 +153,7 @@ def half_step(x: Array, basis: Array, side: str, pairs: PairRound) -> tuple[Arra
       x: [N, m, n] float32, every node's matrix.
       basis: the basis on the ``side`` of the step, [P, n, R] (right) or [P, m, R] (left).
       side: ``"right"`` or ``"left"`` (static).
-      pairs: the round's :class:`~jaxgossip.algorithms.pair_tables.PairRound`.
+      pairs: the round's :class:`~jaxgossip.algorithms._shared.pair_tables.PairRound`.
 
     Returns:
       ``(x + delta, basis_hat [P, n or m, R], product [P, m or n, R])``.
@@ -490,7 +499,7 @@ def power_gossip(
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "power_gossip", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "power_gossip", INFO)
 
 
 def _exchanges(options) -> int:
@@ -500,18 +509,22 @@ def _exchanges(options) -> int:
 
 INFO = AlgorithmInfo(
     power_gossip,
-    mixing="symmetric",
-    stackable=False,
-    exchanges=_exchanges,
-    shape_options={
-        "rank": "the PowerGossip rank R fixes the shapes of U [P, m, R] and V [P, n, R]",
-        "num_iterations": "PowerGossip iterations are unrolled per round",
-    },
+    graph=GraphNeeds(
+        mixing="symmetric",
+        stackable=False,
+        stochastic_graphs="failures",
+        reasons={"stochastic_graphs": "its U, V state lives on a fixed set of pairs"},
+    ),
+    cost=CostFacts(exchanges=_exchanges),
+    sweep=SweepFacts(
+        shape_options={
+            "rank": "the PowerGossip rank R fixes the shapes of U [P, m, R] and V [P, n, R]",
+            "num_iterations": "PowerGossip iterations are unrolled per round",
+        },
+        step_size="gamma",
+        relaxation_gamma=True,
+    ),
     # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
     # the reference compresses them (docs/algorithms.md, section training recipes and models).
-    trainer_options={"matrix_view": "flax_kernel"},
-    relaxation_gamma=True,
-    stochastic_graphs="failures",
-    step_size="gamma",
-    reasons={"stochastic_graphs": "its U, V state lives on a fixed set of pairs"},
+    hooks=TrainerHooks(trainer_options={"matrix_view": "flax_kernel"}),
 )

@@ -19,13 +19,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import per_round
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import per_round
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, AsyncForm, Execution, GossipAlgorithm, GraphNeeds, Params, StepInfo
 
-__all__ = ["push_sum", "PushSumState", "divide_by_weight", "WEIGHT_BITS_MODES", "INFO"]
+__all__ = ["push_sum", "PushSumState", "divide_by_weight", "WEIGHT_BITS_MODES", "ASYNC_SGP", "INFO"]
 
 WEIGHT_BITS_MODES = ("always", "auto")
 
@@ -108,13 +108,15 @@ def push_sum(topology: Topology, weight_bits: str = "always") -> GossipAlgorithm
     def debias_fn(params, state):
         return divide_by_weight(params, state.w)
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "push_sum", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "push_sum", INFO)
 
+
+# Without rounds: overlap SGP, delayed push-sum messages added on arrival
+# (jaxgossip.engine.asynchronous runs its event rule).
+ASYNC_SGP = AsyncForm("async_sgp", rule="delayed_push_sum")
 
 INFO = AlgorithmInfo(
     push_sum,
-    mixing="column_stochastic",
-    stackable=True,
-    stochastic_graphs="any",
-    asynchronous=("async_sgp",),  # overlap SGP: delayed push-sum messages added on arrival
+    graph=GraphNeeds(mixing="column_stochastic", stackable=True, stochastic_graphs="any"),
+    execution=Execution(asynchronous=(ASYNC_SGP,)),
 )

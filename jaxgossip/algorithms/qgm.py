@@ -16,12 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms.common import check_positive, per_round
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import check_positive, per_round
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.checks import is_concrete
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, GraphNeeds, Params, StepInfo, TrainerHooks
 
 __all__ = ["qgm", "QGMState", "INFO"]
 
@@ -143,10 +143,12 @@ def qgm(topology: Topology, lr: Any = None, beta: Any = 0.9, nesterov: bool = Fa
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "qgm", gradient=gradient_fn, orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn, gradient=gradient_fn), "qgm", INFO)
 
 
 # lr must be the local optimizer's learning rate (0.05 is the trainer's default --lr).
 INFO = AlgorithmInfo(
-    qgm, mixing="doubly_stochastic", stackable=True, stochastic_graphs="any", example_options={"lr": 0.05}
+    qgm,
+    graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any"),
+    hooks=TrainerHooks(example_options={"lr": 0.05}),
 )

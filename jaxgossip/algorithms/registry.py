@@ -1,21 +1,26 @@
 """The algorithm registry: names -> metadata (factory included), plug-ins by import path.
 
 An algorithm is a factory ``factory(topology, **hyperparameters) -> GossipAlgorithm`` plus an
-:class:`~jaxgossip.types.AlgorithmInfo` (the facts other modules need: mixing matrix, time-varying
-graphs, stacking, exchanges per round, shape-changing options, cost rule, trainer defaults). A
-user's algorithm is either registered (:func:`register`) or named by an import path
-``"package.module:factory"``; its metadata is the factory's ``info`` attribute, else the module's
-``INFO`` (an :class:`AlgorithmInfo` or a dict of metadata), else the defaults.
+:class:`~jaxgossip.types.AlgorithmInfo` (the facts other modules need, one group per reader: the
+graphs it runs on, what a round costs, what sweeps may trace, the trainer's hooks, its orderings
+and asynchronous forms). A user's algorithm is either registered (:func:`register`) or named by an
+import path ``"package.module:factory"``; its metadata is the factory's ``info`` attribute, else the
+module's ``INFO`` (an :class:`AlgorithmInfo` or a dict of its groups), else the defaults.
 
 :data:`INFOS` (name -> AlgorithmInfo) is the one table; :data:`REGISTRY` (name -> factory) is a
 read-only view of it. The graph requirements of the metadata are checked in one place,
 :func:`check_graph`: every built-in factory calls it with its own ``INFO`` (so a factory called
 directly refuses a graph with the message :func:`make` gives), and :func:`make` calls it for
 every other algorithm (plug-ins, and built-in factories registered with other metadata).
+
+The registry is the one source of what the runners read on a built algorithm, its ``name`` and
+``orderings`` (:func:`sign`: the name it is registered under, the orderings of its metadata), and
+of the asynchronous forms (:data:`ASYNC_FORMS`, from the metadata of every registered algorithm).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
@@ -23,14 +28,15 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from jaxgossip.algorithms.pair_tables import require_symmetric
-from jaxgossip.algorithms.tree_tables import require_tree
+from jaxgossip.algorithms._shared.pair_tables import require_symmetric
+from jaxgossip.algorithms._shared.tree_tables import require_tree
 from jaxgossip.topology import Topology
-from jaxgossip.types import EXECUTIONS, ORDERINGS, AlgorithmInfo, GossipAlgorithm
+from jaxgossip.types import EXECUTIONS, INFO_GROUPS, AlgorithmInfo, AsyncForm, GossipAlgorithm
 
 __all__ = [
     "REGISTRY",
     "INFOS",
+    "ASYNC_FORMS",
     "register",
     "unregister",
     "info",
@@ -38,6 +44,7 @@ __all__ = [
     "make",
     "check_graph",
     "check_execution",
+    "sign",
     "require_doubly_stochastic",
     "require_column_stochastic",
     "require_host_topology",
@@ -74,9 +81,46 @@ class FactoryView(Mapping):
 REGISTRY: Mapping[str, Callable[..., GossipAlgorithm]] = FactoryView(INFOS)
 
 
+class AsyncFormView(Mapping):
+    """Read-only mapping form name -> :class:`~jaxgossip.types.AsyncForm` of every asynchronous
+    form in a table name -> :class:`AlgorithmInfo` (``execution.asynchronous``), in registration
+    order (a view: it follows every change of the table)."""
+
+    def __init__(self, infos: Mapping[str, AlgorithmInfo]):
+        self._infos = infos
+
+    def _forms(self) -> dict[str, AsyncForm]:
+        forms: dict[str, AsyncForm] = {}
+        for entry in self._infos.values():
+            for form in entry.execution.asynchronous:
+                forms.setdefault(form.name, form)
+        return forms
+
+    def __getitem__(self, name: str) -> AsyncForm:
+        return self._forms()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._forms())
+
+    def __len__(self) -> int:
+        return len(self._forms())
+
+    def __repr__(self) -> str:
+        return f"AsyncFormView({', '.join(self._forms())})"
+
+    def owners(self, name: str) -> list[str]:
+        """The registered algorithms that have the form ``name``."""
+        return [n for n, entry in self._infos.items() if name in entry.execution.form_names]
+
+
+#: form name -> AsyncForm of every registered asynchronous form (``--async_form``): a read-only
+#: view of the forms the metadata in :data:`INFOS` declares (``AlgorithmInfo.execution``).
+ASYNC_FORMS = AsyncFormView(INFOS)
+
+
 def _names_where(field: str, value: Any) -> str:
-    """Registered algorithms whose metadata ``field`` equals ``value`` (for error messages)."""
-    return ", ".join(name for name, entry in INFOS.items() if getattr(entry, field) == value)
+    """Registered algorithms whose graph needs ``field`` equals ``value`` (for error messages)."""
+    return ", ".join(name for name, entry in INFOS.items() if getattr(entry.graph, field) == value)
 
 
 def require_doubly_stochastic(topology: Topology, algorithm: str) -> None:
@@ -129,23 +173,25 @@ def require_host_topology(topology: Any, algorithm: str) -> None:
 
 def _as_info(factory: Callable, metadata: Any, where: str) -> AlgorithmInfo:
     if isinstance(metadata, AlgorithmInfo):
-        return metadata if metadata.factory is factory else AlgorithmInfo(**{**_fields(metadata), "factory": factory})
+        return metadata if metadata.factory is factory else dataclasses.replace(metadata, factory=factory)
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, Mapping):
         raise TypeError(f"{where}: metadata must be an AlgorithmInfo or a mapping, got {type(metadata).__name__}")
-    known = [f for f in AlgorithmInfo.__dataclass_fields__ if f != "factory"]
-    unknown = sorted(set(metadata) - set(known))
+    unknown = sorted(set(metadata) - set(INFO_GROUPS))
     if unknown:
-        raise TypeError(f"{where}: unknown metadata {unknown}; known: {', '.join(known)}")
+        hint = "; ".join(
+            f"{f} belongs to " + " or ".join(f"{group}={cls.__name__}(...)" for group, cls in groups)
+            for f in unknown
+            if (groups := [(g, c) for g, c in INFO_GROUPS.items() if f in c.__dataclass_fields__])
+        )
+        raise TypeError(
+            f"{where}: unknown metadata {unknown}; known: {', '.join(INFO_GROUPS)}" + (f" ({hint})" if hint else "")
+        )
     try:
         return AlgorithmInfo(factory, **metadata)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{where}: {err}") from None
-
-
-def _fields(info: AlgorithmInfo) -> dict:
-    return {f: getattr(info, f) for f in AlgorithmInfo.__dataclass_fields__}
 
 
 def _check_factory(factory: Any, where: str) -> None:
@@ -163,14 +209,18 @@ def _check_factory(factory: Any, where: str) -> None:
 
 
 def register(name: str, factory: Callable[..., GossipAlgorithm], *, replace: bool = False, **metadata) -> AlgorithmInfo:
-    """Registers ``factory`` as algorithm ``name`` with its metadata (:class:`AlgorithmInfo` fields).
+    """Registers ``factory`` as algorithm ``name`` with its metadata: the groups of
+    :class:`AlgorithmInfo` (``graph=GraphNeeds(...)``, ``cost=``, ``sweep=``, ``hooks=``,
+    ``execution=``; the others keep their defaults), or ``info=`` a whole :class:`AlgorithmInfo`.
 
     Registered algorithms work everywhere a built-in does: :func:`make`, configs and the CLI,
-    sweeps, the cost model and the shared test suite.
+    sweeps, the cost model and the shared test suite; their asynchronous forms join
+    :data:`ASYNC_FORMS`.
 
     Raises:
       ValueError: an empty name, a name with ``:`` (reserved for import paths), a name already
-        registered (unless ``replace=True``), or a metadata value out of range.
+        registered (unless ``replace=True``), a metadata value out of range, or an asynchronous
+        form whose name another algorithm registered with another rule.
       TypeError: ``factory`` is not a factory, or an unknown metadata key.
     """
     if not isinstance(name, str) or not name or ":" in name:
@@ -182,6 +232,14 @@ def register(name: str, factory: Callable[..., GossipAlgorithm], *, replace: boo
     if "info" in metadata and len(metadata) == 1:
         metadata = metadata["info"]
     entry = _as_info(factory, metadata, f"register({name!r})")
+    for form in entry.execution.asynchronous:
+        taken = ASYNC_FORMS.get(form.name)
+        owners = [n for n in ASYNC_FORMS.owners(form.name) if n != name]
+        if taken is not None and taken != form and owners:
+            raise ValueError(
+                f"register({name!r}): the asynchronous form {form.name!r} is registered by {', '.join(owners)} "
+                f"with rule={taken.rule!r}; give this one ({form.rule!r}) another name"
+            )
     INFOS[name] = entry
     return entry
 
@@ -282,10 +340,11 @@ def info(name: str) -> AlgorithmInfo:
 def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
     """Raises when ``topology`` contradicts the graph requirements of the metadata ``entry``; the
     message names the algorithm ``name``, the graph, the metadata field and why
-    (:attr:`~jaxgossip.types.AlgorithmInfo.reasons`, else a generic reason).
+    (:attr:`~jaxgossip.types.GraphNeeds.reasons`, else a generic reason).
 
     The one home of the graph checks: every built-in factory calls it first with its own ``INFO``,
-    and :func:`make` calls it for every other algorithm. In this order: a :class:`Topology` unless
+    and :func:`make` calls it for every other algorithm. It reads ``entry.graph``
+    (:class:`~jaxgossip.types.GraphNeeds`), in this order: a :class:`Topology` unless
     the metadata asks nothing of the weights (``mixing="any"``: then a node count serves too);
     stochastic graphs (``stochastic_graphs``); host tables (``stackable=False``); the mixing
     matrix (``mixing``; ``"symmetric"`` also checks every W(t) = W(t)^T, on the fixed support of
@@ -296,13 +355,14 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
         algorithm registered with ``stackable=False``.
       ValueError: a graph the metadata rules out.
     """
-    reasons = entry.reasons
+    needs = entry.graph
+    reasons = needs.reasons
     if not isinstance(topology, Topology):
-        if entry.mixing != "any" or entry.tree:
+        if needs.mixing != "any" or needs.tree:
             raise TypeError(f"{name} needs a jaxgossip Topology, got {type(topology).__name__}")
         return
     if topology.stochastic:
-        if entry.stochastic_graphs == "none":
+        if needs.stochastic_graphs == "none":
             why = reasons.get(
                 "stochastic_graphs",
                 "its step reads fixed graph tables instead of drawing each round's graph with topology.draw(key, t)",
@@ -310,9 +370,9 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
             raise ValueError(
                 f"{name} cannot run on the stochastic graph {topology.name}: it is registered with "
                 f"stochastic_graphs='none' ({why}). Algorithms for stochastic graphs: "
-                f"{', '.join(n for n, i in INFOS.items() if i.stochastic_graphs != 'none')}"
+                f"{', '.join(n for n, i in INFOS.items() if i.graph.stochastic_graphs != 'none')}"
             )
-        if entry.stochastic_graphs == "failures" and topology.support is None:
+        if needs.stochastic_graphs == "failures" and topology.support is None:
             why = reasons.get(
                 "stochastic_graphs", "its state is tied to fixed neighbours: public copies or per-edge state"
             )
@@ -321,12 +381,12 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
                 f"({why}), and this graph draws new neighbours every round. Use failures of a fixed graph "
                 f"(with_failures, spec '+drop'), or one of {_names_where('stochastic_graphs', 'any')}"
             )
-    if not entry.stackable:
+    if not needs.stackable:
         require_host_topology(topology, name)
     try:
-        if entry.mixing in ("doubly_stochastic", "symmetric"):
+        if needs.mixing in ("doubly_stochastic", "symmetric"):
             require_doubly_stochastic(topology, name)
-        if entry.mixing == "symmetric":
+        if needs.mixing == "symmetric":
             if topology.stochastic and not topology.is_symmetric:
                 raise ValueError(
                     f"{name} needs a symmetric mixing matrix in every round; {topology.name} is not symmetric"
@@ -334,19 +394,19 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
             fixed = topology.support if topology.stochastic else topology
             if fixed is not None and fixed.host_tables:
                 require_symmetric(fixed, name)
-        if entry.mixing == "column_stochastic":
+        if needs.mixing == "column_stochastic":
             require_column_stochastic(topology, name)
     except ValueError as err:  # say where the requirement comes from: the algorithm's metadata
         why = f": {reasons['mixing']}" if "mixing" in reasons else ""
-        raise ValueError(f"{err} ({name} is registered with mixing={entry.mixing!r}{why})") from None
-    if not entry.time_varying and topology.period != 1:
+        raise ValueError(f"{err} ({name} is registered with mixing={needs.mixing!r}{why})") from None
+    if not needs.time_varying and topology.period != 1:
         why = f" ({reasons['time_varying']})" if "time_varying" in reasons else ""
         raise ValueError(
             f"{name} needs a static topology (period T = 1): it is registered with time_varying=False{why}; "
             f"{topology.name} is time-varying with T = {topology.period}. Algorithms for time-varying graphs: "
-            f"{', '.join(n for n, i in INFOS.items() if i.time_varying)}"
+            f"{', '.join(n for n, i in INFOS.items() if i.graph.time_varying)}"
         )
-    if entry.tree:
+    if needs.tree:
         try:
             require_tree(topology, name)
         except ValueError as err:
@@ -356,30 +416,42 @@ def check_graph(name: str, entry: AlgorithmInfo, topology: Any) -> None:
 
 def check_execution(name: str, entry: AlgorithmInfo, execution: str) -> None:
     """Raises ValueError unless the metadata ``entry`` of algorithm ``name`` supports the execution
-    mode ``execution`` (:data:`~jaxgossip.types.EXECUTIONS`, :attr:`AlgorithmInfo.execution`); the
-    message names the algorithm, the mode, why (``reasons["execution"]``, else a generic reason)
-    and the algorithms that have the mode."""
+    mode ``execution`` (:data:`~jaxgossip.types.EXECUTIONS`, :attr:`Execution.modes
+    <jaxgossip.types.Execution.modes>`); the message names the algorithm, the mode, why
+    (``execution.reasons["asynchronous"]``, else a generic reason) and the algorithms that have the
+    mode."""
     if execution not in EXECUTIONS:
         raise ValueError(f"execution={execution!r} is unknown; known modes: {', '.join(EXECUTIONS)}")
-    if execution in entry.execution:
+    modes = entry.execution.modes
+    if execution in modes:
         return
-    why = entry.reasons.get(
-        "execution",
+    why = entry.execution.reasons.get(
+        "asynchronous",
         "no asynchronous form of its round is implemented: its state is updated in lock-step rounds",
     )
-    have = ", ".join(n for n, i in INFOS.items() if execution in i.execution)
+    have = ", ".join(n for n, i in INFOS.items() if execution in i.execution.modes)
     raise ValueError(
-        f"{name} cannot run with execution={execution!r}: it is registered with execution={entry.execution} "
+        f"{name} cannot run with execution={execution!r}: it is registered with execution={modes} "
         f"({why}). Algorithms with execution={execution!r}: {have}"
     )
+
+
+def sign(alg: GossipAlgorithm, name: str, entry: AlgorithmInfo) -> GossipAlgorithm:
+    """``alg`` carrying the registry's facts about it, the fields of a
+    :class:`~jaxgossip.types.GossipAlgorithm` the runners read: ``name`` (the name it is registered
+    under, or its import path) and the orderings of its metadata ``entry``
+    (:attr:`Execution.orderings <jaxgossip.types.Execution.orderings>`). The one place they are set:
+    :func:`make` signs every algorithm it builds, and every built-in factory signs its own with its
+    ``INFO`` (so it carries them when called directly too)."""
+    return alg._replace(name=name, orderings=entry.execution.orderings)
 
 
 def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
     """Builds algorithm ``name`` (a registered name or ``"module:factory"``) on ``topology``.
 
     The graph is first checked against the algorithm's metadata (:func:`check_graph`: by the
-    factory itself for a built-in, here for the others), and the algorithm's
-    :attr:`~jaxgossip.types.GossipAlgorithm.orderings` are narrowed to the metadata's.
+    factory itself for a built-in, here for the others), and the algorithm is signed with ``name``
+    and its metadata's orderings (:func:`sign`).
 
     Raises:
       ValueError: unknown name (the message lists the known ones), a missing import path, or a
@@ -411,12 +483,4 @@ def make(name: str, topology: Topology, **hyperparameters) -> GossipAlgorithm:
             raise ValueError(f"algorithm {name!r}: its factory raised {_where(err)}; fix the plug-in") from None
     if not isinstance(alg, GossipAlgorithm):
         raise TypeError(f"algorithm {name!r}: the factory returned a {type(alg).__name__}, not a GossipAlgorithm")
-    orderings = tuple(o for o in ORDERINGS if o in alg.orderings and o in entry.orderings)
-    if orderings != tuple(alg.orderings):
-        if not orderings:
-            raise ValueError(
-                f"algorithm {name!r}: its metadata orderings={entry.orderings} and the orderings={alg.orderings} "
-                "of the algorithm its factory returns have none in common"
-            )
-        alg = alg._replace(orderings=orderings)
-    return alg
+    return sign(alg, name, entry)

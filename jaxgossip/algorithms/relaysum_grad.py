@@ -1,7 +1,7 @@
 """RelaySum/Grad: RelaySum over the updates of a spanning tree.
 
 The relay (one message per tree neighbour per round, each value reaching every node once, delayed by
-the tree distance, with a count) is :mod:`jaxgossip.algorithms.tree_tables`.
+the tree distance, with a count) is :mod:`jaxgossip.algorithms._shared.tree_tables`.
 
 References:
   Vogels, He, Koloskova, Lin, Karimireddy, Stich, Jaggi, "RelaySum for Decentralized Deep Learning
@@ -18,11 +18,18 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.registry import check_graph
-from jaxgossip.algorithms.tree_tables import RELAY_REASONS, edge_zeros, relay, relay_bits, tree_tables
+from jaxgossip.algorithms._shared.tree_tables import (
+    RELAY_GRAPH_REASONS,
+    RELAY_RECEIVE_REASONS,
+    edge_zeros,
+    relay,
+    relay_bits,
+    tree_tables,
+)
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, Execution, GossipAlgorithm, GraphNeeds, Params, StepInfo, TrainerHooks
 
 __all__ = ["relaysum_grad", "RelaySumGradState", "INFO"]
 
@@ -118,9 +125,12 @@ def relaysum_grad(topology: Topology) -> GossipAlgorithm:
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, "relaysum_grad", orderings=INFO.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), "relaysum_grad", INFO)
 
 
 INFO = AlgorithmInfo(
-    relaysum_grad, time_varying=False, stackable=False, orderings=("atc",), tree=True, reasons=RELAY_REASONS
+    relaysum_grad,
+    graph=GraphNeeds(time_varying=False, stackable=False, tree=True, reasons=RELAY_GRAPH_REASONS),
+    hooks=TrainerHooks(reasons=RELAY_RECEIVE_REASONS),
+    execution=Execution(orderings=("atc",)),
 )

@@ -30,13 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import check_positive
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.algorithms.sparse_push import TopKBudget, check_public_copies, compressed_push_sum
 from jaxgossip.checks import check_int
 from jaxgossip.compress import selection
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, GraphNeeds, SweepFacts, TrainerHooks
 
 __all__ = ["scsp", "ratio_budget", "adaptive_budget", "budget_steps", "leaf_budget", "INFO"]
 
@@ -272,15 +272,17 @@ def scsp(
     budget = TopKBudget(comp.top_k, growth if compensation and max_boost > 1 else None)
     compress_fn = adaptive if compensation else plain
     alg = compressed_push_sum(topology, "scsp", compress_fn, gamma, public_copies, public_init, budget)
-    return alg._replace(orderings=INFO.orderings)
+    return sign(alg, "scsp", INFO)
 
 
 INFO = AlgorithmInfo(
     scsp,
-    mixing="column_stochastic",
-    stochastic_graphs="failures",
-    step_size="gamma",
-    public_init=True,
-    reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
-    example_options={"fraction": 0.1},  # the base budget is the user's choice: no default
+    graph=GraphNeeds(
+        mixing="column_stochastic",
+        stochastic_graphs="failures",
+        reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
+    ),
+    sweep=SweepFacts(step_size="gamma"),
+    # the base budget is the user's choice: no default
+    hooks=TrainerHooks(public_init=True, example_options={"fraction": 0.1}),
 )

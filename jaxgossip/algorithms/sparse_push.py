@@ -31,13 +31,23 @@ import numpy as np
 from optax import tree_utils as otu
 
 from jaxgossip import compress
-from jaxgossip.algorithms.common import check_positive, check_public_init, per_round, tree_add
+from jaxgossip.algorithms._shared.common import check_positive, check_public_init, per_round, tree_add
 from jaxgossip.algorithms.push_sum import divide_by_weight
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.compress import fused
 from jaxgossip.ops.mixing import check_params, mix, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, PRNGKey, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    Array,
+    GossipAlgorithm,
+    GraphNeeds,
+    Params,
+    PRNGKey,
+    StepInfo,
+    SweepFacts,
+    TrainerHooks,
+)
 
 __all__ = [
     "sparse_push",
@@ -269,7 +279,7 @@ def compressed_push_sum(
     def debias_fn(params, state):
         return divide_by_weight(params, state.w)
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, name)
+    return GossipAlgorithm(init_fn, step_fn, debias_fn)
 
 
 def sparse_push(
@@ -382,19 +392,23 @@ def sparse_push(
     alg = compressed_push_sum(
         topology, "sparse_push", compress_fn, gamma, public_copies, public_init, TopKBudget(comp.top_k)
     )
-    return alg._replace(orderings=INFO.orderings)
+    return sign(alg, "sparse_push", INFO)
 
 
 INFO = AlgorithmInfo(
     sparse_push,
-    mixing="column_stochastic",
-    stochastic_graphs="failures",
-    shape_options={
-        "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
-        "k": "top-k keeps K entries, a static shape",
-    },
-    step_size="gamma",
-    public_init=True,
-    reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
-    example_options={"fraction": 0.1},  # the budget K = fraction * D is the user's choice: no default
+    graph=GraphNeeds(
+        mixing="column_stochastic",
+        stochastic_graphs="failures",
+        reasons={"stochastic_graphs": "its public copies x_hat_j live at j's fixed out-neighbours"},
+    ),
+    sweep=SweepFacts(
+        shape_options={
+            "fraction": "top-k keeps K = floor(fraction * D) entries, a static shape",
+            "k": "top-k keeps K entries, a static shape",
+        },
+        step_size="gamma",
+    ),
+    # the budget K = fraction * D is the user's choice: no default
+    hooks=TrainerHooks(public_init=True, example_options={"fraction": 0.1}),
 )

@@ -1,6 +1,6 @@
 """Coordinate-wise trimmed mean over a node's in-neighbours and itself (a Byzantine-robust baseline).
 
-The round reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms.messages`),
+The round reads the models through the in-neighbour slot table (:mod:`jaxgossip.algorithms._shared.messages`),
 gathers the K slots of each leaf into ``[N, K, ...]`` (every value of a coordinate is needed at
 once) and sorts them. Bits: one model per directed edge per round, as gossip.
 
@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms.messages import coordinatewise_round, model_algorithm
+from jaxgossip.algorithms._shared.messages import coordinatewise_round, model_algorithm
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, TrainerHooks
 
 __all__ = ["trimmed_mean", "trimmed_mean_receive", "INFO"]
 
 
 def trimmed_mean_receive(topology: Topology, trim: int = 1):
-    """The round of :func:`trimmed_mean` on the received models (``AlgorithmInfo.receive``)."""
+    """The round of :func:`trimmed_mean` on the received models (``TrainerHooks.receive``)."""
     trim = check_int("trim", trim, 0)
 
     def rule(ranked, count, leaf):
@@ -67,12 +67,14 @@ def trimmed_mean(topology: Topology, trim: int = 1) -> GossipAlgorithm:
 
 INFO = AlgorithmInfo(
     trimmed_mean,
-    mixing="any",
-    stochastic_graphs="none",
-    reasons={
-        "stochastic_graphs": (
-            "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-        )
-    },
-    receive=trimmed_mean_receive,
+    graph=GraphNeeds(
+        mixing="any",
+        stochastic_graphs="none",
+        reasons={
+            "stochastic_graphs": (
+                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
+            )
+        },
+    ),
+    hooks=TrainerHooks(receive=trimmed_mean_receive),
 )

@@ -176,8 +176,8 @@ def _plugin_run(entry: str) -> dict:
     from jaxgossip.run.features import graph_for
 
     run = {"name": entry, "algorithm": entry, "topology": graph_for(meta)}
-    if meta.example_options:  # the options its defaults need (its refusal names them)
-        run["algorithm_options"] = dict(meta.example_options)
+    if meta.hooks.example_options:  # the options its defaults need (its refusal names them)
+        run["algorithm_options"] = dict(meta.hooks.example_options)
     return run
 
 

@@ -104,7 +104,7 @@ def _axis_names() -> list[str]:
     for factory in algorithms.REGISTRY.values():
         options.update(list(inspect.signature(factory).parameters)[1:])
     for info in algorithms.INFOS.values():
-        options.update(info.shape_options)
+        options.update(info.sweep.shape_options)
     compressor = {p for f in compress.REGISTRY.values() for p in inspect.signature(f).parameters}
     return [
         *(f.name for f in dataclasses.fields(TrainConfig)),

@@ -469,7 +469,7 @@ def _compile_summary(graphs: int, seeds: int, programs: int, wall: float, stack:
         how = "one per graph (--no-stack)"
     elif unstacked is not None:
         how = f"one per graph: {unstacked}"
-    elif not algorithms.resolve(algorithm).stackable:
+    elif not algorithms.resolve(algorithm).graph.stackable:
         how = f"one per graph: {algorithm} builds host tables per graph"
     else:
         how = "one per group of same-shape graphs"

@@ -93,7 +93,7 @@ def check_tune_config(config: TuneGammaConfig):
     from jaxgossip.run.validate import check_algorithm, check_model_options, check_topology
 
     if config.algorithm is None:
-        tunable = [name for name, i in algorithms.INFOS.items() if i.step_size is not None]
+        tunable = [name for name, i in algorithms.INFOS.items() if i.sweep.step_size is not None]
         raise UsageError(f"--algorithm is required; algorithms with a consensus step size: {', '.join(tunable)}")
     for field, low in (("num_nodes", 2), ("num_steps", 4), ("seed", 0), ("num_classes", 1)):
         value = getattr(config, field)
@@ -108,9 +108,9 @@ def check_tune_config(config: TuneGammaConfig):
     topo = check_topology(config.topology, config.num_nodes, config.seed)
     options = dict(config.algorithm_options)
     check_algorithm(config.algorithm, options, topo)
-    option = algorithms.resolve(config.algorithm).step_size
+    option = algorithms.resolve(config.algorithm).sweep.step_size
     if option is None:
-        tunable = [name for name, i in algorithms.INFOS.items() if i.step_size is not None]
+        tunable = [name for name, i in algorithms.INFOS.items() if i.sweep.step_size is not None]
         raise UsageError(
             f"algorithm={config.algorithm!r} has no consensus step size to tune (its metadata's step_size is None); "
             f"algorithms with one: {', '.join(tunable)}"

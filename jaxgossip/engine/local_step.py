@@ -68,8 +68,8 @@ def local_update(
 
 def check_ordering(alg: GossipAlgorithm, ordering: str) -> None:
     """Raises ValueError when ``ordering`` is not one of the algorithm's own
-    :attr:`~jaxgossip.types.GossipAlgorithm.orderings` (set by its factory from its metadata, or
-    by :func:`jaxgossip.algorithms.make`); unknown orderings too.
+    :attr:`~jaxgossip.types.GossipAlgorithm.orderings` (its metadata's, set by the registry:
+    :func:`jaxgossip.algorithms.sign`); unknown orderings too.
 
     An object without an ``orderings`` attribute (duck-typed ``init``/``step``/``debias``) runs
     under every ordering.

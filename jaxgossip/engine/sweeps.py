@@ -63,7 +63,7 @@ SWEEPABLE = (
 )
 
 # Why a common request cannot be swept in one compile (algorithm options: the algorithms' metadata,
-# AlgorithmInfo.shape_options).
+# SweepFacts.shape_options).
 _SHAPE_REASONS = {
     "num_nodes": "N is the leading axis of every array",
     "batch_size": "B fixes the batch shape",
@@ -84,8 +84,8 @@ def _option_reason(name: str) -> str | None:
     parts = name[len(prefix) :].split(".")
     for option in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
         for entry in algorithms.INFOS.values():
-            if option in entry.shape_options:
-                return entry.shape_options[option]
+            if option in entry.sweep.shape_options:
+                return entry.sweep.shape_options[option]
     return None
 
 
@@ -203,7 +203,7 @@ def _check_topologies(topologies: Sequence[Topology]) -> list[Topology]:
 
 
 def _group_plan(algorithm: str, topologies: list[Topology], stack: bool) -> list[list[int]]:
-    stackable = algorithms.resolve(algorithm).stackable  # also refuses an unknown algorithm
+    stackable = algorithms.resolve(algorithm).graph.stackable  # also refuses an unknown algorithm
     if not stack:
         return [[i] for i in range(len(topologies))]
     plan = []
@@ -291,7 +291,7 @@ def map_topologies(
     """
     topologies = _check_topologies(topologies)
     plan = _group_plan(algorithm, topologies, stack)
-    stacked = stack and algorithms.resolve(algorithm).stackable
+    stacked = stack and algorithms.resolve(algorithm).graph.stackable
     outs, seconds = [None] * len(topologies), []
     for members in plan:
         start = time.perf_counter()

@@ -168,7 +168,7 @@ def tune_gamma(
 
     Args:
       algorithm: a registered name or import path whose metadata names its step size
-        (:attr:`~jaxgossip.types.AlgorithmInfo.step_size`).
+        (:attr:`~jaxgossip.types.SweepFacts.step_size`).
       topology: the graph (N nodes).
       shapes: the per-node model: an int D, one shape such as ``(100, 100)``, or a pytree of arrays
         or ``jax.ShapeDtypeStruct`` (one node's params; :func:`model_shapes` builds it from a model
@@ -187,11 +187,11 @@ def tune_gamma(
         safety or shapes, or options / graph the algorithm refuses (its own message).
     """
     entry = algorithms.resolve(algorithm)
-    option = entry.step_size
+    option = entry.sweep.step_size
     if option is None:
-        tunable = [name for name, i in algorithms.INFOS.items() if i.step_size is not None]
+        tunable = [name for name, i in algorithms.INFOS.items() if i.sweep.step_size is not None]
         raise ValueError(
-            f"algorithm {algorithm!r} declares no consensus step size in its metadata (AlgorithmInfo.step_size); "
+            f"algorithm {algorithm!r} declares no consensus step size in its metadata (SweepFacts.step_size); "
             f"algorithms with one: {', '.join(tunable)}"
         )
     options = dict(options or {})

@@ -395,11 +395,11 @@ def resolved_config(values: Any) -> dict:
     if entry is not None and isinstance(out["algorithm_options"], dict):
         out["algorithm_options"] = {
             **_signature_defaults(entry.factory, 1),
-            **entry.trainer_options,
+            **entry.hooks.trainer_options,
             **out["algorithm_options"],
         }
-        if out["execution"] == "async" and out["async_form"] == "auto" and entry.asynchronous:
-            out["async_form"] = entry.asynchronous[0]
+        if out["execution"] == "async" and out["async_form"] == "auto" and entry.execution.form_names:
+            out["async_form"] = entry.execution.form_names[0]
     if isinstance(out["model_options"], dict) and out["model"] in models.REGISTRY:
         attrs = {
             key: value

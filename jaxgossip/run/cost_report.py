@@ -199,17 +199,17 @@ def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: i
 
 def exchanges_per_round(algorithm: str, options: Mapping[str, Any]) -> int:
     """Sequential exchanges per round of ``algorithm`` with ``options``, from its registry metadata
-    (:attr:`jaxgossip.types.AlgorithmInfo.exchanges`; PowerGossip's ``num_iterations``)."""
+    (:class:`jaxgossip.types.CostFacts`; PowerGossip's ``num_iterations``)."""
     from jaxgossip import algorithms
 
-    return algorithms.resolve(algorithm).exchanges_per_round(options)
+    return algorithms.resolve(algorithm).cost.exchanges_per_round(options)
 
 
 def priced_as_allreduce(algorithm: str) -> bool:
     """Whether the cost model prices a round of ``algorithm`` as an all-reduce (registry metadata)."""
     from jaxgossip import algorithms
 
-    return algorithms.resolve(algorithm).allreduce_cost
+    return algorithms.resolve(algorithm).cost.allreduce_cost
 
 
 def step_flops_and_memory(resolved, need_flops: bool, algorithm=None) -> tuple[float, float]:

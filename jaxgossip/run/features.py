@@ -49,7 +49,7 @@ FEATURES: tuple[Feature, ...] = (
         ("--execution=async", "--async_form={form}", "--time.compute=stragglers:0.01,0.25,4"),
         "asynchronous execution, each node on its own simulated clock, in every asynchronous form the algorithm has",
         static_graph=True,
-        forms=lambda info: tuple(info.asynchronous),
+        forms=lambda info: info.execution.form_names,
     ),
     Feature(
         "byzantine_nodes", ("--byzantine.nodes=1",), "one attacker drawn from the data seed, metrics over honest nodes"
@@ -135,10 +135,11 @@ def graph_for(info: AlgorithmInfo, static: bool = False) -> str:
     """A graph spec the algorithm's metadata accepts: a tree for tree methods; for push-sum
     (column-stochastic) methods the time-varying one-peer exponential graph, or the directed ring
     when the graph must not vary (``static``) or the method needs a fixed one; the ring otherwise."""
-    if info.tree:
+    needs = info.graph
+    if needs.tree:
         return "binary_tree"
-    if info.mixing == "column_stochastic":
-        return "one_peer_exponential" if info.time_varying and not static else "directed_ring"
+    if needs.mixing == "column_stochastic":
+        return "one_peer_exponential" if needs.time_varying and not static else "directed_ring"
     return "ring"
 
 

@@ -159,7 +159,7 @@ def check_byzantine(config: TrainConfig, topo) -> Any:
 def async_form_of(config: TrainConfig) -> str:
     """The asynchronous algorithm of an ``--execution=async`` run (:mod:`jaxgossip.engine.asynchronous`):
     ``async_form``, or with ``auto`` the first of the algorithm's asynchronous forms
-    (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`).
+    (:attr:`jaxgossip.types.Execution.form_names`).
 
     Raises:
       ValueError: an algorithm without an asynchronous form (its reason), or an ``async_form``
@@ -171,11 +171,11 @@ def async_form_of(config: TrainConfig) -> str:
     algorithms.check_execution(config.algorithm, entry, "async")
     form = config.async_form
     if form == "auto":
-        return entry.asynchronous[0]
-    if form not in entry.asynchronous:
+        return entry.execution.form_names[0]
+    if form not in entry.execution.form_names:
         raise ValueError(
-            f"async_form={form!r}{did_you_mean(form, entry.asynchronous)}: the asynchronous forms of "
-            f"{config.algorithm} are {', '.join(entry.asynchronous)} (or auto, the first)"
+            f"async_form={form!r}{did_you_mean(form, entry.execution.form_names)}: the asynchronous forms of "
+            f"{config.algorithm} are {', '.join(entry.execution.form_names)} (or auto, the first)"
         )
     return form
 

@@ -125,7 +125,7 @@ def check_run(config: TrainConfig) -> Checked:
     if (
         config.outer_optimizer != "none"
         and config.outer_message == "pseudo_gradient"
-        and algorithms.info(config.algorithm).mixing == "column_stochastic"
+        and algorithms.info(config.algorithm).graph.mixing == "column_stochastic"
         and not topo.is_doubly_stochastic
     ):
         raise ValueError(

@@ -145,7 +145,7 @@ def with_trainer_options(name: str, options: dict) -> dict:
     ``trainer_options``; the user's option wins): the options a training run builds it with."""
     from jaxgossip import algorithms
 
-    return {**algorithms.resolve(name).trainer_options, **options}
+    return {**algorithms.resolve(name).hooks.trainer_options, **options}
 
 
 def check_model_options(model: str, options: dict) -> dict:
@@ -351,7 +351,7 @@ def gamma_warning(algorithm: str, options: dict, topo) -> str | None:
     from jaxgossip import algorithms
 
     try:
-        if not algorithms.resolve(algorithm).relaxation_gamma:
+        if not algorithms.resolve(algorithm).sweep.relaxation_gamma:
             return None
     except (ValueError, TypeError):  # an unknown algorithm is reported by check_algorithm
         return None

@@ -554,8 +554,8 @@ def time_model(
         (:func:`parse_compute`) or a :class:`Compute`.
       latency, bandwidth, mode: the links (:func:`make_links`).
       algorithm, options: a registered algorithm's name and options: its metadata gives the
-        exchanges per round (:attr:`jaxgossip.types.AlgorithmInfo.exchanges`) and whether a round
-        is priced as an all-reduce (``allreduce_cost``, then with ``allreduce_model``).
+        exchanges per round and whether a round is priced as an all-reduce (its
+        :class:`jaxgossip.types.CostFacts`; an all-reduce with ``allreduce_model``).
       ordering: ``"atc"`` (compute, then send) or ``"same_iterate"`` (overlap).
       exchanges, allreduce: explicit values instead of the metadata's (an unregistered algorithm).
       names: how error messages call latency and bandwidth (e.g. the command-line options).
@@ -567,8 +567,8 @@ def time_model(
 
         info = algorithms.resolve(algorithm)
         if exchanges is None:
-            exchanges = info.exchanges_per_round(dict(options or {}))
-        if allreduce is None and info.allreduce_cost:
+            exchanges = info.cost.exchanges_per_round(dict(options or {}))
+        if allreduce is None and info.cost.allreduce_cost:
             allreduce = allreduce_model
     exchanges = 1 if exchanges is None or allreduce is not None else exchanges
     links = make_links(

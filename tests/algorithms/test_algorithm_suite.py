@@ -64,11 +64,11 @@ DEFAULT_CONVERGE_FACTOR = 1e-6
 
 def is_push(name):
     """Push-sum methods (debias is x / w) need column-stochastic weights: read from the metadata."""
-    return jg.algorithms.info(name).mixing == "column_stochastic"
+    return jg.algorithms.info(name).graph.mixing == "column_stochastic"
 
 
 def suite_topology(name):
-    if jg.algorithms.info(name).tree:  # RelaySum relays along a tree (metadata tree=True)
+    if jg.algorithms.info(name).graph.tree:  # RelaySum relays along a tree (metadata tree=True)
         return T.binary_tree(N)
     return T.one_peer_exponential(N) if is_push(name) else T.ring(N)
 
@@ -357,4 +357,4 @@ def test_factory_called_directly_and_make_refuse_a_graph_with_check_graphs_messa
             assert name in want[1], (label, want)  # the message names the algorithm
             refused.append(label)
     # Every algorithm that asks something of the weights refuses some graph here.
-    assert refused or entry.mixing == "any", name
+    assert refused or entry.graph.mixing == "any", name

@@ -154,7 +154,7 @@ def test_gradient_tracking_on_random_matchings_matches_numpy_and_is_exact():
 def test_gradient_methods_on_stochastic_graphs_where_the_maths_allows():
     failing = tp.with_failures(tp.ring(N), link_drop=0.3)
     for name in ("qgm", "moniqua", "gradient_tracking"):
-        assert jg.algorithms.resolve(name).stochastic_graphs == "any", name
+        assert jg.algorithms.resolve(name).graph.stochastic_graphs == "any", name
     alg = make("moniqua", failing, theta=8.0, gamma=0.5)
     x = x0()
     state, step = alg.init(x), jax.jit(alg.step)
@@ -339,7 +339,7 @@ def test_gradient_tracking_sends_two_vectors_in_one_exchange(ring):
     gt, gossip = _run("gradient_tracking", ring, 400), _run("gossip", ring, 400)
     np.testing.assert_array_equal(gt.node_bits, 2 * gossip.node_bits)
     info = jg.algorithms.info("gradient_tracking")
-    assert info.exchanges_per_round({}) == 1  # x and y share one message per neighbour
+    assert info.cost.exchanges_per_round({}) == 1  # x and y share one message per neighbour
 
 
 # ---------------------------------------------------------------- training and bad input
@@ -427,4 +427,4 @@ def test_bad_input():
     with pytest.raises(ValueError, match="gradient_tracking needs doubly stochastic"):
         make("gradient_tracking", tp.random_directed(N, 0.4, 0))  # column stochastic only
     with pytest.raises(ValueError, match="orderings"):
-        jg.AlgorithmInfo(lambda topology: None, orderings=("atc", "later"))
+        jg.Execution(orderings=("atc", "later"))

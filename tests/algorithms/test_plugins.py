@@ -44,7 +44,7 @@ def _damped_reference(w: np.ndarray, x0: np.ndarray, beta: float, steps: int) ->
 
 def test_import_path_metadata_consensus_and_bits(plugin_dir):
     info = algorithms.info(PATH)
-    assert (info.mixing, info.stackable, info.time_varying) == ("doubly_stochastic", True, True)
+    assert (info.graph.mixing, info.graph.stackable, info.graph.time_varying) == ("doubly_stochastic", True, True)
     assert cost_report.exchanges_per_round(PATH, {}) == 1 and not cost_report.priced_as_allreduce(PATH)
 
     topo, steps, beta = jg.topology.ring(8), 30, 0.7
@@ -61,7 +61,7 @@ def test_register_by_name(plugin_dir):
     from my_file import damped_gossip
 
     try:
-        algorithms.register("damped_test", damped_gossip, mixing="doubly_stochastic")
+        algorithms.register("damped_test", damped_gossip, graph=jg.GraphNeeds(mixing="doubly_stochastic"))
         assert "damped_test" in algorithms.REGISTRY
         topo, x0 = jg.topology.ring(8), {"w": jnp.arange(16.0).reshape(8, 2)}
         by_name = jg.run_consensus(algorithms.make("damped_test", topo), x0, 5, jax.random.key(0))
@@ -69,8 +69,8 @@ def test_register_by_name(plugin_dir):
         np.testing.assert_array_equal(np.asarray(by_name.x["w"]), np.asarray(by_path.x["w"]))
         with pytest.raises(ValueError, match="already registered; pass replace=True"):
             algorithms.register("damped_test", damped_gossip)
-        algorithms.register("damped_test", damped_gossip, replace=True, stackable=True)
-        assert algorithms.info("damped_test").stackable
+        algorithms.register("damped_test", damped_gossip, replace=True, graph=jg.GraphNeeds(stackable=True))
+        assert algorithms.info("damped_test").graph.stackable
     finally:
         if "damped_test" in algorithms.INFOS:
             algorithms.unregister("damped_test")
@@ -213,15 +213,20 @@ def test_bad_import_paths_and_metadata(plugin_dir, capsys, tmp_path):
     from my_file import damped_gossip
 
     with pytest.raises(ValueError, match="mixing='rowwise' is unknown; known: doubly_stochastic"):
-        algorithms.register("x", damped_gossip, mixing="rowwise")
+        algorithms.register("x", damped_gossip, graph=jg.GraphNeeds(mixing="rowwise"))
     with pytest.raises(TypeError, match=r"unknown metadata \['colour'\]"):
         algorithms.register("x", damped_gossip, colour="red")
+    # a flat field is refused naming its group
+    with pytest.raises(TypeError, match=r"unknown metadata \['mixing'\].*mixing belongs to graph=GraphNeeds"):
+        algorithms.register("x", damped_gossip, mixing="doubly_stochastic")
+    with pytest.raises(TypeError, match=r"graph=.* must be a GraphNeeds"):
+        algorithms.register("x", damped_gossip, graph={"mixing": "doubly_stochastic"})
     with pytest.raises(TypeError, match="is not an algorithm factory"):
         algorithms.register("x", 3)
     with pytest.raises(ValueError, match="without ':'"):
         algorithms.register("a:b", damped_gossip)
     assert "x" not in algorithms.REGISTRY
-    static_only = jg.AlgorithmInfo(damped_gossip, time_varying=False)
+    static_only = jg.AlgorithmInfo(damped_gossip, graph=jg.GraphNeeds(time_varying=False))
     with pytest.raises(ValueError, match="needs a static topology .* time_varying=False"):
         algorithms.check_graph("static_damped", static_only, jg.topology.one_peer_exponential(8))
     # the command line answers a bad import path with exit 2 and the reason, no traceback
@@ -238,7 +243,7 @@ def test_infos_is_the_one_table_and_registry_a_read_only_view_of_it(plugin_dir):
     with pytest.raises(TypeError):
         algorithms.REGISTRY["view_test"] = damped_gossip  # read-only: register() adds
     try:
-        entry = algorithms.register("view_test", damped_gossip, mixing="doubly_stochastic")
+        entry = algorithms.register("view_test", damped_gossip, graph=jg.GraphNeeds(mixing="doubly_stochastic"))
         # one registration shows under both names at once
         assert algorithms.INFOS["view_test"] is entry and algorithms.REGISTRY["view_test"] is damped_gossip
         assert "view_test" in algorithms.REGISTRY and "view_test" in sorted(algorithms.REGISTRY)
@@ -257,18 +262,18 @@ def test_graph_requirement_reasons_are_metadata(plugin_dir):
         algorithms.register(
             "reasoned_test",
             damped_gossip,
-            mixing="doubly_stochastic",
-            time_varying=False,
-            reasons={"time_varying": "its memory assumes one W"},
+            graph=jg.GraphNeeds(
+                mixing="doubly_stochastic", time_varying=False, reasons={"time_varying": "its memory assumes one W"}
+            ),
         )
         with pytest.raises(ValueError, match=r"reasoned_test needs a static topology .* \(its memory assumes one W\)"):
             algorithms.make("reasoned_test", jg.topology.one_peer_exponential(8))
     finally:
         algorithms.unregister("reasoned_test")
     with pytest.raises(ValueError, match=r"reasons=.*unknown: \['colour'\]"):
-        jg.AlgorithmInfo(damped_gossip, reasons={"colour": "red"})
+        jg.GraphNeeds(reasons={"colour": "red"})
     with pytest.raises(ValueError, match="non-empty strings"):
-        jg.AlgorithmInfo(damped_gossip, reasons={"mixing": ""})
+        jg.GraphNeeds(reasons={"mixing": ""})
 
 
 def test_the_ordering_rule_is_read_from_the_algorithm_not_its_name(plugin_dir):
@@ -297,13 +302,19 @@ def test_the_ordering_rule_is_read_from_the_algorithm_not_its_name(plugin_dir):
     check_ordering(plain._replace(name="d2"), "same_iterate")
     with pytest.raises(ValueError, match="orderings"):
         check_ordering(plain._replace(name="gossip", orderings=("atc",)), "same_iterate")
-    # make narrows a plug-in's orderings to its metadata; the algorithm keeps them after unregistering
+    # make signs a plug-in with its registered name and its metadata's orderings; the algorithm keeps
+    # them after unregistering
     try:
-        algorithms.register("atc_test", damped_gossip, mixing="doubly_stochastic", orderings=("atc",))
+        algorithms.register(
+            "atc_test",
+            damped_gossip,
+            graph=jg.GraphNeeds(mixing="doubly_stochastic"),
+            execution=jg.Execution(orderings=("atc",)),
+        )
         alg = algorithms.make("atc_test", ring)
     finally:
         algorithms.unregister("atc_test")
-    assert alg.orderings == ("atc",)
+    assert alg.orderings == ("atc",) and alg.name == "atc_test"
     with pytest.raises(ValueError, match=r"orderings=\('atc',\)"):
         run(alg, "same_iterate")
     # a built-in's factory sets them from its INFO, called directly or through make

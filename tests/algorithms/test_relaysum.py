@@ -281,7 +281,7 @@ def test_relaysgd_relays_the_exact_average_of_held_models_in_D_rounds(kind):
 
 
 def _dst(topo):
-    from jaxgossip.algorithms.tree_tables import tree_tables
+    from jaxgossip.algorithms import tree_tables
 
     return tree_tables(topo, "test").dst
 

@@ -145,7 +145,7 @@ def test_bad_options_and_graphs_are_refused_with_a_clear_error():
 
 def test_metadata_says_the_messages_are_models():
     for name in ("gossip", "clipped_gossip", "trimmed_mean", "median"):
-        assert algorithms.info(name).receive is not None
+        assert algorithms.info(name).hooks.receive is not None
     for name in ("choco", "push_sum", "power_gossip"):
-        assert algorithms.info(name).receive is None
-    assert jg.algorithms.info("clipped_gossip").stochastic_graphs == "none"
+        assert algorithms.info(name).hooks.receive is None
+    assert jg.algorithms.info("clipped_gossip").graph.stochastic_graphs == "none"

@@ -20,7 +20,7 @@ from jaxgossip.cli import main
 from jaxgossip.engine import tuning
 from jaxgossip.run import runner
 from jaxgossip.run.watchdog import check_consensus
-from jaxgossip.types import AlgorithmInfo
+from jaxgossip.types import SweepFacts
 
 TOP1 = {"compressor": "top_k", "compressor_options": {"fraction": 0.01}}
 # 1000 rounds (tune_gamma's own advice for top-1 %): at gamma 0.1 the error falls for ~450 rounds and
@@ -132,7 +132,7 @@ def test_tune_gamma_refuses_bad_input():
     with pytest.raises(ValueError, match="column-stochastic"):  # the algorithm's own check, unchanged
         jg.tune_gamma("sparse_push", row_stochastic_only(), 10, options={"fraction": 0.5})
     with pytest.raises(TypeError, match="must be None or the name"):
-        AlgorithmInfo(algorithms.choco, step_size=3)
+        SweepFacts(step_size=3)
 
 
 def test_tune_gamma_cli_outputs_and_bad_input(tmp_path, capsys):
@@ -183,7 +183,7 @@ def test_tune_gamma_takes_model_shapes():
 
 
 def test_public_init_metadata():
-    with_copies = sorted(name for name, info in algorithms.INFOS.items() if info.public_init)
+    with_copies = sorted(name for name, info in algorithms.INFOS.items() if info.hooks.public_init)
     assert {"choco", "sparse_push", "scsp"} <= set(with_copies)
     for name in with_copies:
         assert "public_init" in algorithms.info(name).factory.__code__.co_varnames

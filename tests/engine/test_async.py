@@ -204,7 +204,7 @@ def test_async_sgp_keeps_mass_in_flight(problem, x0):
     assert res.consensus[-1] < 1e-2 * res.consensus[0]
 
 
-@pytest.mark.parametrize("rule", asynchronous.ALGORITHMS)
+@pytest.mark.parametrize("rule", sorted(algorithms.ASYNC_FORMS))
 def test_same_key_same_run(problem, x0, rule):
     mode = "serial" if rule == "async_gossip" else "parallel"
     a, b = (_run(rule, problem, x0, LOGNORMAL, jax.random.key(7), mode) for _ in range(2))
@@ -242,10 +242,11 @@ def test_pack_waves_respects_rounds_and_width():
 
 
 def test_algorithm_names_and_execution_metadata():
-    assert asynchronous.resolve_algorithm("gossip") == "async_gossip"
-    assert asynchronous.resolve_algorithm("push_sum") == "async_sgp"
-    assert algorithms.info("gossip").execution == ("sync", "async")
-    assert algorithms.info("choco").execution == ("sync",)
+    assert asynchronous.resolve_algorithm("gossip").name == "async_gossip"
+    assert asynchronous.resolve_algorithm("push_sum").name == "async_sgp"
+    assert sorted(algorithms.ASYNC_FORMS) == ["ad_psgd", "async_gossip", "async_sgp"]
+    assert algorithms.info("gossip").execution.modes == ("sync", "async")
+    assert algorithms.info("choco").execution.modes == ("sync",)
     with pytest.raises(ValueError, match=r"choco cannot run with execution='async'.*gossip, push_sum"):
         asynchronous.resolve_algorithm("choco")
     with pytest.raises(ValueError, match=r"unknown algorithm 'hogwild'.*ad_psgd"):
@@ -253,18 +254,34 @@ def test_algorithm_names_and_execution_metadata():
     with pytest.raises(ValueError, match="execution='lazy' is unknown"):
         algorithms.check_execution("gossip", algorithms.info("gossip"), "lazy")
     with pytest.raises(TypeError, match="asynchronous="):
-        algorithms.AlgorithmInfo(algorithms.gossip, asynchronous="async_gossip")
-    # a plug-in's metadata: its reason is the refusal's, and an unknown asynchronous form is named
-    algorithms.register("lockstep_gossip", algorithms.gossip, reasons={"execution": "it counts rounds"})
-    algorithms.register("hogwild_gossip", algorithms.gossip, asynchronous=("hogwild",))
+        algorithms.Execution(asynchronous="async_gossip")
+    with pytest.raises(TypeError, match="asynchronous="):  # a form is an AsyncForm, not a name
+        algorithms.Execution(asynchronous=("async_gossip",))
+    # a plug-in's metadata: its reason is the refusal's, and an unknown event rule is named
+    lockstep = algorithms.Execution(reasons={"asynchronous": "it counts rounds"})
+    algorithms.register("lockstep_gossip", algorithms.gossip, execution=lockstep)
     try:
         with pytest.raises(ValueError, match=r"lockstep_gossip cannot run.*\(it counts rounds\)"):
             asynchronous.resolve_algorithm("lockstep_gossip")
-        with pytest.raises(ValueError, match="'hogwild' is not one of ad_psgd, async_gossip, async_sgp"):
-            asynchronous.resolve_algorithm("hogwild_gossip")
+        with pytest.raises(ValueError, match="rule='hogwild' is unknown; known: pairwise_averaging, stale_mixing"):
+            algorithms.AsyncForm("hogwild", rule="hogwild")
     finally:
         algorithms.unregister("lockstep_gossip")
-        algorithms.unregister("hogwild_gossip")
+    # a plug-in's own form of a known rule joins the registry's forms and runs; one name, one form
+    stale = algorithms.AsyncForm("stale_plugin", rule="stale_mixing")
+    algorithms.register("stale_gossip", algorithms.gossip, execution=algorithms.Execution(asynchronous=(stale,)))
+    try:
+        assert algorithms.ASYNC_FORMS["stale_plugin"] is stale and stale.weights == "receiver_stochastic"
+        assert asynchronous.resolve_algorithm("stale_gossip") is stale
+        with pytest.raises(ValueError, match="'stale_plugin' is registered by stale_gossip with rule='stale_mixing'"):
+            algorithms.register(
+                "other_gossip",
+                algorithms.gossip,
+                execution=algorithms.Execution(asynchronous=(algorithms.AsyncForm("stale_plugin", "delayed_push_sum"),)),
+            )
+    finally:
+        algorithms.unregister("stale_gossip")
+    assert "stale_plugin" not in algorithms.ASYNC_FORMS
 
 
 def test_bad_input(problem, x0):

@@ -117,7 +117,7 @@ def test_sweep_topologies_equals_individual_runs(name, topos, options, per_graph
     result = sweeps.sweep_topologies(
         name, topos, dim=dim, num_steps=steps, seeds=seeds, options=options, per_graph=per_graph
     )
-    if jg.algorithms.info(name).stackable:
+    if jg.algorithms.info(name).graph.stackable:
         assert len(result.groups) < len(topos)  # some graphs shared a compile
     else:
         assert result.groups == [[i] for i in range(len(topos))]

@@ -33,7 +33,7 @@ PUSH = ("push_sum", "sparse_push", "scsp")
 
 
 def _topology(name, n=8):
-    if jg.algorithms.info(name).tree:  # RelaySum needs a tree (metadata tree=True)
+    if jg.algorithms.info(name).graph.tree:  # RelaySum needs a tree (metadata tree=True)
         return jg.topology.binary_tree(n)
     return jg.topology.one_peer_exponential(n) if name in PUSH else jg.topology.ring(n)
 

@@ -214,7 +214,7 @@ FAST = ("gossip", "power_gossip")  # the others (choco's fused top-k, push-sum, 
 )
 def test_every_algorithm_trains_the_transformer_on_python_docs_by_source(alg_name):
     topo = jg.topology.one_peer_exponential(4) if alg_name in PUSH else jg.topology.ring(4)
-    if jg.algorithms.info(alg_name).tree:  # RelaySum needs a tree (metadata tree=True)
+    if jg.algorithms.info(alg_name).graph.tree:  # RelaySum needs a tree (metadata tree=True)
         topo = jg.topology.chain(4)
     alg = jg.algorithms.make(alg_name, topo, **with_trainer_options(alg_name, OPTIONS.get(alg_name, {})))
     ds = data.load_dataset("python_docs", context=16)

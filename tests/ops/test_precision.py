@@ -160,13 +160,13 @@ def test_bf16_messages_reach_consensus_keep_the_mean_and_cost_less(name, options
     res = jg.run_consensus(alg, x, 30, jax.random.key(4))
     ref = jg.run_consensus(base, x, 30, jax.random.key(4))
     assert np.all(np.isfinite(res.x)) and res.error[-1] < 0.05 * res.error[0]
-    if algorithms.info(name).mixing == "column_stochastic":
+    if algorithms.info(name).graph.mixing == "column_stochastic":
         kept = np.sum(np.asarray(res.x), 0), np.sum(np.asarray(x), 0)
     else:
         kept = np.mean(np.asarray(res.x), 0), np.mean(np.asarray(x), 0)
     # bfloat16 has 8 significant bits: the mean (mass) is kept to that rounding, not exactly; its
     # drift is at most one rounding (2^-8 of the largest value, per node for a sum) per round.
-    bound = 30 * 2.0**-8 * float(np.abs(x).max()) * (N if algorithms.info(name).mixing == "column_stochastic" else 1)
+    bound = 30 * 2.0**-8 * float(np.abs(x).max()) * (N if algorithms.info(name).graph.mixing == "column_stochastic" else 1)
     assert np.abs(kept[0] - kept[1]).max() <= bound
     # 16 bits per value: half the bits of a float32 message, a little more where indices or the
     # push-sum weight are part of it.

@@ -88,8 +88,8 @@ def _rows(out_dir):
 
 
 def _example_flags(name):
-    """The options the algorithm's metadata says its defaults need (``AlgorithmInfo.example_options``)."""
-    return [f"--algorithm_options.{key}={value}" for key, value in _info(name).example_options.items()]
+    """The options the algorithm's metadata says its defaults need (``TrainerHooks.example_options``)."""
+    return [f"--algorithm_options.{key}={value}" for key, value in _info(name).hooks.example_options.items()]
 
 
 def _train_argv(name, flags, graph, out_dir):

@@ -47,7 +47,7 @@ def test_the_resolved_async_form_resumes_an_auto_run(tmp_path, capsys):
     out = str(tmp_path / "async")
     flags = [*TINY_FLAGS, "--num_rounds=5", "--no-progress", "--execution=async", "--time.compute=0.01"]
     assert main(["train", *flags, "--out", out]) == 0
-    form = algorithms.resolve(TrainConfig().algorithm).asynchronous[0]  # what auto resolves to
+    form = algorithms.resolve(TrainConfig().algorithm).execution.form_names[0]  # what auto resolves to
     capsys.readouterr()
     assert main(["train", *flags, f"--async_form={form}", "--out", out]) == 0, capsys.readouterr().err
     assert f"resumed from {out}/checkpoint at round 5" in capsys.readouterr().out

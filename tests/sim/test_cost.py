@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import jaxgossip as jg
-from jaxgossip.algorithms.pair_tables import pair_tables
+from jaxgossip.algorithms import pair_tables
 from jaxgossip.sim import cost
 from jaxgossip.sim.cost import EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
 

@@ -264,9 +264,9 @@ def test_every_algorithm_runs_on_the_stochastic_graphs_it_accepts(name):
         result = jg.run_consensus(algorithms.make(name, topo, **OPTIONS.get(name, {})), x, 20, jax.random.key(4))
         assert np.all(np.isfinite(result.x)) and np.all(np.isfinite(result.error)), topo.name
         assert result.error[-1] < result.error[0], topo.name
-        if info.mixing == "column_stochastic":
+        if info.graph.mixing == "column_stochastic":
             np.testing.assert_allclose(np.sum(result.x, 0), np.sum(x, 0), atol=1e-4)
-        elif info.mixing != "any":
+        elif info.graph.mixing != "any":
             np.testing.assert_allclose(np.mean(result.x, 0), np.mean(x, 0), atol=1e-5)
 
 
@@ -411,7 +411,9 @@ def test_bad_input_is_refused_with_a_reason():
         algorithms.make("gossip", T.random_out(8, 2))
     with pytest.raises(ValueError, match="choco needs a static topology"):
         algorithms.make("choco", T.with_failures(T.schedule([T.ring(8), T.hypercube(8)]), 0.1))
-    algorithms.register("fixed_tables_only", algorithms.gossip, mixing="doubly_stochastic", replace=True)
+    algorithms.register(
+        "fixed_tables_only", algorithms.gossip, graph=algorithms.GraphNeeds(mixing="doubly_stochastic"), replace=True
+    )
     try:
         with pytest.raises(ValueError, match="stochastic_graphs='none'"):
             algorithms.make("fixed_tables_only", T.random_matching(8))

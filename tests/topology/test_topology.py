@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxgossip import topology as T
-from jaxgossip.algorithms.pair_tables import oriented_pairs
+from jaxgossip.algorithms import oriented_pairs
 
 SIZES = (3, 5, 6, 8, 12, 16)
 

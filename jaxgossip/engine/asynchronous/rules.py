@@ -11,30 +11,36 @@ modelled). Events are processed in time order (ties: lower node first, then lowe
 arriving at an event's time counts for it). A *round* is N events, as many local steps as one
 synchronous round.
 
-Algorithms (:data:`ALGORITHMS`), event e of node i at time t with gradient
-``g = grad f_i(.)`` at the model i read when its step started (right after its previous event):
+The event rules (:data:`~jaxgossip.types.ASYNC_RULES`) of the registered asynchronous forms
+(:data:`jaxgossip.algorithms.ASYNC_FORMS`, each declared next to the algorithm it is a form of),
+event e of node i at time t with gradient ``g = grad f_i(.)`` at the model i read when its step
+started (right after its previous event):
 
-* ``ad_psgd`` (Lian et al. 2018, Algorithm 1): with j a uniformly random out-neighbour,
-  atomically ``x_i, x_j <- (x_i + x_j) / 2``, then ``x_i <- x_i - lr g`` with g taken at
-  ``xhat_i``, i's model right after its previous event (others may have averaged with it since);
-  averaging is instantaneous. Pairwise averaging keeps the node mean.
-* ``async_gossip``: ``x_i <- W_ii x_i + sum_j W_ij c_ij - lr g(x_i)`` with ``c_ij`` the newest
-  version of j that has arrived at i (every node sends its new model to all out-neighbours
-  after each event; ``bits = 32 D``). Only node i moves, and from stale copies, so even with a
-  doubly stochastic W the node mean is not kept; with zero gradients the nodes still reach
-  consensus on a strongly connected graph (each update is a convex combination).
-* ``async_sgp`` (overlap SGP, Assran et al. 2019): each node holds ``(x_i, w_i)`` (w init 1);
-  ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it sends ``(p_ri x_i, p_ri w_i)`` to each
-  out-neighbour r (``P = W`` column stochastic, ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)``
-  and adds every message that arrived since its previous event. With zero gradients the sums
-  ``sum_i x_i + in flight`` and ``sum_i w_i + in flight`` are kept.
+* ``pairwise_averaging``, the form ``ad_psgd`` of gossip (Lian et al. 2018, Algorithm 1): with j
+  a uniformly random out-neighbour, atomically ``x_i, x_j <- (x_i + x_j) / 2``, then
+  ``x_i <- x_i - lr g`` with g taken at ``xhat_i``, i's model right after its previous event
+  (others may have averaged with it since); averaging is instantaneous. Pairwise averaging keeps
+  the node mean.
+* ``stale_mixing``, the form ``async_gossip`` of gossip: ``x_i <- W_ii x_i + sum_j W_ij c_ij -
+  lr g(x_i)`` with ``c_ij`` the newest version of j that has arrived at i (every node sends its
+  new model to all out-neighbours after each event; ``bits = 32 D``). Only node i moves, and from
+  stale copies, so even with a doubly stochastic W the node mean is not kept; with zero gradients
+  the nodes still reach consensus on a strongly connected graph (each update is a convex
+  combination).
+* ``delayed_push_sum``, the form ``async_sgp`` of push_sum (overlap SGP, Assran et al. 2019): each
+  node holds ``(x_i, w_i)`` (w init 1); ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it
+  sends ``(p_ri x_i, p_ri w_i)`` to each out-neighbour r (``P = W`` column stochastic,
+  ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)`` and adds every message that arrived since its
+  previous event. With zero gradients the sums ``sum_i x_i + in flight`` and
+  ``sum_i w_i + in flight`` are kept.
 
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
 the partners on the host), then every event's stale version or delayed messages and the waves
-are planned on the host (:mod:`jaxgossip.engine.asynchronous.waves`): each round's events are put on the
-earliest wave that keeps every dependency (read-after-write strictly later, write-after-read not
-earlier), so events that commute share a wave and the result is the sequential simulation's.
+are planned on the host (:mod:`~jaxgossip.engine.asynchronous.planning`,
+:mod:`~jaxgossip.engine.asynchronous.waves`): each round's events are put on the earliest wave
+that keeps every dependency (read-after-write strictly later, write-after-read not earlier), so
+events that commute share a wave and the result is the sequential simulation's.
 A ``lax.scan`` runs over the waves, each a vmapped gather, gradient and masked scatter over W
 fixed-width slots (padding slots write out of bounds and are dropped). The metrics are taken at
 the wave that ends each round (``lax.cond``). ``max_width=1`` runs one event per wave.
@@ -66,71 +72,20 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxgossip.checks import is_concrete
-from jaxgossip.engine.asynchronous import waves as async_waves
-from jaxgossip.sim import timing
+from jaxgossip.engine.asynchronous.planning import AsyncSchedule, WaveStats, plan_async, resolve_algorithm
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = [
-    "ALGORITHMS",
-    "AsyncSchedule",
-    "WaveStats",
     "AsyncResult",
     "ADPSGDState",
     "AsyncGossipState",
     "AsyncSGPState",
-    "resolve_algorithm",
-    "neighbor_table",
-    "step_durations",
-    "async_schedule",
-    "WaveTables",
-    "AsyncPlan",
-    "check_async_graph",
-    "plan_async",
-    "event_bits",
     "init_async_state",
     "make_wave",
-    "message_bits",
     "node_models",
     "run_async_optimization",
 ]
-
-ALGORITHMS = ("ad_psgd", "async_gossip", "async_sgp")
-
-
-class AsyncSchedule(NamedTuple):
-    """The first E events of a run in time order (NumPy arrays).
-
-    Attributes:
-      time: [E] float32 finish time of each event (seconds).
-      node: [E] int32 node that finishes a step.
-      partner: [E] int32 the neighbour it averages with (``ad_psgd``; the node itself otherwise).
-      step: [E] int32 which local step of ``node`` it is (0-based).
-    """
-
-    time: np.ndarray
-    node: np.ndarray
-    partner: np.ndarray
-    step: np.ndarray
-
-
-class WaveStats(NamedTuple):
-    """How the events were packed (:mod:`jaxgossip.engine.asynchronous.waves`).
-
-    Attributes:
-      num_waves: M, waves of the scan.
-      width: W, slots per wave (the widest wave).
-      mean_width: E / M, events per wave on average.
-      slots: S, versions kept per node (``async_gossip``: models; ``async_sgp``: sent
-        messages); 0 (``ad_psgd``).
-    """
-
-    num_waves: int
-    width: int
-    mean_width: float
-    slots: int
 
 
 class ADPSGDState(NamedTuple):
@@ -163,7 +118,7 @@ class AsyncResult(NamedTuple):
       schedule: :class:`AsyncSchedule` of the run's R N events.
       waves: :class:`WaveStats`.
       state: the final :class:`ADPSGDState`, :class:`AsyncGossipState` or :class:`AsyncSGPState`.
-      algorithm: which of :data:`ALGORITHMS` ran.
+      algorithm: the name of the asynchronous form that ran.
       in_flight: ``(x [D], w [])``, the sums of the messages sent but not yet added at the end
         (``async_sgp``), None otherwise.
     """
@@ -179,168 +134,10 @@ class AsyncResult(NamedTuple):
     in_flight: Any = None
 
 
-def resolve_algorithm(algorithm: str) -> str:
-    """The asynchronous algorithm (one of :data:`ALGORITHMS`) that ``algorithm`` names: one of
-    them, or a registered algorithm (or import path) whose metadata has an asynchronous form
-    (:attr:`jaxgossip.types.AlgorithmInfo.asynchronous`, the first one).
-
-    Raises:
-      ValueError: an unknown name, an algorithm without an asynchronous mode (the reason, from
-        :func:`jaxgossip.algorithms.check_execution`), or metadata naming no known one.
-    """
-    if algorithm in ALGORITHMS:
-        return algorithm
-    from jaxgossip import algorithms  # the registry imports much of the library; only needed here
-
-    try:
-        entry = algorithms.resolve(algorithm)
-    except ValueError as err:
-        raise ValueError(f"{err}; asynchronous algorithms: {', '.join(ALGORITHMS)}") from None
-    algorithms.check_execution(algorithm, entry, "async")
-    rule = entry.asynchronous[0]
-    if rule not in ALGORITHMS:
-        raise ValueError(
-            f"algorithm {algorithm!r} is registered with asynchronous={entry.asynchronous}; "
-            f"{rule!r} is not one of {', '.join(ALGORITHMS)}"
-        )
-    return rule
-
-
-def _graph(topology: Any, algorithm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The real edges ``(senders, receivers, weights)`` of the graph and the self weights ``[N]``.
-
-    Raises:
-      ValueError: a stochastic or time-varying graph; TypeError: a stack (traced tables).
-    """
-    if topology.stochastic:
-        raise ValueError(f"{algorithm} needs a fixed graph; {topology.name} is drawn every round")
-    if topology.period != 1:
-        raise ValueError(
-            f"{algorithm} needs a static graph (period T = 1): asynchronous nodes have no common "
-            f"round to switch graphs on; {topology.name} has T = {topology.period}"
-        )
-    if not topology.host_tables:
-        raise TypeError(f"{algorithm} plans its events on the host and needs a graph with host tables, not a stack")
-    s, r, w = (np.asarray(a)[0] for a in (topology.senders, topology.receivers, topology.weights))
-    n = topology.num_nodes
-    self_w = np.zeros(n, np.float64)
-    np.add.at(self_w, s[(s == r)], w[(s == r)])
-    real = (w != 0) & (s != r)
-    return s[real], r[real], w[real], self_w
-
-
-def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarray, np.ndarray]:
-    """``(table [N, Dmax] int32, degree [N] int32)``: each node's out-neighbours in the graph (real
-    edges: weight != 0, no self loop), ascending, padded with the node itself.
-
-    Raises:
-      ValueError: a stochastic or time-varying graph, or a node without out-neighbours.
-    """
-    s, r, _, _ = _graph(topology, algorithm)
-    n = topology.num_nodes
-    lists = [sorted(set(r[s == i].tolist())) for i in range(n)]
-    lonely = [i for i, nb in enumerate(lists) if not nb]
-    if lonely:
-        raise ValueError(f"node(s) {lonely} of {topology.name} have no out-neighbour to average with")
-    width = max(len(nb) for nb in lists)
-    table = np.array([nb + [i] * (width - len(nb)) for i, nb in enumerate(lists)], np.int32)
-    return table, np.array([len(nb) for nb in lists], np.int32)
-
-
-def _edge_delays(links: timing.Links, topology: Any, bits: float) -> dict[tuple[int, int], float]:
-    """(sender, receiver) -> seconds a message of ``bits`` takes on graph 0's real edges (serial
-    uplinks: the cumulative transfer of the sender's messages in ascending receiver order)."""
-    if links.kind != "graph":
-        raise ValueError(f"asynchronous runs need per-edge or per-node links on the graph, not {links.kind!r} links")
-    if np.shape(links.senders) != np.shape(topology.senders):
-        raise ValueError(
-            f"the time model's links have {np.shape(links.senders)} edges; the graph has {np.shape(topology.senders)}: "
-            "build the time model on the same topology"
-        )
-    s = np.asarray(topology.senders)[0]
-    r = np.asarray(topology.receivers)[0]
-    real = np.asarray(links.real)[0]
-    lat = np.asarray(links.latency, np.float64)[0]
-    bw = np.asarray(links.bandwidth, np.float64)[0]
-    delays: dict[tuple[int, int], float] = {}
-    for sender in range(topology.num_nodes):
-        edges = sorted((int(r[e]), e) for e in np.flatnonzero(real & (s == sender)))
-        sent = 0.0
-        for receiver, e in edges:
-            transfer = lat[e] + bits / bw[e]
-            sent = sent + transfer if links.mode == "serial" else transfer
-            delays[(sender, receiver)] = sent
-    return delays
-
-
-def _slot_table(pairs: list[list[tuple[int, float]]], n: int):
-    """``(table [N, K] int32 padded with the node, real [N, K], weight [N, K])`` from per-node
-    lists of (neighbour, weight)."""
-    width = max(1, max(len(p) for p in pairs))
-    table = np.array([[nb for nb, _ in p] + [i] * (width - len(p)) for i, p in enumerate(pairs)], np.int32)
-    real = np.array([[True] * len(p) + [False] * (width - len(p)) for p in pairs], bool)
-    weight = np.array([[w for _, w in p] + [0.0] * (width - len(p)) for p in pairs], np.float32)
-    return table.reshape(n, width), real.reshape(n, width), weight.reshape(n, width)
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _durations(compute, clock_key, n, num_steps):
-    key = jax.random.wrap_key_data(clock_key)
-    return jax.vmap(lambda k: timing.compute_seconds(compute, key, k, n))(jnp.arange(num_steps, dtype=jnp.int32))
-
-
-def step_durations(compute: timing.Compute, num_nodes: int, num_steps: int, key: PRNGKey) -> np.ndarray:
-    """``[K, N]`` float32 seconds of every node's first K = ``num_steps`` local steps in the run
-    with key ``key`` (:func:`jaxgossip.sim.timing.compute_seconds` with the clock's key), as the
-    schedule draws them."""
-    return np.asarray(_durations(compute, timing.init_clock(key).key, num_nodes, num_steps), np.float32)
-
-
-def async_schedule(
-    compute: timing.Compute, num_nodes: int, num_events: int, key: PRNGKey, table=None, degree=None
-) -> AsyncSchedule:
-    """The first ``num_events`` (E) events of the run with key ``key`` (module docstring), on the host.
-
-    Every node's first K step durations are drawn (K doubled from about 2 E / N until no node has
-    K events among the first E, so no later step can precede them; K <= E), summed in float32 in
-    step order, and sorted. With ``table, degree`` (:func:`neighbor_table`) each event gets its
-    AD-PSGD partner; otherwise the partner is the node itself.
-    """
-    n = num_nodes
-    steps = min(num_events, 2 * -(-num_events // n) + 16)
-    while True:
-        durations = step_durations(compute, n, steps, key)  # [K, N]
-        finish = np.cumsum(durations, axis=0, dtype=np.float32)  # sequential float32 sums
-        step_idx = np.repeat(np.arange(steps, dtype=np.int32), n)
-        node_idx = np.tile(np.arange(n, dtype=np.int32), steps)
-        flat = finish.reshape(-1)
-        order = np.lexsort((step_idx, node_idx, flat))[:num_events]
-        node = node_idx[order]
-        if steps == num_events or np.bincount(node, minlength=n).max() < steps:
-            break
-        steps = min(num_events, 2 * steps)
-    partner = node.copy()
-    if table is not None:
-        key_sched, _ = jax.random.split(key)
-        u = np.asarray(jax.random.uniform(key_sched, (num_events,)), np.float32)
-        deg = np.asarray(degree)[node]
-        slot = np.minimum(np.floor(u * deg.astype(np.float32)).astype(np.int32), deg - 1)
-        partner = np.asarray(table)[node, slot].astype(np.int32)
-    return AsyncSchedule(flat[order], node, partner, step_idx[order])
-
-
-class WaveTables(NamedTuple):
-    """Per-wave tables ([M, W, ...]) of the compiled scan; ``node`` pads with N (dropped)."""
-
-    event: Array  # [M, W] int32, 0 in padded slots (only the gradient key reads it)
-    node: Array  # [M, W] int32, N in padded slots
-    end: Array  # [M] bool, the wave ends a round
-    extra: Any  # rule-specific tables, [M, W, ...]
-
-
 def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n: int):
-    """The function ``state, opt, tables -> state, opt, loss`` of one wave of ``rule`` (one of
-    :data:`ALGORITHMS`, update rules in the module docstring with ``- lr g`` replaced by ``u``).
+    """The function ``state, opt, tables -> state, opt, loss`` of one wave of the event rule ``rule``
+    (one of :data:`~jaxgossip.types.ASYNC_RULES`, an :class:`~jaxgossip.types.AsyncForm`'s ``rule``;
+    update rules in the module docstring with ``- lr g`` replaced by ``u``).
 
     Args:
       value_and_grad: ``loss, g = value_and_grad(point [D], node, key)`` of one event (vmapped
@@ -363,7 +160,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         opt = jax.tree_util.tree_map(lambda a, r: a.at[i].set(r, mode="drop"), opt, rows)
         return u, opt, jnp.sum(jnp.where(i < n, loss, jnp.zeros_like(loss)))
 
-    def ad_psgd(state, opt, tab):
+    def pairwise_averaging(state, opt, tab):  # ad_psgd
         i, (j,) = tab.node, tab.extra
         gi, gj = jnp.minimum(i, n - 1), jnp.minimum(j, n - 1)
         u, opt, loss = step(opt, state.x_hat[gi], i, tab.event)
@@ -372,7 +169,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         x = state.x.at[j].set(avg, mode="drop").at[i].set(new, mode="drop")
         return ADPSGDState(x, state.x_hat.at[i].set(new, mode="drop")), opt, loss
 
-    def async_gossip(state, opt, tab):
+    def stale_mixing(state, opt, tab):  # async_gossip
         i = tab.node
         own, write, self_w, nbr, slot, weight = tab.extra
         gi = jnp.minimum(i, n - 1)
@@ -388,7 +185,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         state = AsyncGossipState(ring.reshape(state.history.shape), state.version.at[i].add(1, mode="drop"))
         return state, opt, loss
 
-    def async_sgp(state, opt, tab):
+    def delayed_push_sum(state, opt, tab):  # async_sgp
         i = tab.node
         write, self_p, sender, slot, p = tab.extra
         gi = jnp.minimum(i, n - 1)
@@ -411,21 +208,27 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         )
         return state, opt, loss
 
-    return {"ad_psgd": ad_psgd, "async_gossip": async_gossip, "async_sgp": async_sgp}[rule]
+    rules = {
+        "pairwise_averaging": pairwise_averaging,
+        "stale_mixing": stale_mixing,
+        "delayed_push_sum": delayed_push_sum,
+    }
+    return rules[rule]
 
 
 def node_models(rule: str, state: Any) -> Array:
-    """``[N, D]`` the models the nodes evaluate in ``state`` of ``rule`` (``x / w`` for
-    ``async_sgp``, each node's current version for ``async_gossip``, ``x`` for ``ad_psgd``)."""
+    """``[N, D]`` the models the nodes evaluate in ``state`` of the event rule ``rule`` (``x / w``
+    for ``delayed_push_sum``, each node's current version for ``stale_mixing``, ``x`` for
+    ``pairwise_averaging``)."""
     n = jax.tree_util.tree_leaves(state)[0].shape[0]
     return _models(rule, state, n)
 
 
 def _models(rule, state, n):
     """[N, D] the models the nodes evaluate."""
-    if rule == "ad_psgd":
+    if rule == "pairwise_averaging":
         return state.x
-    if rule == "async_gossip":
+    if rule == "stale_mixing":
         return state.history[jnp.arange(n), state.version % state.history.shape[1]]
     return state.x / state.w[:, None]
 
@@ -452,203 +255,13 @@ def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key):
     return state, metrics(state0), records
 
 
-def _check_topology_weights(topology, rule, s, r, w, self_w):
-    n = topology.num_nodes
-    if rule == "async_gossip":
-        sums = self_w + np.bincount(r, weights=w, minlength=n)
-        what = "each receiver's weights W_ij (self included) summing to 1, so every update is an average"
-    else:
-        sums = self_w + np.bincount(s, weights=w, minlength=n)
-        what = "column-stochastic weights (each sender's outgoing weights, self included, summing to 1)"
-    bad = np.flatnonzero(np.abs(sums - 1) > 1e-5)
-    if bad.size:
-        raise ValueError(
-            f"{rule} needs {what}; {topology.name} has sums {sums[bad[:3]].round(6).tolist()} "
-            f"at node(s) {bad[:3].tolist()}"
-        )
-
-
-class _HostPlan(NamedTuple):
-    plan: async_waves.Plan
-    extra: tuple  # per-event tables [E, ...] of the rule's wave
-    written: tuple  # which of them hold nodes written to (padded slots: N, dropped)
-    slots: int  # S (0 for ad_psgd)
-    flight: Any  # (sender, ring slot, weight) of the messages in flight at the end, or None
-
-
-def _neighbour_delays(topology, links, bits, pairs, incoming):
-    """``(table, real, weight, delay)`` slot tables ``[N, K]`` from per-node (neighbour, weight)
-    lists, with the link delay of each slot (from the neighbour when ``incoming``)."""
-    n = topology.num_nodes
-    delays = _edge_delays(links, topology, bits)
-    table, real, weight = _slot_table(pairs, n)
-    edge = (lambda i, j: (j, i)) if incoming else (lambda i, j: (i, j))
-    delay = np.array([[delays.get(edge(i, int(table[i, k])), 0.0) for k in range(table.shape[1])] for i in range(n)])
-    return table, real, weight, delay.astype(np.float32)
-
-
-def message_bits(rule: str, dim: int) -> float:
-    """Bits of one message of ``rule`` over D = ``dim`` float32 values: a model (``32 D``), with
-    ``async_sgp``'s push-sum weight (``32 D + 32``)."""
-    return 32.0 * dim + (32.0 if rule == "async_sgp" else 0.0)
-
-
-def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
-    """``[R, N]`` float64 bits each node sends in each round (N events) of ``plan``: an AD-PSGD
-    event swaps two models (node and partner send one each); otherwise the node sends one message
-    per out-neighbour."""
-    sched, n = plan.schedule, num_nodes
-    rounds = np.arange(sched.node.shape[0]) // n
-    out = np.zeros((int(rounds[-1]) + 1, n), np.float64)
-    per = message_bits(plan.rule, dim)
-    if plan.rule == "ad_psgd":
-        np.add.at(out, (rounds, sched.node), per)
-        np.add.at(out, (rounds, sched.partner), per)
-    else:
-        np.add.at(out, (rounds, sched.node), per * plan.out_degree[sched.node])
-    return out
-
-
-def _plan(rule, topology, sched, dim, links, max_width) -> _HostPlan:
-    """The waves and tables of the run (host)."""
-    n = topology.num_nodes
-    if rule == "ad_psgd":
-        level = async_waves.ad_psgd_levels(sched.node, sched.partner, n)
-        return _HostPlan(async_waves.pack_waves(level, n, max_width), (sched.partner,), (True,), 0, None)
-    s, r, w, self_w = _graph(topology, rule)
-    step, i = sched.step.astype(np.int64), sched.node
-    if rule == "async_gossip":
-        pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == node) for node in range(n)]
-        table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=True)
-        version, producer, slots = async_waves.read_versions(sched.time, i, table, real, delay, n)
-        level = async_waves.read_levels(i, table[i], real[i], producer, n)
-        extra = (step % slots, (step + 1) % slots, self_w[i], table[i], version % slots, weight[i])
-        return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 6, slots, None)
-    pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == node) for node in range(n)]
-    table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=False)
-    sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, delay, n)
-    due = async_waves.due_reads(i, sender, absorber, weight[i[sender], out_slot], n)
-    level = async_waves.read_levels(i, due.node, due.real, due.producer, n)
-    extra = ((step + 1) % due.slots, self_w[i], due.node, due.version % due.slots, due.weight)
-    m = due.pending
-    flight = (i[sender[m]], (step[sender[m]] + 1) % due.slots, weight[i[sender[m]], out_slot[m]])
-    return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 5, due.slots, flight)
-
-
-class AsyncPlan(NamedTuple):
-    """The host plan of a whole asynchronous run (:func:`plan_async`; R rounds, E = R N events).
-
-    Attributes:
-      rule: which of :data:`ALGORITHMS` runs.
-      schedule: :class:`AsyncSchedule` of the E events.
-      tables: :class:`WaveTables` of the M waves (NumPy, ``[M, W, ...]``).
-      waves: :class:`async_waves.Plan` (wave events, round ends, boundaries).
-      stats: :class:`WaveStats`.
-      slots: S, versions kept per node (0 for ``ad_psgd``).
-      flight: ``(sender [P], ring slot [P], weight [P])`` of the messages still in flight at the
-        end (``async_sgp``), None otherwise.
-      out_degree: [N] int, each node's real out-neighbours (the messages of one of its events).
-    """
-
-    rule: str
-    schedule: AsyncSchedule
-    tables: WaveTables
-    waves: async_waves.Plan
-    stats: WaveStats
-    slots: int
-    flight: Any
-    out_degree: np.ndarray
-
-
-def check_async_graph(algorithm: str, topology: Any) -> str:
-    """The asynchronous rule that ``algorithm`` names (:func:`resolve_algorithm`) after checking
-    that it can run on ``topology`` (a registered algorithm's own graph requirements, a fixed
-    static graph, AD-PSGD's out-neighbours, the weights the rule mixes or pushes with), before
-    anything is drawn.
-
-    Raises:
-      ValueError: naming the algorithm, the graph and the rule; TypeError: a graph stack.
-    """
-    rule = resolve_algorithm(algorithm)
-    if algorithm != rule:  # a registered algorithm: its own graph requirements hold too
-        from jaxgossip import algorithms
-
-        algorithms.check_graph(algorithm, algorithms.resolve(algorithm), topology)
-    if rule == "ad_psgd":
-        neighbor_table(topology, rule)
-    else:
-        _check_topology_weights(topology, rule, *_graph(topology, rule))
-    return rule
-
-
-def _split_time(topology: Any, time: Any) -> tuple[timing.Compute, timing.Links]:
-    if isinstance(time, timing.TimeModel):
-        if time.available is not None:
-            raise ValueError("asynchronous runs do not model availability (time.available); give None")
-        return time.compute, time.links
-    compute = timing.parse_compute(time)
-    return compute, timing.make_links(topology, timing.DEFAULT_LATENCY, timing.DEFAULT_BANDWIDTH)
-
-
-def plan_async(
-    topology: Any,
-    time: Any,
-    num_rounds: int,
-    key: PRNGKey,
-    algorithm: str,
-    dim: int,
-    max_width: int | None = None,
-) -> AsyncPlan:
-    """Draws the schedule of ``num_rounds`` (R) rounds of N events with ``key`` and plans its
-    waves on the host (:func:`check_async_graph` first); ``dim`` (D) prices the messages.
-
-    Args: as :func:`run_async_optimization` (``time`` a TimeModel, Compute or spec).
-
-    Raises:
-      ValueError: as :func:`run_async_optimization`.
-    """
-    rule = check_async_graph(algorithm, topology)
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
-        raise ValueError(f"num_rounds={num_rounds!r} must be a positive int")
-    if max_width is not None and (
-        isinstance(max_width, bool) or not isinstance(max_width, (int, np.integer)) or max_width < 1
-    ):
-        raise ValueError(f"max_width={max_width!r} must be None or a positive int")
-    if not is_concrete(key):
-        raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
-    n = topology.num_nodes
-    compute, links = _split_time(topology, time)
-    table = degree = None
-    if rule == "ad_psgd":
-        table, degree = neighbor_table(topology, rule)
-    num_events = int(num_rounds) * n
-    sched = async_schedule(compute, n, num_events, key, table, degree)
-    host = _plan(rule, topology, sched, dim, links, max_width)
-    plan = host.plan
-    valid = plan.events >= 0
-    ev = np.where(valid, plan.events, 0)
-    node = np.where(valid, sched.node[ev], n).astype(np.int32)
-    rows = []
-    for tab, writes_to in zip(host.extra, host.written):
-        row = tab[ev]
-        if writes_to:  # a padded slot's writes go to node N: dropped
-            row = np.where(valid.reshape(valid.shape + (1,) * (row.ndim - 2)), row, n)
-        rows.append(row.astype(np.float32 if row.dtype.kind == "f" else np.int32))
-    tables = WaveTables(ev.astype(np.int32), node, plan.round_end, tuple(rows))
-    stats = WaveStats(
-        int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], host.slots
-    )
-    s, r, _, _ = _graph(topology, rule)
-    out_degree = np.array([len(set(r[s == i].tolist())) for i in range(n)], np.int64)
-    return AsyncPlan(rule, sched, tables, plan, stats, int(host.slots), host.flight, out_degree)
-
-
 def init_async_state(rule: str, x0: Array, slots: int) -> Any:
-    """The state of ``rule`` at the start from models ``x0`` [N, D] (S = ``slots`` ring slots)."""
+    """The state of the event rule ``rule`` at the start from models ``x0`` [N, D] (S = ``slots``
+    ring slots)."""
     n, dim = x0.shape
-    if rule == "ad_psgd":
+    if rule == "pairwise_averaging":
         return ADPSGDState(x0, x0)
-    if rule == "async_gossip":
+    if rule == "stale_mixing":
         return AsyncGossipState(jnp.repeat(x0[:, None, :], slots, axis=1), jnp.zeros([n], jnp.int32))
     return AsyncSGPState(
         x0, jnp.ones([n], jnp.float32), jnp.zeros([n, slots, dim], jnp.float32), jnp.zeros([n, slots], jnp.float32)
@@ -681,9 +294,9 @@ def run_async_optimization(
         links, :data:`jaxgossip.sim.timing.DEFAULT_LATENCY` and ``DEFAULT_BANDWIDTH``).
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
-      algorithm: one of :data:`ALGORITHMS`, or a registered algorithm with an asynchronous form
-        (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``), whose graph
-        requirements (:func:`jaxgossip.algorithms.check_graph`) are checked too.
+      algorithm: an asynchronous form (:data:`jaxgossip.algorithms.ASYNC_FORMS`), or a registered
+        algorithm with one (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``),
+        whose graph requirements (:func:`jaxgossip.algorithms.check_graph`) are checked too.
       max_width: at most this many events per wave (None: no limit; 1: one event per scan step).
 
     Raises:
@@ -697,7 +310,8 @@ def run_async_optimization(
         raise ValueError(f"x0 must be [N, D] with N = {topology.num_nodes}; got shape {x0.shape}")
     n, dim = x0.shape
     async_plan = plan_async(topology, time, num_rounds, key, algorithm, dim, max_width)
-    rule, sched, plan, host_flight = async_plan.rule, async_plan.schedule, async_plan.waves, async_plan.flight
+    form, sched, plan, host_flight = async_plan.form, async_plan.schedule, async_plan.waves, async_plan.flight
+    rule = form.rule
     tables = async_plan.tables
     state0 = init_async_state(rule, x0, async_plan.slots)
     state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key)
@@ -715,6 +329,6 @@ def run_async_optimization(
         sched,
         async_plan.stats,
         state,
-        rule,
+        form.name,
         in_flight,
     )

@@ -48,7 +48,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jaxgossip.checks import is_concrete, positive_int
-from jaxgossip.engine.asynchronous import rules as asynchronous
+from jaxgossip.engine.asynchronous import planning, rules
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, batched_eval, cross_entropy_loss
 from jaxgossip.models.adapters import as_model_fns
 from jaxgossip.ops.mixing import consensus_distance, node_mean
@@ -167,11 +167,11 @@ def make_async_train(
     dim = int(flat0.shape[0])
 
     key_run = jax.random.split(key)[1]
-    plan = asynchronous.plan_async(topology, time, int(num_rounds), key_run, algorithm, dim, max_width)
-    rule = plan.rule
+    plan = planning.plan_async(topology, time, int(num_rounds), key_run, algorithm, dim, max_width)
+    rule = plan.form.rule
     start = np.r_[0, plan.waves.boundary + 1].astype(np.int32)
     times = np.r_[np.float32(0), plan.schedule.time.reshape(int(num_rounds), n)[:, -1]].astype(np.float32)
-    bits = np.cumsum(np.r_[np.zeros((1, n)), asynchronous.event_bits(plan, dim, n)], axis=0).astype(np.float32)
+    bits = np.cumsum(np.r_[np.zeros((1, n)), planning.event_bits(plan, dim, n)], axis=0).astype(np.float32)
     tables = AsyncTables(
         jax.tree_util.tree_map(jnp.asarray, plan.tables), jnp.asarray(start), jnp.asarray(times), jnp.asarray(bits)
     )
@@ -194,7 +194,7 @@ def make_async_train(
         return jax.vmap(one)(g, rows, points)
 
     def models(engine):
-        return jax.vmap(unravel)(asynchronous.node_models(rule, engine))
+        return jax.vmap(unravel)(rules.node_models(rule, engine))
 
     def init(key: PRNGKey) -> TrainState:
         key_init, key_run = jax.random.split(key)
@@ -209,7 +209,7 @@ def make_async_train(
             params=params,
             batch_stats={},
             opt_state=jax.vmap(optimizer.init)(params),
-            comm_state=asynchronous.init_async_state(rule, x0, plan.slots),
+            comm_state=rules.init_async_state(rule, x0, plan.slots),
             key=jax.random.key_data(key_run),
             round=jnp.zeros([], jnp.int32),
             bits=jnp.zeros([n], jnp.float32),
@@ -241,7 +241,7 @@ def make_async_train(
 
     def chunk_impl(state: TrainState, num_evals: int, tabs: AsyncTables) -> tuple[TrainState, Metrics]:
         key_grad = jax.random.split(jax.random.wrap_key_data(state.key))[1]
-        wave = asynchronous.make_wave(rule, value_and_grad, update, key_grad, n)
+        wave = rules.make_wave(rule, value_and_grad, update, key_grad, n)
 
         def one_round(carry, _):
             engine, opt, r = carry

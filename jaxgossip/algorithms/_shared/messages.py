@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.algorithms.common import CountState, per_round
-from jaxgossip.algorithms.registry import check_graph
+from jaxgossip.algorithms._shared.common import CountState, per_round
+from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits, per_node
 from jaxgossip.topology import Topology
 from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
@@ -120,7 +120,7 @@ def model_algorithm(topology: Topology, round_fn: Any, name: str, info: Algorith
         del state
         return params
 
-    return GossipAlgorithm(init_fn, step_fn, debias_fn, name, orderings=info.orderings)
+    return sign(GossipAlgorithm(init_fn, step_fn, debias_fn), name, info)
 
 
 def _acc(leaf: Array) -> Array:

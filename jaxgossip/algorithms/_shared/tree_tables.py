@@ -14,7 +14,7 @@ every node exactly once, over the unique path between them, so node i sums the v
 that of node j delayed by the tree distance. A count travels with each message (how many nodes'
 values it sums), so a node knows how many values have reached it and stands in for the others.
 
-:func:`require_tree` is the graph requirement ``AlgorithmInfo.tree``: it names the cycle, the
+:func:`require_tree` is the graph requirement ``GraphNeeds.tree``: it names the cycle, the
 disconnection or the missing reverse edge of a graph that is not an undirected tree. :func:`relay`
 is one RelaySum round on these tables (Vogels et al., NeurIPS 2021, arXiv:2110.04175).
 """
@@ -44,7 +44,8 @@ __all__ = [
     "edge_zeros",
     "relay_bits",
     "COUNT_BITS",
-    "RELAY_REASONS",
+    "RELAY_GRAPH_REASONS",
+    "RELAY_RECEIVE_REASONS",
 ]
 
 COUNT_BITS = 32  # the count sent with each relayed message, an int32
@@ -181,12 +182,15 @@ def relay_bits(topology: Topology, params: Params) -> Array:
     return degree * float(leaf_bits(params) + COUNT_BITS)
 
 
-#: Why the relay algorithms need what their metadata says (``AlgorithmInfo.reasons``).
-RELAY_REASONS = {
+#: Why the relay algorithms need the graphs their metadata says (``GraphNeeds.reasons``).
+RELAY_GRAPH_REASONS = {
     "tree": "RelaySum relays every value along the unique path between two nodes; on a cycle a value "
     "would come back and be counted again",
     "time_varying": "its per-edge messages and counts belong to the fixed links of one tree",
     "stochastic_graphs": "a link that fails loses the relayed sums of a whole subtree",
     "stackable": "it builds the tree's directed-edge tables on the host",
+}
+#: Why the relay algorithms cannot be attacked (``TrainerHooks.reasons``).
+RELAY_RECEIVE_REASONS = {
     "receive": "its messages are relayed sums over subtrees with counts, not a node's own model",
 }
