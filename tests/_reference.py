@@ -303,7 +303,7 @@ def np_sparse_push(topo, x0, rounds, gamma, fraction, mode="per_graph", tau=None
 
 
 # ---------------------------------------------------------------- ResNet-20 shapes
-# docs/algorithms.md, section training recipes and models
+# docs/training.md, section training recipes and models
 
 # Choco variant with 1x1-conv downsample: 22 matrices (conv kernels viewed as [out, in * kh * kw])
 # holding 270,896 parameters and 43 vectors holding 1,578: 21 batch norms (after conv1; 2 per block

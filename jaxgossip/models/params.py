@@ -60,7 +60,7 @@ def matrix_shapes(params: Any, layout: str = "flax") -> list[tuple[int, int]]:
     Args:
       params: one node's parameter pytree (not stacked).
       layout: "flax" (default) uses the `as_matrix` view, (F, C_in * kh * kw), which matches the
-        PyTorch shapes of docs/algorithms.md, section training recipes and models
+        PyTorch shapes of docs/training.md, section training recipes and models
         (ResNet-20: sum m = 794, sum n = 5755); "raw" uses
         (shape[0], -1) on the flax array as stored.
 
