@@ -48,7 +48,7 @@ def jsonable(value, digits: int | None = 4):
 
 def resnet20_shapes(num_classes: int = 10) -> dict:
     """Per-node shapes of ResNet-20 (CIFAR; 1x1-conv + BN shortcut on the downsampling blocks) in
-    flax layout: 65 tensors, 272,474 parameters (docs/algorithms.md, section training recipes and models)."""
+    flax layout: 65 tensors, 272,474 parameters (docs/training.md, section training recipes and models)."""
     tree = {"conv1": {"kernel": (3, 3, 3, 16)}, "bn1": {"scale": (16,), "bias": (16,)}}
     c_in = 16
     for stage, width in enumerate((16, 32, 64), start=1):

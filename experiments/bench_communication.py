@@ -2,7 +2,7 @@
 
 For N in {16, 64, 256} nodes and two parameter pytrees,
 
-(a) ResNet-20 shaped (docs/algorithms.md, section training recipes and models; flax layout: conv kernels
+(a) ResNet-20 shaped (docs/training.md, section training recipes and models; flax layout: conv kernels
 (kh, kw, C_in, C_out), dense
     (64, 10), BatchNorm scale/bias and the dense bias as 1-D leaves; 272 474 parameters per node),
 (b) one leaf of 1e6 parameters per node, held as a 1000 x 1000 matrix (a 1-D leaf is gossiped

@@ -1,7 +1,7 @@
 """Consensus on directed and time-varying graphs: push-sum, Sparse-Push and SCSP.
 
 Communication only (no gradients). 16 nodes, each holding one 50 x 50 N(0, 1) matrix (the
-PowerGossip consensus data (docs/algorithms.md, section consensus study settings) shrunk from 100 x 100
+PowerGossip consensus data (docs/training.md, section consensus study settings) shrunk from 100 x 100
 so that the top-k sweeps fit
 the shared 2-core CPU; ``--dim 100`` restores it). The error is that of the *debiased*
 models, ``(1/N) sum_i ||x_i / w_i - mean(x0)||_F^2`` (``jaxgossip.consensus_scan``), against

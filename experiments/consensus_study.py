@@ -1,6 +1,6 @@
 """Consensus study of the PowerGossip paper: 8-ring, one 100 x 100 N(0, 1) matrix per worker.
 
-The setting of docs/algorithms.md, section consensus study settings (Vogels, Karimireddy, Jaggi, NeurIPS 2020,
+The setting of docs/training.md, section consensus study settings (Vogels, Karimireddy, Jaggi, NeurIPS 2020,
 arXiv:2008.01425, "random" consensus experiment): 8 workers on a ring with uniform weights 1/3,
 each holding one 100 x 100 matrix with i.i.d. N(0, 1) entries, communication only (no gradients),
 error ``(1/N) sum_i ||X_i - mean(X)||_F^2`` after every round, plotted against rounds and bits.

@@ -1,10 +1,10 @@
 """CPU-sized paper reproductions: every variant of the PowerGossip and Sparse-Push studies, K seeds.
 
 Runs the CPU-sized configs ``experiments/configs/powergossip_cpu.py`` (10 variants of the
-PowerGossip CIFAR-10 table; docs/algorithms.md, section training recipes and models) and
+PowerGossip CIFAR-10 table; docs/training.md, section training recipes and models) and
 ``experiments/configs/sparsepush_cpu.py``
 (push-sum, Sparse-Push 1 % / 0.1 %, SCSP on IID, skew 0.8 and Dirichlet(0.1) partitions;
-docs/algorithms.md, section training recipes and models) through :func:`jaxgossip.run.runner.run_training`,
+docs/training.md, section training recipes and models) through :func:`jaxgossip.run.runner.run_training`,
 and writes per study
 
 * ``table.md``: accuracy of the averaged model (mean +- sample std over seeds), mean node accuracy,

@@ -1,7 +1,8 @@
-"""Shared test helpers: NumPy references of the update and bit rules, input builders and tree
-comparisons. Every reference is written from the equations in docs/algorithms.md with explicit
-loops (float64), independent of the library's kernels; the tests import from here instead of
-keeping private copies (``tests/`` is on ``sys.path`` through pytest's rootdir conftest)."""
+"""Shared test helpers: NumPy references of the update and bit rules, input builders, tree
+comparisons and the command-line helpers (in-process and subprocess runs, one-line refusals). Every
+reference is written from the equations in docs/algorithms.md with explicit loops (float64),
+independent of the library's kernels; the tests import from here instead of keeping private copies
+(``tests/`` is on ``sys.path`` through pytest's rootdir conftest)."""
 
 import functools
 import importlib.util
@@ -303,7 +304,7 @@ def np_sparse_push(topo, x0, rounds, gamma, fraction, mode="per_graph", tau=None
 
 
 # ---------------------------------------------------------------- ResNet-20 shapes
-# docs/algorithms.md, section training recipes and models
+# docs/training.md, section training recipes and models
 
 # Choco variant with 1x1-conv downsample: 22 matrices (conv kernels viewed as [out, in * kh * kw])
 # holding 270,896 parameters and 43 vectors holding 1,578: 21 batch norms (after conv1; 2 per block
@@ -449,6 +450,68 @@ def start_cli(command: str, argv, out, env):
         text=True,
         env=env,
     )
+
+
+def run_cli(*argv, env=None):
+    """``python -m jaxgossip.cli ARGV`` as a subprocess compiling like the in-process tests
+    (:func:`fast_compile_env` of ``env``); returns ``(exit status, stdout, stderr)``."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxgossip.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=fast_compile_env(env),
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_refused(rc, stderr, *parts):
+    """Exit 2, no traceback, and one error line holding every one of ``parts``; returns that line."""
+    assert rc == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, stderr
+    for part in parts:
+        assert part in errors[0], errors[0]
+    return errors[0]
+
+
+def run_main(capsys, *argv):
+    """``jaxgossip ARGV`` in-process: ``(exit status, stdout, stderr)``."""
+    from jaxgossip.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(capsys) -> str:
+    """What an in-process ``main`` wrote to stderr, checked to be one line, without its newline."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line
+    return err.strip()
+
+
+def assert_finite(value, what):
+    """``value`` is a finite Python number (``what`` names it in the failure)."""
+    assert isinstance(value, (int, float)) and math.isfinite(value), (what, value)
+
+
+def file_hashes(folder) -> dict:
+    """SHA-256 of every file under ``folder``, keyed by its path relative to ``folder``."""
+    import hashlib
+    import os
+
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
 
 
 def readme_plugin() -> str:

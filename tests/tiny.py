@@ -33,3 +33,6 @@ TINY_FLAGS = [
     "--eval_size=128",
     "--eval_chunk=64",
 ]
+
+# Choco with top-k compression, the flags of the refusal tests on compressor options.
+CHOCO_TOP_K = ["--algorithm=choco", "--algorithm_options.compressor=top_k"]

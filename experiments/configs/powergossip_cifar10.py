@@ -1,4 +1,4 @@
-"""PowerGossip CIFAR-10 recipe (docs/algorithms.md, section training recipes and models):
+"""PowerGossip CIFAR-10 recipe (docs/training.md, section training recipes and models):
 ResNet-20 on the 8-ring, one variant per row of the reference's table.
 
 The reference setup ("meant to be equivalent to the setup in the Choco DL paper"): 8 workers on the
@@ -35,7 +35,7 @@ pg_i2_random         PowerGossip rank 1, 2 iterations, random        11.3   1.30
 tensors uncompressed with rate ``vector_gamma = 1`` (the reference quirk;
 docs/algorithms.md, section power_gossip).
 Choco top-k counts 64-bit indices as the EPFL code does, so its MB/epoch can be compared with
-docs/algorithms.md, section training recipes and models (3.23 MB/epoch/worker).
+docs/training.md, section training recipes and models (3.23 MB/epoch/worker).
 
 Data: ``dataset="cifar10"`` needs the CIFAR-10 *python* tarball ``cifar-10-python.tar.gz`` (or a
 tfds-prepared copy) in ``--data_dir`` (or ``data_dir/downloads/manual``); nothing is downloaded.

@@ -9,7 +9,7 @@ offline set), a small CNN (two conv stages of 16 and 32 channels), batch 32 per 
 augmentation, 720 rounds = 3.07 epochs (8 x 32 = 256 images per round).
 
 The peak learning rate is ``BASE_LR x F / 11.3``: the CIFAR factors F of
-docs/algorithms.md, section training recipes and models, relative
+docs/training.md, section training recipes and models, relative
 to the all-reduce / D-SGD value, so that the variants keep the reference's ratios (DeepSqueeze
 runs at 4.8 / 11.3 of the D-SGD rate, tuned Choco-sign at 16 / 11.3). The gammas are the CIFAR
 ones, not re-tuned for this model.

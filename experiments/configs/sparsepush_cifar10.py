@@ -1,8 +1,8 @@
-"""Sparse-Push / SCSP CIFAR-10 recipe (docs/algorithms.md, section training recipes and models):
+"""Sparse-Push / SCSP CIFAR-10 recipe (docs/training.md, section training recipes and models):
 push-sum (SGP) vs Sparse-Push
 vs Skew-Compensated Sparse-Push on a directed time-varying graph, IID and non-IID.
 
-Recipe of the first author's Nov-2021 code (docs/algorithms.md, section training recipes and models):
+Recipe of the first author's Nov-2021 code (docs/training.md, section training recipes and models):
 batch 32 per worker, Nesterov
 momentum 0.9, weight decay 1e-4 on all parameters, peak learning rate 0.1 with one epoch of warm-up
 from 0.01, 200 epochs; ResNet-20: x0.1 at epochs 100 and 150; VGG-11: x0.5 at epochs 30, 60, 90,
@@ -36,7 +36,7 @@ partition is an override because it does not change any round count:
 * method: ``push_sum`` (SGP, uncompressed), ``sparse_push_1pct``, ``sparse_push_0p1pct``, ``scsp``
   (1 %, compensation on, final merge);
 * partition: ``--partition=iid`` (default), ``--partition=skew:0.8`` (the author's non-IID skew;
-  docs/algorithms.md, section partitioners) or ``--partition=dirichlet:0.1``.
+  docs/training.md, section partitioners) or ``--partition=dirichlet:0.1``.
 
 Data: ``dataset="cifar10"`` needs the CIFAR-10 *python* tarball ``cifar-10-python.tar.gz`` (or a
 tfds-prepared copy) in ``--data_dir`` (or ``data_dir/downloads/manual``); nothing is downloaded.

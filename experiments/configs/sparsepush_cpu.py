@@ -8,7 +8,7 @@ embedded offline set), a small CNN (16 and 32 channels), batch 32 per worker, no
 720 rounds = 3.07 epochs.
 
 The partitions of the study are IID, the author's label skew 0.8 (``skew:0.8``;
-docs/algorithms.md, section partitioners)
+docs/training.md, section partitioners)
 and Dirichlet(0.1) (``dirichlet:0.1``); pick one with ``--partition=...``.
 
 Gammas: NOT the CIFAR ones. The recipe's gamma = 0.01 at 1 % (0.001 at 0.1 %) is meant for

@@ -24,7 +24,7 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
     twice that).
 
     The graph is ignored, stochastic graphs and their failures included: the all-reduce is the
-    reliable centralised reference line of a failure study (docs/algorithms.md, section stochastic
+    reliable centralised reference line of a failure study (docs/topologies.md, section stochastic
     graphs).
 
     Args:

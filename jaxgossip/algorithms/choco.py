@@ -113,7 +113,7 @@ def choco(
     copies and bits, ``x`` and ``s`` equal to float32 round-off (``JAXGOSSIP_FUSED=0`` keeps the
     XLA formulation below).
 
-    Failures (``with_failures`` of a static graph W, drawn W(t) per round; docs/algorithms.md,
+    Failures (``with_failures`` of a static graph W, drawn W(t) per round; docs/topologies.md,
     section stochastic graphs): the public copies must stay identical at every holder, so the
     compressed update ``q_j`` is delivered to all of j's neighbours in W (and charged to each), and
     a failed link only leaves the *averaging* of that round: ``x_i += gamma (sum_j W(t)_ij x_hat_j

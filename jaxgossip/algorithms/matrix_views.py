@@ -120,7 +120,7 @@ def matrix_shapes(params: Any, view: str = "flax_kernel") -> list[tuple[int, int
     Args:
       params: one node's parameter pytree (not stacked).
       view: one of :data:`MATRIX_VIEWS`; ``"flax_kernel"`` gives the PyTorch shapes of
-        docs/algorithms.md, section training recipes and models (ResNet-20: sum m = 794,
+        docs/training.md, section training recipes and models (ResNet-20: sum m = 794,
         sum n = 5755).
 
     Returns:

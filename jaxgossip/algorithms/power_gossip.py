@@ -402,7 +402,7 @@ def power_gossip(
     memory-lean kernel and the ``flax_kernel`` view are explained in docs/algorithms.md, section
     power_gossip.
 
-    Failures (``with_failures`` of an undirected graph; docs/algorithms.md, section stochastic
+    Failures (``with_failures`` of an undirected graph; docs/topologies.md, section stochastic
     graphs): a pair that fails in a round (link down, or an endpoint down) simply skips it: no
     update of either endpoint, no bits, and its U, V keep their warm start for the next round the
     pair is up. The 1-D leaves are gossiped with the repaired W(t). The per-pair state needs a fixed
@@ -525,6 +525,6 @@ INFO = AlgorithmInfo(
         relaxation_gamma=True,
     ),
     # Flax kernels are (kh, kw, C_in, F): view them as PyTorch's (F, C_in kh kw) matrices, as
-    # the reference compresses them (docs/algorithms.md, section training recipes and models).
+    # the reference compresses them (docs/training.md, section training recipes and models).
     hooks=TrainerHooks(trainer_options={"matrix_view": "flax_kernel"}),
 )

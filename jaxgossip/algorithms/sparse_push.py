@@ -138,7 +138,7 @@ def compressed_push_sum(
     float32 round-off apart); the XLA formulation below serves every other case and platform.
 
     On ``with_failures`` of a fixed graph (round t: the repaired W(t) of the support's graph p) the
-    copies stay consistent as in Choco (docs/algorithms.md, section stochastic graphs): ``q_j`` (and
+    copies stay consistent as in Choco (docs/topologies.md, section stochastic graphs): ``q_j`` (and
     ``w_j``) reach all of j's out-neighbours in the support and are charged, a down node sends
     ``q_j = 0`` and nothing is charged, and the averaging uses the repaired W(t) on the copies,
     ``x_i += gamma (sum_j W(t)_ij x_hat_j^(p) - x_hat_i^(p))``, ``w_i += gamma (sum_j W(t)_ij w_j - w_i)``

@@ -1,4 +1,4 @@
-"""Seeded partitioners that split a labelled dataset over N nodes (docs/algorithms.md, section partitioners).
+"""Seeded partitioners that split a labelled dataset over N nodes (docs/training.md, section partitioners).
 
 Every partitioner takes the label vector ``labels [M]`` and returns a list of N
 int64 index arrays (each sorted ascending). The parts are disjoint and cover
@@ -89,7 +89,7 @@ def dirichlet(
     min_fraction: float = 0.5,
     max_tries: int = 1000,
 ) -> list[np.ndarray]:
-    """Dirichlet label skew with the QGM/Aketi conventions (docs/algorithms.md, section partitioners).
+    """Dirichlet label skew with the QGM/Aketi conventions (docs/training.md, section partitioners).
 
     The shuffled data is cut into contiguous slices, one per group of at most
     ``group_size`` workers (slice size proportional to the group's worker
@@ -188,7 +188,7 @@ def dirichlet(
 
 
 def shards(labels, num_nodes: int, per_node: int, *, seed: int = 0) -> list[np.ndarray]:
-    """Label-sorted shards (McMahan et al., 2017; docs/algorithms.md, section partitioners).
+    """Label-sorted shards (McMahan et al., 2017; docs/training.md, section partitioners).
 
     Sorts the indices by label (ties in seeded random order), cuts them into
     ``per_node * N`` contiguous shards (sizes differ by at most one, so every
@@ -224,7 +224,7 @@ def shards(labels, num_nodes: int, per_node: int, *, seed: int = 0) -> list[np.n
 
 
 def skew(labels, num_nodes: int, s: float, *, seed: int = 0) -> list[np.ndarray]:
-    """Aketi et al.'s label skew ``s`` in [0, 1] (docs/algorithms.md, section partitioners).
+    """Aketi et al.'s label skew ``s`` in [0, 1] (docs/training.md, section partitioners).
 
     Indices are grouped by label in increasing label order (seeded random
     order within a class). For each class the first ``int(s * |class|)``

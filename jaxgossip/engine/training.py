@@ -5,7 +5,7 @@ A run is ``R = num_rounds`` rounds. In every round each of the N nodes takes ``H
 local optimizer steps, each on a fresh batch of B samples from its own shard (local SGD, Stich,
 ICLR 2019), with the gradient at its *debiased* local iterate ``z_i = debias(y)_i`` (``y_i / w_i``
 for push-sum methods, ``y_i`` otherwise); then the communication algorithm runs one round. The
-orderings are those of :mod:`jaxgossip.engine.optimization` (docs/algorithms.md, section orderings). With
+orderings are those of :mod:`jaxgossip.engine.optimization` (docs/training.md, section orderings). With
 ``u^{k,h} = opt(g(debias(y^{k,h-1})))`` the update of local step h of round k and
 ``y^{k,0} = x^k``:
 

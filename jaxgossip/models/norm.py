@@ -2,7 +2,7 @@
 
 `norm="batch"`: `flax.linen.BatchNorm`. Its learnable `scale`/`bias` [C] are ordinary parameters
 (1-D leaves, gossiped uncompressed by PowerGossip;
-docs/algorithms.md, section training recipes and models). Its running `mean`/`var` [C]
+docs/training.md, section training recipes and models). Its running `mean`/`var` [C]
 live in the separate `batch_stats` collection. With N stacked workers that collection is stacked
 too (leaves [N, C]) and is NODE-LOCAL: the batch statistics of node i are computed from node i's
 batch only (no `axis_name`, so `vmap` over nodes never reduces across nodes), and jaxgossip never

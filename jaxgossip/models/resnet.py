@@ -6,7 +6,7 @@ global average pooling and a linear classifier; depth = 6n + 2. The paper's para
 shortcut ("option A") is replaced here, as in the Choco-SGD (Koloskova et al., ICLR 2020) and
 PowerGossip code, by a projection shortcut (1x1 conv, stride 2, no bias, then BatchNorm) in the
 first block of stages 2 and 3. Convolutions have no bias. With 10 classes ResNet-20 has exactly
-272,474 trainable parameters (65 tensors; docs/algorithms.md, section training recipes and models) and
+272,474 trainable parameters (65 tensors; docs/training.md, section training recipes and models) and
 ResNet-110 has 1,730,714.
 
 Padding is PyTorch-style (1 on every side for 3x3 convs, 0 for 1x1), so a stride-2 3x3 conv sees

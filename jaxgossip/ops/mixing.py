@@ -374,7 +374,7 @@ def consensus_distance(x: Params, target: Params | None = None) -> Array:
     Args:
       x: pytree of leaves ``[N, ...]``.
       target: pytree of leaves ``[...]``; defaults to the node mean of ``x`` (consensus distance
-        Xi^2 of docs/algorithms.md, section topologies and spectral tools).
+        Xi^2 of docs/topologies.md, section topologies and spectral tools).
     """
     if target is None:
         target = node_mean(x)

@@ -304,7 +304,7 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     * ``optimizer="sgd"`` (default): ``add_decayed_weights(weight_decay, mask)`` (weight decay added
       to the gradient, as PyTorch's SGD does; omitted when 0), then
       ``sgd(schedule, momentum or None, nesterov and momentum > 0)`` — the paper recipes of
-      docs/algorithms.md, section training recipes and models;
+      docs/training.md, section training recipes and models;
     * ``optimizer="adam"``: ``add_decayed_weights(weight_decay, mask)`` (L2, PyTorch's Adam), then
       ``adam(schedule, b1, b2, eps)``;
     * ``optimizer="adamw"``: ``adamw(schedule, b1, b2, eps, weight_decay, mask)`` (decoupled decay,
@@ -318,7 +318,7 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     masks = {
         "all": None,
         "no_1d": lambda params: jax.tree_util.tree_map(lambda p: p.ndim > 1, params),
-        # The BN exclusion of the PowerGossip recipe (docs/algorithms.md, section training recipes and
+        # The BN exclusion of the PowerGossip recipe (docs/training.md, section training recipes and
         # models): no decay on the scale and bias of normalization layers (named bn*/norm* in jaxgossip.models).
         "no_norm": lambda params: jax.tree_util.tree_map_with_path(
             lambda path, p: not any(_is_norm_key(k) for k in path), params

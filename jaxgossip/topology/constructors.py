@@ -1,6 +1,6 @@
 """Graph constructors: the paper topologies, graphs from adjacency or mixing matrices, schedules.
 
-Weights follow docs/algorithms.md, section topologies and spectral tools: uniform weights on
+Weights follow docs/topologies.md, section topologies and spectral tools: uniform weights on
 regular graphs, Metropolis-Hastings weights on irregular undirected graphs, and column-stochastic
 weights (each sender splits its mass over itself and its out-neighbours) for push-sum.
 Every constructor checks its arguments and the connectivity of the graph (ValueError / TypeError

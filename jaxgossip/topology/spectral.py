@@ -30,7 +30,7 @@ _EIGSH_FROM = 256
 def spectral_gap(topo: Topology) -> float:
     """``1 - |lambda_2(W)|``, with ``|lambda_2|`` the second-largest eigenvalue magnitude.
 
-    This is the Koloskova et al. (ICML 2019) convention delta (docs/algorithms.md, section
+    This is the Koloskova et al. (ICML 2019) convention delta (docs/topologies.md, section
     topologies and spectral tools). For a time-varying topology the per-round gap of one period is returned,
     ``1 - |lambda_2(W(T-1) ... W(0))|^(1/T)``, which is 1 when a period averages exactly.
 
@@ -124,7 +124,7 @@ def optimal_gamma(topo: Topology) -> float:
     """Over-relaxation ``gamma* = 2 / ((1 - lambda_2) + (1 - lambda_N))`` for ``I + gamma (W - I)``.
 
     Balances the two extreme non-unit eigenvalues of a static symmetric W (8-ring: 1.3084;
-    docs/algorithms.md, section topologies and spectral tools).
+    docs/topologies.md, section topologies and spectral tools).
 
     Raises:
       ValueError: for time-varying or non-symmetric W.

@@ -17,7 +17,7 @@ the runner hands to the algorithm (the round driver's key schedule,
 :func:`jaxgossip.engine.rounds.next_keys`), folded with a fixed stream id: the graph sequence is a pure
 function of the run key, the same key gives the same sequence, and a resumed run draws the same
 graphs. Which algorithms accept which stochastic graph is their metadata
-(:attr:`jaxgossip.types.GraphNeeds.stochastic_graphs`); docs/algorithms.md, section stochastic
+(:attr:`jaxgossip.types.GraphNeeds.stochastic_graphs`); docs/topologies.md,md, section stochastic
 graphs, explains the choices (public copies, PowerGossip's per-edge state, bits).
 """
 

@@ -42,7 +42,7 @@ KWARGS = {
     # theta bounds the spread of the suite's N(0, 1) models (max |x_i - x_j| about 6).
     "moniqua": {"theta": 8.0, "bits": 8, "gamma": 0.5},
     # The suite's N(0, 1) models lie within 100 of each other: nothing is clipped, ClippedGossip is
-    # gossip here (its clipping is checked in tests/algorithms/test_robust.py); trim=0 is the neighbourhood mean.
+    # gossip here (its clipping is checked in tests/algorithms/test_clipped_gossip.py); trim=0 is the neighbourhood mean.
     "clipped_gossip": {"tau": 100.0},
     "trimmed_mean": {"trim": 0},
 }

@@ -1,6 +1,6 @@
 """Tests for jaxgossip.algorithms.choco (Choco-Gossip): a per-node NumPy reference, the reduction to
 gossip, mean preservation, convergence, validation, and the ResNet-20 traffic table of
-docs/algorithms.md (section training recipes and models; its gossip and DeepSqueeze rows included).
+docs/training.md (section training recipes and models; its gossip and DeepSqueeze rows included).
 DeepSqueeze's own tests: test_deepsqueeze.py; the validation both share: _reference.py."""
 
 import math
@@ -163,7 +163,7 @@ def test_gamma_is_sweepable_under_vmap():
 
 
 # ---------------------------------------------------------------- ResNet-20 traffic
-# docs/algorithms.md, section training recipes and models
+# docs/training.md, section training recipes and models
 
 
 def test_resnet20_tree_has_the_reference_sizes():

@@ -276,7 +276,7 @@ def test_converges_to_mean(rng, topo):
     assert np.all(np.diff(result.bits) > 0)
 
 
-# ---- bit accounting: ResNet-20 shapes on the 8-ring (docs/algorithms.md, training recipes) -------
+# ---- bit accounting: ResNet-20 shapes on the 8-ring (docs/training.md, training recipes) -------
 
 
 def test_resnet20_shapes():

@@ -11,11 +11,10 @@ import sys
 
 import pytest
 import yaml
-from _reference import start_cli
+from _reference import run_main, start_cli
 from tiny import TINY_FLAGS
 
 from jaxgossip import algorithms, compress, data, models
-from jaxgossip.cli import main
 from jaxgossip.cli.consensus import ConsensusConfig
 from jaxgossip.cli.sweep import SweepOptions
 from jaxgossip.cli.topology_sweep import TopologySweepOptions
@@ -43,21 +42,15 @@ REQUIRED = {"topology-sweep": ["--topologies=ring"]}
 TINY = TINY_FLAGS  # tests/tiny.py's config as flags
 
 
-def _main(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _resolved(capsys, command, *argv) -> dict:
-    code, out, err = _main(capsys, command, *REQUIRED.get(command, []), *argv, "--print-config")
+    code, out, err = run_main(capsys, command, *REQUIRED.get(command, []), *argv, "--print-config")
     assert code == 0, err
     return yaml.safe_load(out)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_lists_every_field_with_type_default_and_allowed_values(command, capsys):
-    code, out, _ = _main(capsys, command, "--help")
+    code, out, _ = run_main(capsys, command, "--help")
     assert code == 0
     for field in FIELDS[command] + COST[command] + ["config", "out", "print-config"]:
         assert f"--{field} " in out or f"--{field}\n" in out, field
@@ -74,9 +67,9 @@ def test_help_lists_every_field_with_type_default_and_allowed_values(command, ca
 
 
 def test_top_level_help_and_unknown_command(capsys):
-    code, out, _ = _main(capsys, "--help")
+    code, out, _ = run_main(capsys, "--help")
     assert code == 0 and all(c in out for c in COMMANDS)
-    code, _, err = _main(capsys, "trian")
+    code, _, err = run_main(capsys, "trian")
     assert code == 2 and "unknown command 'trian' (did you mean 'train'?)" in err
 
 
@@ -166,7 +159,7 @@ def test_python_and_yaml_configs_for_every_command(command, tmp_path, capsys):
     yml = tmp_path / "cfg.yaml"
     yml.write_text(yaml.safe_dump(values))
     for path in (py, yml):
-        code, out, err = _main(capsys, command, "--config", str(path), "--print-config")
+        code, out, err = run_main(capsys, command, "--config", str(path), "--print-config")
         assert code == 0, err
         _assert_resolves_to(yaml.safe_load(out), values)
 
@@ -185,7 +178,7 @@ def test_python_config_argument_for_every_command(command, tmp_path, capsys):
     )
 
     def resolved(*argv):
-        code, out, err = _main(capsys, command, *argv, "--print-config")
+        code, out, err = run_main(capsys, command, *argv, "--print-config")
         assert code == 0, err
         return yaml.safe_load(out)
 
@@ -202,7 +195,7 @@ def test_python_config_argument_for_every_command(command, tmp_path, capsys):
 def test_yaml_with_an_unknown_key_is_refused(command, tmp_path, capsys):
     path = tmp_path / "typo.yaml"
     path.write_text("num_step: 10\nlr: 0.1\n" if command != "consensus" else "num_step: 10\nseed: 1\n")
-    code, _, err = _main(capsys, command, "--config", str(path), *REQUIRED.get(command, []))
+    code, _, err = run_main(capsys, command, "--config", str(path), *REQUIRED.get(command, []))
     assert code == 2
     assert f"jaxgossip {command}: error: config file '{path}': unknown key 'num_step'" in err, err
     assert "Traceback" not in err
@@ -307,7 +300,7 @@ def test_bad_input_exits_2_with_one_message_before_any_work(index, tmp_path, cap
     out = tmp_path / "out"
     if "--out" not in argv:
         argv = [*argv, "--out", str(out)]
-    code, _, err = _main(capsys, command, *argv)
+    code, _, err = run_main(capsys, command, *argv)
     assert code == 2, err
     assert err.startswith(f"jaxgossip {command}: error: ") and message in err, err
     assert "Traceback" not in err and err.count("\n") <= 4
@@ -324,7 +317,7 @@ def test_corrupt_data_files_exit_2(tmp_path, capsys):
         (raw / f"{stem}.gz").write_bytes(payload[: len(payload) // 2])  # truncated
     (raw / "cifar-10-python.tar.gz").write_bytes(b"not a tarball" * 10)
     for dataset in ("mnist", "cifar10"):
-        code, _, err = _main(capsys, "train", f"--dataset={dataset}", f"--raw_dir={raw}", "--model=mlp", "--out",
+        code, _, err = run_main(capsys, "train", f"--dataset={dataset}", f"--raw_dir={raw}", "--model=mlp", "--out",
                              str(tmp_path / dataset), "--no-progress")
         assert code == 2 and err.startswith("jaxgossip train: error: ") and "Traceback" not in err, err
 
@@ -333,7 +326,7 @@ def test_corrupt_data_files_exit_2(tmp_path, capsys):
 def test_unwritable_out_exits_2(tmp_path, capsys):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    code, _, err = _main(capsys, "consensus", "--out", str(locked / "x"))
+    code, _, err = run_main(capsys, "consensus", "--out", str(locked / "x"))
     assert code == 2 and "is not writable" in err
 
 
@@ -346,12 +339,12 @@ def test_out_that_cannot_be_written_exits_2_even_as_root(tmp_path, capsys, monke
     locked.mkdir()
     real_access = os.access
     monkeypatch.setattr(common.os, "access", lambda path, mode: False if str(path) == str(locked) else real_access(path, mode))
-    code, _, err = _main(capsys, "consensus", "--out", str(locked / "x"))
+    code, _, err = run_main(capsys, "consensus", "--out", str(locked / "x"))
     assert code == 2 and "is not writable" in err and "Traceback" not in err
     assert not (locked / "x").exists()
     afile = tmp_path / "afile"
     afile.write_text("x")
-    code, _, err = _main(capsys, "train", "--out", str(afile / "sub"))
+    code, _, err = run_main(capsys, "train", "--out", str(afile / "sub"))
     assert code == 2 and "cannot be created" in err and "is a file" in err
 
 
@@ -370,9 +363,9 @@ def test_python_api_keeps_the_messages_as_exceptions(tmp_path):
 
 
 def test_gamma_outside_the_stable_range_is_warned(capsys):
-    code, _, err = _main(capsys, "train", "--algorithm_options.gamma=1.9", "--print-config")
+    code, _, err = run_main(capsys, "train", "--algorithm_options.gamma=1.9", "--print-config")
     assert code == 0 and "algorithm_options.gamma=1.9 is outside the stable range (0, 1.5) of gossip on ring(8)" in err
-    code, _, err = _main(capsys, "train", "--algorithm_options.gamma=1.3", "--print-config")
+    code, _, err = run_main(capsys, "train", "--algorithm_options.gamma=1.3", "--print-config")
     assert code == 0 and "stable range" not in err
 
 
@@ -382,7 +375,7 @@ def test_consensus_marks_a_diverged_run_and_keeps_the_others(tmp_path, capsys):
         {"name": "stable", "algorithm": "gossip"},
         {"name": "wild", "algorithm": "gossip", "options": {"gamma": 5.0}},
     ]
-    code, printed, err = _main(
+    code, printed, err = run_main(
         capsys, "consensus", f"--runs={json.dumps(runs)}", "--shape=4", "--num_steps=80", "--out", str(out), "--no-progress"
     )
     assert code == 0, err
@@ -397,7 +390,7 @@ def test_consensus_marks_a_diverged_run_and_keeps_the_others(tmp_path, capsys):
 
 def test_topology_sweep_marks_a_diverged_graph(tmp_path, capsys):
     out = tmp_path / "topo"
-    code, printed, err = _main(
+    code, printed, err = run_main(
         capsys, "topology-sweep", "--topologies=ring,complete", "--sizes=8", "--num_steps=300", "--dim=2",
         "--seeds=1", "--algorithm_options.gamma=1.9", "--out", str(out),
     )
@@ -411,7 +404,7 @@ def test_topology_sweep_marks_a_diverged_graph(tmp_path, capsys):
 
 def test_sweep_reports_a_diverged_point_and_keeps_the_others(tmp_path, capsys):
     out = tmp_path / "sweep"
-    code, printed, err = _main(
+    code, printed, err = run_main(
         capsys, "sweep", *TINY, "--num_rounds=10", "--momentum=0", "--sweep.lr=0.05,1e8", "--seeds=2", "--out", str(out),
         "--no-progress",
     )
@@ -429,7 +422,7 @@ def test_sweep_reports_a_diverged_point_and_keeps_the_others(tmp_path, capsys):
 
 def test_train_divergence_exits_3(tmp_path, capsys):
     out = tmp_path / "nan"
-    code, _, err = _main(
+    code, _, err = run_main(
         capsys, "train", *TINY, "--num_rounds=5", "--momentum=0", "--lr=1e8", "--out", str(out), "--no-progress"
     )
     assert code == 3 and "stopped" in err and (out / "metrics.json").exists()
@@ -504,7 +497,7 @@ DOCUMENTED = _documented_command_lines()
 def test_documented_command_lines_parse_and_check(where, argv, capsys, monkeypatch):
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     argv = [a.replace("DIR", "/tmp") for a in argv]
-    code, _, err = _main(capsys, *argv, "--print-config")
+    code, _, err = run_main(capsys, *argv, "--print-config")
     assert code == 0, (where, err)
 
 
@@ -517,7 +510,7 @@ def test_train_on_an_npz_dataset_local_steps_and_adam(tmp_path, capsys):
     out = tmp_path / "run"
     tiny = [a for a in TINY if not a.startswith("--dataset")]
     flags = ["--local_steps=2", "--optimizer=adam", "--optimizer_options.b2=0.99", "--grad_clip=1.0", "--lr=0.01"]
-    code, _, err = _main(capsys, "train", "--out", str(out), "--no-progress", f"--dataset=npz:{path}", *tiny, *flags)
+    code, _, err = run_main(capsys, "train", "--out", str(out), "--no-progress", f"--dataset=npz:{path}", *tiny, *flags)
     assert code == 0, err
     with open(out / "metrics.json") as f:
         payload = json.load(f)
@@ -527,5 +520,5 @@ def test_train_on_an_npz_dataset_local_steps_and_adam(tmp_path, capsys):
         saved = json.load(f)
     assert saved["optimizer_options"] == {"b2": 0.99} and saved["grad_clip"] == 1.0
     missing = f"--dataset=npz:{tmp_path / 'nope.npz'}"
-    code, _, err = _main(capsys, "train", "--out", str(tmp_path / "bad"), "--no-progress", missing, *tiny)
+    code, _, err = run_main(capsys, "train", "--out", str(tmp_path / "bad"), "--no-progress", missing, *tiny)
     assert code == 2 and "no file" in err and "Traceback" not in err

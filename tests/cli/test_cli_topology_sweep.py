@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from _reference import read_json
+from _reference import one_line_error, read_json
 from tiny import tiny_config
 
 from jaxgossip import topology
@@ -164,3 +164,28 @@ def test_training_sweep_equals_run_training(tmp_path, capsys):
     for header in ("acc(avg)", "comm s/round", "mem MB/node", "compile group"):
         assert header in printed
     assert "2 graphs x 2 seeds in 1 compiled program, one per group of same-shape graphs" in printed
+
+
+@pytest.mark.parametrize(
+    ("spec", "rule"),
+    [
+        ("erdos_renyi:1.7", "erdos_renyi spec 'erdos_renyi:1.7': P must be a probability in (0, 1], got '1.7'"),
+        ("base:0", "base spec 'base:0': K (the maximum degree) must be an int >= 1, got '0'"),
+    ],
+)
+def test_topology_sweep_refuses_a_bad_spec_at_every_size(tmp_path, capsys, spec, rule):
+    out = tmp_path / "ts"
+    assert main(["topology-sweep", f"--topologies=ring,{spec}", "--sizes=8,16", "--out", str(out)]) == 2
+    assert one_line_error(capsys) == f"jaxgossip topology-sweep: error: --topologies: {rule}"
+    assert not out.exists()
+
+
+def test_topology_sweep_refuses_a_spec_no_size_can_build(tmp_path, capsys):
+    out = tmp_path / "ts"
+    assert main(["topology-sweep", "--topologies=ring,erdos_renyi:1.7", "--sizes=8", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "jaxgossip topology-sweep: error: --topologies: erdos_renyi spec 'erdos_renyi:1.7': "
+        "P must be a probability in (0, 1], got '1.7'"
+    )
+    assert not out.exists()

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from _reference import run_main
 from tiny import TINY_FLAGS, tiny_config
 
 from jaxgossip.cli import main
@@ -40,15 +41,9 @@ def runs(tmp_path_factory):
     return root
 
 
-def _main(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_table_and_plots(runs, capsys, tmp_path):
     out = tmp_path / "compare"
-    code, stdout, err = _main(capsys, "compare", str(runs / "gossip"), str(runs / "choco"), "--out", str(out))
+    code, stdout, err = run_main(capsys, "compare", str(runs / "gossip"), str(runs / "choco"), "--out", str(out))
     assert code == 0, err
     lines = stdout.splitlines()
     header = lines[0].split()
@@ -66,7 +61,7 @@ def test_table_and_plots(runs, capsys, tmp_path):
 
 def test_options_anywhere_and_runs_option(runs, capsys, tmp_path):
     out = tmp_path / "compare"
-    code, stdout, err = _main(capsys, "compare", "--out", str(out), str(runs / "choco"), f"--runs={runs / 'gossip'}")
+    code, stdout, err = run_main(capsys, "compare", "--out", str(out), str(runs / "choco"), f"--runs={runs / 'gossip'}")
     assert code == 0, err
     # --runs come first, then the folders given as arguments
     assert [r["name"] for r in json.loads((out / "comparison.json").read_text())["rows"]] == [
@@ -94,7 +89,7 @@ def _copy(runs, tmp_path, name="copy", change=None, rows=None, data_source=None)
 
 def _refused(capsys, tmp_path, *folders):
     out = tmp_path / "never"
-    code, _, err = _main(capsys, "compare", *map(str, folders), "--out", str(out))
+    code, _, err = run_main(capsys, "compare", *map(str, folders), "--out", str(out))
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert err.startswith("jaxgossip compare: error: ") and not out.exists(), err
     return err
@@ -142,5 +137,5 @@ def test_refuses_other_data_a_repeated_folder_and_out_on_a_run(runs, capsys, tmp
     other = _copy(runs, tmp_path, data_source="npz:/somewhere/else.npz")
     assert "runs not comparable: the data differs" in _refused(capsys, tmp_path, runs / "gossip", other)
     assert "listed twice" in _refused(capsys, tmp_path, runs / "gossip", runs / "choco", runs / "gossip")
-    code, _, err = _main(capsys, "compare", str(runs / "gossip"), str(runs / "choco"), "--out", str(runs / "choco"))
+    code, _, err = run_main(capsys, "compare", str(runs / "gossip"), str(runs / "choco"), "--out", str(runs / "choco"))
     assert code == 2 and f"is the compared folder {str(runs / 'choco')!r}" in err

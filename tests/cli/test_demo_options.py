@@ -9,9 +9,10 @@ import json
 
 import pytest
 import yaml
+from _reference import run_main
 from tiny import TINY_FLAGS
 
-from jaxgossip.cli import demo_runs, main
+from jaxgossip.cli import demo_runs
 
 PLUGIN = "my_file:damped_gossip"
 DOTTED = "jaxgossip.algorithms.push_sum:push_sum"
@@ -19,12 +20,6 @@ DOTTED = "jaxgossip.algorithms.push_sum:push_sum"
 
 def _preset(algorithm):
     return next(r for r in demo_runs() if r["algorithm"] == algorithm)
-
-
-def _main(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_options_merge_over_presets_and_name_the_run():
@@ -64,7 +59,7 @@ def test_options_on_the_command_line_and_in_a_config_file(capsys, tmp_path):
         "--algorithm_options.choco.compressor_options.fraction=0.2",
         "--print-config",
     ]
-    code, out, err = _main(capsys, *argv)
+    code, out, err = run_main(capsys, *argv)
     assert code == 0, err
     resolved = yaml.safe_load(out)
     given = {"power_gossip": {"rank": 2}, "choco": {"compressor_options": {"fraction": 0.2}}}
@@ -72,10 +67,10 @@ def test_options_on_the_command_line_and_in_a_config_file(capsys, tmp_path):
     # --print-config writes a valid config file that gives the same comparison
     path = tmp_path / "demo.yaml"
     path.write_text(out)
-    code, again, err = _main(capsys, "demo", "--config", str(path), "--print-config")
+    code, again, err = run_main(capsys, "demo", "--config", str(path), "--print-config")
     assert code == 0 and yaml.safe_load(again) == resolved, err
     # a command-line option merges into the file's mapping for the same method
-    code, out, err = _main(
+    code, out, err = run_main(
         capsys, "demo", "--config", str(path), "--algorithm_options.power_gossip.num_iterations=2", "--print-config"
     )
     assert code == 0, err
@@ -83,13 +78,13 @@ def test_options_on_the_command_line_and_in_a_config_file(capsys, tmp_path):
 
 
 def test_plugin_options(plugin_dir, capsys):
-    code, out, err = _main(
+    code, out, err = run_main(
         capsys, "demo", f"--algorithms=gossip,{PLUGIN}", f"--algorithm_options.{PLUGIN}.beta=0.25", "--print-config"
     )
     assert code == 0, err
     assert yaml.safe_load(out)["algorithm_options"] == {PLUGIN: {"beta": 0.25}}
     # the factory's own check runs on the demo's graph before any work
-    code, _, err = _main(
+    code, _, err = run_main(
         capsys, "demo", f"--algorithms=gossip,{PLUGIN}", f"--algorithm_options.{PLUGIN}.beta=2", "--print-config"
     )
     assert code == 2 and f"--algorithm_options.{PLUGIN}: " in err and "beta=2 must be in (0, 1]" in err, err
@@ -123,7 +118,7 @@ def test_plugin_options(plugin_dir, capsys):
 )
 def test_bad_options_are_refused_before_any_work(argv, message, capsys, tmp_path):
     out = tmp_path / "never"
-    code, _, err = _main(capsys, "demo", *argv, "--out", str(out))
+    code, _, err = run_main(capsys, "demo", *argv, "--out", str(out))
     assert code == 2 and message in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
@@ -139,7 +134,7 @@ def test_tiny_demo_with_options_runs_and_compares(capsys, tmp_path):
         "--out",
         str(out),
     ]
-    code, stdout, err = _main(capsys, *argv)
+    code, stdout, err = run_main(capsys, *argv)
     assert code == 0, err
     config = json.loads((out / "power_gossip_rank_2" / "config.json").read_text())
     assert config["algorithm"] == "power_gossip" and config["algorithm_options"] == {"rank": 2, "num_iterations": 1}
@@ -150,7 +145,7 @@ def test_tiny_demo_with_options_runs_and_compares(capsys, tmp_path):
         ("power_gossip rank=2 (ring(4))", "power_gossip_rank_2"),
     ]
     # the demo's folder stands for its runs, in the demo's order
-    code, stdout, err = _main(capsys, "compare", str(out), "--out", str(tmp_path / "compare"))
+    code, stdout, err = run_main(capsys, "compare", str(out), "--out", str(tmp_path / "compare"))
     assert code == 0, err
     names = [r["name"] for r in json.loads((tmp_path / "compare" / "comparison.json").read_text())["rows"]]
     assert names == ["gossip (ring(4))", "power_gossip rank=2 (ring(4))"]

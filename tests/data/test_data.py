@@ -18,9 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from _reference import assert_refused, one_line_error, run_cli
+from tiny import TINY_FLAGS
 
 from jaxgossip import data
-from jaxgossip.data import raw
+from jaxgossip.cli import main
+from jaxgossip.data import builders, datasets, raw
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -763,3 +766,94 @@ def test_npz_dataset(tmp_path):
         data.load_dataset(f"npz:{tmp_path / 'partial.npz'}")
     with pytest.raises(raw.DatasetNotFoundError, match="does not exist"):
         data.load_dataset(f"npz:{tmp_path / 'missing.npz'}")
+
+
+# ---- bad data files: one line naming the file and the fix, the data folder left as it was ----------
+
+
+def _tree(folder):
+    return sorted(os.path.relpath(os.path.join(r, n), folder) for r, ds, fs in os.walk(folder) for n in ds + fs)
+
+
+def _npz(path):
+    x = np.random.default_rng(0).normal(size=(24, 4)).astype(np.float32)
+    y = np.arange(24) % 3
+    np.savez(path, x_train=x, y_train=y, x_test=x, y_test=y)
+    return path.read_bytes()
+
+
+def test_load_npz_refuses_truncated_flipped_random_and_npy_files_naming_the_file_and_fix(tmp_path):
+    good = _npz(tmp_path / "good.npz")
+    assert datasets.load_npz(tmp_path / "good.npz").num_classes == 3  # the intact file loads
+    cases = {
+        "truncated.npz": good[: len(good) // 2],
+        "random.npz": np.random.default_rng(1).bytes(600),
+        "flipped.npz": bytes(b ^ 0xFF if i == len(good) // 3 else b for i, b in enumerate(good)),
+    }
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=r"numpy\.savez") as err:
+            datasets.load_npz(tmp_path / name)
+        assert str(tmp_path / name) in str(err.value) and "allow_pickle=True" not in str(err.value)
+    np.save(tmp_path / "array.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"is not a \.npz archive"):
+        datasets.load_npz(tmp_path / "array.npy")
+
+
+def test_truncated_npz_on_the_command_line_exits_2_naming_the_file(tmp_path):
+    good = _npz(tmp_path / "good.npz")
+    path = tmp_path / "cut.npz"
+    path.write_bytes(good[: len(good) - 40])
+    flags = [f for f in TINY_FLAGS if not f.startswith("--dataset")]
+    rc, _, err = run_cli("train", *flags, f"--dataset=npz:{path}", "--out", str(tmp_path / "run"))
+    assert_refused(rc, err, str(path), "is not a .npz archive", "numpy.savez")
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_mnist_without_download_leaves_an_empty_data_dir_empty(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    flags = [f for f in TINY_FLAGS if not f.startswith("--dataset")]
+    rc, _, err = run_cli("train", *flags, "--dataset=mnist", f"--data_dir={data_dir}", "--out", str(tmp_path / "r"))
+    assert_refused(rc, err, "mnist is not prepared", "raw_dir")
+    assert _tree(data_dir) == []
+
+
+@pytest.mark.parametrize(
+    "name, files",
+    [("mnist", [stem for stems in raw.IDX_FILES.values() for stem in stems]), ("cifar10", ["cifar-10-python.tar.gz"])],
+)
+def test_failed_prepare_of_damaged_raw_files_leaves_no_new_folders(tmp_path, name, files):
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+    for f in files:
+        (raw_dir / f).write_bytes(np.random.default_rng(2).bytes(200))
+    data_dir = tmp_path / "data"
+    (data_dir / "kept").mkdir(parents=True)  # a folder of the user's, untouched
+    with pytest.raises(ValueError, match=str(raw_dir)):
+        datasets.load_dataset(name, data_dir, raw_dir=raw_dir)
+    assert _tree(data_dir) == ["kept"]
+    assert not builders.is_prepared(name, data_dir)
+
+
+def test_a_random_bytes_npz_is_named_as_not_an_npz_without_pickle_advice(tmp_path, capsys):
+    path = tmp_path / "garbage.npz"
+    path.write_bytes(np.random.default_rng(0).bytes(3000))
+    out = tmp_path / "run"
+    argv = ["train", f"--dataset=npz:{path}", "--num_rounds=1", "--eval_every=1", "--out", str(out)]
+    assert main(argv) == 2
+    err = one_line_error(capsys)
+    assert err.startswith(f"jaxgossip train: error: dataset file {str(path)!r} is not a .npz archive")
+    assert "pickle" not in err
+
+
+def test_labels_all_minus_one_name_the_labels_rule(tmp_path, capsys):
+    path = tmp_path / "neg.npz"
+    x = np.zeros((8, 3), np.float32)
+    np.savez(path, x_train=x, y_train=np.full(8, -1), x_test=x[:4], y_test=np.full(4, -1))
+    out = tmp_path / "run"
+    argv = ["train", f"--dataset=npz:{path}", "--model=mlp", "--num_nodes=4", "--num_rounds=1", "--eval_every=1"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = one_line_error(capsys)
+    assert "labels must be class indices 0..C-1; found -1 (negative)" in err and "num_classes" not in err
+    assert not out.exists()

@@ -189,7 +189,7 @@ def test_ad_psgd_zero_gradients_keep_mean_and_contract(problem, x0):
 def test_async_gossip_zero_gradients_reach_consensus(problem, x0):
     res = _run("async_gossip", problem, x0, LOGNORMAL, jax.random.key(7), "serial", lr=0.0)
     assert res.consensus[-1] < 1e-2 * res.consensus[0]
-    # stale copies: the node mean drifts although W is doubly stochastic (docs/algorithms.md)
+    # stale copies: the node mean drifts although W is doubly stochastic (docs/training.md)
     assert np.abs(np.asarray(res.x).mean(0) - np.asarray(x0).mean(0)).max() > 1e-4
 
 

@@ -54,7 +54,7 @@ def test_a_sweep_over_link_drop_compiles_once_and_equals_the_single_runs(name, b
             error, bits = _alone(name, graph, jax.random.normal(key_x, (8, DIM)), key_a)
             np.testing.assert_allclose(out[0][s], error, rtol=1e-6, atol=1e-7)
             np.testing.assert_array_equal(out[1][s], bits)
-    # fewer links, fewer bits (p = 0 equal to the wrapped graph: test_stochastic_graphs.py)
+    # fewer links, fewer bits (p = 0 equal to the wrapped graph: test_stochastic.py)
     totals = [out[1].sum() for out in outs]
     assert totals[0] > totals[1] > totals[2] > totals[3]
 

@@ -7,13 +7,9 @@ import json
 import math
 
 import pytest
-from _reference import load_script
+from _reference import assert_finite, load_script
 
 pytestmark = pytest.mark.slow
-
-
-def _finite(value, what):
-    assert isinstance(value, (int, float)) and math.isfinite(value), (what, value)
 
 
 def test_byzantine_quick(tmp_path):
@@ -28,7 +24,7 @@ def test_byzantine_quick(tmp_path):
         for agg, r in by_agg.items():
             for field in ("test_acc", "node_acc_mean", "node_acc_min"):
                 for x in r["final"][field]:
-                    _finite(x, (attack, agg, field))
+                    assert_finite(x, (attack, agg, field))
                     assert 0.0 <= x <= 1.0
     # sigma-100 noise through plain gossip wrecks the honest models' agreement; the clipped one keeps it
     gaussian = cells["gaussian"]
@@ -49,7 +45,7 @@ def test_relaysgd_quick(tmp_path):
         for field, values in r["final"].items():
             assert len(values) == 1 and len(values[0]) == len(study.QUICK["seeds"]), (method, field)
             for x in values[0]:
-                _finite(x, (method, field))
+                assert_finite(x, (method, field))
     md = (tmp_path / "relaysgd.md").read_text()
     assert "**chain(16), dirichlet:0.1, best lr per method**" in md and "| relaysgd | 0.2 |" in md
     assert (tmp_path / "relaysgd.png").stat().st_size > 0
@@ -69,7 +65,7 @@ def test_topology_families_quick(tmp_path):
     assert rows["random_matching"]["stochastic"] and rows["random_matching"]["effective_neighbors"] is None
     for r in rows.values():
         for field in ("test_acc", "node_acc_mean", "node_acc_min"):
-            _finite(r[field], (r["family"], field))
+            assert_finite(r[field], (r["family"], field))
     md = (tmp_path / "topology_families.md").read_text()
     assert "**N = 16**" in md and "| base_graph(16, k=1) | 4 | 1 |" in md
     assert (tmp_path / "topology_families.png").stat().st_size > 0

@@ -3,19 +3,14 @@ have the promised structure with finite numbers. No accuracy is asserted beyond 
 say nothing about the methods."""
 
 import json
-import math
 
 import pytest
-from _reference import load_script
+from _reference import assert_finite, load_script
 
 
 @pytest.fixture(scope="module")
 def study():
     return load_script("experiments/heterogeneity_study.py")
-
-
-def _finite(value, what):
-    assert isinstance(value, (int, float)) and math.isfinite(value), (what, value)
 
 
 def _check(report_path, methods, partitions, seeds):
@@ -34,7 +29,7 @@ def _check(report_path, methods, partitions, seeds):
                     for x in v:
                         if field == "rounds_to_level" and x is None:
                             continue  # 0.95 not reached in the quick run's 20 rounds
-                        _finite(x, (partition, key, field))
+                        assert_finite(x, (partition, key, field))
             for name, curves in r["curves"].items():
                 assert len(curves) == len(r["lrs"]), (key, name)
                 assert all(len(c) == len(seeds) and all(len(s) == evals for s in c) for c in curves)
@@ -42,7 +37,7 @@ def _check(report_path, methods, partitions, seeds):
     assert len(summary) == sum(len(r["lrs"]) for p in partitions for r in report["results"][p].values())
     for row in summary:
         assert row["test_acc"]["diverged"] == 0 and 0.1 < row["test_acc"]["mean"] <= 1.0, row
-        _finite(row["consensus"]["mean"], row["method"])
+        assert_finite(row["consensus"]["mean"], row["method"])
         assert row["mb_per_node"]["mean"] > 0
     return report
 

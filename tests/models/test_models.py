@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _reference import RESNET20_MATRICES
+from _reference import RESNET20_MATRICES, assert_refused, run_cli
 from flax import linen as nn
 from flax import nnx
+from tiny import TINY_FLAGS
 
 from jaxgossip import models
 from jaxgossip.algorithms.matrix_views import matrix_shapes
@@ -302,3 +303,60 @@ def test_nnx_model_as_pure_vmappable_function():
     loss = lambda p, x: jnp.mean(apply_fn(p, x) ** 2)
     grads = jax.vmap(jax.grad(loss))(stacked, xs)
     assert jax.tree.structure(grads) == jax.tree.structure(stacked)
+
+
+# ---- layer sizes: refused naming the option, in make_model and on the command line --------------
+
+
+NO_HIDDEN = [f for f in TINY_FLAGS if not f.startswith("--model_options.hidden")]
+
+
+@pytest.mark.parametrize(
+    "model, options",
+    [
+        ("mlp", {"hidden": (0,)}),
+        ("mlp", {"hidden": (8, -5)}),
+        ("mlp", {"hidden": (1.5,)}),
+        ("mlp", {"hidden": "abc"}),
+        ("cnn", {"features": (0, 8)}),
+        ("transformer", {"heads": 0}),
+        ("resnet20", {"width": True}),
+    ],
+)
+def test_make_model_refuses_non_positive_and_non_integer_sizes(model, options):
+    (key,) = options
+    with pytest.raises(ValueError, match=rf"^{key}=.* must be a positive integer"):
+        models.make_model(model, num_classes=10, **options)
+
+
+def test_group_count_and_fixed_resnet_depth_are_refused_naming_the_option():
+    import jax
+    import jax.numpy as jnp
+
+    cnn = models.make_model("cnn", features=(6,), norm="group", norm_groups=4)
+    with pytest.raises(ValueError, match=r"norm_groups=4 must divide the 6 channels"):
+        cnn.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))
+    ok = models.make_model("cnn", features=(6,), norm="group", norm_groups=3)
+    norm = ok.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))["params"]["norm1"]  # the path stays
+    assert norm["scale"].shape == norm["bias"].shape == (6,)
+    with pytest.raises(ValueError, match=r"depth=21: resnet20's depth is fixed"):
+        models.make_model("resnet20", depth=21)
+
+
+def test_make_model_keeps_valid_sizes():
+    assert models.make_model("mlp", hidden=(8, 4)).hidden == (8, 4)
+    assert models.make_model("cnn", features=(4,), hidden=()).hidden == ()
+    assert models.make_model("mlp", hidden=(np.int64(3),)).hidden == (3,)
+
+
+@pytest.mark.parametrize("value", ["0", "abc", "-5", "1.5", "[8,0]"])
+def test_bad_hidden_exits_2_in_print_config(tmp_path, value):
+    rc, out, err = run_cli("train", *NO_HIDDEN, f"--model_options.hidden={value}", "--print-config")
+    assert_refused(rc, err, "model_options=", "hidden=", "must be a positive integer or a list of positive integers")
+    assert out == ""
+
+
+def test_hidden_0_in_a_run_exits_2_before_anything_is_written(tmp_path):
+    rc, _, err = run_cli("train", *NO_HIDDEN, "--model_options.hidden=0", "--out", str(tmp_path / "run"))
+    assert_refused(rc, err, "hidden=(0,) must be a positive integer")
+    assert not (tmp_path / "run").exists()

@@ -1,7 +1,7 @@
 """The paper-reproduction configs in experiments/configs: every file and every argument of a family
 file (``FILE.py:ARG``) loads, its fields build a valid topology / algorithm / optimizer / model, every
 run of the CIFAR-10 families is an argument that gives its recipe, the recipes hold the numbers of
-docs/algorithms.md (section training recipes and models), and every distinct communication setup
+docs/training.md (section training recipes and models), and every distinct communication setup
 trains 2 rounds on tiny synthetic data.
 
 The example YAML configs shipped in the package (jaxgossip/configs): found by bare name from any
@@ -158,7 +158,7 @@ def test_models_build_on_their_data():
     for (model, options, dataset), _ in combos.items():
         count = _num_params(model, json.loads(options), INPUT_SHAPES[dataset])
         if model == "resnet20":
-            assert count == 272_474  # docs/algorithms.md, section training recipes and models
+            assert count == 272_474  # docs/training.md, section training recipes and models
         if model == "vgg11":
             assert count == 9_231_114
 

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from _reference import one_line_error
 from tiny import TINY_FLAGS
 
 from jaxgossip import algorithms, topology
@@ -17,12 +18,6 @@ from jaxgossip.run import checkpoint
 from jaxgossip.run.config import TrainConfig, resolved_config
 
 RUN = [*TINY_FLAGS, "--num_rounds=10", "--no-progress"]
-
-
-def _error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err  # one line
-    return err.strip()
 
 
 # ---- resume: configurations compared resolved ------------------------------------------------------
@@ -64,7 +59,7 @@ def test_the_resolved_async_form_resumes_an_auto_run(tmp_path, capsys):
 def test_a_real_change_is_refused_naming_the_field_and_what_no_resume_deletes(finished, flag, field, capsys):
     capsys.readouterr()
     assert main(["train", *RUN, flag, "--out", finished]) == 2
-    err = _error(capsys)
+    err = one_line_error(capsys)
     assert "belongs to another configuration (" in err and field in err
     assert err.index("--out") < err.index("--no-resume")  # a new folder is offered first
     assert "deletes the run's checkpoint and its metrics" in err
@@ -89,7 +84,7 @@ def test_a_bad_compute_trace_entry_is_named_not_the_whole_trace(tmp_path, capsys
     path = tmp_path / "trace.npy"
     np.save(path, trace)
     assert main(["train", *RUN, f"--time.compute=trace:{path}", "--print-config"]) == 2
-    err = _error(capsys)
+    err = one_line_error(capsys)
     assert err.startswith(f"jaxgossip train: error: --time.compute='trace:{path}': ")
     assert f"2 of 2000 entries are not; the first is [7, 2] = {shown}" in err
     assert len(err) < 300  # no array in the message
@@ -98,14 +93,14 @@ def test_a_bad_compute_trace_entry_is_named_not_the_whole_trace(tmp_path, capsys
 def test_a_non_numeric_attack_option_is_named(capsys):
     flags = ["--byzantine.nodes=1", "--byzantine.attack=ipm", "--byzantine.attack_options.epsilon=abc"]
     assert main(["train", *RUN, *flags, "--print-config"]) == 2
-    assert _error(capsys) == "jaxgossip train: error: --byzantine.attack_options.epsilon='abc' must be a number"
+    assert one_line_error(capsys) == "jaxgossip train: error: --byzantine.attack_options.epsilon='abc' must be a number"
     with pytest.raises(ValueError, match="epsilon='abc' must be a finite number"):
         algorithms.byzantine("gossip", topology.make("ring", 4), "ipm", num=1, key=0, epsilon="abc")
 
 
 def test_outer_message_without_an_outer_optimizer_is_refused(capsys):
     assert main(["train", *RUN, "--outer_message=pseudo_gradient", "--print-config"]) == 2
-    err = _error(capsys)
+    err = one_line_error(capsys)
     assert "outer_message='pseudo_gradient' with outer_optimizer='none'" in err and "--outer_optimizer=" in err
     assert main(["train", *RUN, "--outer_message=pseudo_gradient", "--outer_optimizer=nesterov", "--print-config"]) == 0
 
@@ -114,7 +109,7 @@ def test_an_availability_trace_with_no_node_ever_online_is_refused(tmp_path, cap
     path = tmp_path / "offline.npy"
     np.save(path, np.zeros((5, 4)))
     assert main(["train", *RUN, f"--time.availability=trace:{path}", "--print-config"]) == 2
-    assert _error(capsys) == (
+    assert one_line_error(capsys) == (
         f"jaxgossip train: error: --time.availability='trace:{path}': no node is ever online (the trace holds "
         "only 0), so nothing would train"
     )
@@ -139,7 +134,7 @@ def test_an_empty_out_is_refused(tmp_path, monkeypatch, capsys, command):
     else:
         flags = [f for f in RUN if f != "--no-progress" or command[0] != "topology-sweep"]
     assert main([*command, *flags, "--out="]) == 2
-    assert _error(capsys) == (
+    assert one_line_error(capsys) == (
         f"jaxgossip {command[0]}: error: --out='' names no folder; give one, or leave --out out for the default"
     )
     assert not os.path.exists(tmp_path / "runs")

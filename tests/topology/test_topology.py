@@ -1,5 +1,5 @@
 """Tests for jaxgossip.topology: every constructor against a NumPy construction written here from
-the definitions of docs/algorithms.md (section topologies and spectral tools), derived tables,
+the definitions of docs/topologies.md (section topologies and spectral tools), derived tables,
 spectral numbers (same section) and every validation error."""
 
 import dataclasses
@@ -15,7 +15,7 @@ from jaxgossip.algorithms import oriented_pairs
 SIZES = (3, 5, 6, 8, 12, 16)
 
 
-# ---------------------------------------------------------------- NumPy references (docs/algorithms.md, topologies)
+# ---------------------------------------------------------------- NumPy references (docs/topologies.md, topologies)
 
 
 def ref_ring(n):
@@ -461,7 +461,7 @@ def test_auto_kernel_is_dense_for_complete_graphs(n):
     assert T.complete(n).resolved_kernel == "dense"
 
 
-# ---------------------------------------------------------------- spectral numbers (docs/algorithms.md, topologies)
+# ---------------------------------------------------------------- spectral numbers (docs/topologies.md, topologies)
 
 
 @pytest.mark.parametrize(
@@ -493,7 +493,7 @@ def test_spectral_gap_reference_values(make, expected):
 
 def test_spectral_gap_is_norm_convention():
     # 1 - |lambda_2| equals 1 - ||W - J||_2 for the normal matrices above
-    # (docs/algorithms.md, section topologies and spectral tools)
+    # (docs/topologies.md, section topologies and spectral tools)
     for topo in (T.ring(8), T.torus(4, 4), T.exponential(16), T.star(8)):
         w = topo.matrix(0)
         n = w.shape[0]
@@ -519,7 +519,7 @@ def test_optimal_gamma():
     lam = np.sort(np.linalg.eigvalsh(w))
     assert T.optimal_gamma(T.torus(3, 4)) == pytest.approx(2 / ((1 - lam[-2]) + (1 - lam[0])))
     # the relaxed 8-ring improves its gap from 0.195 to ~0.256
-    # (docs/algorithms.md, section topologies and spectral tools)
+    # (docs/topologies.md, section topologies and spectral tools)
     g = T.optimal_gamma(T.ring(8))
     wg = np.eye(8) + g * (T.ring(8).matrix(0) - np.eye(8))
     assert 1 - np.sort(np.abs(np.linalg.eigvalsh(wg)))[-2] == pytest.approx(0.256, abs=1e-3)

@@ -3,7 +3,6 @@
 folder and the PID holding it; a lock left by a killed run is taken over with a note; the lock file
 (and a folder the command created and left empty) is gone after the command."""
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -11,22 +10,12 @@ import sys
 import time
 
 import pytest
-from _reference import fast_compile_env, start_cli
+from _reference import fast_compile_env, file_hashes, start_cli
 from tiny import TINY_FLAGS
 
 from jaxgossip.cli import main
 from jaxgossip.run import lock
 from jaxgossip.run.lock import LOCK_NAME, OutLockError, hold_out
-
-
-def _hashes(folder):
-    out = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def _dead_pid() -> int:
@@ -87,13 +76,13 @@ def test_every_writing_command_refuses_a_folder_in_use(tmp_path, command, capsys
     with open(os.path.join(out, "metrics.json"), "w") as f:
         f.write("{}")  # the other run's file
     with hold_out(out, "jaxgossip train"):
-        before = _hashes(out)
+        before = file_hashes(out)
         start = time.perf_counter()
         assert main([command, *COMMANDS[command], "--out", out]) == 2
         err = capsys.readouterr().err
         assert f"--out={out!r} is in use by jaxgossip train (PID {os.getpid()})" in err, err
         assert err.count("\n") == 1, err  # one line, no traceback
-        assert _hashes(out) == before
+        assert file_hashes(out) == before
     assert time.perf_counter() - start < 60  # refused before any data load or compile (not a speed claim)
 
 
@@ -114,7 +103,7 @@ def test_second_train_on_a_running_folder_exits_2_then_a_killed_runs_lock_is_tak
             assert time.monotonic() < deadline, "the first run never took the lock"
             time.sleep(0.01)
         os.kill(first.pid, signal.SIGSTOP)
-        before = _hashes(out)
+        before = file_hashes(out)
         second = start_cli("train", flags, out, env)
         stdout, stderr = second.communicate(timeout=120)
         assert second.returncode == 2, stderr
@@ -122,7 +111,7 @@ def test_second_train_on_a_running_folder_exits_2_then_a_killed_runs_lock_is_tak
             f"jaxgossip train: error: --out={str(out)!r} is in use by jaxgossip train (PID {first.pid}); "
             "wait for it to finish or give another --out"
         )
-        assert _hashes(out) == before
+        assert file_hashes(out) == before
     finally:
         os.kill(first.pid, signal.SIGKILL)
         first.communicate()

@@ -1,4 +1,5 @@
-"""Stochastic graphs drawn inside the compiled run: random_matching, random_out, with_failures.
+"""Stochastic graphs drawn inside the compiled run (jaxgossip.topology.stochastic): random_matching,
+random_out, with_failures.
 
 Every sampled W(t) is checked in NumPy for the stochasticity it promises; gossip and push-sum are
 compared with dense NumPy references on the sampled sequence; failures with p = q = 0 reproduce the
