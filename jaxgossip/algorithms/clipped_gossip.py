@@ -21,12 +21,19 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip.algorithms._shared.common import CountState, check_positive
-from jaxgossip.algorithms._shared.messages import Received, check_fixed_graph, model_algorithm, model_bits, read_slot
+from jaxgossip.algorithms._shared.messages import (
+    Received,
+    check_fixed_graph,
+    fixed_slot_graph,
+    model_algorithm,
+    model_bits,
+    read_slot,
+)
 from jaxgossip.algorithms.registry import check_graph
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, StepInfo, TrainerHooks
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, StepInfo, TrainerHooks
 
 __all__ = ["clipped_gossip", "clipped_gossip_receive", "adaptive_tau", "INFO"]
 
@@ -137,15 +144,8 @@ def clipped_gossip(topology: Topology, tau: Any = None, num_clipped: int = 1) ->
 
 INFO = AlgorithmInfo(
     clipped_gossip,
-    graph=GraphNeeds(
-        mixing="doubly_stochastic",
-        stochastic_graphs="none",
-        reasons={
-            "stochastic_graphs": (
-                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-            ),
-            "mixing": "without clipping it is gossip, which needs a mean-preserving W",
-        },
+    graph=fixed_slot_graph(
+        "doubly_stochastic", {"mixing": "without clipping it is gossip, which needs a mean-preserving W"}
     ),
     hooks=TrainerHooks(receive=clipped_gossip_receive),
 )

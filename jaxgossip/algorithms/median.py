@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms._shared.messages import coordinatewise_round, model_algorithm
+from jaxgossip.algorithms._shared.messages import coordinatewise_round, fixed_slot_graph, model_algorithm
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, TrainerHooks
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, TrainerHooks
 
 __all__ = ["median", "median_receive", "INFO"]
 
@@ -60,14 +60,6 @@ def median(topology: Topology) -> GossipAlgorithm:
 
 INFO = AlgorithmInfo(
     median,
-    graph=GraphNeeds(
-        mixing="any",
-        stochastic_graphs="none",
-        reasons={
-            "stochastic_graphs": (
-                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-            )
-        },
-    ),
+    graph=fixed_slot_graph("any"),
     hooks=TrainerHooks(receive=median_receive),
 )

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgossip.algorithms._shared.messages import coordinatewise_round, model_algorithm
+from jaxgossip.algorithms._shared.messages import coordinatewise_round, fixed_slot_graph, model_algorithm
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, GraphNeeds, TrainerHooks
+from jaxgossip.types import AlgorithmInfo, GossipAlgorithm, TrainerHooks
 
 __all__ = ["trimmed_mean", "trimmed_mean_receive", "INFO"]
 
@@ -67,14 +67,6 @@ def trimmed_mean(topology: Topology, trim: int = 1) -> GossipAlgorithm:
 
 INFO = AlgorithmInfo(
     trimmed_mean,
-    graph=GraphNeeds(
-        mixing="any",
-        stochastic_graphs="none",
-        reasons={
-            "stochastic_graphs": (
-                "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
-            )
-        },
-    ),
+    graph=fixed_slot_graph("any"),
     hooks=TrainerHooks(receive=trimmed_mean_receive),
 )

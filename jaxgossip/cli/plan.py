@@ -93,7 +93,7 @@ def command() -> Command:
 def run(argv: list[str]) -> int:
     from jaxgossip.ops import platforms
     from jaxgossip.run.resolve import check_train_config
-    from jaxgossip.sim import plan as plan_lib
+    from jaxgossip.sim import memory as plan_lib
 
     parsed = parse_argv(command(), argv)
     if parsed is None:
@@ -129,7 +129,7 @@ def run(argv: list[str]) -> int:
 def format_plan(result) -> str:
     """The plan as text: the breakdown at N, the line, the table of largest N, the caveats."""
     from jaxgossip.run import plots
-    from jaxgossip.sim.plan import format_bytes
+    from jaxgossip.sim.memory import format_bytes
 
     m, config, choices = result.measurement, result.config, result.choices
     n = m.num_nodes

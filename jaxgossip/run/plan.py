@@ -12,7 +12,7 @@ of ``eval_every`` rounds, evaluation included) is lowered on abstract values and
   process the trainer closes over them as constants, which XLA's analysis leaves out. Only the
   per-node sample counts ``[N]`` and the graph's index tables stay constants (not counted).
 
-Total = XLA's ``arguments + outputs + temp - alias`` (:class:`jaxgossip.sim.plan.MemoryStats`); the
+Total = XLA's ``arguments + outputs + temp - alias`` (:class:`jaxgossip.sim.memory.MemoryStats`); the
 breakdown of the arguments (parameters, optimizer state, algorithm state, ...) is counted from the
 state's leaf shapes, and temp (activations, gradients, intermediate buffers) is XLA's. The state is
 not donated, so a chunk holds its input and output state at once.
@@ -36,7 +36,7 @@ from jaxgossip.ops import platforms
 from jaxgossip.run import runner
 from jaxgossip.run.config import TrainConfig
 from jaxgossip.run.resolve import check_train_config, load_data, resolve
-from jaxgossip.sim.plan import (
+from jaxgossip.sim.memory import (
     GPU_MEMORY,
     Fit,
     MemoryStats,
@@ -70,7 +70,7 @@ class Part(NamedTuple):
     Attributes:
       name: what it is ("parameters", "optimizer state", "algorithm state", ...).
       total: bytes over all nodes.
-      per_node: the bytes of the leaves with a node axis, / N (:func:`jaxgossip.sim.plan.tree_bytes`).
+      per_node: the bytes of the leaves with a node axis, / N (:func:`jaxgossip.sim.memory.tree_bytes`).
       shared: bytes of the leaves that are not per-node.
       shared_leaves: ``"path shape dtype"`` of those leaves.
     """
@@ -87,7 +87,7 @@ class Measurement(NamedTuple):
 
     Attributes:
       num_nodes: N.
-      stats: XLA's memory analysis (:class:`jaxgossip.sim.plan.MemoryStats`).
+      stats: XLA's memory analysis (:class:`jaxgossip.sim.memory.MemoryStats`).
       parts: the arguments by part, from the leaf shapes (their totals add up to
         ``stats.arguments``).
       rounds: rounds in the compiled chunk (``evals_per_chunk * eval_every``, at most the run).
@@ -140,7 +140,7 @@ class MemoryPlan(NamedTuple):
       line: ``(a, b)`` of ``bytes ~ a + b N`` through the first two compiles (None if only one
         node count is valid).
       fit_nodes: the two node counts of the line.
-      fits: one :class:`jaxgossip.sim.plan.Fit` per memory size, in the order given.
+      fits: one :class:`jaxgossip.sim.memory.Fit` per memory size, in the order given.
       labels: the label of each memory size.
       rule: the node-count rule in words (:class:`NodeRule`: the data set's limit and the first
         refusal of a count met in the search).
@@ -257,7 +257,7 @@ def breakdown(run: AbstractRun, like: AbstractRun | None = None) -> tuple[Part, 
     Args:
       run: the run at N.
       like: optional, the same config at another node count; a leaf is then per-node when one of
-        its axes is N here and ``like.num_nodes`` there (:func:`jaxgossip.sim.plan.tree_bytes`), which
+        its axes is N here and ``like.num_nodes`` there (:func:`jaxgossip.sim.memory.tree_bytes`), which
         also catches ``[T, N, ...]`` buffers. Without it, when its leading axis is N.
     """
     if like is None:
@@ -353,12 +353,12 @@ def plan_memory(
 ) -> MemoryPlan:
     """The memory plan of ``config``: the compiled chunk at ``config.num_nodes`` and, for every
     memory size, the largest node count whose compiled chunk fits it (confirmed by compiling there
-    and at the next valid count; :func:`jaxgossip.sim.plan.largest_fitting`).
+    and at the next valid count; :func:`jaxgossip.sim.memory.largest_fitting`).
 
     Args:
       config: a training config; ``num_nodes`` is the N of the breakdown and the first point of
         the line.
-      memories: ``(label, bytes)`` sizes; default :data:`jaxgossip.sim.plan.GPU_MEMORY`.
+      memories: ``(label, bytes)`` sizes; default :data:`jaxgossip.sim.memory.GPU_MEMORY`.
       dataset: the config's data set (loaded when None).
       platform: whose build-time choices the program is built with (see :func:`measure`).
       fit_nodes: the second node count of the line; default the first valid count >= 2 N (or the

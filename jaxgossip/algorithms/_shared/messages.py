@@ -25,7 +25,7 @@ from jaxgossip.algorithms._shared.common import CountState, per_round
 from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, Params, StepInfo
+from jaxgossip.types import AlgorithmInfo, Array, GossipAlgorithm, GraphNeeds, Params, StepInfo
 
 __all__ = [
     "Received",
@@ -133,6 +133,14 @@ def _sorted_neighbourhood(received: Received, source: Array, leaf: Array) -> Arr
     values = _acc(source)[received.neighbors]
     mask = per_node(received.mask, leaf)
     return jnp.sort(jnp.where(mask, values, jnp.inf), axis=1)
+
+
+def fixed_slot_graph(mixing: str, reasons: dict[str, str] | None = None) -> GraphNeeds:
+    """The graph needs of a rule written on the received models: any ``mixing`` it states, fixed
+    graphs only, because the in-neighbour slot table it reads is built on the host; ``reasons`` adds
+    the reasons of its other refusals (:attr:`jaxgossip.types.GraphNeeds.reasons`)."""
+    why = "it reads the graph's fixed in-neighbour slot table (host tables), which a drawn graph lacks"
+    return GraphNeeds(mixing=mixing, stochastic_graphs="none", reasons={"stochastic_graphs": why, **(reasons or {})})
 
 
 def coordinatewise_round(topology: Topology, name: str, info: AlgorithmInfo, rule: Any):

@@ -1,4 +1,4 @@
-"""The memory planner (jaxgossip.sim.plan, jaxgossip.run.plan, `jaxgossip plan`): XLA's numbers of the
+"""The memory planner (jaxgossip.sim.memory, jaxgossip.run.plan, `jaxgossip plan`): XLA's numbers of the
 training chunk against an independent compile, byte counts against hand counts, the largest-N
 search against its confirmation rule, and the command line."""
 
@@ -14,7 +14,7 @@ from jaxgossip.cli import main
 from jaxgossip.run import plan as run_plan
 from jaxgossip.run import runner
 from jaxgossip.run.resolve import load_data, resolve
-from jaxgossip.sim import plan
+from jaxgossip.sim import memory as plan
 
 
 @pytest.fixture(scope="module")
