@@ -247,15 +247,20 @@ OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in ACCEPTS])
-def test_every_algorithm_runs_on_the_stochastic_graphs_it_accepts(name):
-    info = algorithms.info(name)
-    graphs = [
+def _stochastic_graphs():
+    """The four drawn graphs, in the order of the ``ACCEPTS`` rows."""
+    return [
         T.with_failures(T.ring(8), 0.3, 0.1),
         T.with_failures(T.one_peer_exponential(8), 0.3, 0.1),
         T.random_matching(8),
         T.random_out(8, 2),
     ]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in ACCEPTS])
+def test_every_algorithm_runs_on_the_stochastic_graphs_it_accepts(name):
+    info = algorithms.info(name)
+    graphs = _stochastic_graphs()
     x = jax.random.normal(jax.random.key(3), (8, 4, 3))
     for topo, accepted in zip(graphs, ACCEPTS[name]):
         if not accepted:  # the refusal names the algorithm, the graph and the reason
@@ -272,12 +277,7 @@ def test_every_algorithm_runs_on_the_stochastic_graphs_it_accepts(name):
 
 
 def test_every_algorithm_runs_on_one_stochastic_graph_and_refuses_the_others_with_a_reason():
-    graphs = [
-        T.with_failures(T.ring(8), 0.3, 0.1),
-        T.with_failures(T.one_peer_exponential(8), 0.3, 0.1),
-        T.random_matching(8),
-        T.random_out(8, 2),
-    ]
+    graphs = _stochastic_graphs()
     x = jax.random.normal(jax.random.key(3), (8, 4, 3))
     # gossip and push_sum have NumPy references above; scsp shares sparse_push's round (slow test)
     first = {"deepsqueeze": 2, "choco": 0, "sparse_push": 1, "power_gossip": 0}
