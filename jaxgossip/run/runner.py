@@ -112,9 +112,8 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
     ``vmap``) builds those three from its own values on the resolved graph, data and model. With
     ``execution="async"`` it is :func:`jaxgossip.engine.asynchronous.training.make_async_train` (the
     schedule planned from ``seed``) and there is no synchronous algorithm (None)."""
-    own = config is resolved.config
-    time = resolved.time if own else time_model_of(config, resolved.topology)
-    optimizer = resolved.optimizer if own else make_optimizer(config)
+    if config is not resolved.config:
+        resolved = _for_point(config, resolved)
     eval_size = min(config.eval_size, resolved.dataset.y_test.shape[0])
     eval_data = (resolved.dataset.x_test[:eval_size], resolved.dataset.y_test[:eval_size])
     model_fns = precision.mixed_precision(models.as_model_fns(resolved.model), config.precision)
@@ -127,9 +126,9 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
             resolved.topology,
             resolved.shards,
             eval_data,
-            optimizer,
-            algorithm=resolved.async_form if own else async_form_of(config),
-            time=time,
+            resolved.optimizer,
+            algorithm=resolved.async_form,
+            time=resolved.time,
             key=jax.random.key(config.seed),
             num_rounds=config.num_rounds,
             batch_size=config.batch_size,
@@ -139,16 +138,12 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
             eval_chunk=min(config.eval_chunk, eval_size),
         )
         return trainer, None
-    if own:
-        alg = resolved.algorithm
-    else:
-        alg = precision.with_message_dtype(make_algorithm(config, resolved.topology), config.message_dtype)
     trainer = make_train(
         model_fns,
-        alg,
+        resolved.algorithm,
         resolved.shards,
         eval_data,
-        optimizer,
+        resolved.optimizer,
         num_rounds=config.num_rounds,
         batch_size=config.batch_size,
         eval_every=config.eval_every,
@@ -158,11 +153,26 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
         eval_chunk=min(config.eval_chunk, eval_size),
         node_batch=resolved.choices.node_batch,
         local_steps=config.local_steps,
-        time=time,
+        time=resolved.time,
         outer=outer.make_outer_optimizer(config.outer_optimizer, config.outer_lr, config.outer_momentum),
         outer_message=config.outer_message,
     )
-    return trainer, alg
+    return trainer, resolved.algorithm
+
+
+def _for_point(config: TrainConfig, resolved: Resolved) -> Resolved:
+    """``resolved`` with the clock, optimizer and algorithm (or asynchronous form) of a sweep point
+    ``config``, built from its own, possibly traced, values on the resolved graph."""
+    asynchronous = config.execution == "async"
+    return resolved._replace(
+        config=config,
+        time=time_model_of(config, resolved.topology),
+        optimizer=make_optimizer(config),
+        async_form=async_form_of(config) if asynchronous else None,
+        algorithm=None
+        if asynchronous
+        else precision.with_message_dtype(make_algorithm(config, resolved.topology), config.message_dtype),
+    )
 
 
 def build(
