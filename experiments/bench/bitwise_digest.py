@@ -64,9 +64,10 @@ def digest(tree) -> str:
 
 def topology_for(name: str):
     info = jg.algorithms.info(name)
-    if info.graph.tree:  # RelaySum runs on trees only
+    graph = getattr(info, "graph", info)  # the graph facts, grouped or (another checkout) flat
+    if graph.tree:  # RelaySum runs on trees only
         return jg.topology.binary_tree(N)
-    return jg.topology.one_peer_exponential(N) if info.graph.mixing == "column_stochastic" else jg.topology.ring(N)
+    return jg.topology.one_peer_exponential(N) if graph.mixing == "column_stochastic" else jg.topology.ring(N)
 
 
 def build(name: str, options: dict):
