@@ -21,6 +21,8 @@ from jaxgossip.engine.tuning import GammaTuning, tune_gamma
 from jaxgossip.models.adapters import ModelFns
 from jaxgossip.ops.mixing import consensus_distance, mix, node_mean
 from jaxgossip.sim import cost
+from jaxgossip.sim.network import Network
+from jaxgossip.sim.timing import time_model
 from jaxgossip.types import (
     AlgorithmInfo,
     AsyncForm,
@@ -39,6 +41,8 @@ __all__ = [
     "algorithms",
     "compress",
     "cost",
+    "Network",
+    "time_model",
     "problems",
     "rounds",
     "topology",

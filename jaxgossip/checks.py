@@ -1,15 +1,17 @@
 """Checks every room shares (the ground floor, beside ``types``): whether a value can be checked in
-Python at all (``is_concrete``: not a tracer of ``jit``/``vmap``) and the integer options that fix
-shapes (``positive_int``, ``check_int``)."""
+Python at all (``is_concrete``: not a tracer of ``jit``/``vmap``), the integer options that fix
+shapes (``positive_int``, ``check_int``), the finite numbers of a model (``check_number``) and the
+suggestion an unknown name gets (``did_you_mean``)."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["is_concrete", "any_traced", "positive_int", "check_int"]
+__all__ = ["is_concrete", "any_traced", "positive_int", "check_int", "check_number", "did_you_mean"]
 
 
 def is_concrete(value: Any) -> bool:
@@ -49,3 +51,44 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
     elif not minimum <= value <= maximum:
         raise ValueError(f"{name}={value} is out of range: need {name} >= {minimum} and <= {maximum}")
     return int(value)
+
+
+def check_number(name: str, value: Any, *, minimum: float | None = None, strict: bool = False, maximum=None) -> None:
+    """Raises ValueError naming ``name`` when a concrete number or array ``value`` is not finite or
+    breaks the bound (traced values pass: a sweep checks them where they are made).
+
+    An array (a trace of thousands of entries) is described, not printed: how many entries break
+    the rule and the first of them, its index and value.
+    """
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return
+    if arr.ndim == 0:
+        if not np.isfinite(arr):
+            raise ValueError(f"{name}={value!r} must be finite")
+        if minimum is not None and (arr <= minimum if strict else arr < minimum):
+            raise ValueError(f"{name}={value!r} must be {'>' if strict else '>='} {minimum}")
+        if maximum is not None and arr > maximum:
+            raise ValueError(f"{name}={value!r} must be <= {maximum}")
+        return
+    rule, bad = "finite", ~np.isfinite(arr)
+    with np.errstate(invalid="ignore"):
+        if minimum is not None:
+            rule += f" and {'>' if strict else '>='} {minimum}"
+            bad |= (arr <= minimum) if strict else (arr < minimum)
+        if maximum is not None:
+            rule += f" and <= {maximum}"
+            bad |= arr > maximum
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{name} must be {rule}: {int(np.sum(bad))} of {arr.size} entries are not; the first is "
+            f"[{', '.join(map(str, first))}] = {arr[first]:g}"
+        )
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -35,6 +35,7 @@ from jaxgossip import algorithms
 from jaxgossip import topology as T
 from jaxgossip.engine import asynchronous, problems
 from jaxgossip.sim import timing
+from jaxgossip.sim.compute import parse_compute
 
 SIZES = (16, 64, 256)
 DIM = 100
@@ -88,7 +89,7 @@ def python_loop(problem, topo, x0, rounds):
     """AD-PSGD event by event: a Python heap, one jitted step per event."""
     n = topo.num_nodes
     table, degree = asynchronous.neighbor_table(topo)
-    durations = asynchronous.step_durations(timing.parse_compute(COMPUTE), n, rounds * 4 + 8, jax.random.key(0))
+    durations = asynchronous.step_durations(parse_compute(COMPUTE), n, rounds * 4 + 8, jax.random.key(0))
     grad = jax.grad(problem.loss_fn)
 
     @jax.jit

@@ -98,7 +98,7 @@ def _axis_names() -> list[str]:
     import inspect
 
     from jaxgossip import algorithms, compress
-    from jaxgossip.run.config import TIME_OPTIONS
+    from jaxgossip.sim.network import Network
 
     options = {"compressor_options"}
     for factory in algorithms.REGISTRY.values():
@@ -110,7 +110,7 @@ def _axis_names() -> list[str]:
         *(f.name for f in dataclasses.fields(TrainConfig)),
         *(f"algorithm_options.{o}" for o in sorted(options)),
         *(f"algorithm_options.compressor_options.{o}" for o in sorted(compressor)),
-        *(f"time.{o}" for o in TIME_OPTIONS),
+        *(f"time.{o}" for o in Network().options()),
     ]
 
 

@@ -10,10 +10,10 @@ default filled in. The checks live in :mod:`jaxgossip.run.validate` and :mod:`ja
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from typing import Any
 
+from jaxgossip.checks import did_you_mean
 from jaxgossip.types import EXECUTIONS, ORDERINGS
 
 __all__ = [
@@ -27,26 +27,15 @@ __all__ = [
     "WEIGHT_DECAY_MASKS",
     "LR_SCHEDULES",
     "OPTIMIZERS",
-    "TIME_OPTIONS",
     "BYZANTINE_OPTIONS",
     "final_merge_value",
     "node_batch_value",
-    "normalise_time",
     "resolved_config",
 ]
 
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
 #: learning-rate schedules after the warm-up (resolve.make_schedule).
 LR_SCHEDULES = ("step", "cosine")
-#: the keys of TrainConfig.time (the --time.* options) and their defaults.
-TIME_OPTIONS = {
-    "compute": 0.0,
-    "latency": 1e-4,
-    "bandwidth": 1e9,
-    "mode": "serial",
-    "allreduce_model": "ring",
-    "availability": "always",
-}
 #: the keys of TrainConfig.byzantine (the --byzantine.* options) and their defaults: K attackers
 #: drawn from the data seed (nodes) or explicit ids, the attack and its options.
 BYZANTINE_OPTIONS = {"nodes": 0, "ids": None, "attack": "gaussian", "attack_options": {}}
@@ -260,12 +249,6 @@ def _attack_names() -> list[str]:
     return list(algorithms.ATTACKS)
 
 
-def did_you_mean(word: str, choices) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def unknown_name(field: str, value: str, known) -> ValueError:
     """The error of an unknown name: the field, the value, a suggestion and the known names."""
     known = list(known)
@@ -292,19 +275,6 @@ def node_batch_value(value: Any) -> Any:
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return value
     raise ValueError(f"node_batch={value!r} must be 'auto', 0 (one vmap over all nodes) or a positive int")
-
-
-def normalise_time(options: Any) -> Any:
-    """``config.time`` with the specs the command line split at their commas
-    (``stragglers:C,F,S``, ``markov:P_OFF,P_ON`` -> a list) joined back into one string."""
-    if not isinstance(options, dict):
-        return options
-    joined = {
-        key: ",".join(str(v) for v in options[key])
-        for key in ("compute", "availability")
-        if isinstance(options.get(key), (list, tuple))
-    }
-    return {**options, **joined} if joined else options
 
 
 def _json_value(value: Any) -> bool:
@@ -368,14 +338,12 @@ def resolved_config(values: Any) -> dict:
     defaults = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
     out = {**defaults, **dict(values)}
     if isinstance(out["time"], dict):
-        given = normalise_time(out["time"])
-        out["time"] = {**TIME_OPTIONS, **{k: v for k, v in given.items() if v is not None}}
-        for key in ("compute", "latency", "bandwidth"):  # "1e-4" in a config file is the number 1e-4
-            if isinstance(out["time"].get(key), str):
-                try:
-                    out["time"][key] = float(out["time"][key])
-                except ValueError:
-                    pass
+        from jaxgossip.sim.network import Network
+
+        try:  # every --time.* option at its value ("1e-4" in a config file is the number 1e-4)
+            out["time"] = Network.from_options(out["time"]).options()
+        except ValueError:
+            out["time"] = {**Network().options(), **{k: v for k, v in out["time"].items() if v is not None}}
     out["byzantine"] = _resolved_byzantine(out["byzantine"])
     if out["data_seed"] is None:
         out["data_seed"] = out["seed"]

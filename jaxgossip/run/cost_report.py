@@ -1,10 +1,12 @@
 """The cost of configured runs, as the CLI reports it (built on :mod:`jaxgossip.sim.cost`).
 
-:mod:`jaxgossip.sim.cost` prices bits, FLOPs and memory under a network model; this module holds the
-option-level model a user sets (``--time.*`` links and ``--energy.*``: :data:`COST_OPTIONS`,
-:class:`CostModel`) and applies it to whole runs: the cost fields of every evaluation point of a
-training run (:func:`training_cost`, from the times the run recorded) and of one graph of a
-consensus sweep (:func:`consensus_graph_cost`). Host-side NumPy, not jittable; no file I/O.
+:mod:`jaxgossip.sim.cost` prices bits, FLOPs and memory under the run's
+:class:`jaxgossip.sim.network.Network`; this module holds what a report prices with (the network of
+the ``--time.*`` options and the ``--energy.*`` prices: :data:`COST_OPTIONS`, :class:`CostModel`)
+and applies it to whole runs: the cost fields of every evaluation point of a training run
+(:func:`training_cost`, from the clock the run recorded; only a final merge, which runs after the
+compiled training, is priced here) and of one graph of a consensus sweep
+(:func:`consensus_graph_cost`). Host-side NumPy, not jittable; no file I/O.
 """
 
 from __future__ import annotations
@@ -16,17 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxgossip.sim.cost import (
-    ALLREDUCE_MODELS,
-    MODES,
-    EnergyModel,
-    LinkModel,
-    memory_per_node,
-    per_round_bits,
-    simulate,
-)
+from jaxgossip.sim.cost import EnergyModel, memory_per_node, per_round_bits, simulate, wire_bits
 from jaxgossip.sim.cost import flops_per_step as _flops_per_step
-from jaxgossip.sim.timing import DEFAULT_BANDWIDTH, DEFAULT_LATENCY
+from jaxgossip.sim.network import Network
 
 __all__ = [
     "COST_OPTIONS",
@@ -43,7 +37,7 @@ __all__ = [
     "consensus_graph_cost",
 ]
 
-# --option: (metavar, help); the defaults live in jaxgossip.sim.timing (DEFAULT_BANDWIDTH, DEFAULT_LATENCY).
+# --option: (metavar, help); the defaults are those of jaxgossip.sim.network.Network.
 # The commands that train take the time options as TrainConfig.time (--time.*, jaxgossip.run.config)
 # and only the energy options here; the consensus commands take both from here.
 LINK_OPTIONS = {
@@ -69,56 +63,29 @@ ENERGY_OPTIONS = {
 }
 COST_OPTIONS = {**LINK_OPTIONS, **ENERGY_OPTIONS}
 
-# The unit each numeric option is given in (error messages).
-_UNITS = {"time.bandwidth": "bit/s", "time.latency": "s", "energy.flop": "J", "energy.bit": "J"}
+def _check_price(option: str, value: float | None, text: Any = None) -> None:
+    """Raises ValueError naming ``--option`` (as the user wrote it: ``text``) unless a finite number >= 0."""
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise ValueError(f"--{option}={value if text is None else text} must be a finite number >= 0 (J)")
 
 
-# Options that must be > 0 (the others must be >= 0).
-_STRICT = ("time.bandwidth",)
-
-
-def _check_number(option: str, value: float | None, text: Any = None) -> None:
-    """Raises ValueError naming ``--option`` (as the user wrote it: ``text``) if out of range."""
-    if value is None:
-        return
-    strict = option in _STRICT
-    if not math.isfinite(value) or (value <= 0 if strict else value < 0):
-        bound = "> 0" if strict else ">= 0"
-        shown = value if text is None else text
-        raise ValueError(f"--{option}={shown} must be a finite number {bound} ({_UNITS[option]})")
-
-
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class CostModel:
-    """The cost-model options, validated on construction (units: bit/s, s, J): the links of the
-    time model (:mod:`jaxgossip.sim.timing`) and the energy prices.
+    """What a report prices with: the run's :class:`~jaxgossip.sim.network.Network` (the one model
+    of links and compute that the run's clock used) and the energy prices (J per FLOP, J per bit;
+    None: not reported), validated on construction.
 
     Raises:
-      ValueError: naming the option (``--time.bandwidth``, ...): not finite, out of range, or an
-        unknown mode.
+      ValueError: naming the option (``--energy.flop``, ...): not finite or negative.
     """
 
-    bandwidth: float = DEFAULT_BANDWIDTH
-    latency: float = DEFAULT_LATENCY
-    mode: str = "serial"
-    allreduce: str = "ring"
+    network: Network = dataclasses.field(default_factory=Network)
     joules_per_flop: float | None = None
     joules_per_bit: float | None = None
 
     def __post_init__(self):
-        for option, value in (
-            ("time.bandwidth", self.bandwidth),
-            ("time.latency", self.latency),
-            ("energy.flop", self.joules_per_flop),
-            ("energy.bit", self.joules_per_bit),
-        ):
-            _check_number(option, value)
-        if self.mode not in MODES:
-            raise ValueError(f"--time.mode={self.mode!r} is unknown; known modes: {', '.join(MODES)}")
-        if self.allreduce not in ALLREDUCE_MODELS:
-            raise ValueError(
-                f"--time.allreduce_model={self.allreduce!r} is unknown; known models: {', '.join(ALLREDUCE_MODELS)}"
-            )
+        _check_price("energy.flop", self.joules_per_flop)
+        _check_price("energy.bit", self.joules_per_bit)
 
     @property
     def energy(self) -> bool:
@@ -126,7 +93,26 @@ class CostModel:
         return self.joules_per_flop is not None or self.joules_per_bit is not None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The network's ``--time.*`` values and the energy prices, by name."""
+        prices = {"joules_per_flop": self.joules_per_flop, "joules_per_bit": self.joules_per_bit}
+        return {**self.network.options(), **prices}
+
+
+def _energy_prices(values: Mapping[str, Any]) -> dict:
+    """``joules_per_flop`` / ``joules_per_bit`` from the ``--energy.*`` option values (None: not given)."""
+
+    def number(option: str) -> float | None:
+        text = values.get(option)
+        if text is None:
+            return None
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"--{option}={text!r} is not a number") from None
+        _check_price(option, value, text)
+        return value
+
+    return {"joules_per_flop": number("energy.flop"), "joules_per_bit": number("energy.bit")}
 
 
 def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
@@ -139,47 +125,18 @@ def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
     Raises:
       ValueError: naming the option: not a number, not finite, out of range, unknown mode.
     """
-
-    def number(option: str) -> float | None:
-        text = values.get(option)
-        if text is None:
-            return None
-        try:
-            value = float(text)
-        except (TypeError, ValueError):
-            raise ValueError(f"--{option}={text!r} is not a number") from None
-        _check_number(option, value, text)
-        return value
-
-    bandwidth, latency = number("time.bandwidth"), number("time.latency")
-    return CostModel(
-        bandwidth=CostModel.bandwidth if bandwidth is None else bandwidth,
-        latency=CostModel.latency if latency is None else latency,
-        mode=values.get("time.mode") or CostModel.mode,
-        allreduce=values.get("time.allreduce_model") or CostModel.allreduce,
-        joules_per_flop=number("energy.flop"),
-        joules_per_bit=number("energy.bit"),
-    )
+    links = {option.split(".", 1)[1]: values.get(option) for option in LINK_OPTIONS}
+    return CostModel(Network.from_options(links), **_energy_prices(values))
 
 
 def cost_model_of_training(config, values: Mapping[str, Any]) -> CostModel:
-    """The cost model of a training run: its links from ``config.time`` (the ``--time.*`` options,
-    checked by :func:`jaxgossip.run.groups.time_model_of`), the energy prices from ``values``."""
-    from jaxgossip.run.config import TIME_OPTIONS
-
-    links = {**TIME_OPTIONS, **{k: v for k, v in dict(config.time).items() if v is not None}}
-    energy = cost_model_from_options({k: values.get(k) for k in ENERGY_OPTIONS})
-    return dataclasses.replace(
-        energy,
-        bandwidth=float(links["bandwidth"]),
-        latency=float(links["latency"]),
-        mode=links["mode"],
-        allreduce=links["allreduce_model"],
-    )
+    """The cost model of a training run: its network from ``config.time`` (the ``--time.*`` options,
+    as :func:`jaxgossip.run.groups.network_of` reads them), the energy prices from ``values``."""
+    return CostModel(Network.from_options(config.time), **_energy_prices(values))
 
 
 def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, **kwargs):
-    """:func:`jaxgossip.sim.cost.simulate` of ``bits`` [R, N] under ``model`` (communication only).
+    """:func:`jaxgossip.sim.cost.simulate` of ``bits`` [R, N] on ``model.network`` (communication only).
 
     The energy of the FLOPs needs no time, so the callers add it (``F * joules_per_flop`` per
     round) and only the bits are priced here. ``kwargs`` go to :func:`~jaxgossip.sim.cost.simulate`
@@ -188,10 +145,9 @@ def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: i
     return simulate(
         bits,
         None if allreduce else topo,
-        LinkModel(model.bandwidth, model.latency),
-        mode=model.mode,
+        dataclasses.replace(model.network, compute=0.0),
+        allreduce=allreduce,
         exchanges=1 if allreduce else exchanges,
-        allreduce=model.allreduce if allreduce else None,
         energy=EnergyModel(0.0, model.joules_per_bit or 0.0),
         **kwargs,
     )
@@ -306,11 +262,10 @@ def training_cost(
     allreduce = priced_as_allreduce(config.algorithm)
     round_flops = flops * int(getattr(config, "local_steps", 1))
     joules = None
-    if model.energy:
-        bits = per_round_bits(cumulative_bits, rounds, None if allreduce else topo)
-        report = simulate_bits(model, bits, topo, allreduce=allreduce)
+    if model.energy:  # energy needs no clock: the bits on the wire and the FLOPs, up to each point
+        wire = wire_bits(cumulative_bits, model.network.allreduce_model if allreduce else None)
         flop_joules = round_flops * (model.joules_per_flop or 0.0)  # per node and round
-        joules = np.cumsum(report.energy.mean(axis=1)) + flop_joules * np.arange(1, bits.shape[0] + 1)
+        joules = wire.mean(axis=1) * (model.joules_per_bit or 0.0) + flop_joules * rounds
     out = []
     for i, r in enumerate(rounds):
         row = {"comm_s_per_round": float(comm_time[i] / r), "comm_s": float(comm_time[i]), "sim_s": float(sim_time[i])}
@@ -318,7 +273,7 @@ def training_cost(
         if flops:
             row["gflop_per_step"] = flops / 1e9
         if joules is not None:
-            row["energy_J_per_node"] = float(joules[r - 1])
+            row["energy_J_per_node"] = float(joules[i])
         out.append(row)
     if merge_bits is not None:
         merge = config.final_merge

@@ -26,7 +26,7 @@ from jaxgossip.topology import Topology
 __all__ = ["SweepProgram", "sweep_training", "sweep_program", "sweep_topologies_training", "apply_point"]
 
 
-# Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.sim.timing.Compute.
+# Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.sim.compute.Compute.
 _COMPUTE_FIELDS = {"time.compute": "seconds", "time.fraction": "fraction", "time.slowdown": "slowdown"}
 # The compute kinds whose seconds (C, median or mean) time.compute sets (a trace has none).
 _SCALED_KINDS = ("constant", "stragglers", "lognormal", "exponential")
@@ -36,16 +36,16 @@ def apply_point(config, point: Mapping[str, Any]):
     """``config`` with the values of one grid point (``"algorithm_options.gamma"`` style names
     set inside ``algorithm_options``, ``"time.bandwidth"`` inside ``time``, and the numbers of the
     compute spec, ``"time.slowdown"`` the S of ``stragglers:C,F,S``, inside its parsed
-    :class:`jaxgossip.sim.timing.Compute`); values may be traced."""
-    from jaxgossip.run.config import TIME_OPTIONS
-    from jaxgossip.sim import timing
+    :class:`jaxgossip.sim.compute.Compute`); values may be traced."""
+    from jaxgossip.sim.compute import parse_compute
+    from jaxgossip.sim.network import Network
 
     changes, options, time = {}, dict(config.algorithm_options), dict(config.time)
     for name, value in point.items():
         if name.startswith("algorithm_options."):
             options[name.split(".", 1)[1]] = value
         elif name in _COMPUTE_FIELDS:
-            compute = timing.parse_compute(time.get("compute", TIME_OPTIONS["compute"]))
+            compute = parse_compute(time.get("compute", Network().compute))
             kinds = _SCALED_KINDS if name == "time.compute" else ("stragglers",)
             if compute.kind not in kinds:
                 raise ValueError(

@@ -14,15 +14,15 @@ import numpy as np
 from jaxgossip.run.config import (
     BYZANTINE_OPTIONS,
     EXECUTIONS,
-    TIME_OPTIONS,
     TrainConfig,
     did_you_mean,
-    normalise_time,
     unknown_name,
 )
 from jaxgossip.run.validate import with_trainer_options
+from jaxgossip.sim.network import Network
 
 __all__ = [
+    "network_of",
     "time_model_of",
     "availability_of",
     "byzantine_args",
@@ -45,42 +45,34 @@ def _option_group(field: str, options: Any, known: Any, what: str, example: str)
     return options
 
 
+def network_of(config: TrainConfig) -> Network:
+    """The :class:`jaxgossip.sim.network.Network` of a run, from ``config.time`` (the ``--time.*``
+    options; ValueError naming the option and the rule)."""
+    return Network.from_options(config.time)
+
+
 def time_model_of(config: TrainConfig, topo):
-    """The :class:`jaxgossip.sim.timing.TimeModel` of a run: ``config.time`` over :data:`TIME_OPTIONS`,
-    the algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering.
+    """The :class:`jaxgossip.sim.timing.TimeModel` of a run: its :func:`network_of` on ``topo``, the
+    algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering and online mask.
 
     Raises:
       ValueError: naming the ``--time.*`` option and the rule (unknown key, bad value or shape).
     """
     from jaxgossip.sim import timing
 
-    example = "--time.compute=0.01 --time.bandwidth=1e8"
-    options = _option_group("time", config.time, TIME_OPTIONS, "time option", example)
-    values = {**TIME_OPTIONS, **{k: v for k, v in normalise_time(options).items() if v is not None}}
-    for key in ("latency", "bandwidth"):
-        value = values[key]
-        traced = hasattr(value, "shape") and not isinstance(value, np.ndarray)  # a sweep's traced value
-        if not traced and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"--time.{key}={value!r} must be a number ({'s' if key == 'latency' else 'bit/s'})")
-    for key, known in (("mode", timing.LINK_MODES), ("allreduce_model", timing.ALLREDUCE_MODELS)):
-        if values[key] not in known:
-            raise ValueError(f"--time.{key}={values[key]!r} is unknown; known: {', '.join(known)}")
+    network = network_of(config)
     # An asynchronous event sends one message per out-neighbour: no exchanges or all-reduce pricing.
     asynchronous = config.execution == "async"
     try:
         return timing.time_model(
             topo,
-            compute=values["compute"],
-            latency=values["latency"],
-            bandwidth=values["bandwidth"],
-            mode=values["mode"],
+            network,
             algorithm=None if asynchronous else config.algorithm,
             options=None if asynchronous else with_trainer_options(config.algorithm, dict(config.algorithm_options)),
             exchanges=1 if asynchronous else None,
+            allreduce=False if asynchronous else None,
             ordering=config.ordering,
-            allreduce_model=values["allreduce_model"],
             available=availability_of(config),
-            names=("--time.latency", "--time.bandwidth"),
         )
     except ValueError as err:
         text = str(err)
@@ -90,11 +82,7 @@ def time_model_of(config: TrainConfig, topo):
 def availability_of(config: TrainConfig) -> np.ndarray | None:
     """The run's ``[num_rounds, N]`` online mask from ``--time.availability`` (None: always online),
     drawn from ``config.seed``: the runner's graph and its clock use this same mask."""
-    from jaxgossip.sim import timing
-
-    options = normalise_time(config.time) if isinstance(config.time, dict) else {}
-    spec = options.get("availability") or TIME_OPTIONS["availability"]
-    return timing.availability(spec, int(config.num_rounds), int(config.num_nodes), int(config.seed))
+    return network_of(config).online(config.num_rounds, config.num_nodes, config.seed)
 
 
 def byzantine_args(config: TrainConfig) -> dict | None:
@@ -182,8 +170,7 @@ def async_form_of(config: TrainConfig) -> str:
 
 def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
     """(option=value, why) of every option set that an asynchronous run does not model."""
-    options = config.time if isinstance(config.time, dict) else {}
-    availability = options.get("availability") or TIME_OPTIONS["availability"]
+    availability = network_of(config).availability
     checks = [
         (config.local_steps != 1, f"local_steps={config.local_steps}",
          "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1"),
@@ -227,13 +214,13 @@ def check_execution_options(config: TrainConfig, topo) -> None:
         what, why = refused[0]
         raise ValueError(f"{what} with --execution=async: {why}")
     from jaxgossip.engine import asynchronous
-    from jaxgossip.sim import timing
+    from jaxgossip.sim.compute import parse_compute
 
     try:
         asynchronous.check_async_graph(form, topo)
     except (ValueError, TypeError) as err:
         raise ValueError(f"--execution=async with {config.algorithm} ({form}) on {topo.name}: {err}") from None
-    compute = timing.parse_compute(normalise_time(config.time).get("compute", TIME_OPTIONS["compute"]))
+    compute = parse_compute(network_of(config).compute)
     zero = compute.trace is not None and not np.any(np.asarray(compute.trace) > 0)
     if zero or (compute.kind in ("constant", "stragglers") and not compute.seconds > 0):
         raise ValueError(

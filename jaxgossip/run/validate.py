@@ -23,9 +23,9 @@ from jaxgossip.run.config import (
     did_you_mean,
     final_merge_value,
     node_batch_value,
-    normalise_time,
     unknown_name,
 )
+from jaxgossip.sim.network import Network
 
 __all__ = [
     "check_fields",
@@ -227,8 +227,10 @@ def check_fields(config: TrainConfig) -> TrainConfig:
     """
     from jaxgossip import data
 
-    # Every check below reads the time specs as single strings, whatever split them.
-    config = dataclasses.replace(config, time=normalise_time(config.time))
+    if isinstance(config.time, dict):  # the --time.* group checked; the given keys kept, specs as one string
+        network = Network.from_options(config.time)
+        given = {k: getattr(network, k) for k, v in config.time.items() if v is not None}
+        config = dataclasses.replace(config, time=given)
     if isinstance(config.dataset, str) and config.dataset.startswith(data.NPZ_PREFIX):
         path = config.dataset[len(data.NPZ_PREFIX):]
         if not os.path.isfile(path):

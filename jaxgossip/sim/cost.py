@@ -6,15 +6,17 @@ sent in each round (``StepInfo.bits`` stacked over rounds, or the cumulative ``M
 training run via :func:`per_round_bits`) into simulated time on a network of links, and adds
 per-node compute (FLOPs), memory and energy, the quantities Sparse-Push reports for edge devices.
 
-The model: the round times are those of :mod:`jaxgossip.sim.timing`, the one time model (links,
-exchanges, all-reduce, compute, ``atc`` / overlapped rounds) that the compiled runs also advance
-every round; :func:`simulate` prices recorded bits with it on the host, in float64, with a
-constant compute time per node ``p_i = F / s_i`` (``F`` the FLOPs of one local step,
-:func:`flops_per_step`, ``s_i`` the node's FLOP/s). What this module adds:
+The model: the round times are those of :mod:`jaxgossip.sim.timing` under a
+:class:`jaxgossip.sim.network.Network`, the one model of links, exchanges, all-reduce and compute
+that the compiled runs also advance every round; :func:`simulate` prices recorded bits with it on
+the host, in float64, with the network's compute or a constant compute time per node
+``p_i = F / s_i`` (``F`` the FLOPs of one local step, :func:`flops_per_step`, ``s_i`` the node's
+FLOP/s). What this module adds:
 
 * Bits from an interval: :func:`per_round_bits` spreads cumulative bits (``Metrics.bits``) over the
   rounds between evaluation points.
-* Bits on the wire: gossip puts ``bits`` on the wire; the ring all-reduce ``2 (N - 1) B / N``.
+* Bits on the wire (:func:`wire_bits`): gossip puts ``bits`` on the wire; the ring all-reduce
+  ``2 (N - 1) B / N``.
 * Energy per node and round: ``e_{r,i} = F j^flop_i + (bits on the wire)_{r,i} j^bit_i``.
 * Memory per node from shapes (:func:`memory_per_node`) and FLOPs from XLA's cost analysis.
 
@@ -35,22 +37,19 @@ import jax
 import numpy as np
 
 from jaxgossip.sim import timing
+from jaxgossip.sim.compute import Compute, parse_compute
+from jaxgossip.sim.network import Network
 from jaxgossip.topology import Topology
 
 __all__ = [
-    "LinkModel",
     "EnergyModel",
     "CostReport",
-    "MODES",
-    "ALLREDUCE_MODELS",
     "simulate",
+    "wire_bits",
     "per_round_bits",
     "flops_per_step",
     "memory_per_node",
 ]
-
-MODES = timing.LINK_MODES
-ALLREDUCE_MODELS = timing.ALLREDUCE_MODELS
 
 
 def _array(name: str, value: Any, minimum: float, strict: bool) -> np.ndarray:
@@ -63,25 +62,6 @@ def _array(name: str, value: Any, minimum: float, strict: bool) -> np.ndarray:
     if np.any(below):
         raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}; got min {arr.min()}")
     return arr
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LinkModel:
-    """Links of the network: a message of B bits costs ``latency_s + B / bandwidth_bps`` seconds.
-
-    Attributes:
-      bandwidth_bps: > 0, bit/s; a scalar (every link), [N] (each node's uplink) or [T, E] (each
-        directed edge of the topology, aligned with ``topology.senders``; self-loops and padding
-        are ignored).
-      latency_s: >= 0, seconds per message; same shapes as ``bandwidth_bps``.
-    """
-
-    bandwidth_bps: Any
-    latency_s: Any
-
-    def __post_init__(self):
-        object.__setattr__(self, "bandwidth_bps", _array("bandwidth_bps", self.bandwidth_bps, 0.0, True))
-        object.__setattr__(self, "latency_s", _array("latency_s", self.latency_s, 0.0, False))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -137,11 +117,10 @@ def _check_senders(bits: np.ndarray, topology: Topology, start_round: int) -> No
 def simulate(
     bits: Any,
     topology: Topology | None,
-    link: LinkModel,
+    network: Network | None = None,
     *,
-    mode: str = "serial",
+    allreduce: bool = False,
     exchanges: int = 1,
-    allreduce: str | None = None,
     flops_per_step: float = 0.0,
     device_flops: Any = None,
     overlap: bool = False,
@@ -156,12 +135,13 @@ def simulate(
         :func:`per_round_bits` of ``Metrics.bits``); row r is round ``start_round + r`` and uses
         graph ``(start_round + r) mod T``.
       topology: the graph the bits were sent on; ``None`` (or ignored) with ``allreduce``.
-      link: a :class:`LinkModel`.
-      mode: ``"serial"`` (a node's messages share its uplink) or ``"parallel"``.
+      network: the :class:`~jaxgossip.sim.network.Network` (links, mode, all-reduce model,
+        compute); default ``Network()``.
+      allreduce: whether the rounds are all-reduces (priced by ``network.allreduce_model``; links
+        must then be scalar or per node) rather than gossip over ``topology``.
       exchanges: I >= 1, sequential exchanges per round (PowerGossip's ``num_iterations``).
-      allreduce: ``None`` (gossip over ``topology``), ``"ring"`` or ``"message"`` (see above);
-        links must then be scalar or per node.
-      flops_per_step: F >= 0, FLOPs of one node's local step (:func:`flops_per_step`).
+      flops_per_step: F >= 0, FLOPs of one node's local step (:func:`flops_per_step`); with F > 0
+        a step takes ``F / device_flops`` seconds instead of the network's compute.
       device_flops: > 0, FLOP/s, scalar or [N]; required when ``flops_per_step > 0``.
       overlap: whether compute and communication of a round overlap.
       energy: an :class:`EnergyModel`, or None for zero energy.
@@ -172,52 +152,43 @@ def simulate(
     Returns:
       A :class:`CostReport`.
     """
+    network = Network() if network is None else network
     bits = np.asarray(bits, dtype=np.float64)
     if bits.ndim != 2 or bits.shape[0] < 1:
         raise ValueError(f"bits must have shape [R, N] with R >= 1; got {bits.shape}")
     if not np.all(np.isfinite(bits)) or np.any(bits < 0):
         raise ValueError("bits must be finite and >= 0")
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is unknown; known modes: {MODES}")
     if isinstance(exchanges, bool) or not isinstance(exchanges, (int, np.integer)) or exchanges < 1:
         raise ValueError(f"exchanges must be an int >= 1; got {exchanges!r}")
     if isinstance(start_round, bool) or not isinstance(start_round, (int, np.integer)) or start_round < 0:
         raise ValueError(f"start_round must be an int >= 0; got {start_round!r}")
     num_nodes = bits.shape[1]
-    if allreduce is not None:
-        wire = bits * (2 * (num_nodes - 1) / num_nodes if allreduce == "ring" else 1.0)
-    else:
+    if not allreduce:
         if topology is None:
-            raise ValueError("topology is None; pass the Topology the bits were sent on, or allreduce=")
+            raise ValueError("topology is None; pass the Topology the bits were sent on, or allreduce=True")
         if topology.num_nodes != num_nodes:
             raise ValueError(
                 f"bits has N = {num_nodes} columns but topology {topology.name} has {topology.num_nodes} nodes"
             )
         if not topology.stochastic:
             _check_senders(bits, topology, int(start_round))
-        wire = bits
+    wire = wire_bits(bits, network.allreduce_model if allreduce else None)
     flops = float(flops_per_step)
     if not np.isfinite(flops) or flops < 0:
         raise ValueError(f"flops_per_step must be finite and >= 0; got {flops_per_step!r}")
     if device_flops is None:
         if flops > 0:
             raise ValueError("flops_per_step > 0 needs device_flops (FLOP/s, scalar or [N])")
-        compute = np.zeros(num_nodes)
+        compute = parse_compute(network.compute)
     else:
-        compute = flops / _per_node("device_flops", _array("device_flops", device_flops, 0.0, True), num_nodes)
+        seconds = flops / _per_node("device_flops", _array("device_flops", device_flops, 0.0, True), num_nodes)
+        compute = Compute("constant", seconds)
     # The round times come from the one time model the compiled runs use (jaxgossip.sim.timing), in float64.
     with jax.enable_x64(True):
-        links = timing.make_links(
-            None if allreduce is not None else topology,
-            link.latency_s,
-            link.bandwidth_bps,
-            mode=mode,
-            exchanges=int(exchanges),
-            allreduce=allreduce,
-            num_nodes=num_nodes,
-            names=("latency_s", "bandwidth_bps"),
+        links = network.links(
+            None if allreduce else topology, exchanges=int(exchanges), allreduce=allreduce, num_nodes=num_nodes
         )
-        model = timing.TimeModel(timing.Compute("constant", compute), links, overlap=bool(overlap))
+        model = timing.TimeModel(compute, links, overlap=bool(overlap))
         rounds = start_round + np.arange(bits.shape[0])
         per_round = jax.vmap(lambda b, t: timing.round_seconds(model, jax.random.key(0), b, t, 1))
         round_time, comm_time = (np.asarray(a, np.float64) for a in per_round(bits, rounds))
@@ -228,13 +199,22 @@ def simulate(
         joules = flops * j_flop + wire * j_bit
     return CostReport(
         comm_time=comm_time,
-        compute_time=compute,
+        compute_time=np.asarray(compute.seconds, np.float64) * np.ones(num_nodes),
         round_time=round_time,
         total_time=float(round_time.sum()),
         bits=wire,
         energy=joules,
         memory=memory_bytes,
     )
+
+
+def wire_bits(bits: Any, allreduce: str | None = None) -> np.ndarray:
+    """The bits each node puts on the wire, [R, N], for the bits it sent, [R, N]: the same for
+    gossip (``allreduce=None``) and a one-message all-reduce (``"message"``), ``2 (N - 1) / N`` of
+    them for the bandwidth-optimal ring all-reduce (``"ring"``)."""
+    bits = np.asarray(bits, dtype=np.float64)
+    n = bits.shape[-1]
+    return bits * (2 * (n - 1) / n if allreduce == "ring" else 1.0)
 
 
 def per_round_bits(cumulative_bits: Any, rounds: Any, topology: Topology | None = None) -> np.ndarray:

@@ -426,7 +426,7 @@ def with_availability(topology: Topology, available: Any) -> Topology:
     Args:
       topology: a graph :func:`with_failures` accepts, or failures of one (its drops are kept).
       available: ``[R, N]`` 0/1 (or bool), node i online in round t iff ``available[t mod R, i]``
-        (e.g. :func:`jaxgossip.sim.timing.availability`).
+        (e.g. :func:`jaxgossip.sim.compute.availability`).
 
     Returns:
       A stochastic :class:`Topology` (failures with ``available`` among its ``draw_args``).

@@ -14,6 +14,7 @@ from tiny import tiny_config
 import jaxgossip as jg
 from jaxgossip.cli import main
 from jaxgossip.run.cost_report import CostModel, training_cost
+from jaxgossip.sim.network import Network
 
 BW, LAT = 1e8, 1e-3  # bit/s, s
 # tiny_config: 4 nodes, 20 rounds evaluated every 5, batch 8, an MLP 64 -> 8 -> 10 (with biases) on
@@ -57,7 +58,7 @@ def test_consensus_cost_columns(tmp_path, capsys):
     # one-peer exponential (time-varying): one message of x and the push-sum weight per round
     push_round = LAT + (bits + 32) / BW
     assert rows["push_sum"]["comm_s"] == pytest.approx(5 * push_round, rel=1e-12)
-    assert saved["cost_model"] == CostModel(BW, LAT, joules_per_bit=1e-9).to_dict()
+    assert saved["cost_model"] == CostModel(Network(bandwidth=BW, latency=LAT), joules_per_bit=1e-9).to_dict()
     for header in ("comm s/round", "comm s", "J/node"):
         assert header in table
     assert format(5 * ring_round, ".4g") in table and format(gossip_round, ".3g") in table
@@ -142,7 +143,7 @@ def _cumulative(per_round, rounds):
     return np.cumsum(per_round, axis=0)[np.asarray(rounds) - 1]
 
 
-LINK = CostModel(bandwidth=BW, latency=LAT, joules_per_flop=1e-9)
+LINK = CostModel(Network(bandwidth=BW, latency=LAT), joules_per_flop=1e-9)
 FLOPS = 3e3
 
 
@@ -220,7 +221,7 @@ def test_training_cost_merge_round_continues_the_graph_sequence():
     even, odd = 2 * (LAT + message / BW), LAT + message / BW
     recorded = np.array([2 * even + odd])
     fields = training_cost(
-        CostModel(BW, LAT),
+        CostModel(Network(bandwidth=BW, latency=LAT)),
         tiny_config(final_merge=1),
         topo,
         [3],

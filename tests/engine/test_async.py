@@ -13,6 +13,7 @@ from jaxgossip import topology as T
 from jaxgossip.engine import asynchronous, problems
 from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
+from jaxgossip.sim.compute import parse_compute
 
 N, D, ROUNDS = 8, 3, 15  # 120 events
 STRAGGLERS = "stragglers:1.0,0.25,4"
@@ -154,7 +155,7 @@ def test_matches_heapq_reference(problem, x0, rule, spec, mode):
     bits = 32.0 * D + (32.0 if rule == "async_sgp" else 0.0)
     # the time model's draws as the run makes them (a jitted vmap; the test compiles without
     # XLA's optimizations, where an eager draw can differ in the last bit)
-    dur = asynchronous.step_durations(timing.parse_compute(spec), N, ROUNDS * N + 1, key)
+    dur = asynchronous.step_durations(parse_compute(spec), N, ROUNDS * N + 1, key)
     u = np.asarray(jax.random.uniform(jax.random.split(key)[0], (ROUNDS * N,)))
     z, times, objs, cons, (_, _, flight) = _reference(
         rule, problem, topology, x0, 0.05, dur, _delays(topology, bits, mode), ROUNDS, u
@@ -210,13 +211,13 @@ def test_same_key_same_run(problem, x0, rule):
     a, b = (_run(rule, problem, x0, LOGNORMAL, jax.random.key(7), mode) for _ in range(2))
     for left, right in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(np.asarray(left), np.asarray(right))
-    other = asynchronous.async_schedule(timing.parse_compute(LOGNORMAL), N, ROUNDS * N, jax.random.key(8))
+    other = asynchronous.async_schedule(parse_compute(LOGNORMAL), N, ROUNDS * N, jax.random.key(8))
     assert not np.array_equal(a.schedule.time, other.time)
 
 
 def test_schedule_equals_full_draw():
     """Drawing K < E steps per node gives the first E events of drawing all E steps."""
-    compute = timing.parse_compute("lognormal:1.0,2.0")  # heavy tails: some nodes run far ahead
+    compute = parse_compute("lognormal:1.0,2.0")  # heavy tails: some nodes run far ahead
     key = jax.random.key(5)
     sched = asynchronous.async_schedule(compute, 4, 200, key)
     assert sched.step.max() < 150  # it drew fewer than E steps per node

@@ -9,7 +9,8 @@ import pytest
 import jaxgossip as jg
 from jaxgossip.algorithms import pair_tables
 from jaxgossip.sim import cost
-from jaxgossip.sim.cost import EnergyModel, LinkModel, memory_per_node, per_round_bits, simulate
+from jaxgossip.sim.cost import EnergyModel, memory_per_node, per_round_bits, simulate
+from jaxgossip.sim.network import LINK_MODES, Network
 
 B, BW, LAT = 8e6, 1e8, 0.01  # bits, bit/s, s: one message takes LAT + B / BW = 0.09 s
 
@@ -17,7 +18,7 @@ B, BW, LAT = 8e6, 1e8, 0.01  # bits, bit/s, s: one message takes LAT + B / BW = 
 def test_one_message():
     topo = jg.topology.directed_ring(4)  # i -> i + 1, out-degree 1
     bits = np.array([[B, 0.0, 0.0, 0.0]])
-    report = simulate(bits, topo, LinkModel(BW, LAT))
+    report = simulate(bits, topo, Network(bandwidth=BW, latency=LAT))
     np.testing.assert_allclose(report.comm_time, [LAT + B / BW])
     np.testing.assert_allclose(report.round_time, [LAT + B / BW])
     assert report.total_time == pytest.approx(LAT + B / BW)
@@ -29,8 +30,8 @@ def test_one_message():
 def test_two_messages_serial_vs_parallel():
     topo = jg.topology.ring(4)  # out-degree 2: each node sends its 2B bits as two messages of B
     bits = np.full((3, 4), 2 * B)
-    serial = simulate(bits, topo, LinkModel(BW, LAT), mode="serial")
-    parallel = simulate(bits, topo, LinkModel(BW, LAT), mode="parallel")
+    serial = simulate(bits, topo, Network(bandwidth=BW, latency=LAT, mode="serial"))
+    parallel = simulate(bits, topo, Network(bandwidth=BW, latency=LAT, mode="parallel"))
     np.testing.assert_allclose(serial.round_time, 2 * (LAT + B / BW))
     np.testing.assert_allclose(parallel.round_time, LAT + B / BW)
     assert serial.total_time == pytest.approx(3 * 2 * (LAT + B / BW))
@@ -41,7 +42,7 @@ def test_slowest_node_dominates_with_per_node_links():
     bandwidth = np.array([1e8, 1e8, 1e7, 1e8])  # node 2 has a slow uplink
     latency = np.array([0.01, 0.05, 0.0, 0.01])
     bits = np.full((1, 4), 2 * B)
-    report = simulate(bits, topo, LinkModel(bandwidth, latency))
+    report = simulate(bits, topo, Network(bandwidth=bandwidth, latency=latency))
     per_node = 2 * (latency + B / bandwidth)
     np.testing.assert_allclose(report.comm_time, [per_node.max()])
     assert per_node.argmax() == 2
@@ -53,12 +54,12 @@ def test_per_edge_links():
     latency = np.zeros(topo.senders.shape)
     slow = np.flatnonzero((topo.senders[0] == 1) & (topo.receivers[0] == 2))
     bandwidth[0, slow], latency[0, slow] = 1e6, 0.5
-    report = simulate(np.full((2, 3), B), topo, LinkModel(bandwidth, latency))
+    report = simulate(np.full((2, 3), B), topo, Network(bandwidth=bandwidth, latency=latency))
     np.testing.assert_allclose(report.comm_time, 0.5 + B / 1e6)
 
 
 def test_zero_bits_pay_no_latency():
-    report = simulate(np.zeros((2, 4)), jg.topology.ring(4), LinkModel(BW, LAT))
+    report = simulate(np.zeros((2, 4)), jg.topology.ring(4), Network(bandwidth=BW, latency=LAT))
     np.testing.assert_array_equal(report.round_time, 0.0)
 
 
@@ -68,7 +69,7 @@ def test_compute_and_overlap_per_node():
     device_flops = np.array([1e9, 1e10])  # compute 1 s on node 0, 0.1 s on node 1
     bandwidth = np.array([1e9, 1e7])  # comm 0.1 s on node 0, 1 s on node 1 (B = 1e7)
     bits = np.full((1, 2), 1e7)
-    link = LinkModel(bandwidth, 0.0)
+    link = Network(bandwidth=bandwidth, latency=0.0)
     plain = simulate(bits, topo, link, flops_per_step=flops, device_flops=device_flops)
     over = simulate(bits, topo, link, flops_per_step=flops, device_flops=device_flops, overlap=True)
     np.testing.assert_allclose(plain.compute_time, [1.0, 0.1])
@@ -84,7 +85,7 @@ def test_energy():
     bits = rng.uniform(1e3, 1e6, size=(3, 4))
     j_flop, j_bit, flops = 1e-11, np.array([1e-9, 2e-9, 3e-9, 4e-9]), 5e8
     report = simulate(
-        bits, topo, LinkModel(BW, LAT), flops_per_step=flops, device_flops=1e12, energy=EnergyModel(j_flop, j_bit)
+        bits, topo, Network(bandwidth=BW, latency=LAT), flops_per_step=flops, device_flops=1e12, energy=EnergyModel(j_flop, j_bit)
     )
     np.testing.assert_allclose(report.energy, flops * j_flop + bits * j_bit, rtol=1e-12)
     np.testing.assert_allclose(report.total_energy, (flops * j_flop + bits * j_bit).sum(0), rtol=1e-12)
@@ -92,15 +93,15 @@ def test_energy():
 
 def test_exchanges():
     topo = jg.topology.ring(4)
-    report = simulate(np.full((1, 4), 2 * B), topo, LinkModel(BW, LAT), exchanges=2, mode="parallel")
+    report = simulate(np.full((1, 4), 2 * B), topo, Network(bandwidth=BW, latency=LAT, mode="parallel"), exchanges=2)
     np.testing.assert_allclose(report.round_time, 2 * (LAT + B / 2 / BW))
 
 
 def test_allreduce_ring_and_message():
     n = 4
     bits = np.full((2, n), B)
-    ring = simulate(bits, None, LinkModel(BW, LAT), allreduce="ring")
-    one = simulate(bits, None, LinkModel(BW, LAT), allreduce="message")
+    ring = simulate(bits, None, Network(bandwidth=BW, latency=LAT, allreduce_model="ring"), allreduce=True)
+    one = simulate(bits, None, Network(bandwidth=BW, latency=LAT, allreduce_model="message"), allreduce=True)
     np.testing.assert_allclose(ring.round_time, 2 * (n - 1) * (LAT + B / n / BW))
     np.testing.assert_allclose(ring.bits, 2 * (n - 1) / n * B)
     np.testing.assert_allclose(one.round_time, LAT + B / BW)
@@ -127,7 +128,7 @@ def _loop_reference(bits, topo, bandwidth, latency, mode, flops, device_flops):
     return np.array(times)
 
 
-@pytest.mark.parametrize("mode", cost.MODES)
+@pytest.mark.parametrize("mode", LINK_MODES)
 @pytest.mark.parametrize("topo_name", ["erdos_renyi", "one_peer_exponential"])
 def test_against_loop_reference(mode, topo_name):
     rng = np.random.default_rng(1)
@@ -141,7 +142,7 @@ def test_against_loop_reference(mode, topo_name):
     bits = rng.uniform(1e4, 1e6, size=(7, n)) * (rng.random((7, n)) > 0.2)
     device_flops = rng.uniform(1e9, 1e10, size=n)
     report = simulate(
-        bits, topo, LinkModel(bandwidth, latency), mode=mode, flops_per_step=1e8, device_flops=device_flops
+        bits, topo, Network(bandwidth=bandwidth, latency=latency, mode=mode), flops_per_step=1e8, device_flops=device_flops
     )
     expected = _loop_reference(bits, topo, bandwidth, latency, mode, 1e8, device_flops)
     np.testing.assert_allclose(report.round_time, expected, rtol=1e-12)
@@ -152,7 +153,7 @@ def test_simulate_matches_stepinfo_bits_of_gossip():
     alg = jg.algorithms.make("gossip", topo)
     params = {"w": jnp.zeros((4, 10))}
     _, _, info = alg.step(params, alg.init(params), jax.random.key(0))
-    report = simulate(np.asarray(info.bits)[None], topo, LinkModel(BW, LAT), mode="serial")
+    report = simulate(np.asarray(info.bits)[None], topo, Network(bandwidth=BW, latency=LAT, mode="serial"))
     np.testing.assert_allclose(report.round_time, [2 * (LAT + 320 / BW)])  # 10 fp32 values per message
 
 
@@ -188,17 +189,17 @@ def test_simulate_start_round_picks_the_graph_of_each_round():
     topo = _alternating()
     bits = np.full((2, 4), B)  # B bits per node: 2 messages of B / 2 on the ring, 1 of B on the cycle
     ring_round, cycle_round = 2 * (LAT + B / 2 / BW), LAT + B / BW
-    np.testing.assert_allclose(simulate(bits, topo, LinkModel(BW, LAT)).round_time, [ring_round, cycle_round])
+    np.testing.assert_allclose(simulate(bits, topo, Network(bandwidth=BW, latency=LAT)).round_time, [ring_round, cycle_round])
     np.testing.assert_allclose(
-        simulate(bits, topo, LinkModel(BW, LAT), start_round=3).round_time, [cycle_round, ring_round]
+        simulate(bits, topo, Network(bandwidth=BW, latency=LAT), start_round=3).round_time, [cycle_round, ring_round]
     )
     with pytest.raises(ValueError, match="start_round must be an int >= 0"):
-        simulate(bits, topo, LinkModel(BW, LAT), start_round=-1)
+        simulate(bits, topo, Network(bandwidth=BW, latency=LAT), start_round=-1)
     with pytest.raises(ValueError, match="has no out-neighbours in round 5"):
         simulate(
             np.ones((2, 4)),
             jg.topology.schedule([jg.topology.ring(4), _self_loops_only(4)]),
-            LinkModel(BW, LAT),
+            Network(bandwidth=BW, latency=LAT),
             start_round=4,
         )
 
@@ -248,46 +249,46 @@ def _self_loops_only(n=2):
 def test_errors():
     topo = jg.topology.ring(4)
     ok = np.full((1, 4), B)
-    with pytest.raises(ValueError, match="bandwidth_bps must be > 0"):
-        LinkModel(0.0, LAT)
-    with pytest.raises(ValueError, match="latency_s must be >= 0"):
-        LinkModel(BW, -1.0)
-    with pytest.raises(ValueError, match="bandwidth_bps must be finite"):
-        LinkModel(np.nan, LAT)
-    with pytest.raises(ValueError, match="latency_s must be a scalar"):
-        LinkModel(BW, np.zeros((1, 2, 3)))
-    with pytest.raises(ValueError, match=r"bandwidth_bps per node must have shape \[N\]"):
-        simulate(ok, topo, LinkModel(np.ones(5), LAT))
-    with pytest.raises(ValueError, match=r"latency_s per edge must have shape \[T, E\]"):
-        simulate(ok, topo, LinkModel(BW, np.zeros((1, 3))))
+    with pytest.raises(ValueError, match="bandwidth=0.0 must be > 0"):
+        Network(bandwidth=0.0, latency=LAT)
+    with pytest.raises(ValueError, match="latency=-1.0 must be >= 0"):
+        Network(bandwidth=BW, latency=-1.0)
+    with pytest.raises(ValueError, match="bandwidth=nan must be finite"):
+        Network(bandwidth=np.nan, latency=LAT)
+    with pytest.raises(ValueError, match="latency must be a scalar"):
+        Network(bandwidth=BW, latency=np.zeros((1, 2, 3)))
+    with pytest.raises(ValueError, match=r"bandwidth per node must have shape \[N\]"):
+        simulate(ok, topo, Network(bandwidth=np.ones(5), latency=LAT))
+    with pytest.raises(ValueError, match=r"latency per edge must have shape \[T, E\]"):
+        simulate(ok, topo, Network(bandwidth=BW, latency=np.zeros((1, 3))))
     with pytest.raises(ValueError, match="bits has N = 3 columns"):
-        simulate(np.ones((1, 3)), topo, LinkModel(BW, LAT))
+        simulate(np.ones((1, 3)), topo, Network(bandwidth=BW, latency=LAT))
     with pytest.raises(ValueError, match=r"bits must have shape \[R, N\]"):
-        simulate(np.ones(4), topo, LinkModel(BW, LAT))
+        simulate(np.ones(4), topo, Network(bandwidth=BW, latency=LAT))
     with pytest.raises(ValueError, match="bits must be finite and >= 0"):
-        simulate(-ok, topo, LinkModel(BW, LAT))
+        simulate(-ok, topo, Network(bandwidth=BW, latency=LAT))
     with pytest.raises(ValueError, match="mode='fast' is unknown"):
-        simulate(ok, topo, LinkModel(BW, LAT), mode="fast")
+        Network(bandwidth=BW, latency=LAT, mode="fast")
     with pytest.raises(ValueError, match="exchanges must be an int >= 1"):
-        simulate(ok, topo, LinkModel(BW, LAT), exchanges=0)
-    with pytest.raises(ValueError, match="allreduce='tree' is unknown"):
-        simulate(ok, None, LinkModel(BW, LAT), allreduce="tree")
+        simulate(ok, topo, Network(bandwidth=BW, latency=LAT), exchanges=0)
+    with pytest.raises(ValueError, match="allreduce_model='tree' is unknown"):
+        Network(bandwidth=BW, latency=LAT, allreduce_model="tree")
     with pytest.raises(ValueError, match="allreduce needs scalar or per-node"):
-        simulate(ok, None, LinkModel(np.ones(topo.senders.shape), LAT), allreduce="ring")
+        simulate(ok, None, Network(bandwidth=np.ones(topo.senders.shape), latency=LAT), allreduce=True)
     with pytest.raises(ValueError, match="topology is None"):
-        simulate(ok, None, LinkModel(BW, LAT))
+        simulate(ok, None, Network(bandwidth=BW, latency=LAT))
     with pytest.raises(ValueError, match="has no out-neighbours"):
-        simulate(np.ones((1, 2)), _self_loops_only(), LinkModel(BW, LAT))
+        simulate(np.ones((1, 2)), _self_loops_only(), Network(bandwidth=BW, latency=LAT))
     with pytest.raises(ValueError, match="needs device_flops"):
-        simulate(ok, topo, LinkModel(BW, LAT), flops_per_step=1.0)
+        simulate(ok, topo, Network(bandwidth=BW, latency=LAT), flops_per_step=1.0)
     with pytest.raises(ValueError, match="flops_per_step must be finite and >= 0"):
-        simulate(ok, topo, LinkModel(BW, LAT), flops_per_step=-1.0)
+        simulate(ok, topo, Network(bandwidth=BW, latency=LAT), flops_per_step=-1.0)
     with pytest.raises(ValueError, match="device_flops must be > 0"):
-        simulate(ok, topo, LinkModel(BW, LAT), flops_per_step=1.0, device_flops=0.0)
+        simulate(ok, topo, Network(bandwidth=BW, latency=LAT), flops_per_step=1.0, device_flops=0.0)
     with pytest.raises(ValueError, match="joules_per_bit must be >= 0"):
         EnergyModel(0.0, -1.0)
     with pytest.raises(ValueError, match=r"joules_per_flop per node must have shape \[N\]"):
-        simulate(ok, topo, LinkModel(BW, LAT), energy=EnergyModel(np.ones(3), 0.0))
+        simulate(ok, topo, Network(bandwidth=BW, latency=LAT), energy=EnergyModel(np.ones(3), 0.0))
     with pytest.raises(ValueError, match="num_nodes must be an int >= 1"):
         memory_per_node({"w": jnp.zeros((4, 2))}, num_nodes=0)
     with pytest.raises(ValueError, match="no leaf with a leading node axis"):

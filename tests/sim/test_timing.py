@@ -11,7 +11,8 @@ import pytest
 
 import jaxgossip as jg
 from jaxgossip import topology as T
-from jaxgossip.sim import timing
+from jaxgossip.sim import compute as compute_lib
+from jaxgossip.sim import network, timing
 
 
 def _reference_comm(topo, bits, t, latency, bandwidth, mode, exchanges):
@@ -49,10 +50,10 @@ def test_comm_seconds_match_the_edge_loop(mode, links):
         "per_edge": (rng.uniform(0, 1e-2, shape), rng.uniform(1e5, 1e7, shape)),
     }[links]
     with jax.enable_x64(True):
-        lk = timing.make_links(topo, latency, bandwidth, mode=mode, exchanges=2)
+        lk = network.make_links(topo, latency, bandwidth, mode=mode, exchanges=2)
         for t in range(5):
             bits = rng.uniform(0, 1e6, n) * (rng.uniform(size=n) > 0.2)  # some nodes send nothing
-            got = np.asarray(timing.comm_seconds(lk, bits, t))
+            got = np.asarray(network.comm_seconds(lk, bits, t))
             np.testing.assert_allclose(got, _reference_comm(topo, bits, t, latency, bandwidth, mode, 2), rtol=1e-12)
 
 
@@ -60,14 +61,14 @@ def test_allreduce_and_stochastic_links():
     n = 6
     bits = np.array([0.0, 8e5, 8e5, 8e5, 8e5, 8e5])
     with jax.enable_x64(True):
-        ring = timing.make_links(None, 1e-3, 1e6, allreduce="ring", num_nodes=n)
-        message = timing.make_links(None, 1e-3, 1e6, allreduce="message", num_nodes=n)
-        np.testing.assert_allclose(timing.comm_seconds(ring, bits, 0), np.where(bits > 0, 10 * (1e-3 + bits / 6 / 1e6), 0))
-        np.testing.assert_allclose(timing.comm_seconds(message, bits, 0), np.where(bits > 0, 1e-3 + bits / 1e6, 0))
+        ring = network.make_links(None, 1e-3, 1e6, allreduce="ring", num_nodes=n)
+        message = network.make_links(None, 1e-3, 1e6, allreduce="message", num_nodes=n)
+        np.testing.assert_allclose(network.comm_seconds(ring, bits, 0), np.where(bits > 0, 10 * (1e-3 + bits / 6 / 1e6), 0))
+        np.testing.assert_allclose(network.comm_seconds(message, bits, 0), np.where(bits > 0, 1e-3 + bits / 1e6, 0))
         topo = T.random_matching(n)
         d = T.mean_out_degree(topo)
-        mean = timing.make_links(topo, 1e-3, 1e6, mode="serial")
-        np.testing.assert_allclose(timing.comm_seconds(mean, bits, 3), np.where(bits > 0, d * (1e-3 + bits / d / 1e6), 0))
+        mean = network.make_links(topo, 1e-3, 1e6, mode="serial")
+        np.testing.assert_allclose(network.comm_seconds(mean, bits, 3), np.where(bits > 0, d * (1e-3 + bits / d / 1e6), 0))
 
 
 def _quadratic_run(alg, time, num_steps=6, local_steps=1, ordering="atc"):
@@ -157,15 +158,15 @@ def test_random_compute_is_seeded_and_has_the_stated_law():
     n, steps = 64, 400
     key = jax.random.key(5)
     for spec, center in (("lognormal:2.0,0.5", 2.0), ("exponential:3.0", 3.0)):
-        compute = timing.parse_compute(spec)
-        draws = np.stack([np.asarray(timing.compute_seconds(compute, key, k, n)) for k in range(steps)])
-        again = np.asarray(timing.compute_seconds(compute, key, 7, n))
+        compute = compute_lib.parse_compute(spec)
+        draws = np.stack([np.asarray(compute_lib.compute_seconds(compute, key, k, n)) for k in range(steps)])
+        again = np.asarray(compute_lib.compute_seconds(compute, key, 7, n))
         np.testing.assert_array_equal(draws[7], again)
         stat = np.median(draws) if spec.startswith("lognormal") else draws.mean()
         assert abs(stat - center) < 0.05 * center, (spec, stat)
-    strag = timing.parse_compute("stragglers:1.0,0.25,4")
-    a = np.asarray(timing.compute_seconds(strag, key, 0, 8))
-    b = np.asarray(timing.compute_seconds(strag, key, 99, 8))
+    strag = compute_lib.parse_compute("stragglers:1.0,0.25,4")
+    a = np.asarray(compute_lib.compute_seconds(strag, key, 0, 8))
+    b = np.asarray(compute_lib.compute_seconds(strag, key, 99, 8))
     np.testing.assert_array_equal(a, b)  # fixed for the run
     assert sorted(a.tolist()) == [1.0] * 6 + [4.0] * 2
 
@@ -175,9 +176,9 @@ def test_trace_compute_cycles(tmp_path):
     np.save(tmp_path / "t.npy", trace)
     np.savetxt(tmp_path / "t.csv", trace, delimiter=",")
     for path in ("t.npy", "t.csv"):
-        compute = timing.parse_compute(f"trace:{tmp_path / path}")
+        compute = compute_lib.parse_compute(f"trace:{tmp_path / path}")
         for k in range(7):
-            np.testing.assert_array_equal(timing.compute_seconds(compute, jax.random.key(0), k, 4), trace[k % 3])
+            np.testing.assert_array_equal(compute_lib.compute_seconds(compute, jax.random.key(0), k, 4), trace[k % 3])
 
 
 def test_kahan_clock_keeps_small_rounds():
@@ -210,7 +211,7 @@ def test_kahan_clock_keeps_small_rounds():
 )
 def test_bad_compute_specs_name_the_value_and_rule(spec, message):
     with pytest.raises(ValueError, match="--time.compute") as err:
-        timing.parse_compute(spec)
+        compute_lib.parse_compute(spec)
     assert message in str(err.value)
 
 
@@ -230,7 +231,7 @@ def test_bad_links_and_traces_are_refused(tmp_path):
         timing.time_model(topo, compute=f"trace:{tmp_path / 't.npy'}")
     np.save(tmp_path / "bad.npy", np.ones(5, np.float32))
     with pytest.raises(ValueError, match=r"\[steps, N\]"):
-        timing.parse_compute(f"trace:{tmp_path / 'bad.npy'}")
+        compute_lib.parse_compute(f"trace:{tmp_path / 'bad.npy'}")
 
 
 def test_sweep_over_time_values_is_one_compile_and_equals_separate_runs():
@@ -278,17 +279,17 @@ def test_sweep_command_over_time_values_and_bad_ones(tmp_path, capsys):
 
 
 def test_availability_masks_are_seeded_and_checked(tmp_path):
-    assert timing.availability("always", 10, 4, 0) is None
-    a = timing.availability("markov:0.2,0.5", 2000, 16, 3)
-    np.testing.assert_array_equal(a, timing.availability("markov:0.2,0.5", 2000, 16, 3))
-    assert not np.array_equal(a, timing.availability("markov:0.2,0.5", 2000, 16, 4))
+    assert compute_lib.availability("always", 10, 4, 0) is None
+    a = compute_lib.availability("markov:0.2,0.5", 2000, 16, 3)
+    np.testing.assert_array_equal(a, compute_lib.availability("markov:0.2,0.5", 2000, 16, 3))
+    assert not np.array_equal(a, compute_lib.availability("markov:0.2,0.5", 2000, 16, 4))
     # the chain's stationary online share is P_ON / (P_OFF + P_ON) = 5/7
     assert abs(a[100:].mean() - 5 / 7) < 0.02
     off_to_on = ((a[:-1] == 0) & (a[1:] == 1)).sum() / (a[:-1] == 0).sum()
     assert abs(off_to_on - 0.5) < 0.03
     trace = np.array([[1, 0, 1], [0, 1, 1]], np.float32)
     np.save(tmp_path / "a.npy", trace)
-    np.testing.assert_array_equal(timing.availability(f"trace:{tmp_path / 'a.npy'}", 2, 3, 0), trace)
+    np.testing.assert_array_equal(compute_lib.availability(f"trace:{tmp_path / 'a.npy'}", 2, 3, 0), trace)
     for spec, message in (
         ("markov:0.2", "expected markov:P_OFF,P_ON"),
         ("markov:0.2,0", r"P_ON in \(0, 1\]"),
@@ -296,11 +297,11 @@ def test_availability_masks_are_seeded_and_checked(tmp_path):
         (f"trace:{tmp_path / 'a.npy'}", r"does not fit N = 4"),
     ):
         with pytest.raises(ValueError, match="--time.availability") as err:
-            timing.availability(spec, 5, 4, 0)
+            compute_lib.availability(spec, 5, 4, 0)
         assert re.search(message, str(err.value)), err.value
     np.save(tmp_path / "b.npy", np.full((2, 3), 0.5, np.float32))
     with pytest.raises(ValueError, match="0 \\(offline\\) or 1 \\(online\\)"):
-        timing.availability(f"trace:{tmp_path / 'b.npy'}", 2, 3, 0)
+        compute_lib.availability(f"trace:{tmp_path / 'b.npy'}", 2, 3, 0)
 
 
 def test_offline_nodes_neither_compute_nor_send_and_the_round_waits_only_for_online_ones():
@@ -319,9 +320,9 @@ def test_offline_nodes_neither_compute_nor_send_and_the_round_waits_only_for_onl
     np.testing.assert_allclose(w[1].sum(axis=1), 1.0)  # repaired: still doubly stochastic
     np.testing.assert_allclose(w[0], T.ring(n).matrix(0), rtol=1e-6)
 
-    compute = timing.parse_compute("stragglers:0.01,0.25,10")
+    compute = compute_lib.parse_compute("stragglers:0.01,0.25,10")
     clock_key = jax.random.wrap_key_data(timing.init_clock(jax.random.key(0)).key)
-    straggler = int(np.argmax(np.asarray(timing.compute_seconds(compute, clock_key, 0, n))))
+    straggler = int(np.argmax(np.asarray(compute_lib.compute_seconds(compute, clock_key, 0, n))))
     available = np.ones((20, n), np.float32)
     available[1::2, straggler] = 0
     model = timing.time_model(T.ring(n), compute=compute, latency=0.0, bandwidth=1e18, available=available)

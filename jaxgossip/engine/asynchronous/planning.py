@@ -9,7 +9,7 @@ the stale versions, delayed messages and the packing of events into waves
 :mod:`~jaxgossip.engine.asynchronous.waves`.
 
 The schedule (:func:`async_schedule`): node i's k-th local step takes ``p_{k,i}`` seconds
-(:func:`jaxgossip.sim.timing.compute_seconds`) and finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
+(:func:`jaxgossip.sim.compute.compute_seconds`) and finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
 (a float32 running sum); events are in time order (ties: lower node first, then lower step), and
 AD-PSGD's event e picks its neighbour slot ``floor(u_e deg_i)`` with
 ``u = uniform(key_sched, [E])``, ``key_sched, key_grad = split(key)``.
@@ -27,6 +27,8 @@ import numpy as np
 from jaxgossip.checks import is_concrete
 from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
+from jaxgossip.sim.compute import Compute, compute_seconds, parse_compute
+from jaxgossip.sim.network import Links, Network
 from jaxgossip.types import Array, AsyncForm, PRNGKey
 
 __all__ = [
@@ -141,7 +143,7 @@ def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarra
     return table, np.array([len(nb) for nb in lists], np.int32)
 
 
-def _edge_delays(links: timing.Links, topology: Any, bits: float) -> dict[tuple[int, int], float]:
+def _edge_delays(links: Links, topology: Any, bits: float) -> dict[tuple[int, int], float]:
     """(sender, receiver) -> seconds a message of ``bits`` takes on graph 0's real edges (serial
     uplinks: the cumulative transfer of the sender's messages in ascending receiver order)."""
     if links.kind != "graph":
@@ -180,18 +182,18 @@ def _slot_table(pairs: list[list[tuple[int, float]]], n: int):
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _durations(compute, clock_key, n, num_steps):
     key = jax.random.wrap_key_data(clock_key)
-    return jax.vmap(lambda k: timing.compute_seconds(compute, key, k, n))(jnp.arange(num_steps, dtype=jnp.int32))
+    return jax.vmap(lambda k: compute_seconds(compute, key, k, n))(jnp.arange(num_steps, dtype=jnp.int32))
 
 
-def step_durations(compute: timing.Compute, num_nodes: int, num_steps: int, key: PRNGKey) -> np.ndarray:
+def step_durations(compute: Compute, num_nodes: int, num_steps: int, key: PRNGKey) -> np.ndarray:
     """``[K, N]`` float32 seconds of every node's first K = ``num_steps`` local steps in the run
-    with key ``key`` (:func:`jaxgossip.sim.timing.compute_seconds` with the clock's key), as the
+    with key ``key`` (:func:`jaxgossip.sim.compute.compute_seconds` with the clock's key), as the
     schedule draws them."""
     return np.asarray(_durations(compute, timing.init_clock(key).key, num_nodes, num_steps), np.float32)
 
 
 def async_schedule(
-    compute: timing.Compute, num_nodes: int, num_events: int, key: PRNGKey, table=None, degree=None
+    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, table=None, degree=None
 ) -> AsyncSchedule:
     """The first ``num_events`` (E) events of the run with key ``key`` (module docstring), on the host.
 
@@ -364,13 +366,12 @@ def check_async_graph(algorithm: str, topology: Any) -> AsyncForm:
     return form
 
 
-def _split_time(topology: Any, time: Any) -> tuple[timing.Compute, timing.Links]:
+def _split_time(topology: Any, time: Any) -> tuple[Compute, Links]:
     if isinstance(time, timing.TimeModel):
         if time.available is not None:
             raise ValueError("asynchronous runs do not model availability (time.available); give None")
         return time.compute, time.links
-    compute = timing.parse_compute(time)
-    return compute, timing.make_links(topology, timing.DEFAULT_LATENCY, timing.DEFAULT_BANDWIDTH)
+    return parse_compute(time), Network().links(topology)  # the default links
 
 
 def plan_async(

@@ -1,7 +1,7 @@
 """Asynchronous decentralized optimization on the simulated clock of :mod:`jaxgossip.sim.timing`.
 
 Nodes do not wait for each other. Node i's k-th local step takes ``p_{k,i}`` seconds
-(:func:`jaxgossip.sim.timing.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
+(:func:`jaxgossip.sim.compute.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
 (a float32 running sum); the finish of a step is an *event*, after which the node starts its next
 step. A message leaves with the sender's model at its event and counts at the receiver when it
 arrives, ``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
@@ -290,8 +290,8 @@ def run_async_optimization(
       x0: [N, D] float32 initial models.
       lr: the step size (may be traced).
       time: a :class:`jaxgossip.sim.timing.TimeModel` (compute and per-edge links; no availability)
-        or a :class:`jaxgossip.sim.timing.Compute` or ``--time.compute`` spec (then the default
-        links, :data:`jaxgossip.sim.timing.DEFAULT_LATENCY` and ``DEFAULT_BANDWIDTH``).
+        or a :class:`jaxgossip.sim.compute.Compute` or ``--time.compute`` spec (then the default
+        links of :class:`jaxgossip.sim.network.Network`).
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
       algorithm: an asynchronous form (:data:`jaxgossip.algorithms.ASYNC_FORMS`), or a registered

@@ -1,0 +1,97 @@
+"""The one network model (jaxgossip.sim.network.Network): its option group and its errors, the same
+round times from the clock inside a compiled run and from cost.simulate on the host, and training
+reports that price only what the run did not (a final merge)."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import jaxgossip as jg
+from jaxgossip.sim import timing
+from jaxgossip.sim.cost import simulate
+from jaxgossip.sim.network import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, Network
+
+
+def test_defaults_and_the_option_group():
+    net = Network.from_options({})
+    assert net.options() == {
+        "compute": 0.0,
+        "latency": DEFAULT_LATENCY,
+        "bandwidth": DEFAULT_BANDWIDTH,
+        "mode": "serial",
+        "allreduce_model": "ring",
+        "availability": "always",
+    }
+    # a None keeps the default; a config file's "1e-4" is the number; specs a command line split
+    # at their commas are one string again
+    net = Network.from_options(
+        {"latency": "1e-3", "bandwidth": None, "compute": ["stragglers:0.01", 0.25, 4], "availability": ["markov:0.2", 0.5]},
+    )
+    assert net.latency == 1e-3 and net.bandwidth == DEFAULT_BANDWIDTH
+    assert net.compute == "stragglers:0.01,0.25,4" and net.availability == "markov:0.2,0.5"
+    assert Network.from_options(net) is net
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"bandwith": 1e8}, r"time.bandwith: unknown time option \(did you mean 'bandwidth'\?\); known: compute, "),
+        ({"latency": "fast"}, r"--time.latency='fast' must be a number \(s\)"),
+        ({"bandwidth": 0}, r"--time.bandwidth=0 must be > 0"),
+        ({"bandwidth": True}, r"--time.bandwidth=True must be a number \(bit/s\)"),
+        ({"latency": np.zeros((1, 2, 3))}, r"--time.latency must be a scalar, \[N\] or \[T, E\]"),
+        ({"latency": np.array([1e-3, -1.0])}, r"--time.latency must be finite and >= 0.0: 1 of 2 entries"),
+        ({"mode": "fast"}, r"--time.mode='fast' is unknown; known: serial, parallel"),
+        ({"allreduce_model": "tree"}, r"--time.allreduce_model='tree' is unknown; known: ring, message"),
+        ({"compute": "stragglers:1,2,10"}, r"--time.compute='stragglers:1,2,10': straggler fraction F=2.0"),
+    ],
+)
+def test_bad_options_name_the_option_and_the_rule(options, message):
+    with pytest.raises(ValueError, match=message):
+        Network.from_options(options)
+
+
+def test_not_a_mapping():
+    with pytest.raises(ValueError, match="time=3 must be a mapping"):
+        Network.from_options(3)
+
+
+@pytest.mark.parametrize("algorithm, mode", [("gossip", "serial"), ("gossip", "parallel"), ("allreduce", "serial")])
+def test_the_clock_of_a_run_equals_simulate_of_its_bits(algorithm, mode):
+    """One network, two users: the float32 clock a compiled consensus run advances every round and
+    cost.simulate of the bits the run recorded (float64, on the host)."""
+    topo = jg.topology.erdos_renyi(8, 0.5, seed=1)
+    rng = np.random.default_rng(0)
+    net = Network(latency=rng.uniform(1e-4, 1e-3, 8), bandwidth=rng.uniform(1e6, 1e7, 8), mode=mode)
+    alg = jg.algorithms.make(algorithm, topo)
+    time = timing.time_model(topo, net, algorithm=algorithm)
+    x0 = {"x": jax.random.normal(jax.random.key(0), (8, 100))}
+    result = jg.run_consensus(alg, x0, 6, jax.random.key(1), time=time)
+    priced = simulate(np.asarray(result.node_bits, np.float64), topo, net, allreduce=algorithm == "allreduce")
+    np.testing.assert_allclose(np.asarray(result.comm_time)[1:], np.cumsum(priced.comm_time), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(result.sim_time)[1:], np.cumsum(priced.round_time), rtol=1e-6)
+
+
+@pytest.mark.parametrize("merge, priced", [(None, 0), ("2", 1)])
+def test_a_training_report_prices_only_the_final_merge(merge, priced, tmp_path, monkeypatch):
+    """``jaxgossip train`` reads the times its clock recorded; only a final merge (run after the
+    compiled training) is priced afterwards, by cost.simulate."""
+    from tiny import TINY_FLAGS
+
+    from jaxgossip.cli import main
+    from jaxgossip.run import cost_report
+
+    calls = []
+    real = cost_report.simulate
+    monkeypatch.setattr(cost_report, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = str(tmp_path / "run")
+    flags = [*TINY_FLAGS, "--out", out, "--no-progress", "--time.compute=1e-3", "--energy.bit=1e-9"]
+    assert main(["train", *flags, *([f"--final_merge={merge}"] if merge else [])]) == 0
+    assert len(calls) == priced
+    with open(os.path.join(out, "metrics.json")) as f:
+        saved = json.load(f)
+    rows = saved["rows"] if isinstance(saved, dict) and "rows" in saved else saved
+    assert rows[-1]["energy_J_per_node"] > 0
