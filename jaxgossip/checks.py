@@ -1,17 +1,18 @@
 """Checks every room shares (the ground floor, beside ``types``): whether a value can be checked in
 Python at all (``is_concrete``: not a tracer of ``jit``/``vmap``), the integer options that fix
 shapes (``positive_int``, ``check_int``), the finite numbers of a model (``check_number``) and the
-suggestion an unknown name gets (``did_you_mean``)."""
+suggestion an unknown name gets (``did_you_mean``), the keys of an option group (``check_group``)."""
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["is_concrete", "any_traced", "positive_int", "check_int", "check_number", "did_you_mean"]
+__all__ = ["is_concrete", "any_traced", "positive_int", "check_int", "check_number", "did_you_mean", "check_group"]
 
 
 def is_concrete(value: Any) -> bool:
@@ -92,3 +93,22 @@ def did_you_mean(word: str, choices) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_group(field: str, options: Any, known: Any, what: str, example: str) -> dict:
+    """The given options of a group of dotted options (``--time.*``, ``--byzantine.*``): a mapping
+    whose keys are all ``known``, without the keys set to None (a default).
+
+    Raises:
+      ValueError: not a mapping (with ``example``), or the first unknown key, named ``field.key``,
+        with a suggestion and the ``known`` keys.
+    """
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{field}={options!r} must be a mapping, e.g. {example}")
+    known = list(known)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{field}.{unknown[0]}: unknown {what}{did_you_mean(unknown[0], known)}; known: {', '.join(known)}"
+        )
+    return {key: value for key, value in options.items() if value is not None}

@@ -14,6 +14,7 @@ import inspect
 from typing import Any
 
 from jaxgossip.checks import did_you_mean
+from jaxgossip.sim.network import Network
 from jaxgossip.types import EXECUTIONS, ORDERINGS
 
 __all__ = [
@@ -27,7 +28,9 @@ __all__ = [
     "WEIGHT_DECAY_MASKS",
     "LR_SCHEDULES",
     "OPTIMIZERS",
-    "BYZANTINE_OPTIONS",
+    "ByzantineOptions",
+    "option_group",
+    "group_help",
     "final_merge_value",
     "node_batch_value",
     "resolved_config",
@@ -36,9 +39,28 @@ __all__ = [
 WEIGHT_DECAY_MASKS = ("all", "no_1d", "no_norm")
 #: learning-rate schedules after the warm-up (resolve.make_schedule).
 LR_SCHEDULES = ("step", "cosine")
-#: the keys of TrainConfig.byzantine (the --byzantine.* options) and their defaults: K attackers
-#: drawn from the data seed (nodes) or explicit ids, the attack and its options.
-BYZANTINE_OPTIONS = {"nodes": 0, "ids": None, "attack": "gaussian", "attack_options": {}}
+
+
+@dataclasses.dataclass(frozen=True)
+class ByzantineOptions:
+    """The ``--byzantine.*`` group: K attackers drawn from the data seed (``nodes``) or explicit
+    ``ids``, the attack and its options (:func:`jaxgossip.algorithms.byzantine`)."""
+
+    nodes: int = 0
+    ids: list[int] | int | str | None = None
+    attack: str = "gaussian"
+    attack_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def options(self) -> dict:
+        """The fields by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def option_group(schema: type, what: str) -> Any:
+    """A config field holding a group of dotted options (``--time.*``): a mapping of the options
+    given, whose keys and value types are the fields of the dataclass ``schema`` (the command line
+    and config files are checked against it; ``what`` names a key in errors: "unknown WHAT")."""
+    return dataclasses.field(default_factory=dict, metadata={"group": schema, "what": what})
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -100,8 +122,8 @@ class TrainConfig:
     node_batch: int | str = "auto"
     final_merge: int | str | None = None
     tensorboard: bool = False
-    time: dict[str, Any] = dataclasses.field(default_factory=dict)
-    byzantine: dict[str, Any] = dataclasses.field(default_factory=dict)
+    time: dict[str, Any] = option_group(Network, "time option")
+    byzantine: dict[str, Any] = option_group(ByzantineOptions, "option")
     execution: str = "sync"
     async_form: str = "auto"
 
@@ -146,6 +168,7 @@ def train_field_help() -> dict[str, str]:
     """field -> one-line meaning of every :class:`TrainConfig` field (with the allowed names)."""
     values = allowed_values()
     return {
+        **group_help(),
         "dataset": "data set: " + ", ".join(values["dataset"]) + " (auto: fashion_mnist if available, else digits), "
         "or npz:PATH, a .npz file with arrays x_train, y_train, x_test, y_test (labels 0..C-1); "
         "python_docs (CPython's documentation topics) and text:PATH (a .txt file or a folder of them, one "
@@ -223,23 +246,32 @@ def train_field_help() -> dict[str, str]:
         "models on CPU",
         "final_merge": "after training: null (none), R (R extra gossip / push-sum rounds) or exact (averaging)",
         "tensorboard": "also write TensorBoard event files under --out (needs tensorboardX)",
-        "time": "the simulated time model (jaxgossip.sim.timing; every metrics row has sim_time): "
-        "--time.compute=SECONDS per local step, or stragglers:C,F,S (round(F N) nodes S times slower), "
-        "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0; "
-        "--time.latency=S per message (default 1e-4); --time.bandwidth=BIT/S (default 1e9); "
-        "--time.mode=serial|parallel (a node's messages share its uplink, or not); "
-        "--time.allreduce_model=ring|message (how an all-reduce round is priced); "
-        "--time.availability=always|markov:P_OFF,P_ON|trace:PATH (offline nodes neither compute nor send; a round "
-        "waits only for online nodes)",
-        "byzantine": "Byzantine attackers (jaxgossip.algorithms.byzantine; metrics over the honest nodes only): "
-        "--byzantine.nodes=K (K attackers drawn by the data seed, shared by every seed of a sweep) or "
-        "--byzantine.ids=0,5; --byzantine.attack=" + "|".join(_attack_names()) + " (default gaussian); "
-        "--byzantine.attack_options.NAME=VALUE, e.g. --byzantine.attack_options.sigma=10",
+        "time": "the simulated network (jaxgossip.sim.network.Network): each node's compute and availability, "
+        "each link's latency and bandwidth; every metrics row has sim_time",
+        "byzantine": "Byzantine attackers (jaxgossip.algorithms.byzantine; metrics over the honest nodes only)",
         "execution": "sync (lock-step rounds) or async (every node on its own simulated clock, no waiting: "
         "a round is N node events, N local steps in total; needs --time.compute > 0; algorithms with an "
         "asynchronous form: gossip, push_sum)",
         "async_form": "with --execution=async, the asynchronous form of the algorithm: auto (its first: gossip -> "
         "async_gossip, push_sum -> async_sgp), async_gossip or ad_psgd (gossip), async_sgp (push_sum)",
+    }
+
+
+def group_help() -> dict[str, str]:
+    """``group.option`` -> one-line meaning of every option of the :class:`TrainConfig` groups."""
+    return {
+        "time.compute": "seconds per local step: SECONDS, or stragglers:C,F,S (round(F N) nodes S times slower), "
+        "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0",
+        "time.latency": "seconds per message (default 1e-4)",
+        "time.bandwidth": "bit/s of every link (default 1e9)",
+        "time.mode": "serial|parallel: a node's messages of a round share its uplink, or not (default serial)",
+        "time.allreduce_model": "ring|message: how an all-reduce round is priced (default ring)",
+        "time.availability": "always|markov:P_OFF,P_ON|trace:PATH: offline nodes neither compute nor send; a round "
+        "waits only for online nodes (default always)",
+        "byzantine.nodes": "K attackers drawn by the data seed, shared by every seed of a sweep (default 0)",
+        "byzantine.ids": "the attackers' node ids instead, e.g. 0,5",
+        "byzantine.attack": "|".join(_attack_names()) + " (default gaussian)",
+        "byzantine.attack_options": "the attack's options, e.g. --byzantine.attack_options.sigma=10",
     }
 
 
@@ -301,7 +333,7 @@ def _resolved_byzantine(options: Any) -> Any:
 
     if not isinstance(options, dict):
         return options
-    values = {**BYZANTINE_OPTIONS, **options}
+    values = {**ByzantineOptions().options(), **options}
     ids = values["ids"]
     if isinstance(ids, str):
         try:
@@ -314,7 +346,7 @@ def _resolved_byzantine(options: Any) -> Any:
         ids = sorted(ids) or None  # the wrapper sorts the attackers; no ids is no attacker
     values["ids"] = ids
     if not values["nodes"] and ids is None:  # nobody attacks: the attack and its options do nothing
-        return dict(BYZANTINE_OPTIONS)
+        return ByzantineOptions().options()
     given = values["attack_options"]
     if isinstance(given, dict) and values["attack"] in algorithms.ATTACKS:
         values["attack_options"] = {**algorithms.ATTACKS[values["attack"]], **given}

@@ -7,13 +7,15 @@ Each function reads its group from a :class:`~jaxgossip.run.config.TrainConfig` 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from jaxgossip.checks import check_group
 from jaxgossip.run.config import (
-    BYZANTINE_OPTIONS,
     EXECUTIONS,
+    ByzantineOptions,
     TrainConfig,
     did_you_mean,
     unknown_name,
@@ -30,19 +32,6 @@ __all__ = [
     "async_form_of",
     "check_execution_options",
 ]
-
-
-def _option_group(field: str, options: Any, known: Any, what: str, example: str) -> dict:
-    """``options`` of a mapping field of dotted options (``--time.*``, ``--byzantine.*``), checked:
-    a mapping whose keys are all ``known`` (ValueError naming the first unknown key, with did you mean)."""
-    if not isinstance(options, dict):
-        raise ValueError(f"{field}={options!r} must be a mapping, e.g. {example}")
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ValueError(
-            f"{field}.{unknown[0]}: unknown {what}{did_you_mean(unknown[0], known)}; known: {', '.join(known)}"
-        )
-    return options
 
 
 def network_of(config: TrainConfig) -> Network:
@@ -93,10 +82,9 @@ def byzantine_args(config: TrainConfig) -> dict | None:
     Raises:
       ValueError: naming the ``--byzantine.*`` option and the rule.
     """
-    options = _option_group(
-        "byzantine", config.byzantine, BYZANTINE_OPTIONS, "option", "--byzantine.nodes=2 --byzantine.attack=alie"
-    )
-    values = {**BYZANTINE_OPTIONS, **options}
+    known = [f.name for f in dataclasses.fields(ByzantineOptions)]
+    example = "--byzantine.nodes=2 --byzantine.attack=alie"
+    values = ByzantineOptions(**check_group("byzantine", config.byzantine, known, "option", example)).options()
     nodes, ids = values["nodes"], values["ids"]
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
         raise ValueError(f"--byzantine.nodes={nodes!r} must be an int K >= 0 (attackers drawn by the data seed)")

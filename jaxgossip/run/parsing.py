@@ -10,6 +10,9 @@ adds only what the library leaves out, as a thin layer over its parser:
   ml_collections convention), checked against the file's ``CONFIG_ARGS``;
 - ``--key=100,150`` for list fields (next to ``[100,150]``), bare ``--flag`` for booleans,
   ``none`` for null;
+- option groups (``--time.compute``, ``--byzantine.nodes``): a config field marked with
+  :func:`jaxgossip.run.config.option_group` holds the options given, typed by the fields of its
+  schema dataclass, which jsonargparse checks like any field;
 - overrides inside free-form mappings at any depth
   (``--algorithm_options.compressor_options.fraction=0.2``), merged into the mapping from the file;
 - "did you mean" for unknown options, and no prefix abbreviation (``--ou`` is not ``--out``).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import json
@@ -59,7 +63,7 @@ class Command:
       flags: ``--flag`` -> help of on/off switches that are not config fields (``--no-progress``).
       extra: group title -> (option, type, default, help) of further options that are not config
         fields (``--out``, the cost model's ``--time.*``).
-      field_help: field -> one-line meaning.
+      field_help: field (or ``group.option``) -> one-line meaning.
       epilog: text after the options (per-algorithm hyperparameters, examples).
     """
 
@@ -113,7 +117,29 @@ def _appendable(hint: Any) -> bool:
 
 
 def _is_dict(hint: Any) -> bool:
+    """Whether ``hint`` is a mapping type (or an optional one)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return len(args) == 1 and _is_dict(args[0])
     return typing.get_origin(hint) is dict or hint is dict
+
+
+def _group_of(field: dataclasses.Field) -> tuple[type, str] | None:
+    """(schema, what) of a field made by :func:`jaxgossip.run.config.option_group`, else None."""
+    schema = field.metadata.get("group")
+    return None if schema is None else (schema, field.metadata.get("what", "option"))
+
+
+@functools.cache
+def _given_schema(schema: type) -> type:
+    """The options of ``schema`` as jsonargparse parses a group: every field optional with default
+    None, so that the parsed group holds what was given (the defaults stay with ``schema``)."""
+    hints = typing.get_type_hints(schema)
+    optional = typing.Optional  # jsonargparse's spelling of an optional hint
+    fields = [(f.name, optional[hints[f.name]], dataclasses.field(default=None)) for f in dataclasses.fields(schema)]
+    given = dataclasses.make_dataclass(f"{schema.__name__}Given", fields)
+    given.__doc__ = f"The given options of {schema.__name__}."
+    return given
 
 
 def _is_bool(hint: Any) -> bool:
@@ -176,21 +202,24 @@ def build_parser(command: Command) -> ArgumentParser:
         group = parser.add_argument_group(title)
         hints = _hints(cls)
         for field in dataclasses.fields(cls):
+            help_text = command.field_help.get(field.name, "")
+            if _group_of(field):  # --time.compute, ... in a group of their own, titled by the field's help
+                schema, _ = _group_of(field)
+                parser.add_argument(f"--{field.name}", type=_given_schema(schema), default=None, help=help_text)
+                continue
             if field.default is not dataclasses.MISSING:
                 default = field.default
             else:
                 default = field.default_factory()
             default = command.defaults.get(field.name, default)
-            group.add_argument(
-                f"--{field.name}",
-                type=hints[field.name],
-                default=default,
-                help=command.field_help.get(field.name, ""),
-            )
+            group.add_argument(f"--{field.name}", type=hints[field.name], default=default, help=help_text)
     for title, options in command.extra.items():
         group = parser.add_argument_group(title)
         for option, hint, default, help_text in options:
             group.add_argument(f"--{option}", type=hint, default=default, help=help_text)
+    for action in parser._actions:  # the options of a group get their meaning (argparse keeps it per action)
+        if "." in action.dest and action.dest in command.field_help:
+            action.help = command.field_help[action.dest]
     return parser
 
 
@@ -200,19 +229,49 @@ class _Layout:
 
     types: dict[str, Any]
     flags: dict[str, str]  # --no-progress -> dest no_progress
+    groups: dict[str, tuple[list[str], str]]  # group field -> (its options, what an option is called)
 
     @classmethod
     def of(cls, command: Command) -> _Layout:
-        hints = {"config": str | None}
+        hints: dict[str, Any] = {"config": str | None}
+        groups = {}
         for klass, _ in command.classes:
             hints.update(_hints(klass))
+            for field in dataclasses.fields(klass):
+                if _group_of(field):
+                    schema, what = _group_of(field)
+                    given = _hints(_given_schema(schema))
+                    hints.update({f"{field.name}.{name}": hint for name, hint in given.items()})
+                    groups[field.name] = (list(given), what)
         for options in command.extra.values():
             for option, hint, _, _ in options:
                 hints[option] = hint
-        return cls(hints, {flag: flag.replace("-", "_") for flag in command.flags})
+        return cls(hints, {flag: flag.replace("-", "_") for flag in command.flags}, groups)
 
     def known(self) -> list[str]:
         return list(self.types) + list(self.flags)
+
+    def mapping_of(self, name: str) -> str | None:
+        """The free-form mapping option that a dotted ``name`` sets a key in (the longest prefix of
+        mapping type that is not a group: ``algorithm_options``, ``byzantine.attack_options``)."""
+        parts = name.split(".")
+        for k in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:k])
+            if prefix in self.groups:
+                return None
+            if _is_dict(self.types.get(prefix)):
+                return prefix
+        return None
+
+    def unknown_in_group(self, name: str, source: str | None = None) -> UsageError | None:
+        """The error of ``group.key`` with a key the group does not have, else None."""
+        head, dot, key = name.partition(".")
+        if not dot or head not in self.groups:
+            return None
+        known, what = self.groups[head]
+        key = key.split(".")[0]
+        prefix = f"{source}: " if source else ""
+        return UsageError(f"{prefix}{head}.{key}: unknown {what}{did_you_mean(key, known)}; known: {', '.join(known)}")
 
 
 # ---- values ---------------------------------------------------------------------------------
@@ -373,15 +432,23 @@ def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
     known = [k for k in layout.types if k != "config"]
     for key, value in values.items():
         key = str(key).replace("-", "_") if str(key) not in layout.types else str(key)
+        if key in layout.groups and isinstance(value, dict):  # time: {bandwidth: ...} -> time.bandwidth
+            for sub, sub_value in value.items():
+                if f"{key}.{sub}" not in layout.types:
+                    raise layout.unknown_in_group(f"{key}.{sub}", source)
+                out[f"{key}.{sub}"] = sub_value
+            continue
         if key in layout.types:
             if _is_dict(layout.types[key]) and isinstance(out.get(key), dict) and isinstance(value, dict):
                 value = {**out[key], **value}
             out[key] = value
             continue
-        head, _, rest = key.partition(".")
-        if rest and head in layout.types and _is_dict(layout.types[head]):
-            out[head] = _merge(out.get(head, {}), rest.split("."), value)
+        mapping = layout.mapping_of(key)
+        if mapping:
+            out[mapping] = _merge(out.get(mapping, {}), key[len(mapping) + 1:].split("."), value)
             continue
+        if layout.unknown_in_group(key, source):
+            raise layout.unknown_in_group(key, source)
         # "energy: {bit: ...}" for the dotted options energy.bit, ...
         nested = [t for t in layout.types if t.startswith(key + ".")]
         if nested and isinstance(value, dict):
@@ -457,9 +524,11 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
             continue
         append = key.endswith("+") and _appendable(layout.types.get(key[:-1]))  # jsonargparse's --list+=item
         name = key[:-1] if append else key
-        head, dot, rest = name.partition(".")
+        head = name.partition(".")[0]
         hint = layout.types.get(name)
-        mapping = hint is None and dot and head in layout.types and _is_dict(layout.types[head])
+        mapping = layout.mapping_of(name) if hint is None else None
+        if hint is None and not mapping and layout.unknown_in_group(name):
+            raise layout.unknown_in_group(name)
         if append:
             if not eq and i < len(argv):
                 value, i = argv[i], i + 1
@@ -481,7 +550,7 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
             continue
         given.add(head)
         if mapping:
-            overrides.append((head, rest.split("."), value))
+            overrides.append((mapping, name[len(mapping) + 1:].split("."), value))
             continue
         if value.strip().lower() == "none" and _optional(hint):
             value = "null"
@@ -492,6 +561,14 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
             value = f"[{stripped}]"  # 100,150 -> [100,150]; a bare count stays a count for int | list
         tokens.append(f"--{key}={value}")
     return tokens, overrides, config, given
+
+
+def _given_groups(values: dict, layout: _Layout) -> dict:
+    """``values`` with each group holding only the options given (jsonargparse fills in None)."""
+    for group in layout.groups:
+        given = values.get(group) or {}
+        values[group] = {key: value for key, value in given.items() if value is not None}
+    return values
 
 
 def parse(command: Command, argv: list[str], parser: ArgumentParser | None = None) -> Parsed:
@@ -516,9 +593,13 @@ def parse(command: Command, argv: list[str], parser: ArgumentParser | None = Non
         namespace = parser.parse_args(tokens, namespace=namespace)
     except argparse.ArgumentError as err:
         raise _explain(err) from None
-    values = namespace.as_dict()
-    for head, path, raw in overrides:
-        values[head] = _merge(values.get(head) or {}, path, parse_value(raw))
+    values = _given_groups(namespace.as_dict(), layout)
+    for mapping, path, raw in overrides:
+        *outer, last = mapping.split(".")
+        node = values
+        for part in outer:  # byzantine.attack_options: the mapping inside the group
+            node = node.setdefault(part, {})
+        node[last] = _merge(node.get(last) or {}, path, parse_value(raw))
     flags = {dest: bool(values.pop(dest, False)) for dest in layout.flags.values()}
     values.pop("config", None)
     flat = {}
@@ -535,22 +616,27 @@ def from_dict(cls: type, values: dict, base: Any = None, source: str = "config")
     type-checked as the command line is; ``base`` supplies the other fields."""
     command = Command(name="config", description="", classes=[(cls, "fields")])
     layout = _Layout.of(command)
-    start = dataclasses.asdict(base) if base is not None else {}
+    start = {}
+    for key, value in (dataclasses.asdict(base) if base is not None else {}).items():
+        if key in layout.groups and isinstance(value, dict):  # a group as its dotted options
+            start.update({f"{key}.{sub}": sub_value for sub, sub_value in value.items()})
+        else:
+            start[key] = value
     plain = {}
     for key, value in values.items():
-        head, dot, rest = str(key).partition(".")
-        if dot and _is_dict(layout.types.get(head)):  # algorithm_options.gamma=0.5: merged into the mapping
+        mapping = layout.mapping_of(str(key))
+        if mapping:  # algorithm_options.gamma=0.5: merged into the mapping
             value = parse_value(value) if isinstance(value, str) else value
-            start[head] = _merge(start.get(head) or {}, rest.split("."), value)
+            start[mapping] = _merge(start.get(mapping) or {}, str(key)[len(mapping) + 1:].split("."), value)
         else:
             plain[key] = value
     start.update(_flatten_keys(plain, layout, source))
     start.pop("config", None)
     try:
-        namespace = build_parser(command).parse_object(start)
+        namespace = build_parser(command).parse_object(_to_namespace_dict(start))
     except argparse.ArgumentError as err:
         raise _explain(err, source) from None
-    values = namespace.as_dict()
+    values = _given_groups(namespace.as_dict(), layout)
     return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
 
 

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.checks import check_number, did_you_mean, is_concrete
+from jaxgossip.checks import check_group, check_number, is_concrete
 from jaxgossip.sim import compute as compute_lib
 from jaxgossip.types import Array
 
@@ -60,13 +60,6 @@ DEFAULT_LATENCY = 1e-4
 
 # The unit each link field is given in (error messages).
 _UNITS = {"latency": "s", "bandwidth": "bit/s"}
-
-
-def _spec(value: Any) -> Any:
-    """A ``KIND:A,B`` spec that a command line split at its commas into a list, joined back."""
-    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
-        return ",".join(str(v) for v in value)
-    return value
 
 
 def _link_value(field: str, value: Any) -> Any:
@@ -112,12 +105,14 @@ class Network:
         unknown mode, a bad compute spec).
     """
 
-    compute: Any = 0.0
+    # The hints are what the command line and config files take (arrays and traced values go in
+    # from Python, as documented above).
+    compute: float | str = 0.0
     latency: Any = DEFAULT_LATENCY
     bandwidth: Any = DEFAULT_BANDWIDTH
     mode: str = "serial"
     allreduce_model: str = "ring"
-    availability: Any = "always"
+    availability: str = "always"
 
     def __post_init__(self):
         for field in ("latency", "bandwidth"):
@@ -126,8 +121,8 @@ class Network:
             value = getattr(self, field)
             if value not in known:
                 raise ValueError(f"--time.{field}={value!r} is unknown; known: {', '.join(known)}")
-        object.__setattr__(self, "compute", _spec(self.compute))
-        object.__setattr__(self, "availability", _spec(self.availability) or "always")
+        if self.availability is None:
+            object.__setattr__(self, "availability", "always")
         compute_lib.parse_compute(self.compute)  # the spec's errors, now rather than at the first round
 
     @classmethod
@@ -142,15 +137,8 @@ class Network:
             return options
         if options is None:
             return cls()
-        if not isinstance(options, Mapping):
-            raise ValueError(f"time={options!r} must be a mapping, e.g. --time.compute=0.01 --time.bandwidth=1e8")
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(
-                f"time.{unknown[0]}: unknown time option{did_you_mean(unknown[0], known)}; known: {', '.join(known)}"
-            )
-        return cls(**{k: v for k, v in options.items() if v is not None})
+        example = "--time.compute=0.01 --time.bandwidth=1e8"
+        return cls(**check_group("time", options, [f.name for f in dataclasses.fields(cls)], "time option", example))
 
     def options(self) -> dict:
         """The fields by name (the ``--time.*`` values a run resolves to)."""

@@ -25,13 +25,9 @@ def test_defaults_and_the_option_group():
         "allreduce_model": "ring",
         "availability": "always",
     }
-    # a None keeps the default; a config file's "1e-4" is the number; specs a command line split
-    # at their commas are one string again
-    net = Network.from_options(
-        {"latency": "1e-3", "bandwidth": None, "compute": ["stragglers:0.01", 0.25, 4], "availability": ["markov:0.2", 0.5]},
-    )
-    assert net.latency == 1e-3 and net.bandwidth == DEFAULT_BANDWIDTH
-    assert net.compute == "stragglers:0.01,0.25,4" and net.availability == "markov:0.2,0.5"
+    # a None keeps the default; a config file's "1e-4" is the number
+    net = Network.from_options({"latency": "1e-3", "bandwidth": None, "compute": "stragglers:0.01,0.25,4"})
+    assert net.latency == 1e-3 and net.bandwidth == DEFAULT_BANDWIDTH and net.compute == "stragglers:0.01,0.25,4"
     assert Network.from_options(net) is net
 
 
@@ -57,6 +53,34 @@ def test_bad_options_name_the_option_and_the_rule(options, message):
 def test_not_a_mapping():
     with pytest.raises(ValueError, match="time=3 must be a mapping"):
         Network.from_options(3)
+
+
+def test_the_command_line_and_config_files_give_the_group_its_typed_values(tmp_path):
+    """``--time.*`` is typed by the fields of Network: a spec with commas stays one string, numbers
+    are numbers, and only the options given are kept (the defaults stay with Network)."""
+    from jaxgossip.cli.train import command
+    from jaxgossip.run.config import TrainConfig
+    from jaxgossip.run.parsing import UsageError, parse
+    from jaxgossip.run.runner import config_from_dict
+
+    argv = ["--time.compute=stragglers:0.01,0.25,4", "--time.latency=1e-3", "--time.availability=markov:0.2,0.5"]
+    config = parse(command(), argv).build(TrainConfig)
+    assert config.time == {"compute": "stragglers:0.01,0.25,4", "latency": 1e-3, "availability": "markov:0.2,0.5"}
+    assert parse(command(), ["--time.compute=0.5"]).build(TrainConfig).time == {"compute": 0.5}
+    path = tmp_path / "c.yaml"
+    path.write_text("time:\n  compute: lognormal:1,0.5\n  bandwidth: 1e8\nbyzantine:\n  ids: [0, 5]\n")
+    config = parse(command(), ["--config", str(path), "--time.mode=parallel", "--byzantine.attack_options.sigma=3"])
+    config = config.build(TrainConfig)
+    assert config.time == {"compute": "lognormal:1,0.5", "bandwidth": 1e8, "mode": "parallel"}
+    assert config.byzantine == {"ids": [0, 5], "attack_options": {"sigma": 3}}
+    assert config_from_dict({"time.compute": "stragglers:0.01,0.25,4"}).time == {"compute": "stragglers:0.01,0.25,4"}
+    with pytest.raises(UsageError, match=r"time.computee: unknown time option \(did you mean 'compute'\?\)"):
+        parse(command(), ["--time.computee=1"])
+    path.write_text("time:\n  bandwith: 1e8\n")
+    with pytest.raises(UsageError, match=r"time.bandwith: unknown time option \(did you mean 'bandwidth'\?\)"):
+        parse(command(), ["--config", str(path)])
+    with pytest.raises(UsageError, match=r"--byzantine.nodes='abc' is not valid: expected int"):
+        parse(command(), ["--byzantine.nodes=abc"])
 
 
 @pytest.mark.parametrize("algorithm, mode", [("gossip", "serial"), ("gossip", "parallel"), ("allreduce", "serial")])
