@@ -2,7 +2,7 @@
 
 ``jaxgossip train --config digits_choco.yaml`` reads ``digits_choco.yaml`` from the current folder
 when there is one, and else the file of that name here (see
-:func:`jaxgossip.run.parsing.read_config_file`), so the examples of the README work from a wheel
+:func:`jaxgossip.run.config_files.read_config_file`), so the examples of the README work from a wheel
 as from a checkout. Each file's first line is the command that runs it:
 
 * ``digits_choco.yaml``: ``jaxgossip train``, Choco-SGD top-10 % on the embedded digits;

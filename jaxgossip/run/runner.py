@@ -59,7 +59,8 @@ def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
     """Reads a YAML, JSON or Python config (a ``get_config()`` returning a mapping or TrainConfig;
     ``file.py:ARG`` for ``get_config(ARG)``) and applies ``overrides``; the result is not yet checked
     (see :func:`jaxgossip.run.resolve.check_train_config`)."""
-    from jaxgossip.run.parsing import from_dict, read_config_file
+    from jaxgossip.run.config_files import read_config_file
+    from jaxgossip.run.parsing import from_dict
 
     config = TrainConfig()
     if path:

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from jaxgossip import algorithms, configs, data, models, topology
-from jaxgossip.run.parsing import UsageError, read_config_file
+from jaxgossip.run.config_files import read_config_file
+from jaxgossip.run.parsing import UsageError
 from jaxgossip.run.resolve import make_algorithm, make_optimizer
 from jaxgossip.run.runner import load_config, run_training
 
