@@ -38,6 +38,24 @@ GradientFn = Callable[[Grads, Params, State], tuple[Grads, State]]
 HonestFn = Callable[[State], Array]
 
 
+def carries_push_sum_weight(state: State) -> bool:
+    """Whether ``state`` is a push-sum state: its NamedTuple type declares the class attribute
+    ``push_sum_weight = True`` (a class attribute, not a field) next to its field ``w``, the ``[N]``
+    weights by which ``debias`` divides the numerators (the params). push_sum's and sparse_push's
+    states declare it (SCSP's state is sparse_push's). The final merge
+    (:mod:`jaxgossip.algorithms.merge`) mixes a push-sum state's weights with the numerators and
+    the params of any other state alone, so a field that happens to be named ``w`` is not read as
+    a weight unless its state says so."""
+    return getattr(type(state), "push_sum_weight", False) is True
+
+
+def round_counter(state: State) -> Array | None:
+    """The round counter of ``state``: its field ``count`` (``[]`` int32, the rounds done, from
+    which ``step`` reads the round t; every built-in state has one), or None for a state without
+    one (the Byzantine wrapper's, whose counter is its inner state's)."""
+    return state.count if "count" in getattr(type(state), "_fields", ()) else None
+
+
 # The runners' orderings of local step and communication: "atc" (local step, then communication)
 # and "same_iterate" (gradient and communication at the same iterate). The one definition; the
 # runners (jaxgossip.engine.training, jaxgossip.engine.optimization) and the run configs import it.

@@ -1,10 +1,10 @@
 """Final merge phase: uncompressed rounds or exact averaging applied once after training.
 
-Usable after any algorithm: on a push-sum state (one with a weight field ``w``: push_sum,
-sparse_push, scsp) it mixes numerators and weights together, so ``x / w`` keeps its meaning; on any
-other state it mixes the params alone. SCSP's part (a) is this phase (see
-:mod:`jaxgossip.algorithms.scsp` and docs/algorithms.md, section final merge). The trainer calls
-:func:`make_merge` once and jits the returned pure function.
+Usable after any algorithm: on a push-sum state (one whose type declares its weight field ``w``,
+:func:`jaxgossip.types.carries_push_sum_weight`: push_sum, sparse_push, scsp) it mixes numerators
+and weights together, so ``x / w`` keeps its meaning; on any other state it mixes the params alone.
+SCSP's part (a) is this phase (see :mod:`jaxgossip.algorithms.scsp` and docs/algorithms.md, section
+final merge). The trainer calls :func:`make_merge` once and jits the returned pure function.
 
 References:
   Aketi, Singh, Rabaey, "Sparse-Push", arXiv:2102.05715, 2021 (gossip-only rounds at the end).
@@ -25,7 +25,7 @@ from jaxgossip.algorithms.registry import require_column_stochastic
 from jaxgossip.checks import check_int
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix
 from jaxgossip.topology import Topology
-from jaxgossip.types import Array, Params, StepInfo
+from jaxgossip.types import Array, Params, StepInfo, carries_push_sum_weight, round_counter
 
 __all__ = ["merge", "make_merge"]
 
@@ -49,8 +49,9 @@ def merge(topology: Topology, params: Params, state: Any, num_rounds: Any = "exa
     Called once after training, before the models are evaluated (see docs/algorithms.md, section
     final merge: the first author's code ends with gossip-only rounds; a third party describes a
     final global merge).
-    Works on the state of any push-sum method (a state with a weight field ``w``: push_sum,
-    sparse_push, scsp) and, treating ``w = 1``, on the state of any other algorithm.
+    Works on the state of any push-sum method (a state whose type declares its weight field ``w``,
+    :func:`jaxgossip.types.carries_push_sum_weight`: push_sum, sparse_push, scsp) and, treating
+    ``w = 1``, on the state of any other algorithm.
 
     .. math::
 
@@ -73,7 +74,9 @@ def merge(topology: Topology, params: Params, state: Any, num_rounds: Any = "exa
         otherwise (rounds only). A stochastic graph's rounds are drawn from the fixed key
         ``fold_in(jax.random.key(0), t)``.
       params: numerators, leaves [N, ...].
-      state: the algorithm's state (NamedTuple, with ``w`` [N] for push-sum methods).
+      state: the algorithm's state (NamedTuple, with ``w`` [N] for push-sum methods); its round
+        counter ``count`` (:func:`jaxgossip.types.round_counter`), if it has one, numbers the
+        rounds and advances.
       num_rounds: R, a static int >= 1, or ``"exact"``.
 
     Returns:
@@ -94,10 +97,10 @@ def make_merge(topology: Topology, num_rounds: Any = "exact") -> Callable[[Param
 
     def merge_fn(params, state):
         check_params(topology, params)
-        has_w = hasattr(state, "w")
+        has_w = carries_push_sum_weight(state)
         message = leaf_bits(params) + (compress.WEIGHT_BITS if has_w else 0)
         w = state.w if has_w else None
-        count = getattr(state, "count", None)
+        count = round_counter(state)
         if num_rounds == "exact":
             params = jax.tree_util.tree_map(_mean_leaf, params)
             if has_w:

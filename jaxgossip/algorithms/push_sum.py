@@ -36,6 +36,10 @@ class PushSumState(NamedTuple):
     w: Array  # [N] float32, push-sum weights w_i (init 1); the numerators are the params
     count: Array  # [] int32, communication rounds done so far
 
+    # Declares ``w`` push-sum weights (jaxgossip.types.carries_push_sum_weight): the final merge
+    # mixes them with the numerators. A class attribute, not a field.
+    push_sum_weight = True
+
 
 def divide_by_weight(params: Params, w: Array) -> Params:
     """The de-biased models ``z_i = x_i / w_i`` (``w`` [N] broadcast over each leaf ``[N, ...]``)."""

@@ -91,6 +91,10 @@ class SparsePushState(NamedTuple):
     # growth), fixed for the run, so drawn once at init; None without a budget growth
     budget_steps: Array | None = None
 
+    # Declares ``w`` push-sum weights (jaxgossip.types.carries_push_sum_weight): the final merge
+    # mixes them with the numerators. A class attribute, not a field.
+    push_sum_weight = True
+
 
 def check_public_copies(public_copies: str) -> str:
     """Raises ValueError unless ``public_copies`` is one of :data:`PUBLIC_COPIES`."""

@@ -9,15 +9,14 @@ graphs, step sizes, seeds and lengths may differ: those are what one compares.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import typing
 
 from jaxgossip.cli import common
-from jaxgossip.run.lock import hold_out
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.cli.skeleton import Invocation, run_command
+from jaxgossip.run.parsing import Command, UsageError
 
 __all__ = ["command", "run", "load_run", "load_runs", "check_compatible", "COMPARED_FIELDS", "CompareRun"]
 
@@ -276,26 +275,22 @@ def _table(runs: list[CompareRun], target: float | None) -> tuple[list[dict], li
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
-
-
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     spec = command()
-    dirs, options = _split_positionals(argv, spec)
-    parsed = parse_argv(spec, options)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
+    dirs, options = _split_positionals(argv, spec)  # the run folders are not options: parsed apart
+    return run_command(spec, options, lambda ctx: _compare(ctx, dirs))
+
+
+def _compare(ctx: Invocation, dirs: list[str]) -> int:
+    parsed = ctx.parsed
     target = common.target_acc(parsed.values)
     paths = list(parsed.values.get("runs") or []) + dirs
     runs = load_runs(paths)
-    out = parsed.values["out"] or os.path.join("runs", "compare")
+    default = os.path.join("runs", "compare")
+    out = ctx.out_folder(default)
     for path in paths + [r.path for r in runs]:  # its plots and tables would overwrite the run's own
         if os.path.realpath(out) == os.path.realpath(path):
             raise UsageError(f"--out={out!r} is the compared folder {path!r}; give another folder for the comparison")
-    out = common.prepare_out(out)
-    held.enter_context(hold_out(out, "jaxgossip compare", log=lambda m: common.warn("compare", m)))
+    out = ctx.take_out(default)
 
     from jaxgossip.run import plots
 

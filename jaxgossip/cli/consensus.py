@@ -3,7 +3,6 @@ x0 ~ N(0, 1) and the algorithms average it; error and bits per round, table, JSO
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -13,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
+from jaxgossip.cli.skeleton import Invocation, run_command
 from jaxgossip.run.config import did_you_mean
-from jaxgossip.run.lock import hold_out
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.watchdog import consensus_diverged_at
 
 __all__ = ["ConsensusRun", "ConsensusConfig", "command", "run", "check_consensus_config"]
@@ -149,16 +148,11 @@ def check_consensus_config(config: ConsensusConfig) -> tuple[list[ConsensusRun],
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
+    return run_command(command(), argv, _consensus)
 
 
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
-    spec = command()
-    parsed = parse_argv(spec, argv)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
+def _consensus(ctx: Invocation) -> int:
+    parsed, argv = ctx.parsed, ctx.argv
     config = parsed.build(ConsensusConfig)
     runs, topologies, warnings = check_consensus_config(config)
     for message in warnings:
@@ -167,10 +161,9 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     resolved = {**dataclasses.asdict(config), "runs": [dataclasses.asdict(r) for r in runs]}
     if config.algorithm is None:
         resolved.pop("algorithm_options")
-    if common.print_config(parsed, resolved):
+    if ctx.print_config(resolved):
         return 0
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "consensus"))
-    held.enter_context(hold_out(out, "jaxgossip consensus", log=lambda m: common.warn("consensus", m)))
+    out = ctx.take_out(os.path.join("runs", "consensus"))
 
     import jax
     from tqdm.auto import tqdm

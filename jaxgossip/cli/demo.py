@@ -4,14 +4,13 @@ one table and plots; ``--algorithms`` picks the compared methods, a user's plug-
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 
 from jaxgossip.cli import common
+from jaxgossip.cli.skeleton import Invocation, run_command
 from jaxgossip.run.config import TrainConfig, did_you_mean, train_field_help
-from jaxgossip.run.lock import hold_out
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.validate import check_sync_only
 
@@ -283,16 +282,11 @@ def _run_dir(out: str, name: str) -> str:
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
+    return run_command(command(quick="--quick" in argv), argv, _demo)
 
 
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
-    spec = command(quick="--quick" in argv)
-    parsed = parse_argv(spec, argv)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
+def _demo(ctx: Invocation) -> int:
+    parsed = ctx.parsed
     fixed = sorted(set(PER_RUN) & parsed.given)
     if fixed:
         raise UsageError(
@@ -327,10 +321,9 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
         printed["algorithms"] = list(chosen)
     if per_method:
         printed[METHOD_OPTIONS] = per_method
-    if common.print_config(parsed, printed):
+    if ctx.print_config(printed):
         return 0
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "demo"))
-    held.enter_context(hold_out(out, "jaxgossip demo", log=lambda m: common.warn("demo", m)))
+    out = ctx.take_out(os.path.join("runs", "demo"))
 
     from jaxgossip.cli.train import TRAIN_COLUMNS
     from jaxgossip.run import plots

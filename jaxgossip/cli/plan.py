@@ -7,8 +7,9 @@ import dataclasses
 import math
 
 from jaxgossip.cli import common
+from jaxgossip.cli.skeleton import Invocation, run_command
 from jaxgossip.run.config import TrainConfig, train_field_help
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.validate import check_sync_only
 
 __all__ = ["PlanOptions", "command", "run", "format_plan"]
@@ -91,13 +92,15 @@ def command() -> Command:
 
 
 def run(argv: list[str]) -> int:
+    return run_command(command(), argv, _plan)
+
+
+def _plan(ctx: Invocation) -> int:
     from jaxgossip.ops import platforms
     from jaxgossip.run.resolve import check_train_config
     from jaxgossip.sim import memory as plan_lib
 
-    parsed = parse_argv(command(), argv)
-    if parsed is None:
-        return 0
+    parsed = ctx.parsed
     options = parsed.build(PlanOptions)
     config = check_train_config(parsed.build(TrainConfig))
     check_sync_only(config, "plan")
@@ -115,7 +118,7 @@ def run(argv: list[str]) -> int:
         raise UsageError(f"--max_nodes={options.max_nodes} must be an int >= --num_nodes={config.num_nodes}")
     if config.devices != 1:
         raise UsageError(f"--devices={config.devices}: the plan is of one device holding all N nodes (--devices=1)")
-    if common.print_config(parsed, {**dataclasses.asdict(options), **config.to_dict()}):
+    if ctx.print_config({**dataclasses.asdict(options), **config.to_dict()}):
         return 0
     from jaxgossip.run.plan import plan_memory
 

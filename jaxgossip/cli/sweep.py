@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -14,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from jaxgossip.cli import common
+from jaxgossip.cli.skeleton import Invocation, run_command
 from jaxgossip.run.config import TrainConfig, did_you_mean, train_field_help
-from jaxgossip.run.lock import hold_out
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.validate import check_sync_only
 from jaxgossip.run.watchdog import check_divergence
@@ -193,16 +192,11 @@ def _check_points(config: TrainConfig, topo, axes: dict[str, list[float]]) -> li
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
+    return run_command(command(), argv, _sweep)
 
 
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
-    spec = command()
-    parsed = parse_argv(spec, argv)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
+def _sweep(ctx: Invocation) -> int:
+    parsed, argv = ctx.parsed, ctx.argv
     options = parsed.build(SweepOptions)
     seeds = seed_list(options.seeds)
     axes = sweep_axes(options.sweep, parsed.values.get("algorithm"))
@@ -219,11 +213,10 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
     common.require_tensorboard(config)
     if config.tensorboard:
         _tensorboard_writer()
-    if common.print_config(parsed, {"seeds": seeds, "sweep": axes, **config.to_dict()}):
+    if ctx.print_config({"seeds": seeds, "sweep": axes, **config.to_dict()}):
         return 0
     resolved = resolve(checked)
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "sweep"))
-    held.enter_context(hold_out(out, "jaxgossip sweep", log=lambda m: common.warn("sweep", m)))
+    out = ctx.take_out(os.path.join("runs", "sweep"))
 
     import jax
 

@@ -3,7 +3,6 @@ group of same-shape graphs (consensus mode by default, training with ``--train``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -13,10 +12,10 @@ import typing
 import numpy as np
 
 from jaxgossip.cli import common
+from jaxgossip.cli.skeleton import Invocation, run_command
 from jaxgossip.cli.sweep import seed_list
 from jaxgossip.run.config import TrainConfig, train_field_help
-from jaxgossip.run.lock import hold_out
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.validate import check_sync_only
 from jaxgossip.run.watchdog import check_divergence, consensus_diverged_at
 
@@ -112,16 +111,11 @@ def command() -> Command:
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
+    return run_command(command(), argv, _topology_sweep)
 
 
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
-    spec = command()
-    parsed = parse_argv(spec, argv)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
+def _topology_sweep(ctx: Invocation) -> int:
+    parsed = ctx.parsed
     options = parsed.build(TopologySweepOptions)
     if not options.topologies:
         raise UsageError("--topologies is required, e.g. --topologies=ring,torus,erdos_renyi:0.3")
@@ -139,21 +133,22 @@ def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
                 f"--{wrong[0]} is an option of the consensus mode; with --train the graphs have --num_nodes nodes, "
                 "run --num_rounds rounds and random graphs use the config's data_seed"
             )
-        return _training(parsed, argv, options, specs, seeds, cost, held)
+        return _training(ctx, options, specs, seeds, cost)
     wrong = sorted(config_keys & parsed.given)
     if wrong:
         raise UsageError(
             f"--{wrong[0]} is not an option of the consensus mode (it takes --algorithm, --algorithm_options.*, "
             f"{', '.join('--' + o for o in CONSENSUS_ONLY)}); training config keys need --train"
         )
-    return _consensus(parsed, argv, options, specs, seeds, cost, held)
+    return _consensus(ctx, options, specs, seeds, cost)
 
 
-def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
+def _consensus(ctx: Invocation, options, specs, seeds, cost) -> int:
     from jaxgossip.engine import sweeps
     from jaxgossip.run import plots
     from jaxgossip.run.validate import check_algorithm, gamma_warning
 
+    parsed = ctx.parsed
     algorithm, alg_options = parsed.values["algorithm"], dict(parsed.values["algorithm_options"])
     for field in ("num_steps", "dim"):
         if getattr(options, field) < 1:
@@ -171,10 +166,9 @@ def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitS
         if message:
             common.warn("topology-sweep", message)
     resolved = {**dataclasses.asdict(options), "seeds": seeds, "algorithm": algorithm, "algorithm_options": alg_options}
-    if common.print_config(parsed, resolved):
+    if ctx.print_config(resolved):
         return 0
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep"))
-    held.enter_context(hold_out(out, "jaxgossip topology-sweep", log=lambda m: common.warn("topology-sweep", m)))
+    out = ctx.take_out(os.path.join("runs", "topology_sweep"))
     no_stack = parsed.flags["no_stack"]
     start = time.perf_counter()
     result = sweeps.sweep_topologies(
@@ -230,18 +224,19 @@ def _consensus(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitS
         "wall_s": wall,
         "rows": rows,
     }
-    _write(out, argv, cost, title, summary, notes, rows, columns, payload)
+    _write(out, ctx.argv, cost, title, summary, notes, rows, columns, payload)
     print(f"wrote {out}/table.md, results.json and {os.path.basename(plot)}")
     return 0
 
 
-def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitStack) -> int:
+def _training(ctx: Invocation, options, specs, seeds, cost) -> int:
     from jaxgossip import topology
     from jaxgossip.run import experiment_sweeps, plots
     from jaxgossip.run.groups import byzantine_args, check_byzantine
     from jaxgossip.run.resolve import check_run, resolve
     from jaxgossip.run.validate import check_algorithm
 
+    parsed = ctx.parsed
     checked = check_run(parsed.build(TrainConfig))
     config = checked.config
     check_sync_only(config, "topology-sweep")
@@ -257,11 +252,10 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
         attacked = check_byzantine(config, topo)  # the attackers must leave every graph's honest nodes connected
         per_graph.append(alg if attacked is None else attacked)
     resolved = {"topologies": specs, "seeds": seeds, **config.to_dict()}
-    if common.print_config(parsed, resolved):
+    if ctx.print_config(resolved):
         return 0
     resolved_run = resolve(checked)  # the data, model and optimizer every graph shares
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "topology_sweep_train"))
-    held.enter_context(hold_out(out, "jaxgossip topology-sweep", log=lambda m: common.warn("topology-sweep", m)))
+    out = ctx.take_out(os.path.join("runs", "topology_sweep_train"))
     no_stack = parsed.flags["no_stack"]
     start = time.perf_counter()
     metrics, groups = experiment_sweeps.sweep_topologies_training(resolved_run, graphs, seeds, stack=not no_stack)
@@ -343,7 +337,7 @@ def _training(parsed, argv, options, specs, seeds, cost, held: contextlib.ExitSt
         "wall_s": wall,
         "rows": rows,
     }
-    _write(out, argv, cost, title, summary, notes, rows, columns, payload)
+    _write(out, ctx.argv, cost, title, summary, notes, rows, columns, payload)
     print(f"wrote {out}/table.md, results.json and accuracy_vs_gap.png")
     return 0
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import typing
 
 from jaxgossip.cli import common
+from jaxgossip.cli.skeleton import Invocation, run_command
 from jaxgossip.run.config import TrainConfig, train_field_help
 from jaxgossip.run.lock import hold_out_of_run
-from jaxgossip.run.parsing import Command, parse_argv
+from jaxgossip.run.parsing import Command
 
 __all__ = ["command", "run", "TRAIN_COLUMNS"]
 
@@ -56,31 +56,25 @@ def command() -> Command:
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
+    return run_command(command(), argv, _train, lock=hold_out_of_run)
 
 
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
+def _train(ctx: Invocation) -> int:
     import sys
 
-    spec = command()
-    parsed = parse_argv(spec, argv)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
     from jaxgossip.run.resolve import check_run, resolve
 
+    parsed = ctx.parsed
     checked = check_run(parsed.build(TrainConfig))  # the run's objects that need no data
     config = checked.config
     cost = common.cost_model(parsed.values, config)
     target = common.target_acc(parsed.values)
     common.warn_gamma("train", config, checked.topology)
     common.require_tensorboard(config)
-    if common.print_config(parsed, config.to_dict()):
+    if ctx.print_config(config.to_dict()):
         return 0
     resolved = resolve(checked)  # the data and the model, before anything is written
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", config.name or config.algorithm))
-    held.enter_context(hold_out_of_run(out, "jaxgossip train", log=lambda m: common.warn("train", m)))
+    out = ctx.take_out(os.path.join("runs", config.name or config.algorithm))
 
     from jaxgossip.run import plots
     from jaxgossip.run.runner import run_training

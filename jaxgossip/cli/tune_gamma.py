@@ -3,14 +3,13 @@ contracts on a graph and model, from one vmapped consensus sweep; table, recomme
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from typing import Any
 
 from jaxgossip.cli import common
-from jaxgossip.run.lock import hold_out
-from jaxgossip.run.parsing import Command, UsageError, parse_argv
+from jaxgossip.cli.skeleton import Invocation, run_command
+from jaxgossip.run.parsing import Command, UsageError
 
 __all__ = ["TuneGammaConfig", "command", "run", "check_tune_config"]
 
@@ -138,22 +137,16 @@ def check_tune_config(config: TuneGammaConfig):
 
 
 def run(argv: list[str]) -> int:
-    with contextlib.ExitStack() as held:  # the lock on --out, taken in _locked_run and held to the end
-        return _locked_run(argv, held)
+    return run_command(command(), argv, _tune_gamma)
 
 
-def _locked_run(argv: list[str], held: contextlib.ExitStack) -> int:
-    spec = command()
-    parsed = parse_argv(spec, argv)
-    if parsed is None:
-        return 0
-    common.check_out(parsed.values["out"])
-    config = parsed.build(TuneGammaConfig)
+def _tune_gamma(ctx: Invocation) -> int:
+    argv = ctx.argv
+    config = ctx.parsed.build(TuneGammaConfig)
     topo, shapes = check_tune_config(config)
-    if common.print_config(parsed, dataclasses.asdict(config)):
+    if ctx.print_config(dataclasses.asdict(config)):
         return 0
-    out = common.prepare_out(parsed.values["out"] or os.path.join("runs", "tune_gamma"))
-    held.enter_context(hold_out(out, "jaxgossip tune-gamma", log=lambda m: common.warn("tune-gamma", m)))
+    out = ctx.take_out(os.path.join("runs", "tune_gamma"))
 
     import numpy as np
 

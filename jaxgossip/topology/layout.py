@@ -10,14 +10,11 @@ plain copy at K = 3 and 0.65x at K = 9, ``segment_sum`` over an edge list about 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from jaxgossip.topology.graph import Topology
-
-__all__ = ["KERNELS", "slot_table", "choose_kernel", "circulant_shift", "circulant_shifts"]
+__all__ = ["KERNELS", "slot_table", "choose_kernel", "circulant_shift", "circulant_shifts", "SlotGraph"]
 
 KERNELS = ("auto", "slots", "dense", "segment")
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
@@ -94,7 +91,26 @@ def circulant_shift(column: np.ndarray) -> int | None:
     return c if np.array_equal(column, (np.arange(n) + c) % n) else None
 
 
-def circulant_shifts(topology: Topology) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
+class SlotGraph(Protocol):
+    """What :func:`circulant_shifts` reads of a graph; a :class:`~jaxgossip.topology.Topology` has
+    it all. Named here so that this module, on which the graph type is built, imports nothing of it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    @property
+    def period(self) -> int: ...
+
+    @property
+    def slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """The in-neighbour slot table: neighbours and weights, each ``[T, N, K]``."""
+        ...
+
+
+def circulant_shifts(topology: SlotGraph) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
     """Writes every round of a circulant schedule as weighted shifts of the node axis.
 
     Round t is ``((c_1, w_1), (c_2, w_2), ...)`` with distinct shifts ``c`` in ``[0, N)`` and

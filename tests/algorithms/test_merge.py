@@ -1,6 +1,8 @@
 """Tests for jaxgossip.algorithms.merge, the final merge of docs/algorithms.md (section final merge):
 merge rounds equal push_sum rounds, the exact merge, states without push-sum weights, errors."""
 
+import typing
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,7 @@ from jaxgossip.algorithms.merge import make_merge, merge
 from jaxgossip.algorithms.push_sum import push_sum
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
+from jaxgossip.types import carries_push_sum_weight, round_counter
 
 RTOL, ATOL = 1e-4, 1e-5
 TOPOLOGIES = column_stochastic_graphs(N)
@@ -102,3 +105,26 @@ def test_merge_errors():
             push_sum(tp.directed_ring(3)).init({"a": jnp.ones((3, 2))}),
             2,
         )
+
+
+class _Undeclared(typing.NamedTuple):
+    """A state whose field happens to be named ``w`` but that declares no push-sum weights."""
+
+    w: jax.Array
+    count: jax.Array
+
+
+def test_push_sum_weights_are_declared_by_the_state_type_not_by_a_field_name():
+    x = to_jax(push_x0())
+    assert carries_push_sum_weight(push_sum(tp.directed_ring(N)).init(x))
+    assert carries_push_sum_weight(sparse_push(tp.directed_ring(N), fraction=0.25).init(x))
+    assert not carries_push_sum_weight(gossip(tp.ring(N)).init(x))
+    # an undeclared ``w`` is not a weight: the params are mixed alone, the field is left as it is
+    ring = tp.ring(N)
+    state = _Undeclared(w=jnp.full((N,), 2.0), count=jnp.asarray(3, jnp.int32))
+    merged, mstate, info = merge(ring, x, state, 1)
+    plain, _, plain_info = merge(ring, x, gossip(ring).init(x), 1)
+    assert_tree_close(merged, plain, RTOL, ATOL)
+    np.testing.assert_array_equal(np.asarray(mstate.w), np.full(N, 2.0))
+    np.testing.assert_array_equal(np.asarray(info.bits), np.asarray(plain_info.bits))
+    assert int(mstate.count) == 4 and round_counter(mstate) is mstate.count
