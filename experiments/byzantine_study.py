@@ -55,8 +55,8 @@ from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
-from jaxgossip.run.experiment_sweeps import sweep_training  # noqa: E402
 from jaxgossip.run.runner import TrainConfig  # noqa: E402
+from jaxgossip.run.training_sweeps import sweep_training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "byzantine")
 QUICK_OUT = os.path.join("runs", "byzantine_quick")

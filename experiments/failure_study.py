@@ -46,8 +46,8 @@ from jaxgossip import topology as T
 from jaxgossip.cli.demo import DEMO_DEFAULTS
 from jaxgossip.engine import sweeps
 from jaxgossip.run.config import TrainConfig
-from jaxgossip.run.experiment_sweeps import sweep_topologies_training
 from jaxgossip.run.resolve import check_train_config, resolve
+from jaxgossip.run.training_sweeps import sweep_topologies_training
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "failure_study")
 N = 16

@@ -24,7 +24,7 @@ under the same local optimizer:
   ``d2_h2``.
 
 Every method runs a grid of learning rates x seeds in one compile
-(:func:`jaxgossip.run.experiment_sweeps.sweep_training`, lr axis x seeds), except ``qgm``: its ``lr``
+(:func:`jaxgossip.run.training_sweeps.sweep_training`, lr axis x seeds), except ``qgm``: its ``lr``
 option must equal the optimizer's and the library's sweep axes do not tie two fields, so it
 compiles once per lr (its seeds still share the compile). The seed changes the initial model and
 the batches; the partition is drawn once (data seed 0) and shared, as shards fix array shapes.
@@ -67,8 +67,8 @@ from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
-from jaxgossip.run.experiment_sweeps import sweep_training  # noqa: E402
 from jaxgossip.run.runner import TrainConfig  # noqa: E402
+from jaxgossip.run.training_sweeps import sweep_training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "heterogeneity")
 QUICK_OUT = os.path.join("runs", "heterogeneity_quick")

@@ -11,7 +11,7 @@ the gossip-based methods; RelaySGD uses only the tree's links (its weights are t
 the relayed sums). Methods: ``allreduce`` (exact averaging, the reference), ``gossip`` (D-SGD),
 ``gradient_tracking`` (2 vectors per message), ``relaysgd`` (RelaySum/Model) and ``relaysum_grad``
 (RelaySum/Grad). Every method runs its lr grid x seeds in one compile
-(:func:`jaxgossip.run.experiment_sweeps.sweep_training`); the partition is drawn once (data seed
+(:func:`jaxgossip.run.training_sweeps.sweep_training`); the partition is drawn once (data seed
 0) and shared.
 
 Reported per graph and method: the best lr of the grid (by final test accuracy of the averaged
@@ -45,8 +45,8 @@ from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
-from jaxgossip.run.experiment_sweeps import sweep_training  # noqa: E402
 from jaxgossip.run.runner import TrainConfig  # noqa: E402
+from jaxgossip.run.training_sweeps import sweep_training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "relaysgd")
 QUICK_OUT = os.path.join("runs", "relaysgd_quick")

@@ -60,8 +60,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common, also 
 from _common import jsonable, machine  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
-from jaxgossip.run.experiment_sweeps import sweep_training  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, run_training  # noqa: E402
+from jaxgossip.run.training_sweeps import sweep_training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "time_study")
 QUICK_OUT = os.path.join("runs", "time_study_quick")

@@ -23,7 +23,7 @@ Per graph:
   shards, about 2 classes; Dirichlet(0.1) leaves a node 11 samples at N = 64, fewer than a batch)
   with D-SGD (gossip) for a fixed budget of
   R_train rounds, 2 seeds, through
-  :func:`jaxgossip.run.experiment_sweeps.sweep_topologies_training` (one compile per group of
+  :func:`jaxgossip.run.training_sweeps.sweep_topologies_training` (one compile per group of
   same-shape graphs): the test accuracy of the averaged model and the mean and worst test accuracy
   of the nodes' own models.
 
@@ -55,8 +55,8 @@ from _common import jsonable, machine  # noqa: E402
 from jaxgossip import data, topology  # noqa: E402
 from jaxgossip.cli.demo import DEMO_DEFAULTS  # noqa: E402
 from jaxgossip.engine import sweeps
-from jaxgossip.run.experiment_sweeps import sweep_topologies_training  # noqa: E402
 from jaxgossip.run.runner import TrainConfig  # noqa: E402
+from jaxgossip.run.training_sweeps import sweep_topologies_training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "topology_families")
 QUICK_OUT = os.path.join("runs", "topology_families_quick")

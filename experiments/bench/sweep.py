@@ -4,7 +4,7 @@ Same tiny config for both: 8 nodes on a ring, plain gossip, MLP hidden (32,) on 
 Gaussian-blob task (``dataset="synthetic"``: 1 024 train / 256 test samples, 8x8x1), batch 16,
 100 rounds, evaluation every 25 rounds on 256 test samples.
 
-* one compile: ``jaxgossip.run.experiment_sweeps.sweep_training(config, {"lr": LRS}, seeds=range(16))`` — a jitted
+* one compile: ``jaxgossip.run.training_sweeps.sweep_training(config, {"lr": LRS}, seeds=range(16))`` — a jitted
   double ``vmap`` over [4 lrs, 16 seeds]; the wall time includes data preparation, tracing, compile
   and the run (first and only call).
 * separate: ``jaxgossip.run.runner.run_training(config.replace(lr=lr, seed=s))``, each timed from
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchlib import header_line, machine_info, write_result  # noqa: E402
 
 from jaxgossip import data  # noqa: E402
-from jaxgossip.run import experiment_sweeps  # noqa: E402
+from jaxgossip.run import training_sweeps  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, run_training  # noqa: E402
 
 LRS = (0.01, 0.03, 0.1, 0.3)
@@ -80,7 +80,7 @@ def main(argv=None) -> dict:
     total = len(LRS) * len(SEEDS)
 
     start = time.perf_counter()
-    points, metrics = experiment_sweeps.sweep_training(config, {"lr": LRS}, SEEDS, dataset=dataset)
+    points, metrics = training_sweeps.sweep_training(config, {"lr": LRS}, SEEDS, dataset=dataset)
     metrics = jax.block_until_ready(metrics)
     sweep_s = time.perf_counter() - start
     acc = np.asarray(metrics.test_acc)  # [G, S, E]

@@ -14,7 +14,7 @@ and Dirichlet(0.1) (``dirichlet:0.1``); pick one with ``--partition=...``.
 Gammas: NOT the CIFAR ones. The recipe's gamma = 0.01 at 1 % (0.001 at 0.1 %) is meant for
 39 200 rounds; over a few hundred it barely mixes (measured once on the digits, 240 rounds, seed 0,
 IID: averaged-model accuracy 0.65 with gamma 0.01 vs 0.93 with 0.3). ``CPU_GAMMAS`` were picked by
-one 3-point sweep per density on the IID partition, seed 0 (``jaxgossip.run.experiment_sweeps.sweep_training`` over
+one 3-point sweep per density on the IID partition, seed 0 (``jaxgossip.run.training_sweeps.sweep_training`` over
 gamma in {0.03, 0.1, 0.3}, one compile each, 2026-11-29), final averaged-model accuracy:
 
 * 1 %:   0.862 / **0.871** / 0.819 (node models 0.862 / 0.860 / 0.526: 0.3 lets them drift apart);

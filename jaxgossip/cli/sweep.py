@@ -182,7 +182,7 @@ def _check_points(config: TrainConfig, topo, axes: dict[str, list[float]]) -> li
                     if message:
                         warnings.append(message)
             else:
-                from jaxgossip.run.experiment_sweeps import apply_point
+                from jaxgossip.run.training_sweeps import apply_point
 
                 try:
                     check_train_config(apply_point(config, {name: value}))
@@ -221,11 +221,11 @@ def _sweep(ctx: Invocation) -> int:
     import jax
 
     from jaxgossip.engine import sweeps
-    from jaxgossip.run import experiment_sweeps, plots
+    from jaxgossip.run import plots, training_sweeps
     from jaxgossip.run.runner import consensus_watchdog
 
     start = time.perf_counter()
-    points, metrics = experiment_sweeps.sweep_training(resolved, axes, seeds)
+    points, metrics = training_sweeps.sweep_training(resolved, axes, seeds)
     jax.block_until_ready(metrics)
     wall = time.perf_counter() - start
     rows = sweeps.summarize(points, metrics)

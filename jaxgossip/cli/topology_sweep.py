@@ -231,7 +231,7 @@ def _consensus(ctx: Invocation, options, specs, seeds, cost) -> int:
 
 def _training(ctx: Invocation, options, specs, seeds, cost) -> int:
     from jaxgossip import topology
-    from jaxgossip.run import experiment_sweeps, plots
+    from jaxgossip.run import plots, training_sweeps
     from jaxgossip.run.groups import byzantine_args, check_byzantine
     from jaxgossip.run.resolve import check_run, resolve
     from jaxgossip.run.validate import check_algorithm
@@ -258,7 +258,7 @@ def _training(ctx: Invocation, options, specs, seeds, cost) -> int:
     out = ctx.take_out(os.path.join("runs", "topology_sweep_train"))
     no_stack = parsed.flags["no_stack"]
     start = time.perf_counter()
-    metrics, groups = experiment_sweeps.sweep_topologies_training(resolved_run, graphs, seeds, stack=not no_stack)
+    metrics, groups = training_sweeps.sweep_topologies_training(resolved_run, graphs, seeds, stack=not no_stack)
     wall = time.perf_counter() - start
     group_of = {i: g for g, members in enumerate(groups) for i in members}
     need_flops = bool(cost.joules_per_flop)

@@ -8,12 +8,12 @@ iterations, ...) needs separate runs; asking to sweep it raises a ``ValueError``
 Grid points are the Cartesian product of the axes; seeds are an inner axis, so results have shape
 ``[G, S]`` (G grid points, S seeds) and equal the corresponding individual runs. Training sweeps of
 a config (``sweep_training``) build on the runner, so they live above it in
-:mod:`jaxgossip.run.experiment_sweeps`.
+:mod:`jaxgossip.run.training_sweeps`.
 
 Graphs fix shapes too, but graphs of one node count can be padded to common tables
 (:func:`jaxgossip.topology.stack`): :func:`map_topologies` runs any per-graph program over a list
 of topologies with one compile per group of same-shape graphs; :func:`sweep_topologies` is its
-consensus sweep (training: :func:`jaxgossip.run.experiment_sweeps.sweep_topologies_training`).
+consensus sweep (training: :func:`jaxgossip.run.training_sweeps.sweep_topologies_training`).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def map_topologies(
     """``one(topology, point, key)`` for every graph x key, one compiled program per group.
 
     The engine of the topology sweeps (consensus here, training in
-    :mod:`jaxgossip.run.experiment_sweeps`): graphs are grouped by :func:`jaxgossip.topology.group`
+    :mod:`jaxgossip.run.training_sweeps`): graphs are grouped by :func:`jaxgossip.topology.group`
     when ``algorithm`` can run on stacked tables (its metadata's ``stackable``) and ``stack`` is on, else
     each graph is its own group; ``point`` holds the graph's ``per_graph`` values (traced).
     Failure-wrapped graphs of one graph (``with_failures`` at several ``link_drop`` / ``node_drop``)

@@ -76,6 +76,7 @@ class CostModel:
     None: not reported), validated on construction.
 
     Raises:
+      TypeError: ``network`` is not a :class:`~jaxgossip.sim.network.Network`.
       ValueError: naming the option (``--energy.flop``, ...): not finite or negative.
     """
 
@@ -84,6 +85,8 @@ class CostModel:
     joules_per_bit: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.network, Network):
+            raise TypeError(f"network must be a jaxgossip.sim.network.Network; got {self.network!r}")
         _check_price("energy.flop", self.joules_per_flop)
         _check_price("energy.bit", self.joules_per_bit)
 

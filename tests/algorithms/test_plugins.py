@@ -28,6 +28,7 @@ from jaxgossip import algorithms
 from jaxgossip.cli import main
 from jaxgossip.engine import sweeps
 from jaxgossip.run import cost_report
+from jaxgossip.sim.network import Network
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PATH = "my_file:damped_gossip"
@@ -109,7 +110,7 @@ def test_training_topology_sweep_and_cost_api(plugin_dir):
     direct = jg.run_consensus(single, x0, 10, key_a)
     np.testing.assert_allclose(np.asarray(result.error[0][1]), np.asarray(direct.error), rtol=1e-5, atol=1e-7)
 
-    model = cost_report.CostModel(1e9, 1e-3)
+    model = cost_report.CostModel(Network(bandwidth=1e9, latency=1e-3))
     node_bits = np.full((1, 10, 8), 2 * 3 * 32.0)
     error = np.linspace(1.0, 0.01, 11)[None]
     row = cost_report.consensus_graph_cost(model, PATH, {}, graphs[0], node_bits, error, 0.1)

@@ -135,11 +135,11 @@ def test_nodes_are_drawn_by_the_data_seed_shared_by_every_seed_of_a_sweep():
 def test_a_sweep_with_drawn_attackers_equals_the_single_runs():
     from tiny import tiny_config
 
-    from jaxgossip.run import experiment_sweeps
+    from jaxgossip.run import training_sweeps
     from jaxgossip.run.runner import run_training
 
     config = tiny_config(num_rounds=10, evals_per_chunk=2, byzantine={"nodes": 1, "attack": "signflip"})
-    _, metrics = experiment_sweeps.sweep_training(config, {"lr": [0.05]}, seeds=[0, 1])
+    _, metrics = training_sweeps.sweep_training(config, {"lr": [0.05]}, seeds=[0, 1])
     single = config.replace(seed=1, data_seed=config.seed)  # seed 1 of the sweep
     rows = run_training(single, None, progress=False, log=lambda s: None).rows
     np.testing.assert_allclose(

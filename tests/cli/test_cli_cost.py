@@ -191,6 +191,13 @@ def test_training_run_records_allreduce_and_power_gossip_exchanges(tmp_path):
     np.testing.assert_allclose(per_round, compute, rtol=RECORDED)  # atc would take compute + power_round
 
 
+def test_a_cost_model_takes_a_network():
+    with pytest.raises(TypeError, match="network must be a jaxgossip.sim.network.Network; got 1000000000.0"):
+        CostModel(1e9)
+    with pytest.raises(ValueError, match=r"--energy.bit=-1.0 must be a finite number >= 0 \(J\)"):
+        CostModel(Network(), joules_per_bit=-1.0)
+
+
 @pytest.mark.parametrize("merge", ["exact", 3])
 def test_training_cost_final_merge(merge):
     """A final merge of 3 gossip rounds, or exact (one ring all-reduce), after 4 training rounds."""

@@ -106,12 +106,12 @@ def test_a_training_sweep_over_link_drop_is_one_program_whose_clock_equals_the_s
     # sweep's vmap the probabilities are traced and the estimate is too.
     from tiny import tiny_config
 
-    from jaxgossip.run import experiment_sweeps
+    from jaxgossip.run import training_sweeps
     from jaxgossip.run.runner import run_training
 
     config = tiny_config(num_nodes=8, num_rounds=10, evals_per_chunk=2)
     graphs = [T.with_failures(T.ring(8), link_drop=p) for p in (0.1, 0.5)]
-    metrics, groups = experiment_sweeps.sweep_topologies_training(config, graphs, seeds=[0])
+    metrics, groups = training_sweeps.sweep_topologies_training(config, graphs, seeds=[0])
     assert groups == [[0, 1]]
     for p, got in zip((0.1, 0.5), metrics):
         single = config.replace(topology=f"ring+drop:{p}", data_seed=config.seed)

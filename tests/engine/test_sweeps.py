@@ -13,7 +13,7 @@ from jaxgossip import algorithms
 from jaxgossip import topology as T
 from jaxgossip.engine import sweeps
 from jaxgossip.engine.consensus import consensus_scan
-from jaxgossip.run import experiment_sweeps
+from jaxgossip.run import training_sweeps
 from jaxgossip.run.runner import run_training
 
 
@@ -26,7 +26,7 @@ def test_training_sweep_equals_individual_runs():
         algorithm="choco", algorithm_options={"compressor": "top_k", "compressor_options": {"fraction": 0.5}}
     )
     axes = {"lr": [0.02, 0.1], "algorithm_options.gamma": [0.3, 0.8]}
-    points, metrics = experiment_sweeps.sweep_training(config, axes, seeds=[0, 1])
+    points, metrics = training_sweeps.sweep_training(config, axes, seeds=[0, 1])
     assert np.asarray(metrics.test_acc).shape == (4, 2, 2)
     for g in (0, 3):
         for s_index, seed in enumerate((0, 1)):
@@ -183,7 +183,7 @@ def test_sweep_topologies_bad_input():
 def test_training_topology_sweep_equals_individual_runs():
     config = tiny_config(num_rounds=10, evals_per_chunk=2, num_nodes=8)
     topos = [T.ring(8), T.torus(2, 4), T.exponential(8)]
-    metrics, groups = experiment_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
+    metrics, groups = training_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
     assert groups == [[0, 1, 2]]
     for g in (0, 2):
         spec = {0: "ring", 2: "exponential"}[g]
@@ -193,7 +193,7 @@ def test_training_topology_sweep_equals_individual_runs():
         np.testing.assert_allclose(metrics[g].test_loss[1], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(metrics[g].bits[1, -1].mean() / 8e6, rows[-1]["MB_per_node"], rtol=1e-5)
     with pytest.raises(ValueError, match="N=16 nodes but config.num_nodes=8"):
-        experiment_sweeps.sweep_topologies_training(config, [T.ring(16)], seeds=[0])
+        training_sweeps.sweep_topologies_training(config, [T.ring(16)], seeds=[0])
 
 
 @pytest.mark.parametrize("algorithm", ["push_sum", "sparse_push"])
@@ -204,11 +204,11 @@ def test_sweeps_over_a_time_varying_graph_on_two_devices_equal_one_device(algori
         pytest.skip("needs 2 devices (tests/conftest.py requests 8 CPU devices)")
     options = {"fraction": 0.3, "gamma": 0.5} if algorithm == "sparse_push" else {}
     config = _config(num_nodes=8, algorithm=algorithm, topology="one_peer_exponential", algorithm_options=options)
-    _, one = experiment_sweeps.sweep_training(config, {"lr": [0.05, 0.1]}, seeds=[0, 1])
-    _, two = experiment_sweeps.sweep_training(config.replace(devices=2), {"lr": [0.05, 0.1]}, seeds=[0, 1])
+    _, one = training_sweeps.sweep_training(config, {"lr": [0.05, 0.1]}, seeds=[0, 1])
+    _, two = training_sweeps.sweep_training(config.replace(devices=2), {"lr": [0.05, 0.1]}, seeds=[0, 1])
     np.testing.assert_allclose(np.asarray(two.test_loss), np.asarray(one.test_loss), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(two.bits), np.asarray(one.bits))
     topos = [T.one_peer_exponential(8)]
-    one, _ = experiment_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
-    two, _ = experiment_sweeps.sweep_topologies_training(config.replace(devices=2), topos, seeds=[0, 1])
+    one, _ = training_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
+    two, _ = training_sweeps.sweep_topologies_training(config.replace(devices=2), topos, seeds=[0, 1])
     np.testing.assert_allclose(np.asarray(two[0].test_loss), np.asarray(one[0].test_loss), rtol=1e-5, atol=1e-6)

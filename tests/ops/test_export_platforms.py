@@ -15,7 +15,7 @@ from jaxgossip import algorithms
 from jaxgossip import topology as T
 from jaxgossip.compress import native
 from jaxgossip.ops import platforms
-from jaxgossip.run import experiment_sweeps
+from jaxgossip.run import training_sweeps
 from jaxgossip.run.runner import build
 
 ACCELERATORS = ("cuda", "rocm", "tpu")
@@ -117,7 +117,7 @@ def test_trainer_chunk_lowers_for_every_accelerator(model):
 
 def test_training_sweep_lowers_for_every_accelerator():
     config = tiny_config(num_rounds=2, eval_every=1)
-    program = experiment_sweeps.sweep_program(config, {"lr": [0.05, 0.1]}, seeds=[0, 1], platform="cuda")
+    program = training_sweeps.sweep_program(config, {"lr": [0.05, 0.1]}, seeds=[0, 1], platform="cuda")
     exported = export.export(program.run, platforms=ACCELERATORS)(*program.args)
     assert exported.platforms == ACCELERATORS
     _no_cpu_kernels(exported)

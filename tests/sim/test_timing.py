@@ -237,8 +237,8 @@ def test_bad_links_and_traces_are_refused(tmp_path):
 def test_sweep_over_time_values_is_one_compile_and_equals_separate_runs():
     from tiny import tiny_config
 
-    from jaxgossip.run.experiment_sweeps import sweep_training
     from jaxgossip.run.runner import run_training
+    from jaxgossip.run.training_sweeps import sweep_training
 
     config = tiny_config(time={"compute": "stragglers:0.01,0.25,2", "latency": 1e-3, "bandwidth": 1e6})
     axes = {"time.bandwidth": [1e6, 1e8], "time.slowdown": [2.0, 10.0]}
