@@ -82,11 +82,13 @@ def cost_options(training: bool = False) -> list[tuple[str, Any, Any, str]]:
     return out
 
 
-def cost_model(values: dict, config: Any = None) -> CostModel:
+def cost_model(values: dict, run: Any = None) -> CostModel:
     """The validated cost model of the parsed options (ValueError naming the option); for a
-    training command (``config``, a TrainConfig) its links are the config's ``--time.*``."""
-    if config is not None:
-        return cost_model_of_training(config, values)
+    training command ``run`` is the run's :class:`jaxgossip.sim.network.Network` (the one its
+    clock uses) or its TrainConfig (whose ``--time.*`` give it), and the options give the energy
+    prices."""
+    if run is not None:
+        return cost_model_of_training(run, values)
     return cost_model_from_options({option: values.get(option) for option in COST_OPTIONS})
 
 

@@ -132,14 +132,17 @@ def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
     return CostModel(Network.from_options(links), **_energy_prices(values))
 
 
-def cost_model_of_training(config, values: Mapping[str, Any]) -> CostModel:
-    """The cost model of a training run: its network from ``config.time`` (the ``--time.*`` options,
-    as :func:`jaxgossip.run.groups.network_of` reads them), the energy prices from ``values``."""
-    return CostModel(Network.from_options(config.time), **_energy_prices(values))
+def cost_model_of_training(run, values: Mapping[str, Any]) -> CostModel:
+    """The cost model of a training run: its network (``run``, the run's
+    :class:`~jaxgossip.sim.network.Network`, or its TrainConfig, whose ``--time.*`` options give
+    it), the energy prices from ``values``."""
+    network = run if isinstance(run, Network) else Network.from_options(run.time)
+    return CostModel(network, **_energy_prices(values))
 
 
 def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, **kwargs):
-    """:func:`jaxgossip.sim.cost.simulate` of ``bits`` [R, N] on ``model.network`` (communication only).
+    """:func:`jaxgossip.sim.cost.simulate` of ``bits`` [R, N] on ``model.network``, rounds of
+    communication only (no local steps).
 
     The energy of the FLOPs needs no time, so the callers add it (``F * joules_per_flop`` per
     round) and only the bits are priced here. ``kwargs`` go to :func:`~jaxgossip.sim.cost.simulate`
@@ -148,7 +151,8 @@ def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: i
     return simulate(
         bits,
         None if allreduce else topo,
-        dataclasses.replace(model.network, compute=0.0),
+        model.network,
+        local_steps=0,
         allreduce=allreduce,
         exchanges=1 if allreduce else exchanges,
         energy=EnergyModel(0.0, model.joules_per_bit or 0.0),

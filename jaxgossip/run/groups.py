@@ -26,7 +26,6 @@ from jaxgossip.sim.network import Network
 __all__ = [
     "network_of",
     "time_model_of",
-    "availability_of",
     "byzantine_args",
     "check_byzantine",
     "async_form_of",
@@ -40,16 +39,16 @@ def network_of(config: TrainConfig) -> Network:
     return Network.from_options(config.time)
 
 
-def time_model_of(config: TrainConfig, topo):
-    """The :class:`jaxgossip.sim.timing.TimeModel` of a run: its :func:`network_of` on ``topo``, the
-    algorithm's exchanges and all-reduce pricing from its metadata, the run's ordering and online mask.
+def time_model_of(config: TrainConfig, topo, network: Network, available: np.ndarray | None):
+    """The :class:`jaxgossip.sim.timing.TimeModel` of a run: its ``network`` (:func:`network_of`)
+    on ``topo``, the algorithm's exchanges and all-reduce pricing from its metadata, the run's
+    ordering and its online mask ``available`` (:meth:`Network.online`, None: always online).
 
     Raises:
-      ValueError: naming the ``--time.*`` option and the rule (unknown key, bad value or shape).
+      ValueError: naming the ``--time.*`` option and the rule (bad shape for the graph).
     """
     from jaxgossip.sim import timing
 
-    network = network_of(config)
     # An asynchronous event sends one message per out-neighbour: no exchanges or all-reduce pricing.
     asynchronous = config.execution == "async"
     try:
@@ -61,17 +60,11 @@ def time_model_of(config: TrainConfig, topo):
             exchanges=1 if asynchronous else None,
             allreduce=False if asynchronous else None,
             ordering=config.ordering,
-            available=availability_of(config),
+            available=available,
         )
     except ValueError as err:
         text = str(err)
         raise ValueError(text if text.startswith("--time.") else f"--time.compute: {text}") from None
-
-
-def availability_of(config: TrainConfig) -> np.ndarray | None:
-    """The run's ``[num_rounds, N]`` online mask from ``--time.availability`` (None: always online),
-    drawn from ``config.seed``: the runner's graph and its clock use this same mask."""
-    return network_of(config).online(config.num_rounds, config.num_nodes, config.seed)
 
 
 def byzantine_args(config: TrainConfig) -> dict | None:
@@ -156,9 +149,9 @@ def async_form_of(config: TrainConfig) -> str:
     return form
 
 
-def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
+def _async_refusals(config: TrainConfig, network: Network) -> list[tuple[str, str]]:
     """(option=value, why) of every option set that an asynchronous run does not model."""
-    availability = network_of(config).availability
+    availability = network.availability
     checks = [
         (config.local_steps != 1, f"local_steps={config.local_steps}",
          "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1"),
@@ -181,7 +174,7 @@ def _async_refusals(config: TrainConfig) -> list[tuple[str, str]]:
     return [(what, why) for bad, what, why in checks if bad]
 
 
-def check_execution_options(config: TrainConfig, topo) -> None:
+def check_execution_options(config: TrainConfig, topo, network: Network) -> None:
     """Checks ``execution`` and, for ``async``, the algorithm's asynchronous form
     (:func:`async_form_of`), the options an asynchronous run does not model, the graph
     (:func:`jaxgossip.engine.asynchronous.check_async_graph`: fixed, static, the weights the form uses)
@@ -197,7 +190,7 @@ def check_execution_options(config: TrainConfig, topo) -> None:
             raise ValueError(f"async_form={config.async_form!r} applies to --execution=async only")
         return
     form = async_form_of(config)
-    refused = _async_refusals(config)
+    refused = _async_refusals(config, network)
     if refused:
         what, why = refused[0]
         raise ValueError(f"{what} with --execution=async: {why}")
@@ -208,7 +201,7 @@ def check_execution_options(config: TrainConfig, topo) -> None:
         asynchronous.check_async_graph(form, topo)
     except (ValueError, TypeError) as err:
         raise ValueError(f"--execution=async with {config.algorithm} ({form}) on {topo.name}: {err}") from None
-    compute = parse_compute(network_of(config).compute)
+    compute = parse_compute(network.compute)
     zero = compute.trace is not None and not np.any(np.asarray(compute.trace) > 0)
     if zero or (compute.kind in ("constant", "stragglers") and not compute.seconds > 0):
         raise ValueError(

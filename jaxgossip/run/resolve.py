@@ -27,10 +27,10 @@ from jaxgossip.ops import platforms, precision, sharding
 from jaxgossip.run.config import TrainConfig
 from jaxgossip.run.groups import (
     async_form_of,
-    availability_of,
     byzantine_args,
     check_byzantine,
     check_execution_options,
+    network_of,
     time_model_of,
 )
 from jaxgossip.run.validate import (
@@ -41,6 +41,7 @@ from jaxgossip.run.validate import (
     check_topology,
     with_trainer_options,
 )
+from jaxgossip.sim.network import Network
 
 __all__ = [
     "Checked",
@@ -66,7 +67,8 @@ class Resolved(NamedTuple):
         ``message_dtype``); None for ``execution="async"``.
       async_form: the asynchronous algorithm of an ``execution="async"`` run, else None.
       merge: the final merge (:func:`jaxgossip.algorithms.make_merge`), None without one.
-      time: the run's clock, :class:`jaxgossip.sim.timing.TimeModel`.
+      network: the run's :class:`jaxgossip.sim.network.Network` (``--time.*``).
+      time: the run's clock, :class:`jaxgossip.sim.timing.TimeModel` (the network on the graph).
       optimizer: the local optimizer of one node (:func:`make_optimizer`).
       dataset: the data set; parts: each node's sample indices; shards: the per-node data
         ``[N, ...]`` (placed on ``mesh`` when ``devices > 1``); mesh: the node mesh or None.
@@ -80,6 +82,7 @@ class Resolved(NamedTuple):
     algorithm: Any
     async_form: str | None
     merge: Any
+    network: Network
     time: Any
     optimizer: optax.GradientTransformation
     dataset: data.Dataset
@@ -99,27 +102,30 @@ class Checked(NamedTuple):
     algorithm: Any
     async_form: str | None
     merge: Any
+    network: Network
     time: Any
 
 
 def check_run(config: TrainConfig) -> Checked:
     """Checks ``config`` without reading data, building the objects of its run that need none, in
-    the order their errors are reported: fields, graph, algorithm, merge, model options, clock,
-    attackers, execution. :func:`resolve` takes the result on (a command checks, prints its
-    ``--print-config`` and takes its output folder in between) and builds nothing of it again.
+    the order their errors are reported: fields (with the network of ``--time.*``), graph,
+    algorithm, merge, model options, clock, attackers, execution. :func:`resolve` takes the result
+    on (a command checks, prints its ``--print-config`` and takes its output folder in between) and
+    builds nothing of it again.
 
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
     config = check_fields(config)
+    network = network_of(config)
     topo = check_topology(config.topology, config.num_nodes, config.resolved_data_seed)
-    available = availability_of(config)
+    available = network.online(config.num_rounds, config.num_nodes, config.seed)  # the graph's and the clock's
     if available is not None:  # offline nodes drop out of the graph: the algorithm must accept failures
         topo = topology.with_availability(topo, available)
     alg = check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
     if available is not None and alg.gradient is not None:
         raise ValueError(
-            f"--time.availability={config.time['availability']!r}: {config.algorithm} has a gradient hook "
+            f"--time.availability={network.availability!r}: {config.algorithm} has a gradient hook "
             "(its state would see an offline node's gradient); use an algorithm without one"
         )
     if (
@@ -151,13 +157,14 @@ def check_run(config: TrainConfig) -> Checked:
             f"({', '.join(models.SEQUENCE_MODELS)}) train on text data sets ({', '.join(data.TEXT_DATASETS)}, "
             "text:PATH), the other models on the image and array data sets"
         )
-    time = time_model_of(config, topo)
+    time = time_model_of(config, topo, network, available)
     if byzantine_args(config) is not None:  # the wrapper replaces the algorithm (check_byzantine builds it)
         alg = check_byzantine(config, topo)
-    check_execution_options(config, topo)
+    check_execution_options(config, topo, network)
     if config.execution == "async":
-        return Checked(config, topo, None, async_form_of(config), merge, time)
-    return Checked(config, topo, precision.with_message_dtype(alg, config.message_dtype), None, merge, time)
+        return Checked(config, topo, None, async_form_of(config), merge, network, time)
+    alg = precision.with_message_dtype(alg, config.message_dtype)
+    return Checked(config, topo, alg, None, merge, network, time)
 
 
 def check_train_config(config: TrainConfig) -> TrainConfig:
@@ -226,6 +233,7 @@ def resolve(
         objects.algorithm,
         objects.async_form,
         objects.merge,
+        objects.network,
         objects.time,
         make_optimizer(config),
         dataset,

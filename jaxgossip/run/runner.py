@@ -21,7 +21,7 @@ from jaxgossip.engine import outer
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, check_finite, make_train
 from jaxgossip.ops import precision, sharding
 from jaxgossip.run.config import TrainConfig
-from jaxgossip.run.groups import async_form_of, time_model_of
+from jaxgossip.run.groups import async_form_of, network_of, time_model_of
 from jaxgossip.run.resolve import Resolved, make_algorithm, make_optimizer, resolve
 from jaxgossip.run.watchdog import DivergenceError, WatchdogAlarm, check_consensus, check_divergence
 
@@ -167,7 +167,7 @@ def _for_point(config: TrainConfig, resolved: Resolved) -> Resolved:
     asynchronous = config.execution == "async"
     return resolved._replace(
         config=config,
-        time=time_model_of(config, resolved.topology),
+        time=time_model_of(config, resolved.topology, network_of(config), resolved.time.available),
         optimizer=make_optimizer(config),
         async_form=async_form_of(config) if asynchronous else None,
         algorithm=None

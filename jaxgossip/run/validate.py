@@ -25,7 +25,6 @@ from jaxgossip.run.config import (
     node_batch_value,
     unknown_name,
 )
-from jaxgossip.sim.network import Network
 
 __all__ = [
     "check_fields",
@@ -219,7 +218,7 @@ def check_fields(config: TrainConfig) -> TrainConfig:
     adds the graph, the algorithm, the clock and the attackers).
 
     Returns:
-      the config with normalized values (time specs joined, ``decay_rounds`` a tuple,
+      the config with normalized values (``decay_rounds`` a tuple,
       ``final_merge`` "3" -> 3, ``node_batch`` "2" -> 2).
 
     Raises:
@@ -227,10 +226,6 @@ def check_fields(config: TrainConfig) -> TrainConfig:
     """
     from jaxgossip import data
 
-    if isinstance(config.time, dict):  # the --time.* group checked; the given keys kept, specs as one string
-        network = Network.from_options(config.time)
-        given = {k: getattr(network, k) for k, v in config.time.items() if v is not None}
-        config = dataclasses.replace(config, time=given)
     if isinstance(config.dataset, str) and config.dataset.startswith(data.NPZ_PREFIX):
         path = config.dataset[len(data.NPZ_PREFIX):]
         if not os.path.isfile(path):

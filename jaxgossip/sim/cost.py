@@ -124,6 +124,7 @@ def simulate(
     flops_per_step: float = 0.0,
     device_flops: Any = None,
     overlap: bool = False,
+    local_steps: int = 1,
     energy: EnergyModel | None = None,
     memory_bytes: float | None = None,
     start_round: int = 0,
@@ -144,6 +145,8 @@ def simulate(
         a step takes ``F / device_flops`` seconds instead of the network's compute.
       device_flops: > 0, FLOP/s, scalar or [N]; required when ``flops_per_step > 0``.
       overlap: whether compute and communication of a round overlap.
+      local_steps: H >= 0, local steps per round (0: rounds of communication only, such as a final
+        merge's or a consensus run's).
       energy: an :class:`EnergyModel`, or None for zero energy.
       memory_bytes: bytes per node (:func:`memory_per_node`), copied into the report.
       start_round: int >= 0, the round the first row of ``bits`` is (e.g. ``num_rounds`` for the
@@ -162,6 +165,8 @@ def simulate(
         raise ValueError(f"exchanges must be an int >= 1; got {exchanges!r}")
     if isinstance(start_round, bool) or not isinstance(start_round, (int, np.integer)) or start_round < 0:
         raise ValueError(f"start_round must be an int >= 0; got {start_round!r}")
+    if isinstance(local_steps, bool) or not isinstance(local_steps, (int, np.integer)) or local_steps < 0:
+        raise ValueError(f"local_steps must be an int >= 0; got {local_steps!r}")
     num_nodes = bits.shape[1]
     if not allreduce:
         if topology is None:
@@ -190,7 +195,7 @@ def simulate(
         )
         model = timing.TimeModel(compute, links, overlap=bool(overlap))
         rounds = start_round + np.arange(bits.shape[0])
-        per_round = jax.vmap(lambda b, t: timing.round_seconds(model, jax.random.key(0), b, t, 1))
+        per_round = jax.vmap(lambda b, t: timing.round_seconds(model, jax.random.key(0), b, t, int(local_steps)))
         round_time, comm_time = (np.asarray(a, np.float64) for a in per_round(bits, rounds))
     joules = np.zeros_like(bits)
     if energy is not None:

@@ -12,6 +12,7 @@ from jaxgossip.run.config import TrainConfig
 from jaxgossip.run.resolve import check_train_config, resolve
 from jaxgossip.run.runner import make_trainer
 from jaxgossip.sim import timing
+from jaxgossip.sim.network import Network
 
 TINY = dict(dataset="synthetic", model="mlp", model_options={"hidden": (8,)}, num_nodes=4, batch_size=8,
             num_rounds=4, eval_every=2, eval_size=64)
@@ -31,11 +32,18 @@ def built(monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counted)
+    check = Network.__post_init__  # every Network, however made, passes through its check
+
+    def counted_network(self):
+        counts["jaxgossip.sim.network.Network"] += 1
+        check(self)
+
+    monkeypatch.setattr(Network, "__post_init__", counted_network)
     return counts
 
 
 def test_one_train_command_builds_every_object_once(built, tmp_path, capsys):
-    """Graph, algorithm, merge, clock and model are built once; the model options are checked once
+    """Graph, algorithm, merge, network, clock and model are built once; the model options are checked once
     before the data is read (a flax module description at the registry's class count, no
     parameters) and the run's model is built once at the data's class count."""
     argv = ["train", "--dataset=synthetic", "--model=mlp", "--model_options.hidden=8", "--num_nodes=4",
@@ -51,6 +59,7 @@ def test_one_train_command_builds_every_object_once(built, tmp_path, capsys):
         "jaxgossip.algorithms.make_merge": 1,
         "jaxgossip.models.make_model": 1,
         "jaxgossip.models.check_options": 1,
+        "jaxgossip.sim.network.Network": 1,
         "jaxgossip.sim.timing.time_model": 1,
     }
 

@@ -269,6 +269,8 @@ def test_errors():
         simulate(-ok, topo, Network(bandwidth=BW, latency=LAT))
     with pytest.raises(ValueError, match="mode='fast' is unknown"):
         Network(bandwidth=BW, latency=LAT, mode="fast")
+    with pytest.raises(ValueError, match="local_steps must be an int >= 0"):
+        simulate(ok, topo, Network(bandwidth=BW, latency=LAT), local_steps=-1)
     with pytest.raises(ValueError, match="exchanges must be an int >= 1"):
         simulate(ok, topo, Network(bandwidth=BW, latency=LAT), exchanges=0)
     with pytest.raises(ValueError, match="allreduce_model='tree' is unknown"):

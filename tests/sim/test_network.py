@@ -99,6 +99,17 @@ def test_the_clock_of_a_run_equals_simulate_of_its_bits(algorithm, mode):
     np.testing.assert_allclose(np.asarray(result.sim_time)[1:], np.cumsum(priced.round_time), rtol=1e-6)
 
 
+def test_simulate_counts_the_network_compute_of_each_local_step():
+    topo = jg.topology.ring(4)
+    net = Network(compute=0.5, latency=1e-3, bandwidth=1e6)
+    bits = np.full((3, 4), 2e3)  # two messages of 1e3 bits per node and round
+    comm = 2 * (1e-3 + 1e3 / 1e6)
+    for steps in (0, 1, 2):
+        report = simulate(bits, topo, net, local_steps=steps)
+        np.testing.assert_allclose(report.comm_time, comm)
+        np.testing.assert_allclose(report.round_time, comm + 0.5 * steps)
+
+
 @pytest.mark.parametrize("merge, priced", [(None, 0), ("2", 1)])
 def test_a_training_report_prices_only_the_final_merge(merge, priced, tmp_path, monkeypatch):
     """``jaxgossip train`` reads the times its clock recorded; only a final merge (run after the
