@@ -21,3 +21,46 @@ def test_non_finite_floats_are_refused_as_not_finite(capsys, field, value):
 def test_not_a_number_still_says_expected_float(capsys):
     assert main(["train", "--lr=abc", "--print-config"]) == 2
     assert one_line_error(capsys) == "jaxgossip train: error: --lr='abc' is not valid: expected float"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--algorithm=power_gossip", "--algorithm_options.rank=abc"], "--algorithm_options.rank='abc' is not valid: expected int"),
+        (
+            ["--algorithm=choco", "--algorithm_options.compressor=top_k", "--algorithm_options.compressor_options.fraction=x"],
+            "--algorithm_options.compressor_options.fraction='x' is not valid: expected float or null",
+        ),
+        (["--algorithm=sparse_push", "--algorithm_options.fraction=nan"], "--algorithm_options.fraction='nan' is not valid: it must be finite"),
+    ],
+)
+def test_the_chosen_algorithms_options_are_typed_by_its_factory(capsys, flags, message):
+    """The options of the chosen algorithm and of its compressor are checked against the types of
+    their factories' parameters, one line naming the option; what they take is typed, not text."""
+    assert main(["train", *flags, "--print-config"]) == 2
+    assert one_line_error(capsys).startswith(f"jaxgossip train: error: {message}")
+
+
+def test_typed_algorithm_options_from_the_command_line_and_files(tmp_path):
+    from jaxgossip.cli.train import command
+    from jaxgossip.run.config import TrainConfig
+    from jaxgossip.run.parsing import UsageError, parse
+    from jaxgossip.run.runner import config_from_dict
+
+    def options(*argv):
+        return parse(command(), list(argv)).build(TrainConfig).algorithm_options
+
+    assert options("--algorithm=power_gossip", "--algorithm_options.rank=2", "--algorithm_options.warm_start=false") == {
+        "rank": 2,
+        "warm_start": False,
+    }
+    assert options("--algorithm=choco", "--algorithm_options.compressor_options.k=none") == {"compressor_options": {"k": None}}
+    # a key the factory does not take is left to the config check, which names it with a suggestion
+    assert options("--algorithm=gossip", "--algorithm_options.gama=0.5") == {"gama": 0.5}
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm: power_gossip\nalgorithm_options:\n  rank: two\n")
+    with pytest.raises(UsageError, match=r"--algorithm_options.rank='two' is not valid: expected int"):
+        parse(command(), ["--config", str(path)])
+    with pytest.raises(UsageError, match=r"config: --algorithm_options.rank='x' is not valid: expected int"):
+        config_from_dict({"algorithm": "power_gossip", "algorithm_options": {"rank": "x"}})
+    assert config_from_dict({"algorithm": "power_gossip", "algorithm_options.rank": 3}).algorithm_options == {"rank": 3}
