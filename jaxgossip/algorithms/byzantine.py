@@ -387,6 +387,7 @@ def byzantine(
     num: int | None = None,
     key: Any = None,
     options: Mapping[str, Any] | None = None,
+    built: GossipAlgorithm | None = None,
     **attack_options: Any,
 ) -> GossipAlgorithm:
     """``algorithm`` on ``topology`` with Byzantine nodes that send what ``attack`` chooses.
@@ -404,6 +405,8 @@ def byzantine(
       attack: one of :data:`ATTACKS`.
       ids: the attackers' node ids; or ``num`` (K) attackers drawn from ``key`` (:func:`attackers`).
       options: the algorithm's options (e.g. ``{"tau": 1.0}``).
+      built: the algorithm already built on ``topology`` with ``options`` (a config check built it),
+        which every node then runs; by default it is built here.
       **attack_options: the attack's options (:data:`ATTACKS`: ``sigma``, ``z``, ``epsilon``).
 
     Returns:
@@ -425,7 +428,12 @@ def byzantine(
     byz = attackers(n, ids=ids, num=num, key=key)
     values = _check_options(attack, attack_options, n, byz.size)
     _check_honest_connected(topology, byz)
-    inner = make(algorithm, topology, **options) if isinstance(algorithm, str) else entry.factory(topology, **options)
+    if built is not None:
+        inner = built
+    elif isinstance(algorithm, str):
+        inner = make(algorithm, topology, **options)
+    else:
+        inner = entry.factory(topology, **options)
     round_fn = entry.hooks.receive(topology, **options)
     edges = attack_edges(topology, byz)
     honest = honest_mask(n, byz)

@@ -108,11 +108,12 @@ def byzantine_args(config: TrainConfig) -> dict | None:
     return {**who, "attack": values["attack"], **values["attack_options"]}
 
 
-def check_byzantine(config: TrainConfig, topo) -> Any:
+def check_byzantine(config: TrainConfig, topo, built: Any = None) -> Any:
     """The algorithm of ``config`` with the attackers of ``config.byzantine`` on the run's graph
     (:func:`jaxgossip.algorithms.byzantine`), None without attackers; building it checks the attack
     names and options, K < N, an honest graph that stays connected, an algorithm whose messages
-    are models."""
+    are models. ``built``: the run's algorithm already built with the trainer's options, which the
+    wrapper then runs (None: the wrapper builds its own)."""
     from jaxgossip import algorithms
 
     args = byzantine_args(config)
@@ -120,7 +121,7 @@ def check_byzantine(config: TrainConfig, topo) -> Any:
         return None
     try:
         options = with_trainer_options(config.algorithm, dict(config.algorithm_options))
-        return algorithms.byzantine(config.algorithm, topo, options=options, **args)
+        return algorithms.byzantine(config.algorithm, topo, options=options, built=built, **args)
     except (ValueError, TypeError) as err:
         raise ValueError(f"--byzantine: {err}") from None
 

@@ -159,7 +159,7 @@ def check_run(config: TrainConfig) -> Checked:
         )
     time = time_model_of(config, topo, network, available)
     if byzantine_args(config) is not None:  # the wrapper replaces the algorithm (check_byzantine builds it)
-        alg = check_byzantine(config, topo)
+        alg = check_byzantine(config, topo, alg)
     check_execution_options(config, topo, network)
     if config.execution == "async":
         return Checked(config, topo, None, async_form_of(config), merge, network, time)

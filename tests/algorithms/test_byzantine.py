@@ -143,6 +143,19 @@ def test_no_attacker_is_the_algorithm_itself():
         assert bool(np.all(state.honest))
 
 
+def test_a_wrapper_around_an_algorithm_already_built_equals_one_that_builds_it():
+    topo = irregular_graph()
+    x = models(10, seed=4)
+    for name, options in (("gossip", {"gamma": 0.8}), ("clipped_gossip", {"tau": 0.5})):
+        built = algorithms.make(name, topo, **options)
+        own = algorithms.byzantine(name, topo, "gaussian", ids=[2], options=options, sigma=3.0)
+        reused = algorithms.byzantine(name, topo, "gaussian", ids=[2], options=options, built=built, sigma=3.0)
+        a, _, info_a = step_once(own, x)
+        b, _, info_b = step_once(reused, x)
+        np.testing.assert_array_equal(flat(a), flat(b))
+        np.testing.assert_array_equal(np.asarray(info_a.bits), np.asarray(info_b.bits))
+
+
 def test_time_varying_graph_attacks_the_edges_of_round_t():
     topo = T.schedule([T.ring(8), T.hypercube(8)])
     x = models(8, seed=4)

@@ -67,8 +67,8 @@ def test_one_train_command_builds_every_object_once(built, tmp_path, capsys):
 def test_attackers_wrap_the_checked_algorithm_and_the_run_uses_the_wrapper(built):
     config = TrainConfig(**TINY, algorithm="gossip", byzantine={"ids": [0], "attack": "gaussian"})
     resolved = resolve(config)
-    # the plain algorithm is checked with the user's options, the wrapper builds its own inner one
-    assert built["jaxgossip.algorithms.byzantine"] == 1
+    # the algorithm is built once, with the trainer's options, and the wrapper runs that one
+    assert built["jaxgossip.algorithms.byzantine"] == built["jaxgossip.algorithms.make"] == 1
     assert built["jaxgossip.topology.make"] == built["jaxgossip.models.make_model"] == 1
     trainer, alg = make_trainer(resolved.config, resolved)
     assert alg is resolved.algorithm
