@@ -12,7 +12,15 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["is_concrete", "any_traced", "positive_int", "check_int", "check_number", "did_you_mean", "check_group"]
+__all__ = [
+    "is_concrete",
+    "any_traced",
+    "positive_int",
+    "check_int",
+    "check_number",
+    "did_you_mean",
+    "check_group",
+]
 
 
 def is_concrete(value: Any) -> bool:

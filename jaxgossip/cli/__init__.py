@@ -19,9 +19,9 @@ import importlib
 import os
 import sys
 
+from jaxgossip.checks import did_you_mean
 from jaxgossip.cli.demo import demo_runs
 from jaxgossip.run import errors
-from jaxgossip.run.config import did_you_mean
 
 __all__ = ["main", "demo_runs", "COMMANDS", "MULTI_PROCESS_COMMANDS"]
 

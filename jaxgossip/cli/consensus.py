@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from jaxgossip.checks import did_you_mean
 from jaxgossip.cli import common
 from jaxgossip.cli.skeleton import Invocation, run_command
-from jaxgossip.run.config import did_you_mean
 from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.watchdog import consensus_diverged_at
 

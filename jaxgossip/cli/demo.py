@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import re
 
+from jaxgossip.checks import did_you_mean
 from jaxgossip.cli import common
 from jaxgossip.cli.skeleton import Invocation, run_command
-from jaxgossip.run.config import TrainConfig, did_you_mean, train_field_help
+from jaxgossip.run.config import TrainConfig, train_field_help
 from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.validate import check_sync_only

@@ -19,10 +19,9 @@ from jaxgossip.types import EXECUTIONS, ORDERINGS
 
 __all__ = [
     "TrainConfig",
+    "unknown_name",
     "train_field_help",
     "allowed_values",
-    "did_you_mean",
-    "unknown_name",
     "ORDERINGS",
     "EXECUTIONS",
     "WEIGHT_DECAY_MASKS",

@@ -12,12 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxgossip.checks import check_group
+from jaxgossip.checks import check_group, did_you_mean
 from jaxgossip.run.config import (
     EXECUTIONS,
     ByzantineOptions,
     TrainConfig,
-    did_you_mean,
     unknown_name,
 )
 from jaxgossip.run.validate import with_trainer_options

@@ -38,7 +38,7 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 from jaxgossip import configs
-from jaxgossip.run.config import did_you_mean
+from jaxgossip.checks import did_you_mean
 from jaxgossip.run.config_files import parse_value, read_config_file
 from jaxgossip.run.errors import UsageError
 

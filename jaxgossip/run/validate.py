@@ -14,13 +14,13 @@ import os
 
 import numpy as np
 
+from jaxgossip.checks import did_you_mean
 from jaxgossip.run.config import (
     LR_SCHEDULES,
     OPTIMIZERS,
     ORDERINGS,
     WEIGHT_DECAY_MASKS,
     TrainConfig,
-    did_you_mean,
     final_merge_value,
     node_batch_value,
     unknown_name,

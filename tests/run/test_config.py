@@ -6,8 +6,9 @@ import pytest
 from _reference import one_line_error
 from tiny import CHOCO_TOP_K, tiny_config
 
+from jaxgossip.checks import did_you_mean
 from jaxgossip.cli import main
-from jaxgossip.run.config import did_you_mean, resolved_config
+from jaxgossip.run.config import resolved_config
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.validate import check_partition
 
