@@ -28,6 +28,7 @@ __all__ = [
     "LR_SCHEDULES",
     "OPTIMIZERS",
     "ByzantineOptions",
+    "TIME_HELP",
     "option_group",
     "group_help",
     "final_merge_value",
@@ -256,17 +257,26 @@ def train_field_help() -> dict[str, str]:
     }
 
 
+#: ``--time.option`` -> its meaning (the fields of jaxgossip.sim.network.Network; every command
+#: that takes them shows these).
+TIME_HELP = {
+    "time.compute": "seconds per local step: SECONDS, or stragglers:C,F,S (round(F N) nodes S times slower), "
+    "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0",
+    "time.latency": "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
+    "time.bandwidth": "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)",
+    "time.mode": "serial: a node's messages of a round share its uplink one after another (default); "
+    "parallel: they go out at once on independent links",
+    "time.allreduce_model": "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one "
+    "model-sized message per node",
+    "time.availability": "always|markov:P_OFF,P_ON|trace:PATH: offline nodes neither compute nor send; a round "
+    "waits only for online nodes (default always)",
+}
+
+
 def group_help() -> dict[str, str]:
     """``group.option`` -> one-line meaning of every option of the :class:`TrainConfig` groups."""
     return {
-        "time.compute": "seconds per local step: SECONDS, or stragglers:C,F,S (round(F N) nodes S times slower), "
-        "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0",
-        "time.latency": "seconds per message (default 1e-4)",
-        "time.bandwidth": "bit/s of every link (default 1e9)",
-        "time.mode": "serial|parallel: a node's messages of a round share its uplink, or not (default serial)",
-        "time.allreduce_model": "ring|message: how an all-reduce round is priced (default ring)",
-        "time.availability": "always|markov:P_OFF,P_ON|trace:PATH: offline nodes neither compute nor send; a round "
-        "waits only for online nodes (default always)",
+        **TIME_HELP,
         "byzantine.nodes": "K attackers drawn by the data seed, shared by every seed of a sweep (default 0)",
         "byzantine.ids": "the attackers' node ids instead, e.g. 0,5",
         "byzantine.attack": "|".join(_attack_names()) + " (default gaussian)",

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxgossip.run.config import TIME_HELP
 from jaxgossip.sim.cost import EnergyModel, memory_per_node, per_round_bits, simulate, wire_bits
 from jaxgossip.sim.cost import flops_per_step as _flops_per_step
 from jaxgossip.sim.network import Network
@@ -41,21 +42,13 @@ __all__ = [
 # The commands that train take the time options as TrainConfig.time (--time.*, jaxgossip.run.config)
 # and only the energy options here; the consensus commands take both from here.
 LINK_OPTIONS = {
-    "time.bandwidth": ("BIT/S", "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)"),
-    "time.latency": (
-        "S",
-        "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
-    ),
-    "time.mode": (
-        "serial|parallel",
-        "serial: a node's messages of a round share its uplink one after another (default); "
-        "parallel: they go out at once on independent links",
-    ),
-    "time.allreduce_model": (
-        "ring|message",
-        "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one model-sized "
-        "message per node",
-    ),
+    option: (metavar, TIME_HELP[option])
+    for option, metavar in (
+        ("time.bandwidth", "BIT/S"),
+        ("time.latency", "S"),
+        ("time.mode", "serial|parallel"),
+        ("time.allreduce_model", "ring|message"),
+    )
 }
 ENERGY_OPTIONS = {
     "energy.flop": ("J", "joules per FLOP computed; with --energy.bit adds energy per node (default 0)"),

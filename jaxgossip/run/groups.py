@@ -195,13 +195,12 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
         what, why = refused[0]
         raise ValueError(f"{what} with --execution=async: {why}")
     from jaxgossip.engine import asynchronous
-    from jaxgossip.sim.compute import parse_compute
 
     try:
         asynchronous.check_async_graph(form, topo)
     except (ValueError, TypeError) as err:
         raise ValueError(f"--execution=async with {config.algorithm} ({form}) on {topo.name}: {err}") from None
-    compute = parse_compute(network.compute)
+    compute = network.compute_model
     zero = compute.trace is not None and not np.any(np.asarray(compute.trace) > 0)
     if zero or (compute.kind in ("constant", "stragglers") and not compute.seconds > 0):
         raise ValueError(

@@ -131,7 +131,7 @@ def _group_of(field: dataclasses.Field) -> tuple[type, str] | None:
 def _given_schema(schema: type) -> type:
     """The options of ``schema`` as jsonargparse parses a group: every field optional with default
     None, so that the parsed group holds what was given (the defaults stay with ``schema``)."""
-    hints = typing.get_type_hints(schema)
+    hints = _hints(schema)
     optional = typing.Optional  # jsonargparse's spelling of an optional hint
     fields = [(f.name, optional[hints[f.name]], dataclasses.field(default=None)) for f in dataclasses.fields(schema)]
     given = dataclasses.make_dataclass(f"{schema.__name__}Given", fields)
@@ -307,8 +307,9 @@ def _flatten_keys(values: dict, layout: _Layout, source: str) -> dict:
         if mapping:
             out[mapping] = _merge(out.get(mapping, {}), key[len(mapping) + 1:].split("."), value)
             continue
-        if layout.unknown_in_group(key, source):
-            raise layout.unknown_in_group(key, source)
+        error = layout.unknown_in_group(key, source)
+        if error:
+            raise error
         # "energy: {bit: ...}" for the dotted options energy.bit, ...
         nested = [t for t in layout.types if t.startswith(key + ".")]
         if nested and isinstance(value, dict):
@@ -387,8 +388,9 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
         head = name.partition(".")[0]
         hint = layout.types.get(name)
         mapping = layout.mapping_of(name) if hint is None else None
-        if hint is None and not mapping and layout.unknown_in_group(name):
-            raise layout.unknown_in_group(name)
+        error = layout.unknown_in_group(name) if hint is None and not mapping else None
+        if error:
+            raise error
         if append:
             if not eq and i < len(argv):
                 value, i = argv[i], i + 1

@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from jaxgossip.sim import timing
-from jaxgossip.sim.compute import Compute, parse_compute
+from jaxgossip.sim.compute import Compute
 from jaxgossip.sim.network import Network
 from jaxgossip.topology import Topology
 
@@ -184,7 +184,7 @@ def simulate(
     if device_flops is None:
         if flops > 0:
             raise ValueError("flops_per_step > 0 needs device_flops (FLOP/s, scalar or [N])")
-        compute = parse_compute(network.compute)
+        compute = network.compute_model
     else:
         seconds = flops / _per_node("device_flops", _array("device_flops", device_flops, 0.0, True), num_nodes)
         compute = Compute("constant", seconds)

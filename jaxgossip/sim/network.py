@@ -28,6 +28,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -123,7 +124,7 @@ class Network:
                 raise ValueError(f"--time.{field}={value!r} is unknown; known: {', '.join(known)}")
         if self.availability is None:
             object.__setattr__(self, "availability", "always")
-        compute_lib.parse_compute(self.compute)  # the spec's errors, now rather than at the first round
+        self.compute_model  # noqa: B018 (parsed once: the spec's errors now rather than at the first round)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | Network | None) -> Network:
@@ -139,6 +140,11 @@ class Network:
             return cls()
         example = "--time.compute=0.01 --time.bandwidth=1e8"
         return cls(**check_group("time", options, [f.name for f in dataclasses.fields(cls)], "time option", example))
+
+    @functools.cached_property
+    def compute_model(self) -> compute_lib.Compute:
+        """:attr:`compute` parsed (:func:`jaxgossip.sim.compute.parse_compute`; a trace file is read once)."""
+        return compute_lib.parse_compute(self.compute)
 
     def options(self) -> dict:
         """The fields by name (the ``--time.*`` values a run resolves to)."""

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgossip.sim.compute import Compute, compute_seconds, parse_compute
+from jaxgossip.sim.compute import Compute, compute_seconds
 from jaxgossip.sim.network import Links, Network, comm_seconds
 from jaxgossip.types import Array, PRNGKey
 
@@ -119,7 +119,7 @@ def time_model(
             allreduce = info.cost.allreduce_cost
     allreduce = bool(allreduce)
     links = network.links(topology, exchanges=1 if exchanges is None else exchanges, allreduce=allreduce)
-    compute = parse_compute(network.compute)
+    compute = network.compute_model
     if compute.kind == "trace" and np.shape(compute.trace)[1] != topology.num_nodes:
         raise ValueError(
             f"--time.compute: a trace of shape {np.shape(compute.trace)} does not fit N = {topology.num_nodes} "
