@@ -15,7 +15,7 @@ import numpy as np
 from jaxgossip.checks import did_you_mean
 from jaxgossip.cli import common
 from jaxgossip.cli.skeleton import Invocation, run_command
-from jaxgossip.run.config import TrainConfig, train_field_help
+from jaxgossip.run.config import TrainConfig, train_field_help, typed_options
 from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.validate import check_sync_only
@@ -23,13 +23,22 @@ from jaxgossip.run.watchdog import check_divergence
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
 
+AXIS_VALUES = "must be a list of finite numbers, e.g. 0.01,0.1"
+
+
+def axis_hints(values: dict) -> dict[str, Any]:
+    """Every given ``--sweep.*`` axis is a list of numbers (one value: a one-point axis); which
+    axes exist and share one compile is checked by :func:`sweep_axes`."""
+    sweep = values.get("sweep")
+    return {name: list[float] for name in _flatten(sweep)} if isinstance(sweep, dict) else {}
+
 
 @dataclasses.dataclass(frozen=True)
 class SweepOptions:
     """The sweep's own options (next to the training config)."""
 
     seeds: int | list[int] = 3
-    sweep: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sweep: dict[str, Any] = typed_options(axis_hints, invalid=AXIS_VALUES)
 
 
 def _help() -> dict[str, str]:
@@ -148,7 +157,7 @@ def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[floa
                 raise UsageError(f"--sweep.{name}: {err}") from None
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         if not values or not ok:
-            raise UsageError(f"--sweep.{name}={values!r} must be a list of finite numbers, e.g. 0.01,0.1")
+            raise UsageError(f"--sweep.{name}={values!r} {AXIS_VALUES}")
         axes[name] = [float(v) for v in values]
     if not axes:
         raise UsageError("a sweep needs at least one axis, e.g. --sweep.lr=0.01,0.05,0.1")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
+from collections.abc import Callable
 from typing import Any
 
 from jaxgossip.checks import did_you_mean
@@ -30,6 +32,8 @@ __all__ = [
     "ByzantineOptions",
     "TIME_HELP",
     "option_group",
+    "typed_options",
+    "factory_hints",
     "group_help",
     "final_merge_value",
     "node_batch_value",
@@ -61,6 +65,50 @@ def option_group(schema: type, what: str) -> Any:
     given, whose keys and value types are the fields of the dataclass ``schema`` (the command line
     and config files are checked against it; ``what`` names a key in errors: "unknown WHAT")."""
     return dataclasses.field(default_factory=dict, metadata={"group": schema, "what": what})
+
+
+def typed_options(hints_of: Callable[[dict], dict[str, Any]], invalid: str | None = None) -> Any:
+    """A config field holding a free-form mapping (``--algorithm_options.*``, ``--sweep.*``) whose
+    keys depend on other fields: ``hints_of(values)`` (the parsed values of every field) gives the
+    type of each dotted key it knows, which jsonargparse checks like any field; keys it does not
+    name are left to the config checks. ``invalid`` (optional) is the error's ending for a value of
+    the wrong type ("must be a list of finite numbers"), after ``--key=VALUE``."""
+    return dataclasses.field(default_factory=dict, metadata={"typed_by": hints_of, "invalid": invalid})
+
+
+def factory_hints(factory: Callable, skip: int = 0) -> dict[str, Any]:
+    """Parameter -> type hint of ``factory`` after its first ``skip`` parameters (Any where the
+    signature gives none); empty for a factory that takes ``**kwargs`` (a plug-in's own rules)."""
+    params = list(inspect.signature(factory).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return {}
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # noqa: BLE001 (a plug-in's annotations may not resolve: its options stay untyped)
+        hints = {}
+    return {p.name: hints.get(p.name, Any) for p in params[skip:]}
+
+
+def algorithm_option_hints(values: dict) -> dict[str, Any]:
+    """The types of ``algorithm_options``: the chosen algorithm's factory signature, and under
+    ``compressor_options`` the chosen compressor's (the registries' metadata). Empty where the
+    algorithm cannot be resolved: the config checks name it."""
+    from jaxgossip import algorithms, compress
+
+    name = values.get("algorithm")
+    options = values.get("algorithm_options") or {}
+    if not isinstance(name, str) or not isinstance(options, dict):
+        return {}
+    try:
+        factory = algorithms.resolve(name).factory
+    except Exception:  # noqa: BLE001 (an unknown name or a plug-in that fails to import: reported by the checks)
+        return {}
+    hints = {key: hint for key, hint in factory_hints(factory, 1).items() if key != "compressor_options"}
+    compressor = options.get("compressor", inspect.signature(factory).parameters.get("compressor"))
+    compressor = getattr(compressor, "default", compressor)
+    if isinstance(compressor, str) and compressor in compress.REGISTRY:
+        hints.update({f"compressor_options.{k}": h for k, h in factory_hints(compress.REGISTRY[compressor]).items()})
+    return hints
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -82,7 +130,7 @@ class TrainConfig:
     num_nodes: int = 8
     topology: str = "ring"
     algorithm: str = "gossip"
-    algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    algorithm_options: dict[str, Any] = typed_options(algorithm_option_hints)
     model: str = "cnn"
     model_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     lr: float = 0.05

@@ -14,8 +14,9 @@ adds only what the library leaves out, as a thin layer over its parser:
   schema dataclass, which jsonargparse checks like any field;
 - overrides inside free-form mappings at any depth
   (``--algorithm_options.compressor_options.fraction=0.2``), merged into the mapping from the file;
-  the options of the chosen algorithm and compressor are typed by their factories' signatures (the
-  registry's metadata) and checked by jsonargparse like any field;
+  a mapping marked with :func:`jaxgossip.run.config.typed_options` has its keys typed by a function
+  of the other fields (the chosen algorithm's and compressor's factory signatures, the sweep axes as
+  lists of numbers) and checked by jsonargparse like any field;
 - "did you mean" for unknown options, and no prefix abbreviation (``--ou`` is not ``--out``).
 
 Errors are :class:`UsageError` (a ValueError); the dispatcher prints them and exits with 2.
@@ -29,7 +30,6 @@ import argparse
 import copy
 import dataclasses
 import functools
-import inspect
 import math
 import re
 import textwrap
@@ -227,14 +227,17 @@ class _Layout:
     types: dict[str, Any]
     flags: dict[str, str]  # --no-progress -> dest no_progress
     groups: dict[str, tuple[list[str], str]]  # group field -> (its options, what an option is called)
+    typed: dict[str, tuple[Any, str | None]]  # typed mapping field -> (hints_of, invalid)
 
     @classmethod
     def of(cls, command: Command) -> _Layout:
         hints: dict[str, Any] = {"config": str | None}
-        groups = {}
+        groups, typed = {}, {}
         for klass, _ in command.classes:
             hints.update(_hints(klass))
             for field in dataclasses.fields(klass):
+                if "typed_by" in field.metadata:
+                    typed[field.name] = (field.metadata["typed_by"], field.metadata.get("invalid"))
                 if _group_of(field):
                     schema, what = _group_of(field)
                     given = _hints(_given_schema(schema))
@@ -243,7 +246,7 @@ class _Layout:
         for options in command.extra.values():
             for option, hint, _, _ in options:
                 hints[option] = hint
-        return cls(hints, {flag: flag.replace("-", "_") for flag in command.flags}, groups)
+        return cls(hints, {flag: flag.replace("-", "_") for flag in command.flags}, groups, typed)
 
     def known(self) -> list[str]:
         return list(self.types) + list(self.flags)
@@ -425,19 +428,6 @@ def _split(argv: list[str], layout: _Layout) -> tuple[list[str], list[tuple[str,
     return tokens, overrides, config, given
 
 
-def _option_hints(factory: Any, skip: int) -> dict[str, Any]:
-    """Parameter -> type hint of ``factory`` after its first ``skip`` parameters (Any where the
-    signature gives none); empty for a factory that takes ``**kwargs`` (a plug-in's own rules)."""
-    params = list(inspect.signature(factory).parameters.values())
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return {}
-    try:
-        hints = typing.get_type_hints(factory)
-    except Exception:  # noqa: BLE001 (a plug-in's annotations may not resolve: its options stay untyped)
-        hints = {}
-    return {p.name: hints.get(p.name, Any) for p in params[skip:]}
-
-
 @functools.cache
 def _value_parser(hint: Any) -> ArgumentParser:
     parser = _jsonargparse().ArgumentParser(exit_on_error=False)
@@ -445,52 +435,52 @@ def _value_parser(hint: Any) -> ArgumentParser:
     return parser
 
 
-def _typed(name: str, hint: Any, value: Any, text: str | None, source: str | None) -> Any:
+def _typed(name: str, hint: Any, value: Any, text: str | None, source: str | None, invalid: str | None) -> Any:
     """``value`` of option ``name`` checked and converted by jsonargparse against ``hint``; ``text``
     is the value as typed on the command line (None: from a file or Python, already typed)."""
     if hint is Any:
         return value  # nothing to check: the factory reads it (a YAML value, as typed)
     parser = _value_parser(hint)
+    kind = _is_list(hint)
     try:
         if text is None:
+            if kind == "list" and not isinstance(value, (list, tuple)):
+                value = [value]  # one value of a list option, as on the command line
             return parser.parse_object({"value": value}).value
-        stripped, kind = text.strip(), _is_list(hint)
+        stripped = text.strip()
         if stripped.lower() == "none":
             stripped = "null"
         elif not stripped.startswith("[") and (kind == "list" or (kind == "maybe" and "," in stripped)):
             stripped = f"[{stripped}]"
         return parser.parse_args([f"--value={stripped}"]).value
     except argparse.ArgumentError as err:
+        if invalid:
+            shown = parse_value(text) if text is not None else value
+            if kind == "list" and not isinstance(shown, (list, tuple)):
+                shown = [shown]
+            prefix = f"{source}: " if source else ""
+            raise UsageError(f"{prefix}--{name}={shown!r} {invalid}") from None
         error = _explain(err, source)
         raise UsageError(str(error).replace("--value=", f"--{name}=", 1)) from None
 
 
-def _type_algorithm_options(values: dict, texts: dict[str, str], source: str | None = None) -> None:
-    """Types ``values["algorithm_options"]`` in place by the chosen algorithm's factory signature
-    and its ``compressor_options`` by the chosen compressor's (the registry's metadata). Keys the
-    factory does not take are left for the config checks, which name them with a suggestion; an
-    algorithm that cannot be resolved is left for them too."""
-    from jaxgossip import algorithms, compress
-
-    name, options = values.get("algorithm"), values.get("algorithm_options")
-    if not isinstance(name, str) or not isinstance(options, dict):
-        return
-    try:
-        factory = algorithms.resolve(name).factory
-    except Exception:  # noqa: BLE001 (an unknown name or a plug-in that fails to import: reported by the checks)
-        return
-    hints = _option_hints(factory, 1)
-    for key in [k for k in options if k in hints and k != "compressor_options"]:
-        label = f"algorithm_options.{key}"
-        options[key] = _typed(label, hints[key], options[key], texts.get(label), source)
-    compressor = options.get("compressor", inspect.signature(factory).parameters.get("compressor"))
-    compressor = getattr(compressor, "default", compressor)
-    given = options.get("compressor_options")
-    if isinstance(compressor, str) and compressor in compress.REGISTRY and isinstance(given, dict):
-        hints = _option_hints(compress.REGISTRY[compressor], 0)
-        for key in [k for k in given if k in hints]:
-            label = f"algorithm_options.compressor_options.{key}"
-            given[key] = _typed(label, hints[key], given[key], texts.get(label), source)
+def _type_options(values: dict, texts: dict[str, str], layout: _Layout, source: str | None = None) -> None:
+    """Types in place the keys of each :func:`jaxgossip.run.config.typed_options` mapping that its
+    ``hints_of`` names (``algorithm_options.rank`` by the chosen algorithm's factory, every
+    ``sweep.*`` axis as a list of numbers); the other keys are left for the config checks. ``texts``:
+    the keys typed on the command line, as typed; the others came from ``source`` (a file)."""
+    for field, (hints_of, invalid) in layout.typed.items():
+        mapping = values.get(field)
+        if not isinstance(mapping, dict):
+            continue
+        for key, hint in hints_of(values).items():
+            *outer, last = key.split(".")
+            node = mapping
+            for part in outer:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and last in node:
+                label, text = f"{field}.{key}", texts.get(f"{field}.{key}")
+                node[last] = _typed(label, hint, node[last], text, None if text else source, invalid)
 
 
 def _given_groups(values: dict, layout: _Layout) -> dict:
@@ -532,7 +522,7 @@ def parse(command: Command, argv: list[str], parser: ArgumentParser | None = Non
             node = node.setdefault(part, {})
         node[last] = _merge(node.get(last) or {}, path, parse_value(raw))
         texts[".".join([mapping, *path])] = raw
-    _type_algorithm_options(values, texts)
+    _type_options(values, texts, layout, f"config file {config_path!r}" if config_path else None)
     flags = {dest: bool(values.pop(dest, False)) for dest in layout.flags.values()}
     values.pop("config", None)
     flat = {}
@@ -570,7 +560,7 @@ def from_dict(cls: type, values: dict, base: Any = None, source: str = "config")
     except argparse.ArgumentError as err:
         raise _explain(err, source) from None
     values = _given_groups(namespace.as_dict(), layout)
-    _type_algorithm_options(values, {}, source)
+    _type_options(values, {}, layout, source)
     return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
 
 

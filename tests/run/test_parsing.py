@@ -64,3 +64,30 @@ def test_typed_algorithm_options_from_the_command_line_and_files(tmp_path):
     with pytest.raises(UsageError, match=r"config: --algorithm_options.rank='x' is not valid: expected int"):
         config_from_dict({"algorithm": "power_gossip", "algorithm_options": {"rank": "x"}})
     assert config_from_dict({"algorithm": "power_gossip", "algorithm_options.rank": 3}).algorithm_options == {"rank": 3}
+
+
+def test_sweep_axes_are_typed_as_lists_of_numbers(tmp_path):
+    from jaxgossip.cli.sweep import SweepOptions, command
+    from jaxgossip.run.parsing import UsageError, parse
+
+    def axes(*argv):
+        return parse(command(), list(argv)).build(SweepOptions).sweep
+
+    # one value is a one-point axis; ints become floats; nested axes keep their nesting
+    assert axes("--sweep.lr=1") == {"lr": [1.0]}
+    assert axes("--sweep.lr=0.1,1", "--sweep.algorithm_options.gamma=[0.5]") == {
+        "lr": [0.1, 1.0],
+        "algorithm_options": {"gamma": [0.5]},
+    }
+    assert all(type(v) is float for v in axes("--sweep.weight_decay=0,1")["weight_decay"])
+    path = tmp_path / "s.yaml"
+    path.write_text("sweep:\n  lr: 0.1\n  algorithm_options:\n    gamma: [1, 0.5]\n")
+    assert axes("--config", str(path)) == {"lr": [0.1], "algorithm_options": {"gamma": [1.0, 0.5]}}
+    # a value that is no number is refused by the parser, naming the axis (and the file)
+    with pytest.raises(UsageError, match=r"^--sweep\.lr=\['abc'\] must be a list of finite numbers"):
+        axes("--sweep.lr=abc")
+    with pytest.raises(UsageError, match=r"--sweep\.algorithm_options\.gamma=\[0\.1, 'x'\] must be a list"):
+        axes("--sweep.algorithm_options.gamma=0.1,x")
+    path.write_text("sweep:\n  lr: [0.1, fast]\n")
+    with pytest.raises(UsageError, match=r"^config file '.*s\.yaml': --sweep\.lr=\[0\.1, 'fast'\] must be a list"):
+        axes("--config", str(path))
