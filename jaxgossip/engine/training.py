@@ -52,14 +52,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgossip.algorithms.byzantine import honest_consensus_distance, honest_mean
 from jaxgossip.checks import is_concrete
 from jaxgossip.engine import outer as outer_lib
+from jaxgossip.engine import streaming as streaming_lib
+from jaxgossip.engine.evaluation import Metrics, batched_eval, evaluate_state
 from jaxgossip.engine.local_step import check_ordering, local_update
 from jaxgossip.engine.rounds import next_keys, run_rounds
 from jaxgossip.models.adapters import ModelFns, as_model_fns
-from jaxgossip.ops.mixing import check_params, consensus_distance, node_mean, where_nodes
-from jaxgossip.sim import timing
+from jaxgossip.ops.mixing import check_params, where_nodes
+from jaxgossip.sim import fragment_clock, timing
 from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import ORDERINGS, Array, GossipAlgorithm, Params, PRNGKey
 
@@ -135,44 +136,6 @@ class TrainState(NamedTuple):
     outer: Any = None
 
 
-class Metrics(NamedTuple):
-    """Metrics at each evaluation point; every field is [num_evals] (``bits`` [num_evals, N]).
-
-    Attributes:
-      round: rounds done at the evaluation point.
-      train_loss: mean training loss over nodes and over the rounds since the previous point.
-      test_loss, test_acc: loss / accuracy of the averaged model ``mean_i debias(x)_i`` (with
-        averaged normalization statistics) on the evaluation set.
-      node_acc_mean, node_acc_min, node_acc_max: accuracy of each node's own debiased model.
-      node_loss_mean: mean over nodes of each node's evaluation loss.
-      consensus: ``(1/N) sum_i ||z_i - z_bar||^2`` of the debiased models.
-      bits: [N] cumulative bits sent by each node.
-      model_sq_norm: ``||z_bar||^2`` of the averaged model (squared norms summed over leaves), the
-        scale the consensus watchdog (:mod:`jaxgossip.run.watchdog`) compares ``consensus`` with.
-      sim_time: simulated seconds since the start (:mod:`jaxgossip.sim.timing`), or None without a
-        time model.
-      comm_time: seconds of communication so far (the slowest node's per round), or None.
-
-    With the algorithm's :attr:`~jaxgossip.types.GossipAlgorithm.honest` hook, ``test_loss``,
-    ``test_acc``, ``node_*``, ``consensus`` and ``model_sq_norm`` are over the nodes it marks
-    honest (the averaged model is theirs); ``train_loss`` and ``bits`` still cover every node.
-    """
-
-    round: Array
-    train_loss: Array
-    test_loss: Array
-    test_acc: Array
-    node_acc_mean: Array
-    node_acc_min: Array
-    node_acc_max: Array
-    node_loss_mean: Array
-    consensus: Array
-    bits: Array
-    model_sq_norm: Array
-    sim_time: Any = None
-    comm_time: Any = None
-
-
 def online_nodes(time: TimeModel, t: Array) -> Array:
     """``[N]`` bool: the nodes online in round ``t`` under ``time.available``."""
     available = jnp.asarray(time.available)
@@ -234,31 +197,6 @@ def _spans_processes(tree: Any) -> bool:
     )
 
 
-def batched_eval(apply, params, batch_stats, x, y, chunk, loss_fn=None):
-    """Loss and accuracy of one model over ``x`` [M, ...] in chunks of ``chunk`` samples (a custom
-    ``loss_fn`` is averaged over chunks; accuracy is ``argmax(out, -1) == y``). Labels ``y`` [M, T]
-    (next-token targets) are T predictions per sample: loss and accuracy are means over all M T."""
-    m = x.shape[0] - x.shape[0] % chunk
-    per_sample = int(np.prod(y.shape[1:], dtype=np.int64))
-    xs = x[:m].reshape((m // chunk, chunk) + x.shape[1:])
-    ys = y[:m].reshape((m // chunk, chunk) + y.shape[1:])
-
-    def one(args):
-        xb, yb = args
-        logits, _ = apply(params, batch_stats, xb, False)
-        if loss_fn is None:
-            loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb).sum()
-        else:
-            loss = loss_fn(logits, yb) * chunk
-        correct = (jnp.argmax(logits, -1) == yb).sum()
-        return loss, correct
-
-    losses, correct = jax.lax.map(one, (xs, ys))
-    if loss_fn is None:  # a sum over all m * per_sample predictions; a custom loss_fn is a mean per chunk
-        return losses.sum() / (m * per_sample), correct.sum() / (m * per_sample)
-    return losses.sum() / m, correct.sum() / (m * per_sample)
-
-
 def _check_scalar_loss(model: ModelFns, node_loss: Callable, shards: Any, batch_size: int) -> None:
     """Traces one node's loss on a batch's shapes (``jax.eval_shape``, nothing runs); raises a
     ValueError unless it is a floating scalar."""
@@ -294,6 +232,7 @@ def make_train(
     time: TimeModel | None = None,
     outer: optax.GradientTransformation | None = None,
     outer_message: str = "model",
+    streaming: streaming_lib.Streaming | None = None,
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
@@ -340,6 +279,10 @@ def make_train(
         result ``y^{k,H}``, as without an outer optimizer; the models reach consensus) or
         ``"pseudo_gradient"`` (``x^k - y^{k,H}``: the original DiLoCo under ``allreduce``, drifting
         apart under gossip); :data:`jaxgossip.engine.outer.OUTER_MESSAGES`.
+      streaming: with ``outer``, optional :class:`jaxgossip.engine.streaming.Streaming` (F
+        fragments synchronised at staggered inner steps, tau steps of overlap, mixing factor):
+        Streaming DiLoCo (:mod:`jaxgossip.engine.streaming`). None: the whole model at the end of
+        the round.
 
     Returns:
       A :class:`Trainer`.
@@ -347,7 +290,8 @@ def make_train(
     Raises:
       ValueError: a non-positive ``num_rounds``, ``batch_size``, ``eval_every`` or ``local_steps``,
         an unknown ``ordering`` or ``outer_message``, an outer optimizer with ``"same_iterate"``, a
-        ``loss_fn`` that does not return a scalar.
+        ``loss_fn`` that does not return a scalar, streaming without an outer optimizer or with
+        options that do not fit H or the model (:func:`jaxgossip.engine.streaming.check_streaming`).
     """
     from jaxgossip import data as _data
 
@@ -368,6 +312,10 @@ def make_train(
             f"ordering={ordering!r}: an outer optimizer needs ordering='atc' (its pseudo-gradient is that of the "
             "local steps' result)"
         )
+    if streaming is not None:
+        if outer is None:
+            raise ValueError("outer_fragments / outer_overlap (streaming DiLoCo) need an outer optimizer")
+        streaming_lib.check_streaming(streaming, int(local_steps))
     if num_rounds % eval_every:
         raise ValueError(f"num_rounds={num_rounds} must be a multiple of eval_every={eval_every}")
     sampler = sampler or _data.sample_batch
@@ -385,6 +333,14 @@ def make_train(
     single_grad = jax.value_and_grad(train_loss, has_aux=True)
     if node_batch is not None and (not isinstance(node_batch, (int, np.integer)) or node_batch < 1):
         raise ValueError(f"node_batch={node_batch!r} must be None or a positive int")
+
+    comm = algorithm  # the algorithm as the local steps and the evaluation see it
+    if streaming is not None:
+        shapes = jax.eval_shape(lambda k: model.init(k, shards.x[0, :1])[0], jax.random.key(0))
+        fragments = streaming_lib.make_fragments(shapes, streaming.fragments)
+        events = streaming_lib.round_events(int(local_steps), streaming)
+        launch_steps, merge_steps = streaming_lib.launch_and_merge_steps(int(local_steps), streaming)
+        comm = streaming_lib.fragmented(algorithm, fragments)
 
     def grad_fn(z, stats, x, y):
         if node_batch is None or node_batch >= num_nodes:
@@ -406,12 +362,18 @@ def make_train(
             params=params,
             batch_stats=stats,
             opt_state=jax.vmap(optimizer.init)(params),
-            comm_state=algorithm.init(params),
+            comm_state=comm.init(params),
             key=jax.random.key_data(key_run),
             round=jnp.zeros([], jnp.int32),
             bits=jnp.zeros([num_nodes], jnp.float32),
             clock=None if time is None else timing.init_clock(key),
-            outer=None if outer is None else outer_lib.outer_init(outer, params),
+            outer=(
+                None
+                if outer is None
+                else outer_lib.outer_init(outer, params)
+                if streaming is None
+                else streaming_lib.stream_init(outer, fragments, params)
+            ),
         )
 
     # The data shards travel as an argument (``data``) rather than a closure: a multi-process run
@@ -424,9 +386,9 @@ def make_train(
         x, labels = sampler(data, key_batch, batch_size)
         if augment is not None:
             x = jax.vmap(augment)(jax.random.split(key_aug, num_nodes), x)
-        z = algorithm.debias(y, comm_state)
+        z = comm.debias(y, comm_state)
         (loss, stats), grads = grad_fn(z, stats, x, labels)
-        updates, opt_state, comm_state = local_update(algorithm, optimizer, grads, z, opt_state, comm_state)
+        updates, opt_state, comm_state = local_update(comm, optimizer, grads, z, opt_state, comm_state)
         new = _LocalCarry(optax.apply_updates(y, updates), stats, opt_state, comm_state)
         return new, (updates, jnp.mean(loss))
 
@@ -448,8 +410,81 @@ def make_train(
         (carry, total), losses = jax.lax.scan(body, (carry, zeros), keys)
         return carry, total, jnp.mean(losses)
 
+    def streaming_round_fn(data, state: TrainState, key_batch, key_aug, key_comm):
+        """The H local steps cut at the fragments' launch and merge steps (:mod:`jaxgossip.engine.streaming`)."""
+        online = None
+        if time is not None and time.available is not None:
+            online = online_nodes(time, state.round)
+        if local_steps == 1:
+            keys = (key_batch[None], key_aug[None])
+        else:
+            keys = (jax.random.split(key_batch, local_steps), jax.random.split(key_aug, local_steps))
+
+        def inner(c, start, stop):
+            carry, losses = c
+            segment = jax.tree_util.tree_map(lambda k: k[start:stop], keys)
+            if local_steps == 1:  # the one-step trainer's keys, as without fragments
+                new, (_, loss) = local_step(data, carry, (key_batch, key_aug))
+                loss = loss[None]
+            else:
+                new, (_, loss) = jax.lax.scan(lambda cc, k: local_step(data, cc, k), carry, segment)
+            if online is not None:  # an offline node computes nothing
+                new = new._replace(
+                    **dict(
+                        zip(
+                            ("params", "batch_stats", "opt_state"),
+                            where_nodes(
+                                online,
+                                (new.params, new.batch_stats, new.opt_state),
+                                (carry.params, carry.batch_stats, carry.opt_state),
+                            ),
+                        )
+                    )
+                )
+            return new, [*losses, loss]
+
+        carry = (_LocalCarry(state.params, state.batch_stats, state.opt_state, state.comm_state), [])
+        (carry, losses), comm_states, stream, bits = streaming_lib.stream_round(
+            algorithm,
+            outer,
+            outer_message,
+            streaming,
+            fragments,
+            events,
+            inner,
+            carry,
+            lambda c: c[0].params,
+            lambda c, y: (c[0]._replace(params=y), c[1]),
+            carry[0].comm_state,
+            state.outer,
+            key_comm,
+            online,
+        )
+        loss = jnp.mean(jnp.concatenate(losses))
+        clock = state.clock
+        if time is not None:
+            clock, arrivals = fragment_clock.advance_stream(
+                clock, time, jnp.stack(bits), local_steps, launch_steps, merge_steps, stream.arrivals
+            )
+            stream = stream._replace(arrivals=arrivals)
+        return carry._replace(comm_state=comm_states), stream, functools.reduce(jnp.add, bits), clock, loss
+
     def round_fn(data, state: TrainState, _) -> tuple[TrainState, Array]:
         key, (key_batch, key_aug, key_comm) = next_keys(jax.random.wrap_key_data(state.key), 3)
+        if streaming is not None:
+            carry, stream, bits, clock, loss = streaming_round_fn(data, state, key_batch, key_aug, key_comm)
+            new_state = TrainState(
+                params=carry.params,
+                batch_stats=carry.batch_stats,
+                opt_state=carry.opt_state,
+                comm_state=carry.comm_state,
+                key=jax.random.key_data(key),
+                round=state.round + 1,
+                bits=state.bits + bits,
+                clock=clock,
+                outer=stream,
+            )
+            return new_state, loss
         (y, stats, opt_state, comm_state), updates, loss = local_steps_fn(data, state, key_batch, key_aug)
         online = None
         if time is not None and time.available is not None:
@@ -483,45 +518,7 @@ def make_train(
         return new_state, loss
 
     def evaluate(state: TrainState, train_loss: Array) -> Metrics:
-        z = algorithm.debias(state.params, state.comm_state)
-        # Under attack (the algorithm's honest hook, set by jaxgossip.algorithms.byzantine) every
-        # metric is over the honest nodes only.
-        honest = None if algorithm.honest is None else algorithm.honest(state.comm_state)
-        if honest is None:
-            z_bar, stats_bar = node_mean(z), node_mean(state.batch_stats)
-        else:
-            z_bar, stats_bar = honest_mean(z, honest), honest_mean(state.batch_stats, honest)
-        test_loss, test_acc = batched_eval(model.apply, z_bar, stats_bar, x_eval, y_eval, eval_chunk, loss_fn)
-        node_loss, node_acc = jax.vmap(
-            lambda p, s: batched_eval(model.apply, p, s, x_eval, y_eval, eval_chunk, loss_fn)
-        )(z, state.batch_stats)
-        if honest is None:
-            acc_mean, acc_min, acc_max, loss_mean = node_acc.mean(), node_acc.min(), node_acc.max(), node_loss.mean()
-            consensus = consensus_distance(z)
-        else:
-            count = jnp.sum(honest)
-            acc_mean = jnp.sum(jnp.where(honest, node_acc, 0.0)) / count
-            acc_min = jnp.min(jnp.where(honest, node_acc, jnp.inf))
-            acc_max = jnp.max(jnp.where(honest, node_acc, -jnp.inf))
-            loss_mean = jnp.sum(jnp.where(honest, node_loss, 0.0)) / count
-            consensus = honest_consensus_distance(z, honest)
-        return Metrics(
-            round=state.round,
-            train_loss=train_loss,
-            test_loss=test_loss,
-            test_acc=test_acc,
-            node_acc_mean=acc_mean,
-            node_acc_min=acc_min,
-            node_acc_max=acc_max,
-            node_loss_mean=loss_mean,
-            consensus=consensus,
-            bits=state.bits,
-            model_sq_norm=sum(
-                jnp.sum(jnp.square(leaf.astype(jnp.float32))) for leaf in jax.tree_util.tree_leaves(z_bar)
-            ),
-            sim_time=None if state.clock is None else state.clock.time,
-            comm_time=None if state.clock is None else state.clock.comm,
-        )
+        return evaluate_state(model.apply, comm, state, train_loss, (x_eval, y_eval), eval_chunk, loss_fn)
 
     def point(state: TrainState, losses: Array) -> Metrics:
         return evaluate(state, losses.mean())

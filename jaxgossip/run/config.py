@@ -152,6 +152,9 @@ class TrainConfig:
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     outer_message: str = "model"
+    outer_fragments: int = 1
+    outer_overlap: int = 0
+    outer_mix: float = 0.0
     precision: str = "fp32"
     message_dtype: str = "fp32"
     batch_size: int = 32
@@ -277,6 +280,13 @@ def train_field_help() -> dict[str, str]:
         + " (model: the inner result, as without one, and the models reach consensus; pseudo_gradient: "
         "x - x^(H), the original DiLoCo with algorithm=allreduce, but under gossip nothing pulls the models "
         "together); pseudo_gradient needs an outer_optimizer",
+        "outer_fragments": "Streaming DiLoCo: F fragments of the model's layers (layer l in fragment l mod F), "
+        "fragment f synchronised at inner step (f+1)*local_steps/F of every round (1 <= F <= local_steps and "
+        "the model's layers; needs an outer_optimizer)",
+        "outer_overlap": "Streaming DiLoCo: tau inner steps a fragment's outer result is in flight before it is "
+        "merged (0 <= tau < local_steps)",
+        "outer_mix": "Streaming DiLoCo: the merge keeps outer_mix of the fragment's inner value and takes the rest "
+        "from the outer result, in [0, 1] (0: the result only, as DiLoCo; the paper reports 0.5 with overlap)",
         "batch_size": "B, samples per node and local step (>= 1)",
         "num_rounds": "training rounds (local_steps local steps + one communication each; a multiple of eval_every)",
         "eval_every": "rounds between evaluations (>= 1)",

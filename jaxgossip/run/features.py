@@ -60,6 +60,18 @@ FEATURES: tuple[Feature, ...] = (
         ("--local_steps=2", "--outer_optimizer=nesterov", "--outer_lr=0.5"),
         "decentralized DiLoCo: H local steps, then an outer Nesterov step on the pseudo-gradient",
     ),
+    Feature(
+        "streaming",
+        (
+            "--local_steps=2",
+            "--outer_optimizer=nesterov",
+            "--outer_lr=0.5",
+            "--outer_fragments=2",
+            "--outer_overlap=1",
+            "--outer_mix=0.5",
+        ),
+        "Streaming DiLoCo: two fragments synchronised at staggered steps, each result in flight for one step",
+    ),
     Feature("bf16", ("--precision=bf16", "--message_dtype=bf16"), "bfloat16 compute and 16-bit messages"),
     Feature(
         "clock",

@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxgossip import data, models, topology
 from jaxgossip.engine import outer
+from jaxgossip.engine.streaming import Streaming
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, check_finite, make_train
 from jaxgossip.ops import precision, sharding
 from jaxgossip.run.config import TrainConfig
@@ -157,8 +158,16 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
         time=resolved.time,
         outer=outer.make_outer_optimizer(config.outer_optimizer, config.outer_lr, config.outer_momentum),
         outer_message=config.outer_message,
+        streaming=streaming_of(config),
     )
     return trainer, resolved.algorithm
+
+
+def streaming_of(config: TrainConfig) -> Streaming | None:
+    """The Streaming DiLoCo options of ``config``; None for one fragment without overlap (DiLoCo)."""
+    if config.outer_fragments == 1 and config.outer_overlap == 0:
+        return None
+    return Streaming(config.outer_fragments, config.outer_overlap, config.outer_mix)
 
 
 def _for_point(config: TrainConfig, resolved: Resolved) -> Resolved:

@@ -212,6 +212,23 @@ def _number(config: TrainConfig, field: str, low: float, *, strict: bool = False
         raise ValueError(f"{field}={value!r} must be {finite}{kind} {bound}")
 
 
+def _check_streaming(config: TrainConfig) -> None:
+    """The Streaming DiLoCo options against H and the outer optimizer (the model's layer count is
+    checked when the trainer is built)."""
+    from jaxgossip.engine import streaming
+
+    _number(config, "outer_fragments", 1, integer=True)
+    _number(config, "outer_overlap", 0, integer=True)
+    _number(config, "outer_mix", 0)
+    if (config.outer_fragments > 1 or config.outer_overlap > 0) and config.outer_optimizer == "none":
+        raise ValueError(
+            f"outer_fragments={config.outer_fragments}, outer_overlap={config.outer_overlap}: Streaming DiLoCo "
+            "synchronises fragments with an outer step; give --outer_optimizer=sgd|nesterov"
+        )
+    spec = streaming.Streaming(config.outer_fragments, config.outer_overlap, config.outer_mix)
+    streaming.check_streaming(spec, config.local_steps)
+
+
 def check_fields(config: TrainConfig) -> TrainConfig:
     """Checks every field of ``config`` that needs no object built: types, ranges, names, spec
     grammars and the combinations of plain fields (:func:`jaxgossip.run.resolve.check_train_config`
@@ -267,6 +284,7 @@ def check_fields(config: TrainConfig) -> TrainConfig:
             + "|".join(name for name in outer.OUTER_OPTIMIZERS if name != "none")
             + " (or drop --outer_message)"
         )
+    _check_streaming(config)
     from jaxgossip.ops import precision
 
     if config.precision not in precision.PRECISIONS:
