@@ -22,6 +22,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from jaxgossip.checks import check_int
+from jaxgossip.topology.edges import Round, circulant_round, count_components, merge_round, sorted_rows, transpose_check
 from jaxgossip.topology.graph import Topology
 
 __all__ = [
@@ -53,18 +54,13 @@ def from_edges(
 ) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
 
-    ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
-    without i -> j.
+    Each round is stored in canonical order (sorted by receiver, then sender;
+    :func:`jaxgossip.topology.edges.merge_round`): rounds given in that order cost O(E), others one
+    sort. ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
+    without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
     """
-    merged = []
-    for s, r, w in rounds:
-        s, r, w = (np.asarray(a).ravel() for a in (s, r, w))
-        code = r.astype(np.int64) * n + s
-        uniq, inv = np.unique(code, return_inverse=True)
-        ws = np.zeros(uniq.size)
-        np.add.at(ws, inv, w.astype(np.float64))
-        merged.append((uniq % n, uniq // n, ws))
-    e = max(x[0].size for x in merged)
+    merged = [merge_round(s, r, w, n) for s, r, w in rounds]
+    e = max(x.senders.size for x in merged)
     period = len(merged)
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
@@ -72,23 +68,13 @@ def from_edges(
     for t, (s, r, w) in enumerate(merged):
         senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
     if directed is None:
-        directed = False
-        for s, r, w in merged:
-            keep = w != 0
-            forward = set(zip(s[keep].tolist(), r[keep].tolist()))
-            if any((b, a) not in forward for a, b in forward):
-                directed = True
-                break
+        directed = not all(transpose_check(s, r, w, n).pattern for s, r, w in merged)
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
-def _circulant(n: int, offsets: Sequence[int], weight: float) -> tuple:
+def _circulant(n: int, offsets: Sequence[int], weight: float) -> Round:
     """One round where every node i sends to i + o (mod n) for o in offsets, plus a self-loop."""
-    nodes = np.arange(n)
-    s = np.concatenate([nodes] + [nodes for _ in offsets])
-    r = np.concatenate([nodes] + [(nodes + o) % n for o in offsets])
-    w = np.full(s.size, weight)
-    return s, r, w
+    return circulant_round(n, [0] + [-o for o in offsets], weight)
 
 
 def _check_probability(p: Any, what: str) -> float:
@@ -102,9 +88,13 @@ def _check_probability(p: Any, what: str) -> float:
 
 def _check_connected(adj: np.ndarray, directed: bool, what: str = "graph") -> None:
     """adj [N, N] with adj[i, j] != 0 for an edge j -> i."""
-    graph = scipy.sparse.csr_matrix(adj != 0)
-    connection = "strong" if directed else "weak"
-    count, _ = scipy.sparse.csgraph.connected_components(graph, directed=directed, connection=connection)
+    receivers, senders = np.nonzero(adj)
+    _check_edges_connected(senders, receivers, adj.shape[0], directed, what)
+
+
+def _check_edges_connected(senders, receivers, n: int, directed: bool, what: str = "graph") -> None:
+    """The connectivity check on an edge list (O(E), scipy.sparse.csgraph)."""
+    count = count_components(senders, receivers, n, strong=directed)
     if count > 1:
         kind = "strongly connected" if directed else "connected"
         raise ValueError(
@@ -159,9 +149,9 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
         row * cols + (col + 1) % cols,
         row * cols + (col - 1) % cols,
     ]
-    s = np.concatenate([nodes] * 5)
-    r = np.concatenate([nodes] + nbrs)
-    return from_edges(f"torus({rows}x{cols})", n, [(s, r, np.full(s.size, 0.2))], directed=False)
+    # Receiver i takes 1/5 from itself and each neighbour (the graph is symmetric).
+    table = np.stack([nodes] + nbrs, axis=1).astype(np.int32)
+    return from_edges(f"torus({rows}x{cols})", n, [sorted_rows(n, table, 0.2)], directed=False)
 
 
 def hypercube(n: int) -> Topology:
@@ -174,10 +164,9 @@ def hypercube(n: int) -> Topology:
     if n & (n - 1):
         raise ValueError(f"hypercube needs n to be a power of two, got n={n}")
     k = n.bit_length() - 1
-    nodes = np.arange(n)
-    s = np.concatenate([nodes] * (k + 1))
-    r = np.concatenate([nodes] + [nodes ^ (1 << j) for j in range(k)])
-    return from_edges(f"hypercube({n})", n, [(s, r, np.full(s.size, 1 / (k + 1)))], directed=False)
+    nodes = np.arange(n, dtype=np.int32)
+    table = nodes[:, None] ^ np.concatenate([[0], 1 << np.arange(k)]).astype(np.int32)[None, :]  # [N, k + 1]
+    return from_edges(f"hypercube({n})", n, [sorted_rows(n, table, 1 / (k + 1))], directed=False)
 
 
 def _log2_ceil(n: int) -> int:

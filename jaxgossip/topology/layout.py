@@ -10,7 +10,7 @@ plain copy at K = 3 and 0.65x at K = 9, ``segment_sum`` over an edge list about 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -37,33 +37,56 @@ def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
       num_nodes: N.
     """
     n, period = num_nodes, senders.shape[0]
-    lists = []
-    for t in range(period):
-        keep = weights[t] != 0
-        s, r, w = senders[t][keep], receivers[t][keep], weights[t][keep]
-        # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
-        # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
-        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
-        lists.append((s[order], r[order], w[order]))
-    k = 1
-    for s, r, _ in lists:
-        if r.size:
-            missing_self = np.ones(n, dtype=np.int64)
-            missing_self[r[s == r]] = 0
-            k = max(k, int((np.bincount(r, minlength=n) + missing_self).max()))
+    rounds = [_slot_order(s[w != 0], r[w != 0], w[w != 0], n) for s, r, w in zip(senders, receivers, weights)]
+    k = max([1] + [int(order.width) for order in rounds])
     nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
     slot_w = np.zeros((period, n, k), dtype=weights.dtype)
-    for t, (s, r, w) in enumerate(lists):
-        if r.size == 0:
-            continue
-        first = np.searchsorted(r, np.arange(n))
-        has_self = np.zeros(n, dtype=bool)
-        has_self[r[s == r]] = True
-        # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
-        pos = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
-        nbr[t, r, pos] = s
-        slot_w[t, r, pos] = w
+    for t, order in enumerate(rounds):
+        nbr[t, order.receivers, order.position] = order.senders
+        slot_w[t, order.receivers, order.position] = order.weights
     return nbr, slot_w
+
+
+class _SlotOrder(NamedTuple):
+    """Where each live edge of a round sits in the slot table."""
+
+    senders: np.ndarray  # [E']
+    receivers: np.ndarray  # [E']
+    weights: np.ndarray  # [E']
+    position: np.ndarray  # [E'] the slot of the edge in its receiver's row
+    width: int  # the row length the round needs (its largest in-degree, self slot included)
+
+
+def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrder:
+    """Slot positions of one round's live edges: per receiver, the self slot first, then by offset
+    ``(s - r) mod N`` (so that each slot column of a circulant graph is a pure shift; mix uses
+    ``jnp.roll`` for it).
+
+    For edges in canonical order (sorted by receiver, then sender, no duplicate; what
+    ``from_edges`` stores) the offset order of a row is a rotation of its sender order: the senders
+    ``s >= r`` (offsets ``s - r``, the self-loop first) before the senders ``s < r`` (offsets
+    ``s - r + N``). That is O(E) without a sort; other input is sorted by a three-key lexsort.
+    """
+    if r.size == 0:
+        return _SlotOrder(s, r, w, np.zeros(0, dtype=np.int64), 1)
+    codes = r.astype(np.int64) * n + s
+    has_self = np.zeros(n, dtype=bool)
+    if codes.size > 1 and not bool(np.all(codes[1:] > codes[:-1])):
+        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
+        s, r, w = s[order], r[order], w[order]
+        counts = np.bincount(r, minlength=n)
+        first = np.cumsum(counts) - counts
+        has_self[r[s == r]] = True
+        position = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
+    else:
+        counts = np.bincount(r, minlength=n)
+        first = np.cumsum(counts) - counts
+        has_self[r[s == r]] = True
+        below = np.bincount(r[s < r], minlength=n)  # senders that come after the wrap
+        index = np.arange(r.size) - first[r]
+        position = np.where(s >= r, index - below[r], index + counts[r] - below[r])
+        position += (~has_self[r]).astype(np.int64)  # nodes without a self-loop keep slot 0 at weight 0
+    return _SlotOrder(s, r, w, position, int((counts + ~has_self).max()))
 
 
 def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:
