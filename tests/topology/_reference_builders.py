@@ -138,8 +138,13 @@ def torus(rows, cols):
     s, r = [], []
     for i in range(n):
         row, col = divmod(i, cols)
-        for nbr in (i, ((row + 1) % rows) * cols + col, ((row - 1) % rows) * cols + col,
-                    row * cols + (col + 1) % cols, row * cols + (col - 1) % cols):
+        for nbr in (
+            i,
+            ((row + 1) % rows) * cols + col,
+            ((row - 1) % rows) * cols + col,
+            row * cols + (col + 1) % cols,
+            row * cols + (col - 1) % cols,
+        ):
             s.append(i)
             r.append(nbr)
     return from_edges(n, [(np.array(s), np.array(r), np.full(len(s), 0.2))], directed=False)
@@ -225,12 +230,15 @@ def undirected_edges(n, a, b):
         deg[y] += 1
     w = np.array([1.0 / (1.0 + max(deg[x], deg[y])) for x, y in zip(a, b)])
     kept = np.zeros(n)
-    for x, y, v in zip(np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([w, w])):
+    for x, v in zip(np.concatenate([a, b]), np.concatenate([w, w])):
         kept[x] += v
     kept = 1.0 - kept
     nodes = np.arange(n)
-    return from_edges(n, [(np.concatenate([nodes, a, b]), np.concatenate([nodes, b, a]),
-                           np.concatenate([kept, w, w]))], directed=False)
+    return from_edges(
+        n,
+        [(np.concatenate([nodes, a, b]), np.concatenate([nodes, b, a]), np.concatenate([kept, w, w]))],
+        directed=False,
+    )
 
 
 def chain(n):
@@ -252,10 +260,12 @@ def equistatic(n, shifts, m, undirected):
     parts = []
     for transpose in (False, True) if undirected else (False,):
         senders, receivers = (near, far) if transpose else (far, near)
-        parts.append((
-            np.concatenate([nodes, senders.ravel()]),
-            np.concatenate([nodes, receivers.ravel()]),
-            np.concatenate([np.full(n, scale * shifts.size / n), np.full(far.size, scale * (n - 1) / n)]),
-        ))
+        parts.append(
+            (
+                np.concatenate([nodes, senders.ravel()]),
+                np.concatenate([nodes, receivers.ravel()]),
+                np.concatenate([np.full(n, scale * shifts.size / n), np.full(far.size, scale * (n - 1) / n)]),
+            )
+        )
     edges = tuple(np.concatenate(x) for x in zip(*parts))
     return from_edges(n, [edges], directed=False if undirected else None)

@@ -2,11 +2,11 @@
 every table bit for bit (edges, weights, slot table) and every derived fact, for every family at
 several small N, static, directed and time-varying."""
 
+import _reference_builders as ref
 import networkx as nx
 import numpy as np
 import pytest
 from _reference_builders import Tables
-import _reference_builders as ref
 
 import jaxgossip.topology as T
 from jaxgossip.topology import edges
@@ -18,7 +18,12 @@ SIZES = (2, 3, 4, 5, 7, 8, 9, 16, 17, 33)
 def assert_same(topo, want: Tables):
     for field in ("senders", "receivers", "weights", "neighbors", "slot_weights"):
         got, expected = getattr(topo, field), getattr(want, field)
-        assert got.dtype == expected.dtype and got.shape == expected.shape, (topo.name, field, got.shape, expected.shape)
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (
+            topo.name,
+            field,
+            got.shape,
+            expected.shape,
+        )
         assert np.array_equal(got, expected), (topo.name, field)
         assert got.tobytes() == expected.tobytes(), (topo.name, field)  # -0.0 and NaN bits too
     assert topo.directed == want.directed, topo.name
@@ -49,19 +54,24 @@ def _cases():
                 yield (
                     f"d_equistatic({n},{m},{seed})",
                     lambda n=n, m=m, mm=mm, seed=seed: (
-                        T.d_equistatic(n, m, seed), ref.equistatic(n, basis_shifts(n, mm, seed), mm, False)
+                        T.d_equistatic(n, m, seed),
+                        ref.equistatic(n, basis_shifts(n, mm, seed), mm, False),
                     ),
                 )
                 yield (
                     f"u_equistatic({n},{m},{seed})",
                     lambda n=n, m=m, mm=mm, seed=seed: (
-                        T.u_equistatic(n, m, seed), ref.equistatic(n, basis_shifts(n, mm, seed), mm, True)
+                        T.u_equistatic(n, m, seed),
+                        ref.equistatic(n, basis_shifts(n, mm, seed), mm, True),
                     ),
                 )
     for rows, cols in ((2, 2), (2, 3), (3, 3), (3, 5), (4, 4), (2, 7)):
         yield f"torus({rows}x{cols})", lambda r=rows, c=cols: (T.torus(r, c), ref.torus(r, c))
     for n, p, seed in ((6, 0.5, 0), (12, 0.3, 1), (20, 0.2, 2), (30, 0.9, 3)):
-        yield f"erdos_renyi({n},{p},{seed})", lambda n=n, p=p, s=seed: (T.erdos_renyi(n, p, s), ref.erdos_renyi(n, p, s))
+        yield (
+            f"erdos_renyi({n},{p},{seed})",
+            lambda n=n, p=p, s=seed: (T.erdos_renyi(n, p, s), ref.erdos_renyi(n, p, s)),
+        )
         yield (
             f"random_directed({n},{p},{seed})",
             lambda n=n, p=p, s=seed: (T.random_directed(n, p, s), ref.random_directed(n, p, s)),
@@ -84,7 +94,9 @@ def test_from_adjacency_and_matrix_match_reference_bitwise():
         a = a | a.T | np.eye(n, k=1, dtype=bool) | np.eye(n, k=-1, dtype=bool)
         for scheme in ("metropolis", "column"):
             assert_same(T.from_adjacency(a, weights=scheme), ref.from_adjacency(a, scheme))
-            assert_same(T.from_adjacency(nx.from_numpy_array(a.astype(float)), weights=scheme), ref.from_adjacency(a, scheme))
+            assert_same(
+                T.from_adjacency(nx.from_numpy_array(a.astype(float)), weights=scheme), ref.from_adjacency(a, scheme)
+            )
         d = (rng.random((n, n)) < 0.3) | np.eye(n, k=1, dtype=bool) | np.eye(n, k=1 - n, dtype=bool)
         assert_same(T.from_adjacency(d, weights="column"), ref.from_adjacency(d, "column"))
         w = ref.metropolis_weights(a)
