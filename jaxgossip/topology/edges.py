@@ -90,8 +90,10 @@ def circulant_round(n: int, offsets, weights) -> Round:
     index = np.int32 if 2 * n < 2**31 else np.int64
     nodes = np.arange(n, dtype=index)
     unwrapped = np.searchsorted(uniq, n - nodes.astype(np.int64))  # [N] offsets c < N - i
-    slot = (np.arange(k, dtype=index)[None, :] + unwrapped.astype(index)[:, None]) % k  # [N, K]
-    senders = (nodes[:, None] + uniq.astype(index)[slot]) % n
+    slot = np.arange(k, dtype=index)[None, :] + unwrapped.astype(index)[:, None]  # [N, K]
+    slot -= k * (slot >= k)  # (j + unwrapped) mod K, without an integer division
+    senders = nodes[:, None] + uniq.astype(index)[slot]
+    senders -= n * (senders >= n)
     return Round(senders.ravel(), np.repeat(nodes, k), per_offset[slot].ravel())
 
 

@@ -444,32 +444,35 @@ def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarra
     return True
 
 
+def _per_round_bincount(nodes: np.ndarray, keep: np.ndarray | None, n: int, weights=None) -> np.ndarray:
+    """[T, N]: ``np.bincount`` of every round's ``nodes [T, E]`` (where ``keep``), one pass over all
+    rounds; float64 sums add in edge order, as ``np.add.at`` does."""
+    period = nodes.shape[0]
+    flat = nodes.astype(np.int64) + n * np.arange(period)[:, None]
+    if keep is not None:
+        flat = flat[keep]
+        weights = None if weights is None else weights[keep]
+    elif weights is not None:
+        weights = weights.ravel()
+    return np.bincount(flat.ravel(), weights=weights, minlength=period * n).reshape(period, n)
+
+
 def _self_weights(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
     """[T, N] float64: the diagonal of every W(t) (self-loops summed in edge order)."""
-    diag = np.zeros((senders.shape[0], n))
-    for t in range(senders.shape[0]):
-        keep = senders[t] == receivers[t]
-        diag[t] = np.bincount(receivers[t][keep], weights=weights[t][keep], minlength=n)
-    return diag
+    return _per_round_bincount(receivers, senders == receivers, n, weights).astype(np.float64)
 
 
 def _host_count(endpoint: np.ndarray, real: np.ndarray, n: int) -> np.ndarray:
     """[T, N] int64: the real edges per node at ``endpoint`` (senders or receivers)."""
-    deg = np.zeros((endpoint.shape[0], n), dtype=np.int64)
-    for t in range(endpoint.shape[0]):
-        deg[t] = np.bincount(endpoint[t][real[t]], minlength=n)
-    return deg
+    return _per_round_bincount(endpoint, real, n).astype(np.int64)
 
 
 def _row_col_sums(senders, receivers, weights, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column sums of every W(t), each [T, N] float64."""
-    period = senders.shape[0]
-    rows = np.zeros((period, num_nodes))
-    cols = np.zeros((period, num_nodes))
-    for t in range(period):
-        rows[t] = np.bincount(receivers[t], weights=weights[t], minlength=num_nodes)
-        cols[t] = np.bincount(senders[t], weights=weights[t], minlength=num_nodes)
-    return rows, cols
+    return (
+        _per_round_bincount(receivers, None, num_nodes, weights),
+        _per_round_bincount(senders, None, num_nodes, weights),
+    )
 
 
 def _count_per_node(topology: Topology, endpoint: Any) -> Any:

@@ -37,14 +37,62 @@ def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
       num_nodes: N.
     """
     n, period = num_nodes, senders.shape[0]
-    rounds = [_slot_order(s[w != 0], r[w != 0], w[w != 0], n) for s, r, w in zip(senders, receivers, weights)]
-    k = max([1] + [int(order.width) for order in rounds])
+    rounds = []
+    for s, r, w in zip(senders, receivers, weights):
+        live = w != 0
+        if not live.all():
+            s, r, w = s[live], r[live], w[live]
+        regular = _regular_rows(s, r, w, n)
+        rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
+    k = max([1] + [order.width for order in rounds])
     nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
     slot_w = np.zeros((period, n, k), dtype=weights.dtype)
     for t, order in enumerate(rounds):
-        nbr[t, order.receivers, order.position] = order.senders
-        slot_w[t, order.receivers, order.position] = order.weights
+        if isinstance(order, _RegularRound):
+            # Row i in sender order is its offset order rotated by the count of senders below i.
+            slot = np.arange(order.width)[None, :] + order.below[:, None]
+            slot -= order.width * (slot >= order.width)
+            nbr[t, :, : order.width] = np.take_along_axis(order.senders, slot, axis=1)
+            slot_w[t, :, : order.width] = np.take_along_axis(order.weights, slot, axis=1)
+        else:
+            nbr[t, order.receivers, order.position] = order.senders
+            slot_w[t, order.receivers, order.position] = order.weights
     return nbr, slot_w
+
+
+class _RegularRound(NamedTuple):
+    """A canonical round with the same number of live edges into every node, self-loops included."""
+
+    senders: np.ndarray  # [N, K] each row ascending
+    weights: np.ndarray  # [N, K]
+    below: np.ndarray  # [N] the senders of row i below i (the self-loop's place in the row)
+
+    @property
+    def width(self) -> int:
+        return int(self.senders.shape[1])
+
+
+def _regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _RegularRound | None:
+    """The round as rows ``[N, K]`` if its live edges are canonical (sorted by receiver, then
+    sender, no duplicate) with K edges into every node, its self-loop among them; else None.
+    A few O(E) passes, one column at a time, no sort."""
+    if s.size == 0 or s.size % n:
+        return None
+    k = s.size // n
+    rows, into = s.reshape(n, k), r.reshape(n, k)
+    nodes = np.arange(n, dtype=into.dtype)
+    below = np.zeros(n, dtype=np.int64)
+    has_self = np.zeros(n, dtype=bool)
+    for j in range(k):
+        if not np.array_equal(into[:, j], nodes):
+            return None
+        if j and not np.all(rows[:, j] > rows[:, j - 1]):
+            return None
+        below += rows[:, j] < nodes
+        has_self |= rows[:, j] == nodes
+    if not has_self.all():
+        return None
+    return _RegularRound(rows, w.reshape(n, k), below)
 
 
 class _SlotOrder(NamedTuple):
