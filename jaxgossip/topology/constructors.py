@@ -243,9 +243,16 @@ def star(n: int) -> Topology:
       n: number of nodes N >= 3.
     """
     n = check_int("n", n, 3)
-    adj = np.zeros((n, n))
-    adj[0, 1:] = adj[1:, 0] = 1
-    return from_matrix(metropolis_weights(adj), name=f"star({n})")
+    link = 1.0 / (1.0 + float(n - 1))  # 1 / (1 + max(d_hub, d_leaf)), as metropolis_weights forms it
+    # The hub's row as metropolis_weights sums it (NumPy's pairwise sum of the row, zero on the
+    # diagonal), so that its self weight is bitwise the dense construction's; O(N), not O(N^2).
+    hub_row = np.full(n, link)
+    hub_row[0] = 0.0
+    leaves = np.arange(1, n)
+    senders = np.concatenate([np.arange(n), np.stack([np.zeros(n - 1, dtype=np.int64), leaves], axis=1).ravel()])
+    receivers = np.concatenate([np.zeros(n, dtype=np.int64), np.repeat(leaves, 2)])
+    weights = np.concatenate([[1.0 - hub_row.sum()], np.full(n - 1, link), np.tile([link, 1.0 - link], n - 1)])
+    return from_edges(f"star({n})", n, [(senders, receivers, weights)], directed=False)
 
 
 def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topology:
@@ -426,7 +433,6 @@ def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topolog
     directed = any(t.directed for t in topologies)
     label = name or "schedule(" + ", ".join(t.name for t in topologies) + ")"
     topo = from_edges(label, n, rounds, directed)
-    union = (topo.matrices() != 0).any(axis=0).astype(np.float64)
-    np.fill_diagonal(union, 0)
-    _check_connected(union, True, "union graph of the schedule")
+    live = topo.weights != 0
+    _check_edges_connected(topo.senders[live], topo.receivers[live], n, True, "union graph of the schedule")
     return topo

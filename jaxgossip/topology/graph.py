@@ -35,11 +35,14 @@ import numpy as np
 
 from jaxgossip.checks import is_concrete
 from jaxgossip.topology.edges import transpose_check
-from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_table
+from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_layout
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
 _TOL = 1e-6
+# Slot tables up to this many entries are always built (beyond it only when no larger than 8 E, or
+# for kernel="slots"): 2^24 entries are 200 MB of neighbours and weights.
+_MAX_SLOT_ENTRIES = 2**24
 # The stream of a round's key that draws a stochastic graph: the step key itself stays with the
 # algorithm (random compressors), so fixed graphs see exactly the keys they saw before.
 _GRAPH_STREAM = 0x67726170
@@ -86,7 +89,9 @@ class Topology:
       kernel: the requested mixing kernel, one of ``"auto"``, ``"slots"``, ``"dense"``,
         ``"segment"``; :attr:`resolved_kernel` is the one ``mix`` uses.
       neighbors, slot_weights: [T, N, K] in-neighbour slot table (derived; None in a stack of a
-        dense or segment layout).
+        dense or segment layout, and for a host graph whose table would exceed both 2^24 entries and
+        8 E, e.g. a star of N > 4096, whose hub's in-degree makes it O(N^2); the dense and segment
+        kernels do not read it).
       layout: the resolved kernel, ``"slots"``, ``"dense"`` or ``"segment"`` (derived).
       row_stochastic, column_stochastic: whether every W(t) has rows / columns summing to 1
         (derived).
@@ -123,11 +128,17 @@ class Topology:
                 "senders, receivers and weights must share one [T, E] shape; got "
                 f"{senders.shape}, {receivers.shape}, {weights.shape}"
             )
-        nbr, slot_w = slot_table(senders, receivers, weights, self.num_nodes)
+        # A slot table far larger than the edge list (a hub's in-degree, e.g. a star) is left out
+        # unless the slot kernel is asked for: the dense and segment kernels do not read it.
+        cap = None if self.kernel == "slots" else max(_MAX_SLOT_ENTRIES, 8 * weights.size)
+        slots = slot_layout(senders, receivers, weights, self.num_nodes, max_entries=cap)
+        nbr, slot_w = slots.neighbors, slots.weights
         rows, cols = _row_col_sums(senders, receivers, weights, self.num_nodes)
         layout = self.kernel
         if layout == "auto":
-            layout = choose_kernel(self.num_nodes, int((weights != 0).sum(axis=1).max()), nbr.shape[2])
+            layout = choose_kernel(self.num_nodes, int((weights != 0).sum(axis=1).max()), slots.width)
+        if layout == "slots" and nbr is None:
+            nbr, slot_w = slot_layout(senders, receivers, weights, self.num_nodes)[:2]
         derived = dict(
             senders=senders,
             receivers=receivers,
@@ -295,13 +306,18 @@ class Topology:
         in-degree (self included) over all rounds; unused slots point at the node itself with
         weight 0. Slot 0 always holds the self-loop.
         """
+        if self.neighbors is None and self.host_tables and self.num_graphs is None:
+            raise ValueError(
+                f"{self.name} was built without its slot table (N K = {self.num_nodes} x K would dwarf its "
+                f"{self.num_edges} edges); build it with kernel='slots' to have one"
+            )
         return self.neighbors, self.slot_weights
 
     @property
     def max_slots(self) -> int:
         """K of the slot table: the largest in-degree, self included."""
         self._fixed("slot table")
-        return int(jnp.shape(self.neighbors)[-1])
+        return int(jnp.shape(self.slots[0])[-1])
 
     def __repr__(self) -> str:
         graphs = "" if self.num_graphs is None else f"G={self.num_graphs}, "

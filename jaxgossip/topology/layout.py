@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["KERNELS", "slot_table", "choose_kernel", "circulant_shift", "circulant_shifts", "SlotGraph"]
+__all__ = ["KERNELS", "slot_table", "slot_layout", "SlotLayout", "choose_kernel", "circulant_shift", "circulant_shifts", "SlotGraph"]
 
 KERNELS = ("auto", "slots", "dense", "segment")
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
@@ -36,6 +36,30 @@ def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
       senders, receivers: [T, E] int, weights: [T, E] float; weight-0 edges are padding.
       num_nodes: N.
     """
+    table = slot_layout(senders, receivers, weights, num_nodes)
+    return table.neighbors, table.weights
+
+
+class SlotLayout(NamedTuple):
+    """The slot table of a graph (:func:`slot_layout`); the tables are None when it was too large."""
+
+    neighbors: np.ndarray | None  # [T, N, K] int32
+    weights: np.ndarray | None  # [T, N, K]
+    width: int  # K
+
+
+def slot_layout(
+    senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int, max_entries: int | None = None
+) -> SlotLayout:
+    """:func:`slot_table` with its width K, in O(E) for canonical edges (sorted by receiver, then
+    sender; what ``from_edges`` stores); other edges take one sort.
+
+    Args:
+      senders, receivers, weights, num_nodes: as for :func:`slot_table`.
+      max_entries: if ``T N K`` exceeds it, the tables are left out (None): a hub's in-degree makes
+        them ``O(N^2)`` although the graph has O(N) edges (a star), and only the slot kernel needs
+        them. None: always built.
+    """
     n, period = num_nodes, senders.shape[0]
     rounds = []
     for s, r, w in zip(senders, receivers, weights):
@@ -45,6 +69,8 @@ def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
         regular = _regular_rows(s, r, w, n)
         rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
     k = max([1] + [order.width for order in rounds])
+    if max_entries is not None and period * n * k > max_entries:
+        return SlotLayout(None, None, k)
     nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
     slot_w = np.zeros((period, n, k), dtype=weights.dtype)
     for t, order in enumerate(rounds):
@@ -57,7 +83,7 @@ def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
         else:
             nbr[t, order.receivers, order.position] = order.senders
             slot_w[t, order.receivers, order.position] = order.weights
-    return nbr, slot_w
+    return SlotLayout(nbr, slot_w, k)
 
 
 class _RegularRound(NamedTuple):
