@@ -14,7 +14,17 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["KERNELS", "slot_table", "slot_layout", "SlotLayout", "choose_kernel", "circulant_shift", "circulant_shifts", "SlotGraph"]
+__all__ = [
+    "KERNELS",
+    "slot_table",
+    "slot_layout",
+    "SlotLayout",
+    "slot_edges",
+    "choose_kernel",
+    "circulant_shift",
+    "circulant_shifts",
+    "SlotGraph",
+]
 
 KERNELS = ("auto", "slots", "dense", "segment")
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
@@ -129,6 +139,7 @@ class _SlotOrder(NamedTuple):
     weights: np.ndarray  # [E']
     position: np.ndarray  # [E'] the slot of the edge in its receiver's row
     width: int  # the row length the round needs (its largest in-degree, self slot included)
+    edge: np.ndarray  # [E'] the index of the edge among the live edges given
 
 
 def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrder:
@@ -142,17 +153,18 @@ def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrd
     ``s - r + N``). That is O(E) without a sort; other input is sorted by a three-key lexsort.
     """
     if r.size == 0:
-        return _SlotOrder(s, r, w, np.zeros(0, dtype=np.int64), 1)
+        return _SlotOrder(s, r, w, np.zeros(0, dtype=np.int64), 1, np.zeros(0, dtype=np.int64))
     codes = r.astype(np.int64) * n + s
     has_self = np.zeros(n, dtype=bool)
     if codes.size > 1 and not bool(np.all(codes[1:] > codes[:-1])):
-        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
-        s, r, w = s[order], r[order], w[order]
+        edge = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
+        s, r, w = s[edge], r[edge], w[edge]
         counts = np.bincount(r, minlength=n)
         first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
         position = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
     else:
+        edge = np.arange(r.size)
         counts = np.bincount(r, minlength=n)
         first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
@@ -160,7 +172,35 @@ def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrd
         index = np.arange(r.size) - first[r]
         position = np.where(s >= r, index - below[r], index + counts[r] - below[r])
         position += (~has_self[r]).astype(np.int64)  # nodes without a self-loop keep slot 0 at weight 0
-    return _SlotOrder(s, r, w, position, int((counts + ~has_self).max()))
+    return _SlotOrder(s, r, w, position, int((counts + ~has_self).max()), edge)
+
+
+def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int, width: int):
+    """[T, N, K] int32: the edge (index into round t's edge list) behind slot k of node i, in O(E)
+    for canonical edges. Slots without an edge (padding, and the weight-0 self slot of a node
+    without a self-loop) point at the node's self-loop edge if it has one, else at edge 0: their
+    weight is 0 whatever that edge does.
+
+    Args:
+      senders, receivers, weights, num_nodes: as for :func:`slot_table`.
+      width: K, the width of the graph's slot table.
+    """
+    n, period = num_nodes, senders.shape[0]
+    out = np.zeros((period, n, width), dtype=np.int32)
+    for t in range(period):
+        live = np.flatnonzero(weights[t] != 0)
+        s, r, w = senders[t][live], receivers[t][live], weights[t][live]
+        own = s == r
+        out[t, r[own]] = live[own][:, None]
+        regular = _regular_rows(s, r, w, n)
+        if regular is not None:
+            slot = np.arange(regular.width)[None, :] + regular.below[:, None]
+            slot -= regular.width * (slot >= regular.width)
+            out[t, :, : regular.width] = np.take_along_axis(live.reshape(n, regular.width), slot, axis=1)
+        else:
+            order = _slot_order(s, r, w, n)
+            out[t, order.receivers, order.position] = live[order.edge]
+    return out
 
 
 def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:

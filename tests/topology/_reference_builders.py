@@ -269,3 +269,30 @@ def equistatic(n, shifts, m, undirected):
         )
     edges = tuple(np.concatenate(x) for x in zip(*parts))
     return from_edges(n, [edges], directed=False if undirected else None)
+
+
+def failure_tables(topo):
+    """The per-edge failure units, pair codes and slot edges of ``with_failures`` over a fixed graph,
+    by sorting and searching."""
+    n = topo.num_nodes
+    senders, receivers, weights = topo.senders, topo.receivers, topo.weights
+    real = (senders != receivers) & (weights != 0)
+    pair_codes = unit = None
+    if topo.is_doubly_stochastic and topo.is_symmetric:
+        codes = np.minimum(senders, receivers).astype(np.int64) * n + np.maximum(senders, receivers)
+        pair_codes = np.unique(codes[real])
+        unit = np.where(real, np.searchsorted(pair_codes, codes), 0).astype(np.int32)
+    slot_edge = None
+    if topo.resolved_kernel == "slots":
+        nbr, _ = topo.slots
+        slot_edge = np.zeros(nbr.shape, dtype=np.int32)
+        for t in range(topo.period):
+            for i in range(n):
+                for k in range(nbr.shape[2]):
+                    hits = [
+                        e
+                        for e in range(senders.shape[1])
+                        if weights[t, e] != 0 and receivers[t, e] == i and senders[t, e] == nbr[t, i, k]
+                    ]
+                    slot_edge[t, i, k] = hits[0] if hits else 0
+    return pair_codes, unit, slot_edge

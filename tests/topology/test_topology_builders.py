@@ -9,7 +9,7 @@ import pytest
 from _reference_builders import Tables
 
 import jaxgossip.topology as T
-from jaxgossip.topology import edges
+from jaxgossip.topology import edges, specs
 from jaxgossip.topology.equitopo import basis_shifts, default_m
 
 SIZES = (2, 3, 4, 5, 7, 8, 9, 16, 17, 33)
@@ -146,3 +146,35 @@ def test_transpose_check_and_components():
     assert edges.transpose_check(s[:3], r[:3], w[:3], 3) == (False, False)
     assert edges.count_components(s, r, 4, strong=False) == 2
     assert edges.count_components(np.array([0, 1]), np.array([1, 2]), 3, strong=True) == 3
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "ring",
+        "torus",
+        "hypercube",
+        "star",
+        "chain",
+        "binary_tree",
+        "exponential",
+        "directed_ring",
+        "one_peer_exponential",
+        "base:2",
+        "u_equistatic:2",
+        "complete",
+        "erdos_renyi:0.5",
+    ],
+)
+@pytest.mark.parametrize("n", [4, 8, 9])
+def test_failure_tables_match_reference(spec, n):
+    if spec == "hypercube" and n == 9:
+        return
+    base = specs.make(spec, n)
+    sampler = T.with_failures(base, link_drop=0.25).sampler
+    pair_codes, unit, slot_edge = ref.failure_tables(base)
+    if pair_codes is not None:
+        assert sampler.pair_codes.tobytes() == pair_codes.tobytes()
+        assert sampler.unit.dtype == unit.dtype and np.array_equal(sampler.unit, unit)
+    if slot_edge is not None:
+        assert np.array_equal(sampler.slot_edge, slot_edge)
