@@ -178,3 +178,18 @@ def test_failure_tables_match_reference(spec, n):
         assert sampler.unit.dtype == unit.dtype and np.array_equal(sampler.unit, unit)
     if slot_edge is not None:
         assert np.array_equal(sampler.slot_edge, slot_edge)
+
+
+@pytest.mark.parametrize("spec", ["torus", "ring", "hypercube", "one_peer_exponential", "base:2"])
+@pytest.mark.parametrize("root", [0, 5])
+def test_spanning_tree_matches_reference_bitwise(spec, root):
+    import scipy.sparse.csgraph
+
+    base = specs.make(spec, 16)
+    live = (base.weights != 0) & (base.senders != base.receivers)
+    links = scipy.sparse.coo_matrix((np.ones(live.sum()), (base.senders[live], base.receivers[live])), shape=(16, 16))
+    links = scipy.sparse.csr_matrix(((links + links.T) > 0).astype(np.float64))
+    links.sort_indices()
+    _, parent = scipy.sparse.csgraph.breadth_first_order(links, root, directed=False)
+    child = np.array([i for i in range(16) if i != root])
+    assert_same(T.spanning_tree(base, root=root), ref.undirected_edges(16, child, parent[child]))
