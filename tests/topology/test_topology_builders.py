@@ -193,3 +193,16 @@ def test_spanning_tree_matches_reference_bitwise(spec, root):
     _, parent = scipy.sparse.csgraph.breadth_first_order(links, root, directed=False)
     child = np.array([i for i in range(16) if i != root])
     assert_same(T.spanning_tree(base, root=root), ref.undirected_edges(16, child, parent[child]))
+
+
+def test_erdos_renyi_draws_networkx_graph_across_chunks():
+    # 2900 nodes: 4.2 million pair draws, past one chunk of 2^22 draws.
+    n, p, seed = 2900, 0.01, 3
+    topo = T.erdos_renyi(n, p, seed)
+    g = nx.gnp_random_graph(n, p, seed=int(np.random.default_rng(seed).integers(2**31 - 1)))
+    assert nx.is_connected(g)
+    s, r, w = topo.senders[0], topo.receivers[0], topo.weights[0]
+    off = (s != r) & (w != 0)
+    got = set(zip(s[off].tolist(), r[off].tolist()))
+    want = {(a, b) for a, b in g.edges()} | {(b, a) for a, b in g.edges()}
+    assert got == want
