@@ -464,7 +464,7 @@ def _per_round_bincount(nodes: np.ndarray, keep: np.ndarray | None, n: int, weig
     """[T, N]: ``np.bincount`` of every round's ``nodes [T, E]`` (where ``keep``), one pass over all
     rounds; float64 sums add in edge order, as ``np.add.at`` does."""
     period = nodes.shape[0]
-    flat = nodes.astype(np.int64) + n * np.arange(period)[:, None]
+    flat = nodes if period == 1 else nodes.astype(np.int64) + n * np.arange(period)[:, None]
     if keep is not None:
         flat = flat[keep]
         weights = None if weights is None else weights[keep]
