@@ -35,7 +35,7 @@ import numpy as np
 
 from jaxgossip.checks import is_concrete
 from jaxgossip.topology.edges import transpose_check
-from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_layout
+from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, slot_layout
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
@@ -136,7 +136,10 @@ class Topology:
         rows, cols = _row_col_sums(senders, receivers, weights, self.num_nodes)
         layout = self.kernel
         if layout == "auto":
-            layout = choose_kernel(self.num_nodes, int((weights != 0).sum(axis=1).max()), slots.width)
+            max_edges = int((weights != 0).sum(axis=1).max())
+            layout = choose_kernel(self.num_nodes, max_edges, slots.width)
+            if layout == "segment" and nbr is not None and gather_free(nbr, slot_w):
+                layout = choose_kernel(self.num_nodes, max_edges, slots.width, gather_free=True)
         if layout == "slots" and nbr is None:
             nbr, slot_w = slot_layout(senders, receivers, weights, self.num_nodes)[:2]
         derived = dict(

@@ -21,6 +21,10 @@ __all__ = [
     "SlotLayout",
     "slot_edges",
     "choose_kernel",
+    "gather_free",
+    "flip_terms",
+    "FlipTerms",
+    "MAX_GATHER_SLOTS",
     "circulant_shift",
     "circulant_shifts",
     "SlotGraph",
@@ -203,22 +207,77 @@ def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
     return out
 
 
-def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:
+def choose_kernel(num_nodes: int, max_edges: int, max_slots: int, gather_free: bool = False) -> str:
     """The measured kernel choice for ``kernel="auto"``.
 
     Args:
       num_nodes: N.
       max_edges: the most weight != 0 edges (self-loops included) of any round.
       max_slots: K of the slot table.
+      gather_free: whether every slot column moves the node axis without a gather
+        (:func:`gather_free`: shifts of a circulant graph, bit flips of a hypercube), so that the
+        slot kernel reads x K times in one fused loop whatever K.
     """
     density = max_edges / num_nodes**2
     # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
     # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
     if density > 0.5 or (max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
         return "dense"
-    if max_slots <= _MAX_SLOTS:
+    if max_slots <= _MAX_SLOTS or gather_free:
         return "slots"
     return "segment"
+
+
+# Above this many slots the slot kernel of a host graph moves x only by shifts and bit flips
+# (choose_kernel puts a graph there only when it is gather_free).
+MAX_GATHER_SLOTS = _MAX_SLOTS
+
+
+class FlipTerms(NamedTuple):
+    """One round of a graph whose in-neighbours are bit flips, ``(W x)_i = self[i] x_i +
+    sum_b weights[b, i] x_{i XOR masks[b]}`` (:func:`flip_terms`)."""
+
+    masks: tuple[int, ...]  # distinct powers of two, ascending
+    weights: np.ndarray  # [B, N] float, 0 where row i has no neighbour i XOR mask
+
+
+def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
+    """Round ``neighbors, weights [N, K]`` of a slot table as bit flips, or None.
+
+    It is one when N is a power of two and every live slot k >= 1 of node i holds ``i XOR 2^b``
+    (a hypercube, and its subgraphs): then ``x_{i XOR 2^b}`` for all i is a reversal of one axis
+    of x viewed as ``[N / 2^(b+1), 2, 2^b, ...]``, no gather. O(N K) NumPy.
+    """
+    n = neighbors.shape[0]
+    if n & (n - 1) or neighbors.shape[1] < 2:
+        return None
+    mask = neighbors[:, 1:].astype(np.int64) ^ np.arange(n)[:, None]
+    w = weights[:, 1:]
+    live = w != 0
+    m = mask[live]
+    if m.size == 0 or np.any(m <= 0) or np.any(m & (m - 1)):
+        return None
+    bits = np.frexp(m.astype(np.float64))[1] - 1  # log2 of a power of two, exactly
+    present = np.unique(bits)
+    slot_of = np.searchsorted(present, bits)
+    out = np.zeros((present.size, n), dtype=weights.dtype)
+    rows = np.nonzero(live)[0]
+    out[slot_of, rows] = w[live]  # a node's neighbours differ, so each (b, i) is written once
+    return FlipTerms(tuple(int(1 << b) for b in present), out)
+
+
+def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
+    """Whether every round of a slot table ``[T, N, K]`` is circulant (each slot column one shift
+    over its live nodes) or bit flips (:func:`flip_terms`): the rounds the slot kernel mixes with
+    shifts and flips only."""
+    nodes = np.arange(neighbors.shape[1])
+    for nbr, w in zip(neighbors, weights):
+        live = w != 0
+        offsets = (nbr.astype(np.int64) - nodes[:, None]) % neighbors.shape[1]
+        circulant = all(np.all(offsets[live[:, k], k] == offsets[live[:, k], k][:1]) for k in range(nbr.shape[1]))
+        if not circulant and flip_terms(nbr, w) is None:
+            return False
+    return True
 
 
 def circulant_shift(column: np.ndarray) -> int | None:
