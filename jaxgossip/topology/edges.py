@@ -42,9 +42,13 @@ def edge_codes(senders: np.ndarray, receivers: np.ndarray, n: int) -> np.ndarray
     return receivers.astype(np.int64) * n + senders
 
 
-def is_canonical(codes: np.ndarray) -> bool:
-    """Whether the codes increase strictly (sorted, no duplicate edge): one O(E) pass."""
-    return codes.size < 2 or bool(np.all(codes[1:] > codes[:-1]))
+def is_canonical(senders: np.ndarray, receivers: np.ndarray) -> bool:
+    """Whether the edges are canonical: sorted by receiver, then sender, no edge twice (their codes
+    increase strictly). O(E) passes over the index arrays, without forming the int64 codes."""
+    if senders.size < 2:
+        return True
+    step = np.diff(receivers)
+    return bool(np.all((step > 0) | ((step == 0) & (senders[1:] > senders[:-1]))))
 
 
 def merge_round(senders, receivers, weights, n: int) -> Round:
@@ -61,9 +65,9 @@ def merge_round(senders, receivers, weights, n: int) -> Round:
       n: N.
     """
     s, r, w = (np.asarray(a).ravel() for a in (senders, receivers, weights))
-    codes = edge_codes(s, r, n)
-    if is_canonical(codes):
+    if is_canonical(s, r):
         return Round(s, r, w.astype(np.float64) + 0.0)
+    codes = edge_codes(s, r, n)
     # A counting sort by receiver and a sort within each row (scipy, O(E) plus the rows' sorts);
     # exact when no edge repeats: every weight then stands alone.
     matrix = scipy.sparse.csr_matrix((w.astype(np.float64), (r, s)), shape=(n, n))
@@ -96,13 +100,18 @@ def circulant_round(n: int, offsets, weights) -> Round:
     per_offset = np.bincount(inv, weights=w, minlength=uniq.size)
     k = uniq.size
     index = np.int32 if 2 * n < 2**31 else np.int64
-    nodes = np.arange(n, dtype=index)
-    unwrapped = np.searchsorted(uniq, n - nodes.astype(np.int64))  # [N] offsets c < N - i
-    slot = np.arange(k, dtype=index)[None, :] + unwrapped.astype(index)[:, None]  # [N, K]
-    slot -= k * (slot >= k)  # (j + unwrapped) mod K, without an integer division
-    senders = nodes[:, None] + uniq.astype(index)[slot]
-    senders -= n * (senders >= n)
-    return Round(senders.ravel(), np.repeat(nodes, k), per_offset[slot].ravel())
+    senders = np.empty((n, k), dtype=index)
+    weights_out = np.empty((n, k))
+    # The rotation (how many offsets do not wrap) is constant between the nodes n - c where an
+    # offset c starts to wrap: K + 1 blocks of rows, each one broadcast add, no gather.
+    bounds = np.unique(np.concatenate([[0, n], n - uniq[uniq > 0]]))
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        unwrapped = int(np.searchsorted(uniq, n - lo))  # offsets c < N - i for every i in the block
+        order = np.concatenate([np.arange(unwrapped, k), np.arange(unwrapped)])
+        add = uniq[order] - n * (np.arange(k) < k - unwrapped)  # wrapped ones come back by N
+        senders[lo:hi] = np.arange(lo, hi, dtype=index)[:, None] + add.astype(index)[None, :]
+        weights_out[lo:hi] = per_offset[order][None, :]
+    return Round(senders.ravel(), np.repeat(np.arange(n, dtype=index), k), weights_out.ravel())
 
 
 def sorted_rows(n: int, table: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -132,12 +141,13 @@ def transpose_check(senders, receivers, weights, n: int, atol: float = 1e-6) -> 
         s, r, w = senders, receivers, np.asarray(weights, dtype=np.float64)
     else:
         s, r, w = senders[keep], receivers[keep], np.asarray(weights[keep], dtype=np.float64)
-    codes = edge_codes(s, r, n)
-    if is_canonical(codes):
+    if is_canonical(s, r):
         # Pairs (i, j), (j, i) cancel in a sum of an odd function of i - j (exactly, in wrapping
-        # int64), so a non-zero sum of cubes proves asymmetry in four passes (a directed circulant).
-        gap = r.astype(np.int64) - s
-        if int(np.sum(gap * gap * gap)) != 0:
+        # integer arithmetic), so a non-zero sum of cubes proves asymmetry in a few passes (a
+        # directed circulant); a zero sum proves nothing and the full check follows.
+        wide = np.int32 if n < 2**30 else np.int64
+        gap = r.astype(wide) - s.astype(wide)
+        if int(np.sum(gap * gap * gap, dtype=wide)) != 0:
             return TransposeCheck(False, False)
         index = np.int32 if s.size < 2**31 and n < 2**31 else np.int64
         indptr = np.zeros(n + 1, dtype=index)

@@ -14,6 +14,8 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from jaxgossip.topology.edges import is_canonical
+
 __all__ = [
     "KERNELS",
     "slot_table",
@@ -158,9 +160,8 @@ def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrd
     """
     if r.size == 0:
         return _SlotOrder(s, r, w, np.zeros(0, dtype=np.int64), 1, np.zeros(0, dtype=np.int64))
-    codes = r.astype(np.int64) * n + s
     has_self = np.zeros(n, dtype=bool)
-    if codes.size > 1 and not bool(np.all(codes[1:] > codes[:-1])):
+    if not is_canonical(s, r):
         edge = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
         s, r, w = s[edge], r[edge], w[edge]
         counts = np.bincount(r, minlength=n)
@@ -251,18 +252,23 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     n = neighbors.shape[0]
     if n & (n - 1) or neighbors.shape[1] < 2:
         return None
-    mask = neighbors[:, 1:].astype(np.int64) ^ np.arange(n)[:, None]
+    mask = neighbors[:, 1:] ^ np.arange(n, dtype=neighbors.dtype)[:, None]
     w = weights[:, 1:]
     live = w != 0
-    m = mask[live]
+    every = bool(live.all())
+    m = mask if every else mask[live]
     if m.size == 0 or np.any(m <= 0) or np.any(m & (m - 1)):
         return None
     bits = np.frexp(m.astype(np.float64))[1] - 1  # log2 of a power of two, exactly
-    present = np.unique(bits)
-    slot_of = np.searchsorted(present, bits)
+    counts = np.bincount(bits.ravel())
+    present = np.flatnonzero(counts)
+    slot_of = (np.cumsum(counts > 0) - 1)[bits]
     out = np.zeros((present.size, n), dtype=weights.dtype)
-    rows = np.nonzero(live)[0]
-    out[slot_of, rows] = w[live]  # a node's neighbours differ, so each (b, i) is written once
+    # A node's neighbours differ, so each (bit, node) is written once.
+    if every:
+        out[slot_of, np.arange(n)[:, None]] = w
+    else:
+        out[slot_of, np.nonzero(live)[0]] = w[live]
     return FlipTerms(tuple(int(1 << b) for b in present), out)
 
 
@@ -270,11 +276,14 @@ def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
     """Whether every round of a slot table ``[T, N, K]`` is circulant (each slot column one shift
     over its live nodes) or bit flips (:func:`flip_terms`): the rounds the slot kernel mixes with
     shifts and flips only."""
-    nodes = np.arange(neighbors.shape[1])
+    n = neighbors.shape[1]
+    nodes = np.arange(n, dtype=np.int64)[:, None]
     for nbr, w in zip(neighbors, weights):
         live = w != 0
-        offsets = (nbr.astype(np.int64) - nodes[:, None]) % neighbors.shape[1]
-        circulant = all(np.all(offsets[live[:, k], k] == offsets[live[:, k], k][:1]) for k in range(nbr.shape[1]))
+        offsets = nbr - nodes  # in (-N, N); the shift is this mod N
+        offsets += n * (offsets < 0)
+        first = offsets[np.argmax(live, axis=0), np.arange(nbr.shape[1])]  # each column's first live offset
+        circulant = bool(np.all((offsets == first[None, :]) | ~live))
         if not circulant and flip_terms(nbr, w) is None:
             return False
     return True

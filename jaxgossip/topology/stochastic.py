@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import any_traced, check_int, is_concrete
-from jaxgossip.topology.edges import edge_codes, is_canonical
+from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import choose_kernel, slot_edges
 from jaxgossip.topology.random_spectra import ExchangeableGram, SparseGram
@@ -475,7 +475,7 @@ def _pair_units(senders: np.ndarray, receivers: np.ndarray, real: np.ndarray, n:
         return None
     live = np.flatnonzero(real[0])
     s, r = senders[0][live], receivers[0][live]
-    if not is_canonical(edge_codes(s, r, n)):
+    if not is_canonical(s, r):
         return None
     forward = r < s
     codes = r[forward].astype(np.int64) * n + s[forward]
