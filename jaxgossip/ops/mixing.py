@@ -32,7 +32,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from jaxgossip.topology import Topology, TopologyKey
-from jaxgossip.topology.layout import circulant_shift, circulant_shifts
+from jaxgossip.topology.layout import MAX_GATHER_SLOTS, circulant_shift, circulant_shifts, flip_terms
 from jaxgossip.types import Array, Params
 
 __all__ = [
@@ -134,6 +134,13 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
     w = _table(slot_w, idx, np.float32 if acc == jnp.float32 else None)
     static = isinstance(nbr, np.ndarray) and isinstance(idx, int)
     out = per_node(jnp.asarray(w[:, 0], acc), x) * x  # slot 0 is the node itself
+    flips = flip_terms(nbr[idx], w) if static and nbr.shape[-1] > MAX_GATHER_SLOTS else None
+    if flips is not None:
+        # Beyond 16 slots a hypercube mixes by bit flips (reversals of one axis), one per bit, in
+        # one fused loop: the sum runs over the bits instead of the slots.
+        for mask, w_mask in zip(flips.masks, flips.weights):
+            out = per_node(jnp.asarray(w_mask, acc), x) * _flip(x, mask) + out
+        return out.astype(leaf.dtype)
     for k in range(1, nbr.shape[-1]):
         if static and (shift := circulant_shift(nbr[idx, :, k])) is not None:
             gathered = jnp.roll(x, -shift, axis=0)
@@ -143,6 +150,14 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
         # and traced tables (single graph, stack member), so they agree bitwise.
         out = per_node(jnp.asarray(w[:, k], acc), x) * gathered + out
     return out.astype(leaf.dtype)
+
+
+def _flip(x: Array, mask: int) -> Array:
+    """``x[i XOR mask]`` for every node i (mask a power of two): reverses one axis of x viewed as
+    ``[N / (2 mask), 2, mask, ...]``, a permutation without a gather."""
+    n = x.shape[0]
+    blocks = jnp.reshape(x, (n // (2 * mask), 2, mask) + x.shape[1:])
+    return jnp.reshape(jnp.flip(blocks, axis=1), x.shape)
 
 
 def _dense_matrix(topology: Topology, idx: Any, acc: Any) -> Array:

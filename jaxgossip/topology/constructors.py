@@ -22,6 +22,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from jaxgossip.checks import check_int
+from jaxgossip.topology.edges import Round, circulant_round, count_components, merge_round, sorted_rows, transpose_check
 from jaxgossip.topology.graph import Topology
 
 __all__ = [
@@ -53,18 +54,13 @@ def from_edges(
 ) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
 
-    ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
-    without i -> j.
+    Each round is stored in canonical order (sorted by receiver, then sender;
+    :func:`jaxgossip.topology.edges.merge_round`): rounds given in that order cost O(E), others one
+    sort. ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
+    without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
     """
-    merged = []
-    for s, r, w in rounds:
-        s, r, w = (np.asarray(a).ravel() for a in (s, r, w))
-        code = r.astype(np.int64) * n + s
-        uniq, inv = np.unique(code, return_inverse=True)
-        ws = np.zeros(uniq.size)
-        np.add.at(ws, inv, w.astype(np.float64))
-        merged.append((uniq % n, uniq // n, ws))
-    e = max(x[0].size for x in merged)
+    merged = [merge_round(s, r, w, n) for s, r, w in rounds]
+    e = max(x.senders.size for x in merged)
     period = len(merged)
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
@@ -72,23 +68,13 @@ def from_edges(
     for t, (s, r, w) in enumerate(merged):
         senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
     if directed is None:
-        directed = False
-        for s, r, w in merged:
-            keep = w != 0
-            forward = set(zip(s[keep].tolist(), r[keep].tolist()))
-            if any((b, a) not in forward for a, b in forward):
-                directed = True
-                break
+        directed = not all(transpose_check(s, r, w, n).pattern for s, r, w in merged)
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
-def _circulant(n: int, offsets: Sequence[int], weight: float) -> tuple:
+def _circulant(n: int, offsets: Sequence[int], weight: float) -> Round:
     """One round where every node i sends to i + o (mod n) for o in offsets, plus a self-loop."""
-    nodes = np.arange(n)
-    s = np.concatenate([nodes] + [nodes for _ in offsets])
-    r = np.concatenate([nodes] + [(nodes + o) % n for o in offsets])
-    w = np.full(s.size, weight)
-    return s, r, w
+    return circulant_round(n, [0] + [-o for o in offsets], weight)
 
 
 def _check_probability(p: Any, what: str) -> float:
@@ -102,9 +88,13 @@ def _check_probability(p: Any, what: str) -> float:
 
 def _check_connected(adj: np.ndarray, directed: bool, what: str = "graph") -> None:
     """adj [N, N] with adj[i, j] != 0 for an edge j -> i."""
-    graph = scipy.sparse.csr_matrix(adj != 0)
-    connection = "strong" if directed else "weak"
-    count, _ = scipy.sparse.csgraph.connected_components(graph, directed=directed, connection=connection)
+    receivers, senders = np.nonzero(adj)
+    _check_edges_connected(senders, receivers, adj.shape[0], directed, what)
+
+
+def _check_edges_connected(senders, receivers, n: int, directed: bool, what: str = "graph") -> None:
+    """The connectivity check on an edge list (O(E), scipy.sparse.csgraph)."""
+    count = count_components(senders, receivers, n, strong=directed)
     if count > 1:
         kind = "strongly connected" if directed else "connected"
         raise ValueError(
@@ -159,9 +149,9 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
         row * cols + (col + 1) % cols,
         row * cols + (col - 1) % cols,
     ]
-    s = np.concatenate([nodes] * 5)
-    r = np.concatenate([nodes] + nbrs)
-    return from_edges(f"torus({rows}x{cols})", n, [(s, r, np.full(s.size, 0.2))], directed=False)
+    # Receiver i takes 1/5 from itself and each neighbour (the graph is symmetric).
+    table = np.stack([nodes] + nbrs, axis=1).astype(np.int32)
+    return from_edges(f"torus({rows}x{cols})", n, [sorted_rows(n, table, 0.2)], directed=False)
 
 
 def hypercube(n: int) -> Topology:
@@ -174,10 +164,9 @@ def hypercube(n: int) -> Topology:
     if n & (n - 1):
         raise ValueError(f"hypercube needs n to be a power of two, got n={n}")
     k = n.bit_length() - 1
-    nodes = np.arange(n)
-    s = np.concatenate([nodes] * (k + 1))
-    r = np.concatenate([nodes] + [nodes ^ (1 << j) for j in range(k)])
-    return from_edges(f"hypercube({n})", n, [(s, r, np.full(s.size, 1 / (k + 1)))], directed=False)
+    nodes = np.arange(n, dtype=np.int32)
+    table = nodes[:, None] ^ np.concatenate([[0], 1 << np.arange(k)]).astype(np.int32)[None, :]  # [N, k + 1]
+    return from_edges(f"hypercube({n})", n, [sorted_rows(n, table, 1 / (k + 1))], directed=False)
 
 
 def _log2_ceil(n: int) -> int:
@@ -254,9 +243,16 @@ def star(n: int) -> Topology:
       n: number of nodes N >= 3.
     """
     n = check_int("n", n, 3)
-    adj = np.zeros((n, n))
-    adj[0, 1:] = adj[1:, 0] = 1
-    return from_matrix(metropolis_weights(adj), name=f"star({n})")
+    link = 1.0 / (1.0 + float(n - 1))  # 1 / (1 + max(d_hub, d_leaf)), as metropolis_weights forms it
+    # The hub's row as metropolis_weights sums it (NumPy's pairwise sum of the row, zero on the
+    # diagonal), so that its self weight is bitwise the dense construction's; O(N), not O(N^2).
+    hub_row = np.full(n, link)
+    hub_row[0] = 0.0
+    leaves = np.arange(1, n)
+    senders = np.concatenate([np.arange(n), np.stack([np.zeros(n - 1, dtype=np.int64), leaves], axis=1).ravel()])
+    receivers = np.concatenate([np.zeros(n, dtype=np.int64), np.repeat(leaves, 2)])
+    weights = np.concatenate([[1.0 - hub_row.sum()], np.full(n - 1, link), np.tile([link, 1.0 - link], n - 1)])
+    return from_edges(f"star({n})", n, [(senders, receivers, weights)], directed=False)
 
 
 def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topology:
@@ -268,19 +264,44 @@ def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topol
       seed: seed of the sampler (the same seed gives the same graph).
       max_tries: samples drawn before giving up on connectivity.
     """
-    import networkx as nx
-
     n = check_int("n", n, 2)
     p = _check_probability(p, "edge")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
-        g = nx.gnp_random_graph(n, p, seed=int(rng.integers(2**31 - 1)))
-        if nx.is_connected(g):
-            return from_adjacency(g, weights="metropolis", name=f"erdos_renyi({n}, p={p}, seed={seed})")
+        a, b = _gnp_pairs(n, p, int(rng.integers(2**31 - 1)))
+        if count_components(a, b, n, strong=False) == 1:
+            adj = np.zeros((n, n))
+            adj[a, b] = adj[b, a] = 1.0
+            return from_adjacency(adj, weights="metropolis", name=f"erdos_renyi({n}, p={p}, seed={seed})")
     raise ValueError(
         f"erdos_renyi(n={n}, p={p}) drew no connected graph in {max_tries} tries; increase p "
         f"(connectivity needs p > ln(n)/n = {math.log(n) / n:.3f} roughly)"
     )
+
+
+def _gnp_pairs(n: int, p: float, seed: int, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """The edges ``(a, b)``, ``a < b``, of ``networkx.gnp_random_graph(n, p, seed=seed)``, drawn in
+    array operations: networkx keeps pair (a, b) of ``itertools.combinations(range(n), 2)`` when its
+    ``random.Random(seed).random()`` is below p; ``numpy.random.RandomState([seed])`` seeds the same
+    Mersenne Twister the same way (init_by_array) and ``random_sample`` forms doubles the same way
+    (53 bits from two 32-bit outputs), so the draws are the same numbers (tested against networkx).
+    Drawn ``chunk`` at a time: O(N^2) draws, memory O(E + chunk)."""
+    state = np.random.RandomState([seed])
+    lengths = n - 1 - np.arange(n - 1)  # row a holds the pairs (a, a + 1), ..., (a, n - 1)
+    ends = np.cumsum(lengths)
+    firsts, seconds = [], []
+    row = 0
+    while row < n - 1:
+        done = int(ends[row - 1]) if row else 0
+        stop = max(row + 1, int(np.searchsorted(ends, done + chunk, side="right")))
+        stop = min(stop, n - 1)
+        starts = np.concatenate([[done], ends[row : stop - 1]]) - done
+        hit = np.flatnonzero(state.random_sample(int(ends[stop - 1]) - done) < p)
+        local = np.searchsorted(starts, hit, side="right") - 1
+        firsts.append(row + local)
+        seconds.append(row + local + 1 + hit - starts[local])
+        row = stop
+    return np.concatenate(firsts), np.concatenate(seconds)
 
 
 def random_directed(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Topology:
@@ -437,7 +458,6 @@ def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topolog
     directed = any(t.directed for t in topologies)
     label = name or "schedule(" + ", ".join(t.name for t in topologies) + ")"
     topo = from_edges(label, n, rounds, directed)
-    union = (topo.matrices() != 0).any(axis=0).astype(np.float64)
-    np.fill_diagonal(union, 0)
-    _check_connected(union, True, "union graph of the schedule")
+    live = topo.weights != 0
+    _check_edges_connected(topo.senders[live], topo.receivers[live], n, True, "union graph of the schedule")
     return topo

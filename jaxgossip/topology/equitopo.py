@@ -42,6 +42,7 @@ import numpy as np
 
 from jaxgossip.checks import check_int
 from jaxgossip.topology.constructors import from_edges
+from jaxgossip.topology.edges import circulant_round
 from jaxgossip.topology.graph import GraphRound, Topology
 
 __all__ = ["d_equistatic", "u_equistatic", "od_equidyn", "ou_equidyn", "ou_partners", "default_m", "basis_shifts"]
@@ -75,16 +76,12 @@ def basis_shifts(n: int, m: int, seed: int = 0, max_tries: int = 1000) -> np.nda
     raise ValueError(f"EquiStatic(N={n}, M={m}) drew no connected graph in {max_tries} tries; increase M")
 
 
-def _basis_edges(n: int, shifts: np.ndarray, scale: float, transpose: bool) -> tuple:
-    """Edges of ``scale * sum_u A(u)`` (or of its transpose) as (senders, receivers, weights)."""
-    nodes = np.arange(n)
-    far = (nodes[None, :] + shifts[:, None]) % n  # [M, N]: node i takes from i + u
-    near = np.broadcast_to(nodes, far.shape)
-    senders, receivers = (near, far) if transpose else (far, near)
-    s = np.concatenate([nodes, senders.ravel()])
-    r = np.concatenate([nodes, receivers.ravel()])
-    w = np.concatenate([np.full(n, scale * shifts.size / n), np.full(far.size, scale * (n - 1) / n)])
-    return s, r, w
+def _basis_offsets(n: int, shifts: np.ndarray, scale: float, transpose: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``scale * sum_u A(u)`` (or its transpose) as in-offsets and weights: receiver i takes
+    ``scale * M / N`` from itself and ``scale * (N-1) / N`` from ``i + u`` (``i - u`` transposed)."""
+    offsets = np.concatenate([[0], -shifts if transpose else shifts])
+    weights = np.concatenate([[scale * shifts.size / n], np.full(shifts.size, scale * (n - 1) / n)])
+    return offsets, weights
 
 
 def d_equistatic(n: int, m: int | None = None, seed: int = 0) -> Topology:
@@ -104,7 +101,7 @@ def d_equistatic(n: int, m: int | None = None, seed: int = 0) -> Topology:
     n = check_int("n", n, 2)
     m = _check_m(m, n)
     shifts = basis_shifts(n, m, seed)
-    edges = _basis_edges(n, shifts, 1.0 / m, transpose=False)
+    edges = circulant_round(n, *_basis_offsets(n, shifts, 1.0 / m, transpose=False))
     return from_edges(f"d_equistatic({n}, M={m}, seed={seed})", n, [edges])
 
 
@@ -124,9 +121,10 @@ def u_equistatic(n: int, m: int | None = None, seed: int = 0) -> Topology:
     n = check_int("n", n, 2)
     m = _check_m(m, n)
     shifts = basis_shifts(n, m, seed)
-    forward = _basis_edges(n, shifts, 0.5 / m, transpose=False)
-    backward = _basis_edges(n, shifts, 0.5 / m, transpose=True)
-    edges = tuple(np.concatenate([a, b]) for a, b in zip(forward, backward))
+    # Offsets that meet (u and N - u, or u = N / 2) sum their weights in this order, forward first.
+    forward = _basis_offsets(n, shifts, 0.5 / m, transpose=False)
+    backward = _basis_offsets(n, shifts, 0.5 / m, transpose=True)
+    edges = circulant_round(n, *(np.concatenate([a, b]) for a, b in zip(forward, backward)))
     return from_edges(f"u_equistatic({n}, M={m}, seed={seed})", n, [edges], directed=False)
 
 

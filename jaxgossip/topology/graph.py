@@ -34,11 +34,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import is_concrete
-from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_table
+from jaxgossip.topology.edges import transpose_check
+from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, slot_layout
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
 _TOL = 1e-6
+# Slot tables up to this many entries are always built (beyond it only when no larger than 8 E, or
+# for kernel="slots"): 2^24 entries are 200 MB of neighbours and weights.
+_MAX_SLOT_ENTRIES = 2**24
 # The stream of a round's key that draws a stochastic graph: the step key itself stays with the
 # algorithm (random compressors), so fixed graphs see exactly the keys they saw before.
 _GRAPH_STREAM = 0x67726170
@@ -85,7 +89,9 @@ class Topology:
       kernel: the requested mixing kernel, one of ``"auto"``, ``"slots"``, ``"dense"``,
         ``"segment"``; :attr:`resolved_kernel` is the one ``mix`` uses.
       neighbors, slot_weights: [T, N, K] in-neighbour slot table (derived; None in a stack of a
-        dense or segment layout).
+        dense or segment layout, and for a host graph whose table would exceed both 2^24 entries and
+        8 E, e.g. a star of N > 4096, whose hub's in-degree makes it O(N^2); the dense and segment
+        kernels do not read it).
       layout: the resolved kernel, ``"slots"``, ``"dense"`` or ``"segment"`` (derived).
       row_stochastic, column_stochastic: whether every W(t) has rows / columns summing to 1
         (derived).
@@ -122,11 +128,20 @@ class Topology:
                 "senders, receivers and weights must share one [T, E] shape; got "
                 f"{senders.shape}, {receivers.shape}, {weights.shape}"
             )
-        nbr, slot_w = slot_table(senders, receivers, weights, self.num_nodes)
+        # A slot table far larger than the edge list (a hub's in-degree, e.g. a star) is left out
+        # unless the slot kernel is asked for: the dense and segment kernels do not read it.
+        cap = None if self.kernel == "slots" else max(_MAX_SLOT_ENTRIES, 8 * weights.size)
+        slots = slot_layout(senders, receivers, weights, self.num_nodes, max_entries=cap)
+        nbr, slot_w = slots.neighbors, slots.weights
         rows, cols = _row_col_sums(senders, receivers, weights, self.num_nodes)
         layout = self.kernel
         if layout == "auto":
-            layout = choose_kernel(self.num_nodes, int((weights != 0).sum(axis=1).max()), nbr.shape[2])
+            max_edges = int((weights != 0).sum(axis=1).max())
+            layout = choose_kernel(self.num_nodes, max_edges, slots.width)
+            if layout == "segment" and nbr is not None and gather_free(nbr, slot_w):
+                layout = choose_kernel(self.num_nodes, max_edges, slots.width, gather_free=True)
+        if layout == "slots" and nbr is None:
+            nbr, slot_w = slot_layout(senders, receivers, weights, self.num_nodes)[:2]
         derived = dict(
             senders=senders,
             receivers=receivers,
@@ -294,13 +309,18 @@ class Topology:
         in-degree (self included) over all rounds; unused slots point at the node itself with
         weight 0. Slot 0 always holds the self-loop.
         """
+        if self.neighbors is None and self.host_tables and self.num_graphs is None:
+            raise ValueError(
+                f"{self.name} was built without its slot table (N K = {self.num_nodes} x K would dwarf its "
+                f"{self.num_edges} edges); build it with kernel='slots' to have one"
+            )
         return self.neighbors, self.slot_weights
 
     @property
     def max_slots(self) -> int:
         """K of the slot table: the largest in-degree, self included."""
         self._fixed("slot table")
-        return int(jnp.shape(self.neighbors)[-1])
+        return int(jnp.shape(self.slots[0])[-1])
 
     def __repr__(self) -> str:
         graphs = "" if self.num_graphs is None else f"G={self.num_graphs}, "
@@ -337,7 +357,7 @@ class Topology:
 
     @property
     def is_symmetric(self) -> bool:
-        """Whether every W(t) is symmetric, checked on the edge list (O(E log E), no [N, N] matrix):
+        """Whether every W(t) is symmetric, checked on the edge list (O(E), no [N, N] matrix):
         the weights summed per (receiver, sender) must equal those summed per (sender, receiver).
         For a stochastic graph, the sampler's promise for every round it draws."""
         if self.stochastic:
@@ -438,43 +458,40 @@ def _host_facts(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray,
 def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> bool:
     """Whether every round's weights summed per (receiver, sender) equal those per (sender, receiver)."""
     for s, r, w in zip(senders, receivers, weights):
-        keep = (w != 0) & (s != r)
-        s, r, w = s[keep].astype(np.int64), r[keep].astype(np.int64), w[keep]
-        forward, f_inv = np.unique(r * n + s, return_inverse=True)
-        backward, b_inv = np.unique(s * n + r, return_inverse=True)
-        if not np.array_equal(forward, backward):
-            return False
-        if not np.allclose(np.bincount(f_inv, w), np.bincount(b_inv, w), atol=_TOL):
+        if not all(transpose_check(s, r, w, n, atol=_TOL)):
             return False
     return True
 
 
+def _per_round_bincount(nodes: np.ndarray, keep: np.ndarray | None, n: int, weights=None) -> np.ndarray:
+    """[T, N]: ``np.bincount`` of every round's ``nodes [T, E]`` (where ``keep``), one pass over all
+    rounds; float64 sums add in edge order, as ``np.add.at`` does."""
+    period = nodes.shape[0]
+    flat = nodes if period == 1 else nodes.astype(np.int64) + n * np.arange(period)[:, None]
+    if keep is not None:
+        flat = flat[keep]
+        weights = None if weights is None else weights[keep]
+    elif weights is not None:
+        weights = weights.ravel()
+    return np.bincount(flat.ravel(), weights=weights, minlength=period * n).reshape(period, n)
+
+
 def _self_weights(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
-    """[T, N] float64: the diagonal of every W(t)."""
-    diag = np.zeros((senders.shape[0], n))
-    for t in range(senders.shape[0]):
-        keep = senders[t] == receivers[t]
-        np.add.at(diag[t], receivers[t][keep], weights[t][keep])
-    return diag
+    """[T, N] float64: the diagonal of every W(t) (self-loops summed in edge order)."""
+    return _per_round_bincount(receivers, senders == receivers, n, weights).astype(np.float64)
 
 
 def _host_count(endpoint: np.ndarray, real: np.ndarray, n: int) -> np.ndarray:
     """[T, N] int64: the real edges per node at ``endpoint`` (senders or receivers)."""
-    deg = np.zeros((endpoint.shape[0], n), dtype=np.int64)
-    for t in range(endpoint.shape[0]):
-        np.add.at(deg[t], endpoint[t][real[t]], 1)
-    return deg
+    return _per_round_bincount(endpoint, real, n).astype(np.int64)
 
 
 def _row_col_sums(senders, receivers, weights, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column sums of every W(t), each [T, N] float64."""
-    period = senders.shape[0]
-    rows = np.zeros((period, num_nodes))
-    cols = np.zeros((period, num_nodes))
-    for t in range(period):
-        np.add.at(rows[t], receivers[t], weights[t])
-        np.add.at(cols[t], senders[t], weights[t])
-    return rows, cols
+    return (
+        _per_round_bincount(receivers, None, num_nodes, weights),
+        _per_round_bincount(senders, None, num_nodes, weights),
+    )
 
 
 def _count_per_node(topology: Topology, endpoint: Any) -> Any:

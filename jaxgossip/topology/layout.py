@@ -10,11 +10,27 @@ plain copy at K = 3 and 0.65x at K = 9, ``segment_sum`` over an edge list about 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["KERNELS", "slot_table", "choose_kernel", "circulant_shift", "circulant_shifts", "SlotGraph"]
+from jaxgossip.topology.edges import is_canonical
+
+__all__ = [
+    "KERNELS",
+    "slot_table",
+    "slot_layout",
+    "SlotLayout",
+    "slot_edges",
+    "choose_kernel",
+    "gather_free",
+    "flip_terms",
+    "FlipTerms",
+    "MAX_GATHER_SLOTS",
+    "circulant_shift",
+    "circulant_shifts",
+    "SlotGraph",
+]
 
 KERNELS = ("auto", "slots", "dense", "segment")
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
@@ -36,52 +52,241 @@ def slot_table(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
       senders, receivers: [T, E] int, weights: [T, E] float; weight-0 edges are padding.
       num_nodes: N.
     """
+    table = slot_layout(senders, receivers, weights, num_nodes)
+    return table.neighbors, table.weights
+
+
+class SlotLayout(NamedTuple):
+    """The slot table of a graph (:func:`slot_layout`); the tables are None when it was too large."""
+
+    neighbors: np.ndarray | None  # [T, N, K] int32
+    weights: np.ndarray | None  # [T, N, K]
+    width: int  # K
+
+
+def slot_layout(
+    senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int, max_entries: int | None = None
+) -> SlotLayout:
+    """:func:`slot_table` with its width K, in O(E) for canonical edges (sorted by receiver, then
+    sender; what ``from_edges`` stores); other edges take one sort.
+
+    Args:
+      senders, receivers, weights, num_nodes: as for :func:`slot_table`.
+      max_entries: if ``T N K`` exceeds it, the tables are left out (None): a hub's in-degree makes
+        them ``O(N^2)`` although the graph has O(N) edges (a star), and only the slot kernel needs
+        them. None: always built.
+    """
     n, period = num_nodes, senders.shape[0]
-    lists = []
-    for t in range(period):
-        keep = weights[t] != 0
-        s, r, w = senders[t][keep], receivers[t][keep], weights[t][keep]
-        # Self-loops first so slot 0 is the node itself; then by offset (s - r) mod N so that
-        # each slot column of a circulant graph is a pure shift (mix uses jnp.roll for it).
-        order = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
-        lists.append((s[order], r[order], w[order]))
-    k = 1
-    for s, r, _ in lists:
-        if r.size:
-            missing_self = np.ones(n, dtype=np.int64)
-            missing_self[r[s == r]] = 0
-            k = max(k, int((np.bincount(r, minlength=n) + missing_self).max()))
+    rounds = []
+    for s, r, w in zip(senders, receivers, weights):
+        live = w != 0
+        if not live.all():
+            s, r, w = s[live], r[live], w[live]
+        regular = _regular_rows(s, r, w, n)
+        rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
+    k = max([1] + [order.width for order in rounds])
+    if max_entries is not None and period * n * k > max_entries:
+        return SlotLayout(None, None, k)
     nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
     slot_w = np.zeros((period, n, k), dtype=weights.dtype)
-    for t, (s, r, w) in enumerate(lists):
-        if r.size == 0:
-            continue
-        first = np.searchsorted(r, np.arange(n))
-        has_self = np.zeros(n, dtype=bool)
+    for t, order in enumerate(rounds):
+        if isinstance(order, _RegularRound):
+            # Row i in sender order is its offset order rotated by the count of senders below i.
+            slot = np.arange(order.width)[None, :] + order.below[:, None]
+            slot -= order.width * (slot >= order.width)
+            nbr[t, :, : order.width] = np.take_along_axis(order.senders, slot, axis=1)
+            slot_w[t, :, : order.width] = np.take_along_axis(order.weights, slot, axis=1)
+        else:
+            nbr[t, order.receivers, order.position] = order.senders
+            slot_w[t, order.receivers, order.position] = order.weights
+    return SlotLayout(nbr, slot_w, k)
+
+
+class _RegularRound(NamedTuple):
+    """A canonical round with the same number of live edges into every node, self-loops included."""
+
+    senders: np.ndarray  # [N, K] each row ascending
+    weights: np.ndarray  # [N, K]
+    below: np.ndarray  # [N] the senders of row i below i (the self-loop's place in the row)
+
+    @property
+    def width(self) -> int:
+        return int(self.senders.shape[1])
+
+
+def _regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _RegularRound | None:
+    """The round as rows ``[N, K]`` if its live edges are canonical (sorted by receiver, then
+    sender, no duplicate) with K edges into every node, its self-loop among them; else None.
+    A few O(E) passes, one column at a time, no sort."""
+    if s.size == 0 or s.size % n:
+        return None
+    k = s.size // n
+    rows, into = s.reshape(n, k), r.reshape(n, k)
+    nodes = np.arange(n, dtype=into.dtype)
+    below = np.zeros(n, dtype=np.int64)
+    has_self = np.zeros(n, dtype=bool)
+    for j in range(k):
+        if not np.array_equal(into[:, j], nodes):
+            return None
+        if j and not np.all(rows[:, j] > rows[:, j - 1]):
+            return None
+        below += rows[:, j] < nodes
+        has_self |= rows[:, j] == nodes
+    if not has_self.all():
+        return None
+    return _RegularRound(rows, w.reshape(n, k), below)
+
+
+class _SlotOrder(NamedTuple):
+    """Where each live edge of a round sits in the slot table."""
+
+    senders: np.ndarray  # [E']
+    receivers: np.ndarray  # [E']
+    weights: np.ndarray  # [E']
+    position: np.ndarray  # [E'] the slot of the edge in its receiver's row
+    width: int  # the row length the round needs (its largest in-degree, self slot included)
+    edge: np.ndarray  # [E'] the index of the edge among the live edges given
+
+
+def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrder:
+    """Slot positions of one round's live edges: per receiver, the self slot first, then by offset
+    ``(s - r) mod N`` (so that each slot column of a circulant graph is a pure shift; mix uses
+    ``jnp.roll`` for it).
+
+    For edges in canonical order (sorted by receiver, then sender, no duplicate; what
+    ``from_edges`` stores) the offset order of a row is a rotation of its sender order: the senders
+    ``s >= r`` (offsets ``s - r``, the self-loop first) before the senders ``s < r`` (offsets
+    ``s - r + N``). That is O(E) without a sort; other input is sorted by a three-key lexsort.
+    """
+    if r.size == 0:
+        return _SlotOrder(s, r, w, np.zeros(0, dtype=np.int64), 1, np.zeros(0, dtype=np.int64))
+    has_self = np.zeros(n, dtype=bool)
+    if not is_canonical(s, r):
+        edge = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
+        s, r, w = s[edge], r[edge], w[edge]
+        counts = np.bincount(r, minlength=n)
+        first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
-        # Nodes without a self-loop keep slot 0 as a weight-0 self slot.
-        pos = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
-        nbr[t, r, pos] = s
-        slot_w[t, r, pos] = w
-    return nbr, slot_w
+        position = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
+    else:
+        edge = np.arange(r.size)
+        counts = np.bincount(r, minlength=n)
+        first = np.cumsum(counts) - counts
+        has_self[r[s == r]] = True
+        below = np.bincount(r[s < r], minlength=n)  # senders that come after the wrap
+        index = np.arange(r.size) - first[r]
+        position = np.where(s >= r, index - below[r], index + counts[r] - below[r])
+        position += (~has_self[r]).astype(np.int64)  # nodes without a self-loop keep slot 0 at weight 0
+    return _SlotOrder(s, r, w, position, int((counts + ~has_self).max()), edge)
 
 
-def choose_kernel(num_nodes: int, max_edges: int, max_slots: int) -> str:
+def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int, width: int):
+    """[T, N, K] int32: the edge (index into round t's edge list) behind slot k of node i, in O(E)
+    for canonical edges. Slots without an edge (padding, and the weight-0 self slot of a node
+    without a self-loop) point at the node's self-loop edge if it has one, else at edge 0: their
+    weight is 0 whatever that edge does.
+
+    Args:
+      senders, receivers, weights, num_nodes: as for :func:`slot_table`.
+      width: K, the width of the graph's slot table.
+    """
+    n, period = num_nodes, senders.shape[0]
+    out = np.zeros((period, n, width), dtype=np.int32)
+    for t in range(period):
+        live = np.flatnonzero(weights[t] != 0)
+        s, r, w = senders[t][live], receivers[t][live], weights[t][live]
+        own = s == r
+        out[t, r[own]] = live[own][:, None]
+        regular = _regular_rows(s, r, w, n)
+        if regular is not None:
+            slot = np.arange(regular.width)[None, :] + regular.below[:, None]
+            slot -= regular.width * (slot >= regular.width)
+            out[t, :, : regular.width] = np.take_along_axis(live.reshape(n, regular.width), slot, axis=1)
+        else:
+            order = _slot_order(s, r, w, n)
+            out[t, order.receivers, order.position] = live[order.edge]
+    return out
+
+
+def choose_kernel(num_nodes: int, max_edges: int, max_slots: int, gather_free: bool = False) -> str:
     """The measured kernel choice for ``kernel="auto"``.
 
     Args:
       num_nodes: N.
       max_edges: the most weight != 0 edges (self-loops included) of any round.
       max_slots: K of the slot table.
+      gather_free: whether every slot column moves the node axis without a gather
+        (:func:`gather_free`: shifts of a circulant graph, bit flips of a hypercube), so that the
+        slot kernel reads x K times in one fused loop whatever K.
     """
     density = max_edges / num_nodes**2
     # Measured (experiments/bench_mixing.py): dense wins for complete graphs at every N, slots
     # win for bounded degree; beyond 16 slots a moderately dense graph also prefers the matmul.
     if density > 0.5 or (max_slots > _MAX_SLOTS and density > _DENSE_FRACTION):
         return "dense"
-    if max_slots <= _MAX_SLOTS:
+    if max_slots <= _MAX_SLOTS or gather_free:
         return "slots"
     return "segment"
+
+
+# Above this many slots the slot kernel of a host graph moves x only by shifts and bit flips
+# (choose_kernel puts a graph there only when it is gather_free).
+MAX_GATHER_SLOTS = _MAX_SLOTS
+
+
+class FlipTerms(NamedTuple):
+    """One round of a graph whose in-neighbours are bit flips, ``(W x)_i = self[i] x_i +
+    sum_b weights[b, i] x_{i XOR masks[b]}`` (:func:`flip_terms`)."""
+
+    masks: tuple[int, ...]  # distinct powers of two, ascending
+    weights: np.ndarray  # [B, N] float, 0 where row i has no neighbour i XOR mask
+
+
+def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
+    """Round ``neighbors, weights [N, K]`` of a slot table as bit flips, or None.
+
+    It is one when N is a power of two and every live slot k >= 1 of node i holds ``i XOR 2^b``
+    (a hypercube, and its subgraphs): then ``x_{i XOR 2^b}`` for all i is a reversal of one axis
+    of x viewed as ``[N / 2^(b+1), 2, 2^b, ...]``, no gather. O(N K) NumPy.
+    """
+    n = neighbors.shape[0]
+    if n & (n - 1) or neighbors.shape[1] < 2:
+        return None
+    mask = neighbors[:, 1:] ^ np.arange(n, dtype=neighbors.dtype)[:, None]
+    w = weights[:, 1:]
+    live = w != 0
+    every = bool(live.all())
+    m = mask if every else mask[live]
+    if m.size == 0 or np.any(m <= 0) or np.any(m & (m - 1)):
+        return None
+    bits = np.frexp(m.astype(np.float64))[1] - 1  # log2 of a power of two, exactly
+    counts = np.bincount(bits.ravel())
+    present = np.flatnonzero(counts)
+    slot_of = (np.cumsum(counts > 0) - 1)[bits]
+    out = np.zeros((present.size, n), dtype=weights.dtype)
+    # A node's neighbours differ, so each (bit, node) is written once.
+    if every:
+        out[slot_of, np.arange(n)[:, None]] = w
+    else:
+        out[slot_of, np.nonzero(live)[0]] = w[live]
+    return FlipTerms(tuple(int(1 << b) for b in present), out)
+
+
+def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
+    """Whether every round of a slot table ``[T, N, K]`` is circulant (each slot column one shift
+    over its live nodes) or bit flips (:func:`flip_terms`): the rounds the slot kernel mixes with
+    shifts and flips only."""
+    n = neighbors.shape[1]
+    nodes = np.arange(n, dtype=np.int64)[:, None]
+    for nbr, w in zip(neighbors, weights):
+        live = w != 0
+        offsets = nbr - nodes  # in (-N, N); the shift is this mod N
+        offsets += n * (offsets < 0)
+        first = offsets[np.argmax(live, axis=0), np.arange(nbr.shape[1])]  # each column's first live offset
+        circulant = bool(np.all((offsets == first[None, :]) | ~live))
+        if not circulant and flip_terms(nbr, w) is None:
+            return False
+    return True
 
 
 def circulant_shift(column: np.ndarray) -> int | None:

@@ -164,6 +164,7 @@ def mean_out_degree(topology: Topology, num_samples: int = 512, seed: int = 0) -
     """
     if not topology.stochastic:
         return float(np.mean(topology.out_degree))
+
     def rounds():
         return jax.random.split(jax.random.key(seed), num_samples), jnp.arange(num_samples, dtype=jnp.int32)
 
@@ -189,6 +190,7 @@ def _distinct_messages(senders: Array, receivers: Array, weights: Array, n: int)
     changed = (receivers[:, 1:] != receivers[:, :-1]) | (senders[:, 1:] != senders[:, :-1])
     starts = jnp.concatenate([jnp.ones_like(real[:, :1]), changed], axis=1)
     return jnp.sum(starts & (receivers < n))
+
 
 def exact_gram(topology: Topology) -> ExchangeableGram | SparseGram | None:
     """``E[W(t)^T W(t)]`` in closed form where the graph's sampler knows it (the ``exact_gram``

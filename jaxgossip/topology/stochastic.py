@@ -33,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import any_traced, check_int, is_concrete
+from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
-from jaxgossip.topology.layout import choose_kernel
+from jaxgossip.topology.layout import choose_kernel, slot_edges
 from jaxgossip.topology.random_spectra import ExchangeableGram, SparseGram
 
 __all__ = [
@@ -457,19 +458,39 @@ def with_availability(topology: Topology, available: Any) -> Topology:
 
 def _slot_edges(topology: Topology) -> np.ndarray:
     """[T, N, K] int32: the edge (index into round t's edge list) behind slot k of node i; padding
-    slots point at edge 0 (their weight is 0 whatever the coin)."""
-    nbr, _ = topology.slots
-    n = topology.num_nodes
-    out = np.zeros(nbr.shape, dtype=np.int32)
-    for t in range(topology.period):
-        live = np.flatnonzero(topology.weights[t] != 0)
-        code = topology.receivers[t][live].astype(np.int64) * n + topology.senders[t][live]
-        order = np.argsort(code)
-        want = np.arange(n)[:, None].astype(np.int64) * n + nbr[t]
-        pos = np.clip(np.searchsorted(code[order], want), 0, max(code.size - 1, 0))
-        found = code.size > 0 and code[order][pos] == want
-        out[t] = np.where(found, live[order][pos], 0)
-    return out
+    slots point at the node's self-loop edge, or edge 0 (their weight is 0 whatever the coin)."""
+    return slot_edges(topology.senders, topology.receivers, topology.weights, topology.num_nodes, topology.max_slots)
+
+
+def _pair_units(senders: np.ndarray, receivers: np.ndarray, real: np.ndarray, n: int) -> tuple | None:
+    """The undirected pairs of a static symmetric graph in canonical order, in O(E): ``(pair_codes
+    [P] int64 sorted a * N + b with a < b, unit [1, E] int32 the pair of each real edge, 0 else)``.
+
+    The pairs are the real edges with receiver < sender, already sorted; the reverse of every edge
+    comes from the CSR-to-CSC conversion of the edge ids (column j of the transpose lists the edges
+    into j's neighbours in canonical order). None for a schedule or edges not in canonical order
+    (the caller sorts instead).
+    """
+    if senders.shape[0] != 1:
+        return None
+    live = np.flatnonzero(real[0])
+    s, r = senders[0][live], receivers[0][live]
+    if not is_canonical(s, r):
+        return None
+    forward = r < s
+    codes = r[forward].astype(np.int64) * n + s[forward]
+    import scipy.sparse
+
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=indptr[1:])
+    ids = scipy.sparse.csr_matrix((np.arange(s.size, dtype=np.int64), s, indptr), shape=(n, n))
+    transposed = ids.tocsc()
+    if not (np.array_equal(transposed.indptr, ids.indptr) and np.array_equal(transposed.indices, ids.indices)):
+        return None
+    rank = np.cumsum(forward) - 1
+    unit = np.zeros(senders.shape, dtype=np.int32)
+    unit[0, live] = np.where(forward, rank, rank[transposed.data])
+    return codes, unit
 
 
 def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float = 0.0) -> Topology:
@@ -540,9 +561,13 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         senders, receivers, weights = topology.senders, topology.receivers, topology.weights
         real = (senders != receivers) & (weights != 0)
         if repair == "symmetric":
-            codes = np.minimum(senders, receivers).astype(np.int64) * n + np.maximum(senders, receivers)
-            pair_codes = np.unique(codes[real])
-            unit = np.where(real, np.searchsorted(pair_codes, codes), 0).astype(np.int32)
+            pairs = _pair_units(senders, receivers, real, n)
+            if pairs is None:
+                codes = np.minimum(senders, receivers).astype(np.int64) * n + np.maximum(senders, receivers)
+                pair_codes = np.unique(codes[real])
+                unit = np.where(real, np.searchsorted(pair_codes, codes), 0).astype(np.int32)
+            else:
+                pair_codes, unit = pairs
             num_units = max(1, pair_codes.size)
             pair_ends = ((pair_codes // n).astype(np.int32), (pair_codes % n).astype(np.int32))
         else:

@@ -124,5 +124,5 @@ def spanning_tree(topology: Topology, root: int = 0) -> Topology:
         raise ValueError(
             f"spanning_tree: {topology.name} is not connected (BFS from node {root} reaches {order.size} of {n} nodes)"
         )
-    child = np.setdiff1d(np.arange(n), [root])
+    child = np.delete(np.arange(n), root)
     return _from_undirected_edges(n, child, parent[child], f"spanning_tree({topology.name})")

@@ -1,0 +1,168 @@
+"""Graphs of up to millions of nodes: build time per family, and one gossip round of jaxgossip
+against scipy's CSR product ``W @ x`` and a plain copy of x, side by side in one run.
+
+For every family and N (powers of two, ``--log2-sizes``) the script builds the graph with
+``topology.make`` (wall time, edges E, slot width K, kernel), then for every D in ``--dims`` times,
+on x of shape [N, D] float32:
+
+* ``jaxgossip``: ``--rounds`` rounds of ``jaxgossip.mix`` in one jitted ``lax.fori_loop`` (round t
+  uses W(t mod T); a stochastic graph draws each round from the key), divided by the rounds;
+* ``scipy``: ``W(0) @ x`` with W(0) as a float32 ``scipy.sparse.csr_matrix`` (a stochastic graph:
+  its round 0 drawn once);
+* ``copy``: ``np.copyto`` of x (one read and one write of N D 4 bytes), which gives the measured
+  bandwidth; the *floor* of a round is its bytes, ``E D 4`` read (one value per edge, self-loops
+  included: ``(K + 1) N D 4`` on a K-regular graph) and ``N D 4`` written, at that bandwidth.
+
+Timings are medians of ``--reps`` calls after one warm-up. They mean something only on a quiet
+machine: nothing else running, the same machine for every column.
+
+    python experiments/bench/million_nodes.py --out experiments/bench/million_nodes.json
+    python experiments/bench/million_nodes.py --log2-sizes 6,8 --dims 1,4 --rounds 2 --reps 1  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse
+
+import jaxgossip as jg
+from jaxgossip import topology
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _benchlib import header_line, machine_info, median_seconds  # noqa: E402
+
+FAMILIES = (
+    "ring",
+    "directed_ring",
+    "torus",
+    "hypercube",
+    "exponential",
+    "one_peer_exponential",
+    "star",
+    "chain",
+    "binary_tree",
+    "base:1",
+    "base:3",
+    "d_equistatic",
+    "u_equistatic",
+    "ring+drop:0.1",
+    "torus+drop:0.1+nodedrop:0.05",
+    "random_matching",
+    "random_out:2",
+)
+POWER_OF_TWO_ONLY = ("hypercube",)
+
+
+def build(spec: str, n: int) -> tuple[topology.Topology, float]:
+    start = time.perf_counter()
+    graph = topology.make(spec, n)
+    return graph, time.perf_counter() - start
+
+
+def round_zero(graph, key) -> topology.Topology:
+    """The graph of round 0: the graph itself, or a stochastic graph's draw."""
+    return graph.draw(key, 0).graph if graph.stochastic else graph
+
+
+def csr_of(graph) -> scipy.sparse.csr_matrix:
+    """W(0) as a float32 CSR matrix, from the round's edge list (no dense matrix)."""
+    s, r, w = (np.asarray(a)[0] for a in (graph.senders, graph.receivers, graph.weights))
+    live = w != 0
+    n = graph.num_nodes
+    return scipy.sparse.csr_matrix((w[live].astype(np.float32), (r[live], s[live])), shape=(n, n))
+
+
+def jaxgossip_round(graph, x, rounds: int, key, reps: int) -> float:
+    def run(x):
+        def body(t, x):
+            return jg.mix(graph.draw(jax.random.fold_in(key, t), t).graph, x, t)
+
+        return jax.lax.fori_loop(0, rounds, body, x)
+
+    fn = jax.jit(run)
+    jax.block_until_ready(fn(x))
+    return median_seconds(lambda: fn(x), reps) / rounds
+
+
+def measure(spec: str, n: int, dims: list[int], rounds: int, reps: int) -> dict:
+    graph, build_s = build(spec, n)
+    key = jax.random.key(0)
+    first = round_zero(graph, key)
+    matrix = csr_of(first)
+    in_degree = int(np.diff(matrix.indptr).max())  # self-loop included
+    row = {
+        "family": spec,
+        "num_nodes": n,
+        "build_s": build_s,
+        "edges": int(matrix.nnz),
+        "period": graph.period,
+        "kernel": graph.resolved_kernel,
+        "max_in_degree": in_degree,
+        "dims": {},
+    }
+    rng = np.random.default_rng(0)
+    for d in dims:
+        x_host = rng.standard_normal((n, d), dtype=np.float32)
+        x = jnp.asarray(x_host)
+        out = np.empty_like(x_host)
+        copy_s = median_seconds(lambda: np.copyto(out, x_host), reps)
+        scipy_s = median_seconds(lambda: matrix @ x_host, reps)
+        ours_s = jaxgossip_round(graph, x, rounds, key, reps)
+        bandwidth = 2 * x_host.nbytes / copy_s
+        floor_s = (matrix.nnz * d * 4 + x_host.nbytes) / bandwidth
+        row["dims"][str(d)] = {
+            "jaxgossip_round_s": ours_s,
+            "scipy_round_s": scipy_s,
+            "copy_s": copy_s,
+            "floor_s": floor_s,
+            "speedup_vs_scipy": scipy_s / ours_s,
+            "times_floor": ours_s / floor_s,
+        }
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log2-sizes", default="10,12,14,16,18,20,22", help="comma-separated log2 N")
+    parser.add_argument("--dims", default="1,4,64", help="comma-separated D")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated topology specs")
+    parser.add_argument("--rounds", type=int, default=50, help="gossip rounds per timed call")
+    parser.add_argument("--reps", type=int, default=5, help="timed calls per measurement (median)")
+    parser.add_argument("--max-gib", type=float, default=16.0, help="skip N D combinations whose x exceeds this")
+    parser.add_argument("--out", help="write the rows to this JSON file")
+    args = parser.parse_args()
+    info = machine_info()
+    print(header_line(info), flush=True)
+    dims = [int(d) for d in args.dims.split(",")]
+    rows = []
+    for spec in args.families.split(","):
+        for log2 in (int(v) for v in args.log2_sizes.split(",")):
+            n = 2**log2
+            usable = [d for d in dims if n * d * 4 * 4 <= args.max_gib * 2**30]
+            try:
+                row = measure(spec, n, usable, args.rounds, args.reps)
+            except (ValueError, MemoryError) as err:
+                print(f"{spec:28s} N=2^{log2}: skipped ({err})", flush=True)
+                continue
+            rows.append(row)
+            cells = "  ".join(
+                f"D={d}: {v['jaxgossip_round_s'] * 1e3:.2f} ms vs scipy {v['scipy_round_s'] * 1e3:.2f} ms, "
+                f"{v['times_floor']:.1f}x floor"
+                for d, v in row["dims"].items()
+            )
+            print(f"{spec:28s} N=2^{log2} E={row['edges']} build {row['build_s']:.2f} s  {cells}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"machine": info, "rounds": args.rounds, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

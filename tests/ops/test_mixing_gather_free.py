@@ -1,0 +1,86 @@
+"""Graphs with more than 16 in-neighbour slots whose slot columns are shifts (circulant graphs) or
+bit flips (hypercubes): the slot layout with shifts and flips only, against a NumPy per-node loop
+(float64) and the segment kernel, equal up to float reassociation.
+
+Bound: both kernels sum the K + 1 float32 products ``w_ij x_j`` of node i in some order, so each is
+within ``K u sum_j |w_ij x_j|`` of the exact sum (u = 2^-24, first order), and the two are within
+twice that of each other.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxgossip as jg
+from jaxgossip import topology as T
+from jaxgossip.topology import layout
+
+U = 2.0**-24
+
+
+def loop_mix(topo, x):
+    """y_i = sum over the in-edges of i of w * x_sender, one node at a time, in float64."""
+    s, r, w = topo.senders[0], topo.receivers[0], topo.weights[0]
+    order = np.argsort(r, kind="stable")
+    starts = np.searchsorted(r[order], np.arange(topo.num_nodes + 1))
+    x64 = x.astype(np.float64)
+    y = np.zeros_like(x64)
+    scale = np.zeros_like(x64)
+    for i in range(topo.num_nodes):
+        edges = order[starts[i] : starts[i + 1]]
+        terms = w[edges, None] * x64[s[edges]]
+        y[i] = terms.sum(axis=0)
+        scale[i] = np.abs(terms).sum(axis=0)
+    return y, scale
+
+
+GRAPHS = {
+    "hypercube(2^12)": lambda: T.hypercube(2**12),  # K = 13: the slot loop with gathers
+    "hypercube(2^16)": lambda: T.hypercube(2**16),  # K = 17: bit flips
+    "u_equistatic(1000)": lambda: T.u_equistatic(1000, seed=1),  # K = 21: shifts, N not a power of two
+}
+LARGE = {
+    "hypercube(2^18)": lambda: T.hypercube(2**18),
+    "exponential(2^17)": lambda: T.exponential(2**17),  # K = 18: shifts
+}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(GRAPHS) + [pytest.param(name, marks=pytest.mark.slow) for name in sorted(LARGE)]
+)
+def test_gather_free_slots_match_loop_and_segment_kernel(name):
+    topo = {**GRAPHS, **LARGE}[name]()
+    k = topo.max_slots
+    assert topo.resolved_kernel == "slots"
+    assert layout.gather_free(*topo.slots)
+    x = np.random.default_rng(0).standard_normal((topo.num_nodes, 3)).astype(np.float32)
+    got = np.asarray(jax.jit(lambda v: jg.mix(topo, v))(x), np.float64)
+    segment = T.Topology(
+        topo.name, topo.num_nodes, topo.senders, topo.receivers, topo.weights, topo.directed, "segment"
+    )
+    other = np.asarray(jax.jit(lambda v: jg.mix(segment, v))(x), np.float64)
+    want, scale = loop_mix(topo, x)
+    bound = k * U * scale + 1e-30
+    assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
+    assert np.all(np.abs(got - other) <= 2 * bound)
+    # Doubly stochastic: the node mean is kept to float32 rounding.
+    np.testing.assert_allclose(got.mean(0), x.astype(np.float64).mean(0), atol=1e-6)
+
+
+def test_flip_terms_of_a_hypercube_and_refusals():
+    topo = T.hypercube(32)
+    nbr, w = topo.slots
+    flips = layout.flip_terms(nbr[0], w[0])
+    assert flips.masks == (1, 2, 4, 8, 16)
+    np.testing.assert_array_equal(flips.weights, np.full((5, 32), 1 / 6))
+    ring = T.ring(32)
+    assert layout.flip_terms(*(a[0] for a in ring.slots)) is None  # i - 1 is no bit flip for even i
+    assert layout.flip_terms(*(a[0] for a in T.ring(12).slots)) is None  # N not a power of two
+    assert layout.gather_free(*ring.slots) and not layout.gather_free(*T.star(9).slots)
+
+
+def test_small_graphs_keep_their_kernel():
+    # Up to 16 slots nothing changes: the choice and the per-slot loop are the measured ones.
+    assert T.hypercube(2**15).resolved_kernel == "slots"
+    assert T.exponential(2**15).max_slots == 16
+    assert T.star(40).resolved_kernel == "segment"
