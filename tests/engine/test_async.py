@@ -85,7 +85,7 @@ def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None):
             x[i] = new
             messages = [(b, (i, k + 1, x[i].copy(), 0.0)) for b in out]
         else:
-            half = x[i] - lr * grad(i, x[i] / w[i])
+            half = x[i] - lr * w[i] * grad(i, x[i] / w[i])  # z = x / w moves by lr g
             messages = [(b, (i, k + 1, w_mat[b, i] * half, w_mat[b, i] * w[i])) for b in out]
             x[i], w[i] = w_mat[i, i] * half + pending_x[i], w_mat[i, i] * w[i] + pending_w[i]
             pending_x[i], pending_w[i] = 0.0, 0.0

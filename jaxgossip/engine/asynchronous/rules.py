@@ -28,11 +28,20 @@ started (right after its previous event):
   the nodes still reach consensus on a strongly connected graph (each update is a convex
   combination).
 * ``delayed_push_sum``, the form ``async_sgp`` of push_sum (overlap SGP, Assran et al. 2019): each
-  node holds ``(x_i, w_i)`` (w init 1); ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it
-  sends ``(p_ri x_i, p_ri w_i)`` to each out-neighbour r (``P = W`` column stochastic,
-  ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)`` and adds every message that arrived since its
-  previous event. With zero gradients the sums ``sum_i x_i + in flight`` and
-  ``sum_i w_i + in flight`` are kept.
+  node holds ``(x_i, w_i)`` (w init 1); ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr w_i g``
+  (so ``z_i`` moves by ``- lr g``); it sends ``(p_ri x_i, p_ri w_i)`` to each out-neighbour r
+  (``P = W`` column stochastic, ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)`` and adds every
+  message that arrived since its previous event. With zero gradients the sums
+  ``sum_i x_i + in flight`` and ``sum_i w_i + in flight`` are kept.
+
+  Why the step is scaled by ``w_i``: the paper's Algorithm 1 steps the numerator by ``- lr g``,
+  which moves ``z_i`` by ``- lr g / w_i``; its analysis bounds every delay by tau iterations, which
+  keeps ``w_i`` above a positive constant. Here nodes run free: a node that fires k times before
+  any message reaches it keeps ``w_i = p_ii^k`` (1/3^k on a ring), so the unscaled step grows
+  geometrically in ``z`` and the run diverges (exponential compute times do this within a few
+  rounds). Scaling by ``w_i`` makes every event an SGD step of ``- lr g`` on ``z_i``, the step the
+  paper takes whenever ``w_i = 1`` (regular graphs with uniform weights, its experiments), and
+  leaves the push-sum of ``(x, w)`` and its conservation unchanged.
 
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
@@ -193,7 +202,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         ring_x, ring_w = state.sent_x.reshape(n * size, -1), state.sent_w.reshape(-1)
         x_i, w_i = state.x[gi], state.w[gi]
         u, opt, loss = step(opt, x_i / w_i[:, None], i, tab.event)
-        half = x_i + u
+        half = x_i + w_i[:, None] * u
         new_x, new_w = self_p[:, None] * half, self_p * w_i
         for k in range(sender.shape[1]):  # the messages it adds, from the senders' rings
             row = sender[:, k] * size + slot[:, k]

@@ -11,7 +11,8 @@ into a step ``u`` with node i's own optax state (momentum, Adam moments; plain S
 
 * ``ad_psgd``: ``x_i, x_j <- (x_i + x_j) / 2``, then ``x_i <- x_i + u(xhat_i)``.
 * ``async_gossip``: ``x_i <- W_ii x_i + sum_j W_ij c_ij + u(x_i)`` (``c_ij`` stale copies).
-* ``async_sgp``: ``x_i <- x_i + u(x_i / w_i)``, push ``p_ri (x_i, w_i)``, add the arrived messages.
+* ``async_sgp``: ``x_i <- x_i + w_i u(x_i / w_i)`` (``z_i = x_i / w_i`` moves by ``u``), push
+  ``p_ri (x_i, w_i)``, add the arrived messages.
 
 A *round* is N events (N local steps in total, as one synchronous round with one local step), so
 ``num_rounds`` means the same amount of computation in both modes; the metrics are taken after
