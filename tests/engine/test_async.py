@@ -129,9 +129,11 @@ def _graph(rule):
     return _directed(N) if rule == "async_sgp" else T.ring(N)
 
 
-def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, **kw):
+def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, exchange="priced", **kw):
     topology = _graph(rule)
-    tm = timing.time_model(topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode)
+    tm = timing.time_model(
+        topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode, exchange=exchange
+    )
     return asynchronous.run_async_optimization(
         problem, topology, x0, lr=lr, time=tm, num_rounds=ROUNDS, key=key, algorithm=rule, **kw
     )
@@ -149,8 +151,10 @@ def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, **kw):
     ],
 )
 def test_matches_heapq_reference(problem, x0, rule, spec, mode):
+    """AD-PSGD with free (instantaneous) averaging, the paper's model; priced exchanges are checked
+    against their own reference in tests/engine/test_async_exchanges.py."""
     key = jax.random.key(7)
-    res = _run(rule, problem, x0, spec, key, mode)
+    res = _run(rule, problem, x0, spec, key, mode, exchange="free")
     topology = _graph(rule)
     bits = 32.0 * D + (32.0 if rule == "async_sgp" else 0.0)
     # the time model's draws as the run makes them (a jitted vmap; the test compiles without
@@ -174,7 +178,7 @@ def test_matches_heapq_reference(problem, x0, rule, spec, mode):
         np.testing.assert_allclose(np.asarray(res.in_flight[0]), flight[0], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(float(res.in_flight[1]), flight[1], rtol=1e-5)
     if spec == LOGNORMAL:  # the waves compute the one-event-per-step simulation
-        single = _run(rule, problem, x0, spec, key, mode, max_width=1)
+        single = _run(rule, problem, x0, spec, key, mode, exchange="free", max_width=1)
         assert single.waves.num_waves == ROUNDS * N and single.waves.width == 1
         for a, b in zip(jax.tree_util.tree_leaves(res.state), jax.tree_util.tree_leaves(single.state)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)

@@ -209,6 +209,9 @@ def test_sync_is_the_default():
         (["--execution=async", "--time.compute=1", "--algorithm_options.gamma=0.5"], "take no options"),
         (["--execution=async", "--time.compute=1", "--outer_optimizer=nesterov"], "outer_optimizer='nesterov'"),
         (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1,0.5"], "availability"),
+        (["--time.exchange=free"], "--time.exchange=free applies to --execution=async --async_form=ad_psgd only"),
+        (["--execution=async", "--time.compute=1", "--time.exchange=free"], "messages always take their link time"),
+        (["--execution=async", "--time.compute=1", "--time.exchange=cheap"], "--time.exchange='cheap' is unknown"),
     ],
 )
 def test_cli_refuses_bad_async_input(tmp_path, capsys, flags, message):

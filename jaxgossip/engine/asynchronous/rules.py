@@ -3,8 +3,9 @@
 Nodes do not wait for each other. Node i's k-th local step takes ``p_{k,i}`` seconds
 (:func:`jaxgossip.sim.compute.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
 (a float32 running sum); the finish of a step is an *event*, after which the node starts its next
-step. A message leaves with the sender's model at its event and counts at the receiver when it
-arrives, ``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
+step (AD-PSGD with priced exchanges: the end of the exchange that follows the step). A message
+leaves with the sender's model at its event and counts at the receiver when it arrives,
+``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
 ``mode="serial"`` a node's messages of one event leave one after another in ascending receiver
 order, so the m-th arrives after the first m transfers; uplink queueing across events is not
 modelled). Events are processed in time order (ties: lower node first, then lower step; a message
@@ -19,8 +20,12 @@ started (right after its previous event):
 * ``pairwise_averaging``, the form ``ad_psgd`` of gossip (Lian et al. 2018, Algorithm 1): with j
   a uniformly random out-neighbour, atomically ``x_i, x_j <- (x_i + x_j) / 2``, then
   ``x_i <- x_i - lr g`` with g taken at ``xhat_i``, i's model right after its previous event
-  (others may have averaged with it since); averaging is instantaneous. Pairwise averaging keeps
-  the node mean.
+  (others may have averaged with it since). Pairwise averaging keeps the node mean. With priced
+  exchanges (the time model's ``exchange``, default) the event is the end of the exchange: i's
+  model to j and the average back, each ``latency + 32 D / bandwidth``, both nodes busy, an
+  exchange waiting for any booked before it on either node, and i's next step starting when it
+  ends (:mod:`~jaxgossip.engine.asynchronous.exchanges`); with ``exchange="free"`` it is
+  instantaneous, at the end of i's step (the paper's model).
 * ``stale_mixing``, the form ``async_gossip`` of gossip: ``x_i <- W_ii x_i + sum_j W_ij c_ij -
   lr g(x_i)`` with ``c_ij`` the newest version of j that has arrived at i (every node sends its
   new model to all out-neighbours after each event; ``bits = 32 D``). Only node i moves, and from

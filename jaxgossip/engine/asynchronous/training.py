@@ -28,8 +28,9 @@ a node's averaging partners cannot read consistently.
 
 Bits: an AD-PSGD event exchanges two models (``32 D`` bits sent by each of i and j); an
 ``async_gossip`` event sends ``32 D`` bits to each out-neighbour, an ``async_sgp`` event
-``32 D + 32``. Nodes never wait for messages, so ``comm_time`` is 0: the links only make the reads
-stale.
+``32 D + 32``. ``comm_time`` (the synchronous rounds' waiting for messages) is 0: asynchronous
+gossip and SGP never wait, their links make the reads stale; AD-PSGD's priced exchanges (the time
+model's ``exchange``) make the node wait, which ``sim_time`` shows (the event is the exchange's end).
 
 References:
   Lian, Zhang, Zhang, Liu, "Asynchronous Decentralized Parallel Stochastic Gradient Descent",
