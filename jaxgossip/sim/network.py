@@ -10,7 +10,9 @@ inside a compiled run (:func:`jaxgossip.sim.timing.time_model`, :func:`jaxgossip
 * **Links.** A message of B bits over a link of latency l (s) and bandwidth b (bit/s) takes
   ``l + B / b``. A link is a node's uplink (scalar or ``[N]``) or a directed edge of the graph
   (``[T, E]``, aligned with ``topology.senders``). Only the sending side is modelled: no downlink
-  contention, no queueing, no loss. :func:`make_links` lays them out on a graph (:class:`Links`).
+  contention, no loss; a synchronous round's messages do not queue behind another round's, an
+  asynchronous run's do on a serial uplink (:mod:`jaxgossip.engine.asynchronous.waves`).
+  :func:`make_links` lays them out on a graph (:class:`Links`).
 * **Asynchronous exchanges** (:attr:`Network.exchange`). ``priced`` (the default): an
   asynchronous run's pairwise averaging (AD-PSGD) takes the time of the model going over the link
   and the reply coming back, and both nodes are busy for it; ``free``: it takes no time, the model

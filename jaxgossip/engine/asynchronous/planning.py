@@ -293,15 +293,11 @@ class _HostPlan(NamedTuple):
     flight: Any  # (sender, ring slot, weight) of the messages in flight at the end, or None
 
 
-def _neighbour_delays(topology, links, bits, pairs, incoming):
-    """``(table, real, weight, delay)`` slot tables ``[N, K]`` from per-node (neighbour, weight)
-    lists, with the link delay of each slot (from the neighbour when ``incoming``)."""
-    n = topology.num_nodes
+def _arrivals(topology, links, bits, sched):
+    """(sender, receiver) -> ``[#events of sender]`` arrival times of its messages
+    (:func:`async_waves.uplink_arrivals`; serial uplinks queue)."""
     delays = _edge_delays(links, topology, bits)
-    table, real, weight = _slot_table(pairs, n)
-    edge = (lambda i, j: (j, i)) if incoming else (lambda i, j: (i, j))
-    delay = np.array([[delays.get(edge(i, int(table[i, k])), 0.0) for k in range(table.shape[1])] for i in range(n)])
-    return table, real, weight, delay.astype(np.float32)
+    return async_waves.uplink_arrivals(sched.time, sched.node, delays, links.mode == "serial", topology.num_nodes)
 
 
 def message_bits(rule: str, dim: int) -> float:
@@ -337,14 +333,16 @@ def _plan(form, topology, sched, dim, links, max_width) -> _HostPlan:
     step, i = sched.step.astype(np.int64), sched.node
     if rule == "stale_mixing":
         pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == node) for node in range(n)]
-        table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=True)
-        version, producer, slots = async_waves.read_versions(sched.time, i, table, real, delay, n)
+        table, real, weight = _slot_table(pairs, n)
+        arrivals = _arrivals(topology, links, message_bits(rule, dim), sched)
+        version, producer, slots = async_waves.read_versions(sched.time, i, table, real, arrivals, n)
         level = async_waves.read_levels(i, table[i], real[i], producer, n)
         extra = (step % slots, (step + 1) % slots, self_w[i], table[i], version % slots, weight[i])
         return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 6, slots, None)
     pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == node) for node in range(n)]
-    table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=False)
-    sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, delay, n)
+    table, real, weight = _slot_table(pairs, n)
+    arrivals = _arrivals(topology, links, message_bits(rule, dim), sched)
+    sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, arrivals, n)
     due = async_waves.due_reads(i, sender, absorber, weight[i[sender], out_slot], n)
     level = async_waves.read_levels(i, due.node, due.real, due.producer, n)
     extra = ((step + 1) % due.slots, self_w[i], due.node, due.version % due.slots, due.weight)

@@ -7,9 +7,10 @@ step (AD-PSGD with priced exchanges: the end of the exchange that follows the st
 leaves with the sender's model at its event and counts at the receiver when it arrives,
 ``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
 ``mode="serial"`` a node's messages of one event leave one after another in ascending receiver
-order, so the m-th arrives after the first m transfers; uplink queueing across events is not
-modelled). Events are processed in time order (ties: lower node first, then lower step; a message
-arriving at an event's time counts for it). A *round* is N events, as many local steps as one
+order, so the m-th arrives after the first m transfers, and they queue on the uplink behind the
+node's earlier events' messages, :func:`~jaxgossip.engine.asynchronous.waves.uplink_arrivals`).
+Events are processed in time order (ties: lower node first, then lower step; a message arriving
+at an event's time counts for it). A *round* is N events, as many local steps as one
 synchronous round.
 
 The event rules (:data:`~jaxgossip.types.ASYNC_RULES`) of the registered asynchronous forms
