@@ -181,3 +181,28 @@ def test_link_speed_shows_in_the_simulated_time(tmp_path):
     slow, fast = sim_time(1e5, "priced"), sim_time(1e9, "priced")
     assert slow > 1.5 * fast
     assert sim_time(1e5, "free") == sim_time(1e9, "free") < fast
+
+
+@pytest.mark.slow
+def test_the_documented_ad_psgd_command_pays_for_slow_links(tmp_path):
+    """The AD-PSGD command of docs/usage.md at 10 Mbit/s and 1 Gbit/s (85,002 parameters: 2.7
+    Mbit per model, about 0.27 s each way at 10 Mbit/s)."""
+    import json
+
+    from jaxgossip.cli import main
+
+    base = (
+        "train --dataset=digits --model=mlp --num_rounds=40 --eval_every=10 --execution=async "
+        "--async_form=ad_psgd --time.compute=stragglers:0.01,0.125,10 --time.latency=1e-3"
+    ).split()
+
+    def last(*flags):
+        out = tmp_path / "_".join(f.split("=")[1] for f in flags)
+        assert main([*base, *flags, "--out", str(out)]) == 0
+        return json.loads((out / "metrics.json").read_text())["rows"][-1]
+
+    slow, fast = last("--time.bandwidth=1e7"), last("--time.bandwidth=1e9")
+    assert slow["sim_time"] > 20 * fast["sim_time"]
+    assert slow["test_acc"] > 0.85 and fast["test_acc"] > 0.85
+    free = [last("--time.bandwidth=1e7", "--time.exchange=free"), last("--time.bandwidth=1e9", "--time.exchange=free")]
+    assert free[0]["sim_time"] == free[1]["sim_time"] < fast["sim_time"]

@@ -304,9 +304,10 @@ def run_async_optimization(
         ``ad_psgd`` averages along its edges.
       x0: [N, D] float32 initial models.
       lr: the step size (may be traced).
-      time: a :class:`jaxgossip.sim.timing.TimeModel` (compute and per-edge links; no availability)
-        or a :class:`jaxgossip.sim.compute.Compute` or ``--time.compute`` spec (then the default
-        links of :class:`jaxgossip.sim.network.Network`).
+      time: a :class:`jaxgossip.sim.timing.TimeModel` (compute, per-edge links and whether
+        AD-PSGD's exchanges are priced; no availability) or a :class:`jaxgossip.sim.compute.Compute`
+        or ``--time.compute`` spec (then the default links of :class:`jaxgossip.sim.network.Network`,
+        priced exchanges).
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
       algorithm: an asynchronous form (:data:`jaxgossip.algorithms.ASYNC_FORMS`), or a registered

@@ -118,8 +118,8 @@ def make_async_train(
       optimizer: an optax transformation, one state per node, updated at the node's events.
       algorithm: ``"ad_psgd"``, ``"async_gossip"``, ``"async_sgp"`` or a registered algorithm with
         an asynchronous form (``"gossip"``, ``"push_sum"``).
-      time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, no availability), a
-        :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
+      time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, priced or free exchanges,
+        no availability), a :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
       key: the run's key (concrete): the schedule is drawn from its second half, as
         :meth:`Trainer.init` derives the run's keys (``key_init, key_run = split(key)``;
         the engine's keys come from ``key_run``). Pass the same key to ``init``.
