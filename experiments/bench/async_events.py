@@ -4,8 +4,9 @@ synchronous round, and a plain Python event loop over the same jitted per-node s
 For N = 16, 64, 256 nodes of a heterogeneous least-squares problem (D = 100 per node) on a ring,
 R rounds (E = R N events) with lognormal compute (median 1 s, sigma 0.5) and the default links:
 
-* ``waves``: :func:`jaxgossip.engine.asynchronous.run_async_optimization` (AD-PSGD and asynchronous
-  gossip). The first call compiles; the second (same shapes, the jit cache hit) is timed, minus
+* ``waves``: :func:`jaxgossip.engine.asynchronous.run_async_optimization` (AD-PSGD with priced
+  exchanges, the default, and with free ones, ``ad_psgd_free``, side by side: ``priced_over_free``
+  compares their events per second and planning times; asynchronous gossip). The first call compiles; the second (same shapes, the jit cache hit) is timed, minus
   the host planning of the schedule (:func:`jaxgossip.engine.asynchronous.plan_async`, timed apart), so
   ``events_per_s`` is the compiled run's, and ``plan_s`` is reported next to it.
 * ``sync``: :func:`jaxgossip.run_optimization` of synchronous gossip, R rounds, timed the same way;
@@ -48,9 +49,9 @@ def _timed(fn):
     return out, time.perf_counter() - start
 
 
-def waves(problem, topo, x0, rounds, algorithm):
+def waves(problem, topo, x0, rounds, algorithm, exchange="priced"):
     key = jax.random.key(0)
-    time_model = timing.time_model(topo, compute=COMPUTE)
+    time_model = timing.time_model(topo, compute=COMPUTE, exchange=exchange)
 
     def run():
         return asynchronous.run_async_optimization(
@@ -133,6 +134,10 @@ def main() -> None:
         for algorithm in ("ad_psgd", "async_gossip"):
             row[algorithm] = waves(problem, topo, x0, args.rounds, algorithm)
             row[algorithm]["wave_over_round"] = row[algorithm]["wave_ms"] / row["sync"]["round_ms"]
+        row["ad_psgd_free"] = waves(problem, topo, x0, args.rounds, "ad_psgd", exchange="free")
+        row["priced_over_free"] = {
+            key: row["ad_psgd"][key] / row["ad_psgd_free"][key] for key in ("events_per_s", "plan_s")
+        }
         row["python_loop"] = python_loop(problem, topo, x0, args.rounds)
         row["waves_over_python_loop"] = row["ad_psgd"]["events_per_s"] / row["python_loop"]["events_per_s"]
         rows.append(row)

@@ -324,6 +324,8 @@ TIME_HELP = {
     "time.bandwidth": "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)",
     "time.mode": "serial: a node's messages of a round share its uplink one after another (default); "
     "parallel: they go out at once on independent links",
+    "time.exchange": "priced: an asynchronous pairwise average (AD-PSGD) takes its link time both ways and keeps "
+    "both nodes busy (default); free: it takes no time (the AD-PSGD paper's model, for comparison)",
     "time.allreduce_model": "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one "
     "model-sized message per node",
     "time.availability": "always|markov:P_OFF,P_ON|trace:PATH: offline nodes neither compute nor send; a round "

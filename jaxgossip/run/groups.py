@@ -185,9 +185,15 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
     """
     if config.execution not in EXECUTIONS:
         raise unknown_name("execution", config.execution, EXECUTIONS)
+    free = (
+        f"--time.exchange={network.exchange} applies to --execution=async --async_form=ad_psgd only (a pairwise "
+        "average without link time); messages always take their link time"
+    )
     if config.execution == "sync":
         if config.async_form != "auto":
             raise ValueError(f"async_form={config.async_form!r} applies to --execution=async only")
+        if network.exchange != "priced":
+            raise ValueError(free)
         return
     form = async_form_of(config)
     refused = _async_refusals(config, network)
@@ -195,6 +201,9 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
         what, why = refused[0]
         raise ValueError(f"{what} with --execution=async: {why}")
     from jaxgossip.engine import asynchronous
+
+    if network.exchange != "priced" and not asynchronous.prices_exchanges(asynchronous.resolve_algorithm(form)):
+        raise ValueError(free)
 
     try:
         asynchronous.check_async_graph(form, topo)

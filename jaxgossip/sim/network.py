@@ -10,7 +10,14 @@ inside a compiled run (:func:`jaxgossip.sim.timing.time_model`, :func:`jaxgossip
 * **Links.** A message of B bits over a link of latency l (s) and bandwidth b (bit/s) takes
   ``l + B / b``. A link is a node's uplink (scalar or ``[N]``) or a directed edge of the graph
   (``[T, E]``, aligned with ``topology.senders``). Only the sending side is modelled: no downlink
-  contention, no queueing, no loss. :func:`make_links` lays them out on a graph (:class:`Links`).
+  contention, no loss; a synchronous round's messages do not queue behind another round's, an
+  asynchronous run's do on a serial uplink (:mod:`jaxgossip.engine.asynchronous.waves`).
+  :func:`make_links` lays them out on a graph (:class:`Links`).
+* **Asynchronous exchanges** (:attr:`Network.exchange`). ``priced`` (the default): an
+  asynchronous run's pairwise averaging (AD-PSGD) takes the time of the model going over the link
+  and the reply coming back, and both nodes are busy for it; ``free``: it takes no time, the model
+  of Lian et al. 2018, kept for comparison. Messages (asynchronous gossip and SGP, synchronous
+  rounds) always take their link time.
 * **A round's communication** (:func:`comm_seconds`). In round r (graph ``t = r mod T``) node i
   sends one message to each of its ``d_{t,i}`` out-neighbours (self excluded), all of the same
   size ``B_i = bits_i / d_{t,i}`` (true of every algorithm here), split over the I sequential
@@ -42,6 +49,7 @@ from jaxgossip.types import Array
 
 __all__ = [
     "LINK_MODES",
+    "EXCHANGE_MODES",
     "ALLREDUCE_MODELS",
     "DEFAULT_BANDWIDTH",
     "DEFAULT_LATENCY",
@@ -52,6 +60,7 @@ __all__ = [
 ]
 
 LINK_MODES = ("serial", "parallel")
+EXCHANGE_MODES = ("priced", "free")
 ALLREDUCE_MODELS = ("ring", "message")
 # The default links: 1 Gbit/s is commodity Ethernet; 100 us per message is an assumption, not a
 # measurement: the order of a small TCP message's one-way latency inside a LAN or data centre (a
@@ -96,6 +105,8 @@ class Network:
       latency: >= 0 s per message; scalar, ``[N]`` per node or ``[T, E]`` per edge.
       bandwidth: > 0 bit/s; same shapes.
       mode: ``"serial"`` (a node's messages of a round share its uplink) or ``"parallel"``.
+      exchange: ``"priced"`` (an asynchronous pairwise average takes its link time both ways and
+        keeps both nodes busy) or ``"free"`` (instantaneous, the AD-PSGD paper's model).
       allreduce_model: how a round of an all-reduce algorithm is priced: ``"ring"`` (the
         bandwidth-optimal ring) or ``"message"`` (one model-sized message per node).
       availability: ``always``, ``markov:P_OFF,P_ON`` or ``trace:PATH``
@@ -112,13 +123,14 @@ class Network:
     latency: Any = DEFAULT_LATENCY
     bandwidth: Any = DEFAULT_BANDWIDTH
     mode: str = "serial"
+    exchange: str = "priced"
     allreduce_model: str = "ring"
     availability: str = "always"
 
     def __post_init__(self):
         for field in ("latency", "bandwidth"):
             object.__setattr__(self, field, _link_value(field, getattr(self, field)))
-        for field, known in (("mode", LINK_MODES), ("allreduce_model", ALLREDUCE_MODELS)):
+        for field, known in (("mode", LINK_MODES), ("exchange", EXCHANGE_MODES), ("allreduce_model", ALLREDUCE_MODELS)):
             value = getattr(self, field)
             if value not in known:
                 raise ValueError(f"--time.{field}={value!r} is unknown; known: {', '.join(known)}")

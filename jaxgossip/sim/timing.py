@@ -68,6 +68,8 @@ class TimeModel:
       compute: :class:`Compute`.
       links: :class:`Links` (:func:`make_links`).
       overlap: static bool, whether a node sends while it computes (the ``same_iterate`` ordering).
+      exchange: static, :attr:`~jaxgossip.sim.network.Network.exchange` (``"priced"`` or ``"free"``):
+        whether an asynchronous pairwise average takes its link time.
       available: ``[R, N]`` 0/1, which nodes are online in round ``t mod R`` (:func:`availability`),
         or None (always online). An offline node computes nothing and sends nothing (its graph is
         :func:`jaxgossip.topology.with_availability`), and the round waits only for online nodes.
@@ -77,9 +79,12 @@ class TimeModel:
     links: Links
     overlap: bool = False
     available: Any = None
+    exchange: str = "priced"
 
 
-jax.tree_util.register_dataclass(TimeModel, data_fields=["compute", "links", "available"], meta_fields=["overlap"])
+jax.tree_util.register_dataclass(
+    TimeModel, data_fields=["compute", "links", "available"], meta_fields=["overlap", "exchange"]
+)
 
 def time_model(
     topology: Any,
@@ -129,7 +134,9 @@ def time_model(
         available = np.asarray(available, np.float32)
         if available.ndim != 2 or available.shape[1] != topology.num_nodes:
             raise ValueError(f"available must be [rounds, N] = [R, {topology.num_nodes}]; got {available.shape}")
-    return TimeModel(compute, links, overlap=ordering == "same_iterate", available=available)
+    return TimeModel(
+        compute, links, overlap=ordering == "same_iterate", available=available, exchange=network.exchange
+    )
 
 class Clock(NamedTuple):
     """The simulated clock a run carries (``time`` + ``carry`` is the exact sum of the round times).

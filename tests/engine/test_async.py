@@ -40,9 +40,10 @@ def _delays(topology, bits, mode):
     return out
 
 
-def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None):
+def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None, serial=False):
     """One event at a time from a heap of (time, kind, node, step, tag): kind 0 a message arriving
-    (before a step finishing at the same time), kind 1 a step finishing."""
+    (before a step finishing at the same time), kind 1 a step finishing. ``serial``: a node's
+    messages queue on its uplink, an event's leaving when the previous event's last one arrived."""
     n = x0.shape[0]
     a_mat, b_vec = np.asarray(problem.features, np.float64), np.asarray(problem.targets, np.float64)
 
@@ -57,6 +58,7 @@ def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None):
     copies = {(b, a): (0, x[a].copy()) for a, b, _ in _edges(topology) if a != b}  # (receiver, sender)
     pending_x, pending_w = np.zeros_like(x), np.zeros(n)
     heap, payload, tag = [(np.float32(dur[0, i]), 1, i, 0, 0) for i in range(n)], {}, 0
+    uplink_free = np.full(n, -np.inf, np.float32)
     heapq.heapify(heap)
     events, times, objs, cons = 0, [], [], []
     while events < num_rounds * n:
@@ -85,14 +87,17 @@ def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None):
             x[i] = new
             messages = [(b, (i, k + 1, x[i].copy(), 0.0)) for b in out]
         else:
-            half = x[i] - lr * grad(i, x[i] / w[i])
+            half = x[i] - lr * w[i] * grad(i, x[i] / w[i])  # z = x / w moves by lr g
             messages = [(b, (i, k + 1, w_mat[b, i] * half, w_mat[b, i] * w[i])) for b in out]
             x[i], w[i] = w_mat[i, i] * half + pending_x[i], w_mat[i, i] * w[i] + pending_w[i]
             pending_x[i], pending_w[i] = 0.0, 0.0
+        leave = max(t, uplink_free[i]) if serial else t
         for b, p in messages:
             tag += 1
             payload[tag] = p
-            heapq.heappush(heap, (np.float32(t + delay[(i, b)]), 0, b, 0, tag))
+            arrival = np.float32(leave + delay[(i, b)])
+            uplink_free[i] = max(uplink_free[i], arrival)
+            heapq.heappush(heap, (arrival, 0, b, 0, tag))
         heapq.heappush(heap, (np.float32(t + dur[k + 1, i]), 1, i, k + 1, 0))
         events += 1
         if events % n == 0:
@@ -129,9 +134,11 @@ def _graph(rule):
     return _directed(N) if rule == "async_sgp" else T.ring(N)
 
 
-def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, **kw):
+def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, exchange="priced", **kw):
     topology = _graph(rule)
-    tm = timing.time_model(topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode)
+    tm = timing.time_model(
+        topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode, exchange=exchange
+    )
     return asynchronous.run_async_optimization(
         problem, topology, x0, lr=lr, time=tm, num_rounds=ROUNDS, key=key, algorithm=rule, **kw
     )
@@ -149,8 +156,10 @@ def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, **kw):
     ],
 )
 def test_matches_heapq_reference(problem, x0, rule, spec, mode):
+    """AD-PSGD with free (instantaneous) averaging, the paper's model; priced exchanges are checked
+    against their own reference in tests/engine/test_async_exchanges.py."""
     key = jax.random.key(7)
-    res = _run(rule, problem, x0, spec, key, mode)
+    res = _run(rule, problem, x0, spec, key, mode, exchange="free")
     topology = _graph(rule)
     bits = 32.0 * D + (32.0 if rule == "async_sgp" else 0.0)
     # the time model's draws as the run makes them (a jitted vmap; the test compiles without
@@ -158,7 +167,7 @@ def test_matches_heapq_reference(problem, x0, rule, spec, mode):
     dur = asynchronous.step_durations(parse_compute(spec), N, ROUNDS * N + 1, key)
     u = np.asarray(jax.random.uniform(jax.random.split(key)[0], (ROUNDS * N,)))
     z, times, objs, cons, (_, _, flight) = _reference(
-        rule, problem, topology, x0, 0.05, dur, _delays(topology, bits, mode), ROUNDS, u
+        rule, problem, topology, x0, 0.05, dur, _delays(topology, bits, mode), ROUNDS, u, mode == "serial"
     )
     if spec == STRAGGLERS:  # the stragglers really straggle: the fast nodes do more events
         counts = np.bincount(res.schedule.node, minlength=N)
@@ -174,7 +183,7 @@ def test_matches_heapq_reference(problem, x0, rule, spec, mode):
         np.testing.assert_allclose(np.asarray(res.in_flight[0]), flight[0], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(float(res.in_flight[1]), flight[1], rtol=1e-5)
     if spec == LOGNORMAL:  # the waves compute the one-event-per-step simulation
-        single = _run(rule, problem, x0, spec, key, mode, max_width=1)
+        single = _run(rule, problem, x0, spec, key, mode, exchange="free", max_width=1)
         assert single.waves.num_waves == ROUNDS * N and single.waves.width == 1
         for a, b in zip(jax.tree_util.tree_leaves(res.state), jax.tree_util.tree_leaves(single.state)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
@@ -194,15 +203,19 @@ def test_async_gossip_zero_gradients_reach_consensus(problem, x0):
     assert np.abs(np.asarray(res.x).mean(0) - np.asarray(x0).mean(0)).max() > 1e-4
 
 
-def test_async_sgp_keeps_mass_in_flight(problem, x0):
-    res = _run("async_sgp", problem, x0, STRAGGLERS, jax.random.key(7), "serial", lr=0.0)
+@pytest.mark.parametrize("mode", ["parallel", "serial"])
+def test_async_sgp_keeps_mass_in_flight(problem, x0, mode):
+    res = _run("async_sgp", problem, x0, STRAGGLERS, jax.random.key(7), mode, lr=0.0)
     flight_x, flight_w = (np.asarray(a, np.float64) for a in res.in_flight)
     mass_x = np.asarray(res.state.x, np.float64).sum(0) + flight_x
     mass_w = float(np.asarray(res.state.w, np.float64).sum() + flight_w)
     np.testing.assert_allclose(mass_x, np.asarray(x0, np.float64).sum(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(mass_w, N, rtol=1e-6)
     assert flight_w > 0.1  # some messages are still in flight
-    assert res.consensus[-1] < 1e-2 * res.consensus[0]
+    # serial: a fast node's uplink needs longer per event than its step, so its messages queue
+    # (more than half of the weight is queued at the end) and consensus comes more slowly
+    assert res.consensus[-1] < (1e-2 if mode == "parallel" else 5e-2) * res.consensus[0]
+    assert (flight_w > 0.5 * N) == (mode == "serial")
 
 
 @pytest.mark.parametrize("rule", sorted(algorithms.ASYNC_FORMS))
@@ -326,3 +339,16 @@ def test_event_bits_per_node_loop(algorithm):
             out_neighbours = {int(b) for a, b in zip(s, r) if a == i and b != i}
             want[e // N, i] += (32 * D + (32 if algorithm == "async_sgp" else 0)) * len(out_neighbours)
     np.testing.assert_array_equal(asynchronous.event_bits(plan, D, N), want)
+
+
+def test_uplink_arrivals_queue_in_serial_mode():
+    """Node 0 sends to 1 and 2 at its events (t = 0, 1, 5); serial: cumulative transfers 0.5 and
+    1.5, and an event's messages wait for the previous event's; parallel: 0.5 and 1.0 each."""
+    time = np.array([0.0, 1.0, 5.0], np.float32)
+    node = np.zeros(3, np.int32)
+    serial = async_waves.uplink_arrivals(time, node, {(0, 1): 0.5, (0, 2): 1.5}, True, 3)
+    np.testing.assert_array_equal(serial[(0, 1)], [0.5, 2.0, 5.5])
+    np.testing.assert_array_equal(serial[(0, 2)], [1.5, 3.0, 6.5])
+    parallel = async_waves.uplink_arrivals(time, node, {(0, 1): 0.5, (0, 2): 1.0}, False, 3)
+    np.testing.assert_array_equal(parallel[(0, 1)], [0.5, 1.5, 5.5])
+    np.testing.assert_array_equal(parallel[(0, 2)], [1.0, 2.0, 6.0])

@@ -2,6 +2,8 @@
 run_async_optimization (itself checked against a heapq event-by-event reference in
 tests/engine/test_async.py) on a linear model, learning, rows, resume, and the command line's refusals."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -207,6 +209,9 @@ def test_sync_is_the_default():
         (["--execution=async", "--time.compute=1", "--algorithm_options.gamma=0.5"], "take no options"),
         (["--execution=async", "--time.compute=1", "--outer_optimizer=nesterov"], "outer_optimizer='nesterov'"),
         (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1,0.5"], "availability"),
+        (["--time.exchange=free"], "--time.exchange=free applies to --execution=async --async_form=ad_psgd only"),
+        (["--execution=async", "--time.compute=1", "--time.exchange=free"], "messages always take their link time"),
+        (["--execution=async", "--time.compute=1", "--time.exchange=cheap"], "--time.exchange='cheap' is unknown"),
     ],
 )
 def test_cli_refuses_bad_async_input(tmp_path, capsys, flags, message):
@@ -235,3 +240,40 @@ def test_sweep_refuses_async(tmp_path, capsys):
         == 2
     )
     assert "runs synchronous rounds only" in capsys.readouterr().err
+
+
+# The compute models of docs/usage.md's asynchronous examples. Exponential step times let a fast
+# node fire many times before any message reaches it (its push-sum weight shrinks as p_ii^k):
+# the step on the numerator must be scaled by w (jaxgossip/engine/asynchronous/rules.py).
+DOC_COMPUTE = ["0.01", "exponential:0.01", "stragglers:0.01,0.125,10", "lognormal:0.01,0.5"]
+
+
+@pytest.mark.parametrize("compute", DOC_COMPUTE)
+def test_async_sgp_trains_on_every_documented_compute_model(tmp_path, compute):
+    """docs/usage.md's asynchronous SGP command, with a smaller MLP."""
+    config = tiny_config(
+        dataset="digits",
+        num_nodes=8,
+        model_options={"hidden": [16]},
+        num_rounds=40,
+        eval_every=10,
+        evals_per_chunk=4,
+        lr=0.1,
+        eval_size=360,
+        batch_size=32,
+        execution="async",
+        algorithm="push_sum",
+        time={"compute": compute},
+    )
+    rows = run_training(config, str(tmp_path), progress=False, log=lambda s: None).rows
+    assert all(np.isfinite(r["train_loss"]) for r in rows)
+    assert rows[-1]["test_acc"] > 0.75, rows[-1]  # 10 classes: chance is 0.1
+
+
+@pytest.mark.slow
+def test_documented_async_sgp_command_trains(tmp_path):
+    out = tmp_path / "async_sgp"
+    argv = "--dataset=digits --model=mlp --num_rounds=40 --eval_every=10 --execution=async --algorithm=push_sum"
+    assert main(["train", *argv.split(), "--time.compute=exponential:0.01", "--out", str(out)]) == 0
+    rows = json.loads((out / "metrics.json").read_text())["rows"]
+    assert rows[-1]["test_acc"] > 0.85

@@ -22,6 +22,7 @@ def test_defaults_and_the_option_group():
         "latency": DEFAULT_LATENCY,
         "bandwidth": DEFAULT_BANDWIDTH,
         "mode": "serial",
+        "exchange": "priced",
         "allreduce_model": "ring",
         "availability": "always",
     }

@@ -4,6 +4,8 @@
   (``ad_psgd``, ``async_gossip``, ``async_sgp``) and ``run_async_optimization``;
 * :mod:`~jaxgossip.engine.asynchronous.planning`: the host plan of a run (the form and its graph,
   the schedule of events on the clock, link delays, the per-event tables of the waves, bits);
+* :mod:`~jaxgossip.engine.asynchronous.exchanges`: AD-PSGD's priced exchanges (busy nodes, the
+  link time both ways);
 * :mod:`~jaxgossip.engine.asynchronous.waves`: stale versions, delayed messages and the packing of
   commuting events into waves;
 * :mod:`~jaxgossip.engine.asynchronous.training`: the asynchronous trainer (``make_async_train``,

@@ -12,7 +12,10 @@ The schedule (:func:`async_schedule`): node i's k-th local step takes ``p_{k,i}`
 (:func:`jaxgossip.sim.compute.compute_seconds`) and finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
 (a float32 running sum); events are in time order (ties: lower node first, then lower step), and
 AD-PSGD's event e picks its neighbour slot ``floor(u_e deg_i)`` with
-``u = uniform(key_sched, [E])``, ``key_sched, key_grad = split(key)``.
+``u = uniform(key_sched, [E])``, ``key_sched, key_grad = split(key)``. That is the schedule of
+free exchanges (``--time.exchange=free``); with priced ones (the default) an AD-PSGD event is the
+end of an exchange that took its link time and waited for busy nodes
+(:mod:`~jaxgossip.engine.asynchronous.exchanges`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import is_concrete
+from jaxgossip.engine.asynchronous import exchanges as async_exchanges
 from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
 from jaxgossip.sim.compute import Compute, compute_seconds, parse_compute
@@ -38,9 +42,11 @@ __all__ = [
     "neighbor_table",
     "step_durations",
     "async_schedule",
+    "priced_schedule",
     "WaveTables",
     "AsyncPlan",
     "check_async_graph",
+    "prices_exchanges",
     "plan_async",
     "event_bits",
     "message_bits",
@@ -51,16 +57,22 @@ class AsyncSchedule(NamedTuple):
     """The first E events of a run in time order (NumPy arrays).
 
     Attributes:
-      time: [E] float32 finish time of each event (seconds).
+      time: [E] float32 finish time of each event (seconds): the end of its step, or of its
+        exchange (``ad_psgd`` with priced exchanges).
       node: [E] int32 node that finishes a step.
       partner: [E] int32 the neighbour it averages with (``ad_psgd``; the node itself otherwise).
       step: [E] int32 which local step of ``node`` it is (0-based).
+      request, start: [E] float32, with priced exchanges: when the node's gradient was done and
+        when its exchange began (:class:`~jaxgossip.engine.asynchronous.exchanges.PricedSchedule`);
+        None otherwise.
     """
 
     time: np.ndarray
     node: np.ndarray
     partner: np.ndarray
     step: np.ndarray
+    request: np.ndarray | None = None
+    start: np.ndarray | None = None
 
 
 class WaveStats(NamedTuple):
@@ -143,9 +155,10 @@ def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarra
     return table, np.array([len(nb) for nb in lists], np.int32)
 
 
-def _edge_delays(links: Links, topology: Any, bits: float) -> dict[tuple[int, int], float]:
+def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) -> dict[tuple[int, int], float]:
     """(sender, receiver) -> seconds a message of ``bits`` takes on graph 0's real edges (serial
-    uplinks: the cumulative transfer of the sender's messages in ascending receiver order)."""
+    uplinks: the cumulative transfer of the sender's messages in ascending receiver order; ``one``:
+    a single message, ``latency + bits / bandwidth``)."""
     if links.kind != "graph":
         raise ValueError(f"asynchronous runs need per-edge or per-node links on the graph, not {links.kind!r} links")
     if np.shape(links.senders) != np.shape(topology.senders):
@@ -164,7 +177,7 @@ def _edge_delays(links: Links, topology: Any, bits: float) -> dict[tuple[int, in
         sent = 0.0
         for receiver, e in edges:
             transfer = lat[e] + bits / bw[e]
-            sent = sent + transfer if links.mode == "serial" else transfer
+            sent = sent + transfer if links.mode == "serial" and not one else transfer
             delays[(sender, receiver)] = sent
     return delays
 
@@ -225,6 +238,27 @@ def async_schedule(
     return AsyncSchedule(flat[order], node, partner, step_idx[order])
 
 
+def priced_schedule(
+    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, table, degree, seconds
+) -> AsyncSchedule:
+    """The first ``num_events`` (E) AD-PSGD events of the run with key ``key`` when every exchange
+    takes ``seconds [N, Dmax]`` (:func:`jaxgossip.engine.asynchronous.exchanges.priced_exchanges`;
+    K steps per node drawn, doubled until enough)."""
+    key_sched, _ = jax.random.split(key)
+
+    def uniforms(block):  # block 0 is the free schedule's draw: zero delays give its partners
+        block_key = key_sched if block == 0 else jax.random.fold_in(key_sched, block)
+        return np.asarray(jax.random.uniform(block_key, (num_events,)), np.float32)
+
+    steps = 2 * -(-num_events // num_nodes) + 16
+    while True:
+        durations = step_durations(compute, num_nodes, steps, key)
+        sched = async_exchanges.priced_exchanges(durations, uniforms, table, degree, seconds, num_events)
+        if sched is not None:
+            return AsyncSchedule(sched.time, sched.node, sched.partner, sched.step, sched.request, sched.start)
+        steps *= 2
+
+
 class WaveTables(NamedTuple):
     """Per-wave tables ([M, W, ...]) of the compiled scan; ``node`` pads with N (dropped)."""
 
@@ -259,15 +293,11 @@ class _HostPlan(NamedTuple):
     flight: Any  # (sender, ring slot, weight) of the messages in flight at the end, or None
 
 
-def _neighbour_delays(topology, links, bits, pairs, incoming):
-    """``(table, real, weight, delay)`` slot tables ``[N, K]`` from per-node (neighbour, weight)
-    lists, with the link delay of each slot (from the neighbour when ``incoming``)."""
-    n = topology.num_nodes
+def _arrivals(topology, links, bits, sched):
+    """(sender, receiver) -> ``[#events of sender]`` arrival times of its messages
+    (:func:`async_waves.uplink_arrivals`; serial uplinks queue)."""
     delays = _edge_delays(links, topology, bits)
-    table, real, weight = _slot_table(pairs, n)
-    edge = (lambda i, j: (j, i)) if incoming else (lambda i, j: (i, j))
-    delay = np.array([[delays.get(edge(i, int(table[i, k])), 0.0) for k in range(table.shape[1])] for i in range(n)])
-    return table, real, weight, delay.astype(np.float32)
+    return async_waves.uplink_arrivals(sched.time, sched.node, delays, links.mode == "serial", topology.num_nodes)
 
 
 def message_bits(rule: str, dim: int) -> float:
@@ -303,14 +333,16 @@ def _plan(form, topology, sched, dim, links, max_width) -> _HostPlan:
     step, i = sched.step.astype(np.int64), sched.node
     if rule == "stale_mixing":
         pairs = [sorted((int(a), float(c)) for a, b, c in zip(s, r, w) if b == node) for node in range(n)]
-        table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=True)
-        version, producer, slots = async_waves.read_versions(sched.time, i, table, real, delay, n)
+        table, real, weight = _slot_table(pairs, n)
+        arrivals = _arrivals(topology, links, message_bits(rule, dim), sched)
+        version, producer, slots = async_waves.read_versions(sched.time, i, table, real, arrivals, n)
         level = async_waves.read_levels(i, table[i], real[i], producer, n)
         extra = (step % slots, (step + 1) % slots, self_w[i], table[i], version % slots, weight[i])
         return _HostPlan(async_waves.pack_waves(level, n, max_width), extra, (False,) * 6, slots, None)
     pairs = [sorted((int(b), float(c)) for a, b, c in zip(s, r, w) if a == node) for node in range(n)]
-    table, real, weight, delay = _neighbour_delays(topology, links, message_bits(rule, dim), pairs, incoming=False)
-    sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, delay, n)
+    table, real, weight = _slot_table(pairs, n)
+    arrivals = _arrivals(topology, links, message_bits(rule, dim), sched)
+    sender, out_slot, absorber = async_waves.deliveries(sched.time, i, table, real, arrivals, n)
     due = async_waves.due_reads(i, sender, absorber, weight[i[sender], out_slot], n)
     level = async_waves.read_levels(i, due.node, due.real, due.producer, n)
     extra = ((step + 1) % due.slots, self_w[i], due.node, due.version % due.slots, due.weight)
@@ -344,6 +376,12 @@ class AsyncPlan(NamedTuple):
     out_degree: np.ndarray
 
 
+def prices_exchanges(form: AsyncForm) -> bool:
+    """Whether ``form``'s events are exchanges that ``--time.exchange`` prices (AD-PSGD's pairwise
+    averaging); the other rules send messages, which always take their link time."""
+    return form.rule == "pairwise_averaging"
+
+
 def check_async_graph(algorithm: str, topology: Any) -> AsyncForm:
     """The asynchronous form that ``algorithm`` names (:func:`resolve_algorithm`) after checking
     that it can run on ``topology`` (a registered algorithm's own graph requirements, a fixed
@@ -366,12 +404,13 @@ def check_async_graph(algorithm: str, topology: Any) -> AsyncForm:
     return form
 
 
-def _split_time(topology: Any, time: Any) -> tuple[Compute, Links]:
+def _split_time(topology: Any, time: Any) -> tuple[Compute, Links, str]:
     if isinstance(time, timing.TimeModel):
         if time.available is not None:
             raise ValueError("asynchronous runs do not model availability (time.available); give None")
-        return time.compute, time.links
-    return parse_compute(time), Network().links(topology)  # the default links
+        return time.compute, time.links, time.exchange
+    network = Network()  # the default links
+    return parse_compute(time), network.links(topology), network.exchange
 
 
 def plan_async(
@@ -401,12 +440,18 @@ def plan_async(
     if not is_concrete(key):
         raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
     n = topology.num_nodes
-    compute, links = _split_time(topology, time)
-    table = degree = None
-    if form.rule == "pairwise_averaging":
-        table, degree = neighbor_table(topology, form.name)
+    compute, links, exchange = _split_time(topology, time)
     num_events = int(num_rounds) * n
-    sched = async_schedule(compute, n, num_events, key, table, degree)
+    if not prices_exchanges(form):
+        sched = async_schedule(compute, n, num_events, key)
+    else:
+        table, degree = neighbor_table(topology, form.name)
+        if exchange == "free":
+            sched = async_schedule(compute, n, num_events, key, table, degree)
+        else:
+            one_way = _edge_delays(links, topology, message_bits(form.rule, dim), one=True)
+            seconds = async_exchanges.pair_seconds(table, degree, one_way)
+            sched = priced_schedule(compute, n, num_events, key, table, degree, seconds)
     host = _plan(form, topology, sched, dim, links, max_width)
     plan = host.plan
     valid = plan.events >= 0

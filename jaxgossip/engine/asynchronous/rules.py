@@ -3,12 +3,14 @@
 Nodes do not wait for each other. Node i's k-th local step takes ``p_{k,i}`` seconds
 (:func:`jaxgossip.sim.compute.compute_seconds`), so it finishes at ``T_{k,i} = sum_{l <= k} p_{l,i}``
 (a float32 running sum); the finish of a step is an *event*, after which the node starts its next
-step. A message leaves with the sender's model at its event and counts at the receiver when it
-arrives, ``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
+step (AD-PSGD with priced exchanges: the end of the exchange that follows the step). A message
+leaves with the sender's model at its event and counts at the receiver when it arrives,
+``d = latency + bits / bandwidth`` later (the time model's links, per edge; with
 ``mode="serial"`` a node's messages of one event leave one after another in ascending receiver
-order, so the m-th arrives after the first m transfers; uplink queueing across events is not
-modelled). Events are processed in time order (ties: lower node first, then lower step; a message
-arriving at an event's time counts for it). A *round* is N events, as many local steps as one
+order, so the m-th arrives after the first m transfers, and they queue on the uplink behind the
+node's earlier events' messages, :func:`~jaxgossip.engine.asynchronous.waves.uplink_arrivals`).
+Events are processed in time order (ties: lower node first, then lower step; a message arriving
+at an event's time counts for it). A *round* is N events, as many local steps as one
 synchronous round.
 
 The event rules (:data:`~jaxgossip.types.ASYNC_RULES`) of the registered asynchronous forms
@@ -19,8 +21,12 @@ started (right after its previous event):
 * ``pairwise_averaging``, the form ``ad_psgd`` of gossip (Lian et al. 2018, Algorithm 1): with j
   a uniformly random out-neighbour, atomically ``x_i, x_j <- (x_i + x_j) / 2``, then
   ``x_i <- x_i - lr g`` with g taken at ``xhat_i``, i's model right after its previous event
-  (others may have averaged with it since); averaging is instantaneous. Pairwise averaging keeps
-  the node mean.
+  (others may have averaged with it since). Pairwise averaging keeps the node mean. With priced
+  exchanges (the time model's ``exchange``, default) the event is the end of the exchange: i's
+  model to j and the average back, each ``latency + 32 D / bandwidth``, both nodes busy, an
+  exchange waiting for any booked before it on either node, and i's next step starting when it
+  ends (:mod:`~jaxgossip.engine.asynchronous.exchanges`); with ``exchange="free"`` it is
+  instantaneous, at the end of i's step (the paper's model).
 * ``stale_mixing``, the form ``async_gossip`` of gossip: ``x_i <- W_ii x_i + sum_j W_ij c_ij -
   lr g(x_i)`` with ``c_ij`` the newest version of j that has arrived at i (every node sends its
   new model to all out-neighbours after each event; ``bits = 32 D``). Only node i moves, and from
@@ -28,11 +34,20 @@ started (right after its previous event):
   the nodes still reach consensus on a strongly connected graph (each update is a convex
   combination).
 * ``delayed_push_sum``, the form ``async_sgp`` of push_sum (overlap SGP, Assran et al. 2019): each
-  node holds ``(x_i, w_i)`` (w init 1); ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr g``; it
-  sends ``(p_ri x_i, p_ri w_i)`` to each out-neighbour r (``P = W`` column stochastic,
-  ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)`` and adds every message that arrived since its
-  previous event. With zero gradients the sums ``sum_i x_i + in flight`` and
-  ``sum_i w_i + in flight`` are kept.
+  node holds ``(x_i, w_i)`` (w init 1); ``g`` at ``z_i = x_i / w_i``; ``x_i <- x_i - lr w_i g``
+  (so ``z_i`` moves by ``- lr g``); it sends ``(p_ri x_i, p_ri w_i)`` to each out-neighbour r
+  (``P = W`` column stochastic, ``bits = 32 D + 32``), keeps ``p_ii (x_i, w_i)`` and adds every
+  message that arrived since its previous event. With zero gradients the sums
+  ``sum_i x_i + in flight`` and ``sum_i w_i + in flight`` are kept.
+
+  Why the step is scaled by ``w_i``: the paper's Algorithm 1 steps the numerator by ``- lr g``,
+  which moves ``z_i`` by ``- lr g / w_i``; its analysis bounds every delay by tau iterations, which
+  keeps ``w_i`` above a positive constant. Here nodes run free: a node that fires k times before
+  any message reaches it keeps ``w_i = p_ii^k`` (1/3^k on a ring), so the unscaled step grows
+  geometrically in ``z`` and the run diverges (exponential compute times do this within a few
+  rounds). Scaling by ``w_i`` makes every event an SGD step of ``- lr g`` on ``z_i``, the step the
+  paper takes whenever ``w_i = 1`` (regular graphs with uniform weights, its experiments), and
+  leaves the push-sum of ``(x, w)`` and its conservation unchanged.
 
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
@@ -193,7 +208,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         ring_x, ring_w = state.sent_x.reshape(n * size, -1), state.sent_w.reshape(-1)
         x_i, w_i = state.x[gi], state.w[gi]
         u, opt, loss = step(opt, x_i / w_i[:, None], i, tab.event)
-        half = x_i + u
+        half = x_i + w_i[:, None] * u
         new_x, new_w = self_p[:, None] * half, self_p * w_i
         for k in range(sender.shape[1]):  # the messages it adds, from the senders' rings
             row = sender[:, k] * size + slot[:, k]
@@ -289,9 +304,10 @@ def run_async_optimization(
         ``ad_psgd`` averages along its edges.
       x0: [N, D] float32 initial models.
       lr: the step size (may be traced).
-      time: a :class:`jaxgossip.sim.timing.TimeModel` (compute and per-edge links; no availability)
-        or a :class:`jaxgossip.sim.compute.Compute` or ``--time.compute`` spec (then the default
-        links of :class:`jaxgossip.sim.network.Network`).
+      time: a :class:`jaxgossip.sim.timing.TimeModel` (compute, per-edge links and whether
+        AD-PSGD's exchanges are priced; no availability) or a :class:`jaxgossip.sim.compute.Compute`
+        or ``--time.compute`` spec (then the default links of :class:`jaxgossip.sim.network.Network`,
+        priced exchanges).
       num_rounds: R >= 1; the run processes E = R N events.
       key: a concrete PRNG key (the schedule is planned on the host).
       algorithm: an asynchronous form (:data:`jaxgossip.algorithms.ASYNC_FORMS`), or a registered

@@ -11,7 +11,8 @@ into a step ``u`` with node i's own optax state (momentum, Adam moments; plain S
 
 * ``ad_psgd``: ``x_i, x_j <- (x_i + x_j) / 2``, then ``x_i <- x_i + u(xhat_i)``.
 * ``async_gossip``: ``x_i <- W_ii x_i + sum_j W_ij c_ij + u(x_i)`` (``c_ij`` stale copies).
-* ``async_sgp``: ``x_i <- x_i + u(x_i / w_i)``, push ``p_ri (x_i, w_i)``, add the arrived messages.
+* ``async_sgp``: ``x_i <- x_i + w_i u(x_i / w_i)`` (``z_i = x_i / w_i`` moves by ``u``), push
+  ``p_ri (x_i, w_i)``, add the arrived messages.
 
 A *round* is N events (N local steps in total, as one synchronous round with one local step), so
 ``num_rounds`` means the same amount of computation in both modes; the metrics are taken after
@@ -27,8 +28,9 @@ a node's averaging partners cannot read consistently.
 
 Bits: an AD-PSGD event exchanges two models (``32 D`` bits sent by each of i and j); an
 ``async_gossip`` event sends ``32 D`` bits to each out-neighbour, an ``async_sgp`` event
-``32 D + 32``. Nodes never wait for messages, so ``comm_time`` is 0: the links only make the reads
-stale.
+``32 D + 32``. ``comm_time`` (the synchronous rounds' waiting for messages) is 0: asynchronous
+gossip and SGP never wait, their links make the reads stale; AD-PSGD's priced exchanges (the time
+model's ``exchange``) make the node wait, which ``sim_time`` shows (the event is the exchange's end).
 
 References:
   Lian, Zhang, Zhang, Liu, "Asynchronous Decentralized Parallel Stochastic Gradient Descent",
@@ -116,8 +118,8 @@ def make_async_train(
       optimizer: an optax transformation, one state per node, updated at the node's events.
       algorithm: ``"ad_psgd"``, ``"async_gossip"``, ``"async_sgp"`` or a registered algorithm with
         an asynchronous form (``"gossip"``, ``"push_sum"``).
-      time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, no availability), a
-        :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
+      time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, priced or free exchanges,
+        no availability), a :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
       key: the run's key (concrete): the schedule is drawn from its second half, as
         :meth:`Trainer.init` derives the run's keys (``key_init, key_run = split(key)``;
         the engine's keys come from ``key_run``). Pass the same key to ``init``.

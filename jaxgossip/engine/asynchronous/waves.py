@@ -9,17 +9,26 @@ over waves with fixed-width tables.
 ``node[e]`` finishing its local step ``step[e]`` at ``time[e]``. Event e belongs to round
 ``e // N``.
 
+**Arrivals** (:func:`uplink_arrivals`). Every event of node j sends one message to each
+out-neighbour r. On independent links (``parallel``) the message arrives ``d_jr`` after the event
+(float32 sum; ``d_jr = latency + bits / bandwidth``). On a shared uplink (``serial``) the messages
+of an event leave one after another in ascending receiver order, ``d_jr`` being the cumulative
+transfer up to r's message, and they queue behind the previous event's: they start at
+``max(t, free_j)``, ``free_j`` the arrival of j's previous last message, so the message arrives at
+``max(t, free_j) + d_jr`` (float32). Messages on one link arrive in the order they were sent.
+Queued messages get older: when the uplink is slower than the node computes, the queue and the
+staleness grow with the run.
+
 **Stale versions** (:func:`read_versions`). Version 0 of node j is its initial model, known to
 everyone at time 0; version m >= 1 is its model after its m-th event, sent to every out-neighbour
-i when it is produced (at ``T_j(m)``, the time of that event) and arriving at
-``T_j(m) + d_ji`` (float32 sum; ``d_ji`` the link delay). Node i's event e at time t reads from
-j the newest version that has arrived (``T_j(m) + d_ji <= t``: a message arriving at the event's
-time counts) and was produced by an earlier event (``< e``: a float32 tie can make
-``T_j(m) + d_ji == T_j(m)``). The staleness of a read is j's current version minus the version
-read; ``S = max staleness + 1`` versions per node suffice.
+i when it is produced (at ``T_j(m)``, the time of that event) and arriving at ``A_ji(m)``
+(:func:`uplink_arrivals`). Node i's event e at time t reads from j the newest version that has
+arrived (``A_ji(m) <= t``: a message arriving at the event's time counts) and was produced by an
+earlier event (``< e``: a float32 tie can make ``A_ji(m) == T_j(m)``). The staleness of a read
+is j's current version minus the version read; ``S = max staleness + 1`` versions per node suffice.
 
 **Delayed messages** (:func:`deliveries`). A push-sum message sent by event a (node j) to
-out-neighbour i arrives at ``A = time[a] + d_ji`` and is added by i's first event at or after A
+out-neighbour i arrives at ``A`` (:func:`uplink_arrivals`) and is added by i's first event at or after A
 that comes after a: i's event number ``s_b = max(#{i-events before a}, #{i-events with time < A})``
 (none in the run: still in flight at the end). The message is what j sent, kept in j's ring of
 sent messages until it is added; the ring needs as many slots as j sends versions while one
@@ -45,6 +54,7 @@ import numpy as np
 __all__ = [
     "Plan",
     "event_lists",
+    "uplink_arrivals",
     "read_versions",
     "deliveries",
     "DueReads",
@@ -76,8 +86,48 @@ def event_lists(node: np.ndarray, n: int) -> list[np.ndarray]:
     return np.split(order, np.cumsum(counts)[:-1])
 
 
+def uplink_arrivals(
+    time: np.ndarray, node: np.ndarray, delays: dict[tuple[int, int], float], serial: bool, n: int
+) -> dict[tuple[int, int], np.ndarray]:
+    """(sender j, receiver r) -> ``[#events of j]`` float32 arrival times at r of the messages of
+    j's events, in event order (module docstring, "Arrivals").
+
+    Args:
+      time: [E] float32 event times; node: [E] int32 event nodes.
+      delays: (sender, receiver) -> seconds ``d_jr`` of the real edges (``serial``: cumulative
+        over the sender's messages in ascending receiver order).
+      serial: the messages share the sender's uplink and queue behind its earlier events'.
+    """
+    lists = event_lists(node, n)
+    out_of: dict[int, list[tuple[int, np.float32]]] = {}
+    for (j, r), d in sorted(delays.items()):
+        out_of.setdefault(j, []).append((r, np.float32(d)))
+    arrivals: dict[tuple[int, int], np.ndarray] = {}
+    for j, outs in out_of.items():
+        sent = time[lists[j]]
+        if not serial:
+            for r, d in outs:
+                arrivals[(j, r)] = (sent + d).astype(np.float32)
+            continue
+        table = np.empty((sent.size, len(outs)), np.float32)
+        free = np.float32(-np.inf)
+        for m, t in enumerate(sent):
+            start = max(t, free)
+            for k, (_, d) in enumerate(outs):
+                table[m, k] = np.float32(start + d)
+            free = table[m].max()
+        for k, (r, _) in enumerate(outs):
+            arrivals[(j, r)] = table[:, k]
+    return arrivals
+
+
 def read_versions(
-    time: np.ndarray, node: np.ndarray, in_table: np.ndarray, in_real: np.ndarray, in_delay: np.ndarray, n: int
+    time: np.ndarray,
+    node: np.ndarray,
+    in_table: np.ndarray,
+    in_real: np.ndarray,
+    arrivals: dict[tuple[int, int], np.ndarray],
+    n: int,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """``(version [E, K], producer [E, K], S)``: the version of in-neighbour ``in_table[i, k]``
     that each event of node i reads (module docstring), the event that produced it (-1: version
@@ -87,7 +137,7 @@ def read_versions(
       time: [E] float32 event times; node: [E] int32 event nodes.
       in_table: [N, K] int32 in-neighbours per receiver (padded with the node itself).
       in_real: [N, K] bool, the real slots.
-      in_delay: [N, K] float32 link delay from the in-neighbour to the receiver.
+      arrivals: :func:`uplink_arrivals`.
     """
     e_count = time.shape[0]
     lists = event_lists(node, n)
@@ -105,7 +155,7 @@ def read_versions(
                 continue
             j = int(in_table[i, k])
             theirs = lists[j]
-            arrival = (time[theirs] + np.float32(in_delay[i, k])).astype(np.float32)
+            arrival = arrivals[(j, i)]
             arrived = np.searchsorted(arrival, time[mine], side="right")
             before = np.searchsorted(theirs, mine, side="left")
             m = np.minimum(arrived, before)
@@ -118,7 +168,12 @@ def read_versions(
 
 
 def deliveries(
-    time: np.ndarray, node: np.ndarray, out_table: np.ndarray, out_real: np.ndarray, out_delay: np.ndarray, n: int
+    time: np.ndarray,
+    node: np.ndarray,
+    out_table: np.ndarray,
+    out_real: np.ndarray,
+    arrivals: dict[tuple[int, int], np.ndarray],
+    n: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(sender_event [P], slot [P], absorber [P])``: every message of the run (event
     ``sender_event`` to out-neighbour ``out_table[node, slot]``) and the receiver's event that
@@ -127,7 +182,7 @@ def deliveries(
     Args:
       out_table: [N, K] int32 out-neighbours per sender (padded with the node itself).
       out_real: [N, K] bool, the real slots.
-      out_delay: [N, K] float32 link delay from the sender to the out-neighbour.
+      arrivals: :func:`uplink_arrivals`.
     """
     lists = event_lists(node, n)
     senders, slots, absorbers = [], [], []
@@ -135,7 +190,7 @@ def deliveries(
         mine = lists[j]
         for k in np.flatnonzero(out_real[j]):
             theirs = lists[int(out_table[j, k])]
-            arrival = (time[mine] + np.float32(out_delay[j, k])).astype(np.float32)
+            arrival = arrivals[(j, int(out_table[j, k]))]
             s_a = np.searchsorted(theirs, mine, side="left")
             s_b = np.maximum(s_a, np.searchsorted(time[theirs], arrival, side="left"))
             absorber = np.full(mine.size, -1, np.int64)
