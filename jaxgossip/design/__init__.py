@@ -17,6 +17,7 @@ from jaxgossip.design.support import (
     metropolis_edge_weights,
     mixing_matrix,
     slem,
+    symmetric_weights,
     undirected_edges,
     weighted_topology,
 )
@@ -33,4 +34,5 @@ __all__ = [
     "metropolis_edge_weights",
     "best_constant_weights",
     "weighted_topology",
+    "symmetric_weights",
 ]

@@ -20,6 +20,7 @@ References:
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
@@ -35,6 +36,7 @@ __all__ = [
     "metropolis_edge_weights",
     "best_constant_weights",
     "weighted_topology",
+    "symmetric_weights",
 ]
 
 
@@ -143,3 +145,13 @@ def weighted_topology(edges: np.ndarray, w: np.ndarray, num_nodes: int, name: st
     receivers = np.concatenate([nodes, u, v]).astype(np.int32)
     weights = np.concatenate([diag, w, w]).astype(np.float64)
     return Topology(name, num_nodes, senders[None], receivers[None], weights[None], directed=False, kernel=kernel)
+
+
+def symmetric_weights(edges: np.ndarray, w, num_nodes: int):
+    """The weights table [1, N + 2M] of ``W = I - L(w)`` in the edge order of
+    :func:`weighted_topology` (self-loops, then ``v -> u``, then ``u -> v``), from edge weights
+    ``w`` [M] that may be traced: ``weighted_topology(edges, w0, N).with_weights(
+    symmetric_weights(edges, w, N))`` is the graph of ``w`` as a differentiable function of it."""
+    w = jnp.asarray(w)
+    degree = jnp.zeros(num_nodes, w.dtype).at[edges[:, 0]].add(w).at[edges[:, 1]].add(w)
+    return jnp.concatenate([1.0 - degree, w, w])[None]
