@@ -57,8 +57,8 @@ def command() -> Command:
         description="Design the symmetric mixing weights of a graph that minimize the SLEM of W = I - L(w) (the "
         "second-largest eigenvalue magnitude; spectral gap 1 - SLEM), exactly, by a structured barrier method "
         "(jaxgossip.design.fastest_mixing), and compare them with the Metropolis, max-degree and best constant "
-        "weights. Writes topology.npz (use it with --topology=file:DIR/topology.npz in any command), "
-        "design.json, design.md and design.png under --out.",
+        "weights. Writes topology.npz (train, sweep, consensus and tune-gamma read it with "
+        "--topology=file:DIR/topology.npz), design.json, design.md and design.png under --out.",
         classes=[(DesignConfig, "design config (config file keys or --field=value)")],
         flags={k: v for k, v in common.PROGRESS_FLAG.items() if k == "print-config"},
         extra={"output": [("out", str | None, None, "output folder (default runs/design)")]},
