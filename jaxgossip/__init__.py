@@ -9,7 +9,7 @@ cost, memory), ``engine`` (runs), ``run`` (configured runs, files) and ``cli``
 (docs/architecture.md).
 """
 
-from jaxgossip import algorithms, compress, topology
+from jaxgossip import algorithms, compress, design, topology
 from jaxgossip.engine import problems, rounds
 from jaxgossip.engine.asynchronous import run_async_optimization
 from jaxgossip.engine.asynchronous.training import make_async_train
@@ -40,6 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "algorithms",
     "compress",
+    "design",
     "cost",
     "Network",
     "time_model",

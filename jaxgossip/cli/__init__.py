@@ -1,5 +1,5 @@
 """The ``jaxgossip`` console script (edge package): ``train``, ``sweep``, ``consensus``,
-``topology-sweep``, ``tune-gamma``, ``demo``, ``plan`` and ``compare``, one module each, on one
+``topology-sweep``, ``tune-gamma``, ``demo``, ``plan``, ``compare`` and ``design``, one module each, on one
 typed configuration system
 (:mod:`jaxgossip.run.parsing`, jsonargparse).
 
@@ -35,6 +35,7 @@ COMMANDS = {
     "demo": ("jaxgossip.cli.demo", "compare gossip, Choco, PowerGossip, push-sum, Sparse-Push, SCSP, or --algorithms"),
     "plan": ("jaxgossip.cli.plan", "memory of a run's compiled chunk per node, and the largest N that fits a GPU"),
     "compare": ("jaxgossip.cli.compare", "finished runs (train --out folders, demo folders) in one table and plots"),
+    "design": ("jaxgossip.cli.design", "mixing weights of least SLEM on a graph, vs Metropolis, max-degree, constant"),
 }
 
 # commands that run over several processes (the node axis sharded over all of them)

@@ -68,9 +68,21 @@ class ConsensusTrace(NamedTuple):
 
 
 def consensus_scan(
-    alg: GossipAlgorithm, x0: Params, num_steps: int, key: PRNGKey, time: TimeModel | None = None
+    alg: GossipAlgorithm,
+    x0: Params,
+    num_steps: int,
+    key: PRNGKey,
+    time: TimeModel | None = None,
+    *,
+    remat: bool = False,
 ) -> ConsensusTrace:
     """Pure, jittable and vmappable core of :func:`run_consensus`: one ``lax.scan`` over rounds.
+
+    Differentiable with respect to every traced input: ``x0``, the algorithm's traced
+    hyperparameters (``gamma``) and a graph's traced weights
+    (:meth:`jaxgossip.topology.Topology.with_weights`), when the algorithm is built inside the
+    differentiated function. ``remat=True`` rematerialises each round in the backward pass
+    (:func:`jaxgossip.engine.rounds.run_rounds`), for long runs in bounded memory.
 
     Returns:
       :class:`ConsensusTrace` with ``error`` [S + 1], ``round_bits`` [S], ``node_bits`` [S, N],
@@ -90,7 +102,9 @@ def consensus_scan(
 
     err0 = consensus_distance(alg.debias(x0, state0), target)
     clock0 = None if time is None else timing.init_clock(key)
-    (x, state, _, _), (errors, bits, node_bits, clocks) = run_rounds(body, (x0, state0, key, clock0), int(num_steps))
+    (x, state, _, _), (errors, bits, node_bits, clocks) = run_rounds(
+        body, (x0, state0, key, clock0), int(num_steps), remat=remat
+    )
     sim_time = comm_time = None
     if time is not None:
         sim_time = jnp.concatenate([clock0.time[None], clocks.time])

@@ -210,12 +210,20 @@ def optimization_scan(
     ordering: str = "atc",
     objective_fn: LossFn | None = None,
     time: TimeModel | None = None,
+    *,
+    remat: bool = False,
 ) -> OptimizationTrace:
     """Pure, jittable and vmappable core of :func:`run_optimization` (same arguments).
 
     Everything a user may sweep is traced: ``key``, ``x0``, and optimizer hyperparameters such as
     ``optax.sgd(lr)`` with a traced ``lr``, so ``jax.vmap`` over seeds or step sizes compiles once.
     ``num_steps``, ``local_steps`` and ``ordering`` are Python values (static).
+
+    The same traced inputs are differentiable: ``jax.grad`` of the final objective with respect
+    to ``x0``, a step size (``optax.inject_hyperparams(optax.sgd)(learning_rate=lr)``), the
+    algorithm's ``gamma`` or a graph's weights (:meth:`jaxgossip.topology.Topology.with_weights`),
+    with the algorithm and optimizer built inside the differentiated function. ``remat=True``
+    rematerialises each round in the backward pass (bounded memory for long runs).
 
     Returns:
       An :class:`OptimizationTrace` of JAX arrays (``node_bits`` per round, not accumulated).
@@ -264,7 +272,7 @@ def optimization_scan(
     opt_state0 = jax.vmap(optimizer.init)(x0)
     clock0 = None if time is None else timing.init_clock(key)
     (x, state, opt_state, _, _), (objs, cons, loss, bits, clocks) = run_rounds(
-        round_fn, (x0, state0, opt_state0, key_run, clock0), int(num_steps)
+        round_fn, (x0, state0, opt_state0, key_run, clock0), int(num_steps), remat=remat
     )
     sim_time = comm_time = None
     if time is not None:

@@ -81,6 +81,7 @@ def run_rounds(
     *,
     every: int = 1,
     point_fn: PointFn | None = None,
+    remat: bool = False,
 ) -> tuple[Any, Any]:
     """Runs ``num_points * every`` rounds of ``round_fn`` in one ``lax.scan`` (pure, jittable, vmappable).
 
@@ -94,12 +95,20 @@ def run_rounds(
       point_fn: ``(carry, records) -> point`` with records stacked over the P rounds of the
         point (leaves ``[P, ...]``); None returns the records themselves (leaves
         ``[num_points, P, ...]``, or ``[num_points, ...]`` when ``every == 1``).
+      remat: rematerialise every round under reverse-mode differentiation (``jax.checkpoint`` of
+        ``round_fn``): the gradient of an S-round run then stores the S carries between rounds
+        instead of every round's intermediates, and recomputes one round at a time on the way
+        back. The forward values are the same.
 
     Returns:
       ``(carry, points)``: the final carry and the points stacked (leaves ``[num_points, ...]``).
     """
     num_points = _check_count("num_points", num_points)
     every = _check_count("every", every)
+    if not isinstance(remat, bool):
+        raise TypeError(f"remat={remat!r} must be a bool")
+    if remat:
+        round_fn = jax.checkpoint(round_fn)
     if every == 1 and point_fn is None:
         return jax.lax.scan(round_fn, carry, xs, length=num_points)
     if xs is not None:

@@ -254,6 +254,27 @@ def plot_gamma_tuning(result, path: str, title: str = "") -> str:
     return _save(fig, path)
 
 
+def plot_design(design, path: str, title: str = "") -> str:
+    """The SLEM after every Newton step of a :class:`jaxgossip.design.Design`, with the SLEMs of the
+    Metropolis, max-degree and best constant weights of the same graph as horizontal lines."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, design.history.size + 1), design.history, label="designed", color="black")
+    for label, value, colour in (
+        ("Metropolis", design.metropolis_slem, "tab:blue"),
+        ("max-degree", design.max_degree_slem, "tab:orange"),
+        ("best constant", design.best_constant_slem, "tab:green"),
+    ):
+        ax.axhline(value, ls="--", color=colour, label=f"{label} {value:.4f}")
+    ax.set_xlabel("Newton step")
+    ax.set_ylabel("SLEM of W")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
 def plot_topology(topo, path: str | None = None, t: int = 0):
     """Draws round ``t`` of a topology with networkx (arrows for directed graphs)."""
     import networkx as nx

@@ -67,11 +67,18 @@ def check_partition(spec: str, field: str = "partition") -> None:
 
 def check_topology(spec: str, num_nodes: int, seed: int = 0, field: str = "topology"):
     """Builds the topology of ``spec`` at ``num_nodes`` nodes (cheap, no data), or raises a
-    ValueError naming the field."""
+    ValueError naming the field. ``file:PATH`` reads the graph from a ``.npz`` file
+    (:mod:`jaxgossip.run.topology_files`)."""
     from jaxgossip import topology
+    from jaxgossip.run.topology_files import FILE_PREFIX, is_file_spec, load_topology
 
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"{field}={spec!r} must be a graph spec such as ring, torus:4x8 or erdos_renyi:0.3")
+    if is_file_spec(spec):
+        try:
+            return load_topology(spec[len(FILE_PREFIX):], num_nodes)
+        except ValueError as err:
+            raise ValueError(f"{field}={spec!r}: {err}") from None
     families = list(topology.FAMILIES)
     name = spec.partition("+")[0].partition(":")[0]
     if name not in families:

@@ -38,6 +38,7 @@ __all__ = [
     "random_directed",
     "from_adjacency",
     "from_matrix",
+    "from_weights",
     "schedule",
     "WEIGHT_SCHEMES",
 ]
@@ -441,6 +442,71 @@ def from_matrix(w: Any, name: str | None = None, directed: bool | None = None) -
         r, s = np.nonzero(m)
         rounds.append((s, r, m[r, s]))
     return from_edges(name or f"from_matrix(N={n}, T={period})", n, rounds, directed=bool(directed))
+
+
+def from_weights(senders: Any, receivers: Any, weights: Any, num_nodes: int, name: str | None = None) -> Topology:
+    """Topology from explicit edge lists with weights, checked (e.g. weights read from a file).
+
+    ``W(t)[receivers[t, e], senders[t, e]] += weights[t, e]``; duplicate edges are summed and
+    weight-0 edges are padding. Negative weights are accepted only in a symmetric doubly
+    stochastic W (a linear averaging iteration such as
+    :func:`jaxgossip.design.fastest_mixing` with ``nonnegative=False`` designs); every other W
+    must be non-negative.
+
+    Args:
+      senders, receivers: [E] or [T, E] integers in ``[0, num_nodes)``.
+      weights: [E] or [T, E] finite floats.
+      num_nodes: N >= 2.
+      name: optional display name.
+
+    Raises:
+      ValueError: naming the problem: shapes that differ or are not [E] / [T, E], non-integer or
+        out-of-range node indices, NaN or inf weights, a W(t) neither row nor column stochastic,
+        negative weights in a W that is not symmetric doubly stochastic, a union graph that is
+        not strongly connected.
+    """
+    n = check_int("num_nodes", num_nodes, 2)
+    arrays = {"senders": np.asarray(senders), "receivers": np.asarray(receivers), "weights": np.asarray(weights)}
+    shapes = {key: a.shape for key, a in arrays.items()}
+    if len(set(shapes.values())) != 1 or arrays["weights"].ndim not in (1, 2):
+        raise ValueError(f"senders, receivers and weights must share one [E] or [T, E] shape; got {shapes}")
+    for key in ("senders", "receivers"):
+        a = arrays[key]
+        if not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"{key} must hold integer node indices, got dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() >= n):
+            raise ValueError(f"{key} must lie in [0, {n}) for num_nodes={n}; got values in [{a.min()}, {a.max()}]")
+    if not np.issubdtype(arrays["weights"].dtype, np.number):
+        raise ValueError(f"weights must be numbers, got dtype {arrays['weights'].dtype}")
+    s, r, w = (a.reshape((-1, a.shape[-1])) for a in arrays.values())
+    w = w.astype(np.float64)
+    if not np.all(np.isfinite(w)):
+        raise ValueError("weights contain NaN or inf entries")
+    matrices = np.zeros((w.shape[0], n, n))
+    for t in range(w.shape[0]):
+        np.add.at(matrices[t], (r[t], s[t]), w[t])
+    rows, cols = matrices.sum(axis=2), matrices.sum(axis=1)
+    rows_ok, cols_ok = np.allclose(rows, 1.0, atol=_TOL), np.allclose(cols, 1.0, atol=_TOL)
+    if not (rows_ok or cols_ok):
+        raise ValueError(
+            "the weights are not stochastic: every W(t) needs rows or columns summing to 1; row sums span "
+            f"[{rows.min():.4g}, {rows.max():.4g}], column sums span [{cols.min():.4g}, {cols.max():.4g}]"
+        )
+    if np.any(matrices < 0):
+        symmetric = all(np.allclose(m, m.T, atol=_TOL) for m in matrices)
+        if not (rows_ok and cols_ok and symmetric):
+            t, i, j = np.argwhere(matrices < 0)[0]
+            raise ValueError(
+                f"negative weight W[{t}][{i}, {j}] = {matrices[t, i, j]:.3g}: negative weights need a symmetric "
+                "doubly stochastic W (a linear averaging iteration); this one is "
+                f"{'not symmetric' if not symmetric else 'not doubly stochastic'}"
+            )
+    union = (matrices != 0).any(axis=0).astype(np.float64)
+    np.fill_diagonal(union, 0)
+    _check_connected(union, True, "union graph of the weights")
+    directed = not all(np.array_equal(m != 0, (m != 0).T) for m in matrices)
+    rounds = [(s[t], r[t], w[t]) for t in range(w.shape[0])]
+    return from_edges(name or f"from_weights(N={n}, T={w.shape[0]})", n, rounds, directed=directed)
 
 
 def schedule(topologies: Sequence[Topology], name: str | None = None) -> Topology:

@@ -182,6 +182,54 @@ class Topology:
             raise ValueError("layout='slots' needs the tables 'neighbors' and 'slot_weights'")
         return cls._assemble(tables, {"kernel": facts["layout"], "sampler": None, **facts})
 
+    def with_weights(self, weights: Any) -> Topology:
+        """The same graph with other weights on its edges, e.g. traced ones to differentiate a run
+        with respect to the mixing weights (``jax.grad`` through ``consensus_scan``).
+
+        The edges are those of this graph: ``weights`` [T, E] replaces :attr:`weights` entry for
+        entry, and the slot table takes each edge's new weight in the edge's slot. Padding edges
+        (weight 0 here) have no slot, so their entries do not act. The stochasticity and symmetry
+        facts are this graph's: they are not checked again on traced weights, so a caller that
+        leaves the doubly stochastic set (e.g. a finite-difference step) gets the run of that
+        matrix, as a derivative needs.
+
+        Args:
+          weights: [T, E] array, or anything ``jnp.asarray`` takes (traced under jit / grad).
+
+        Returns:
+          A :class:`Topology` with device tables (the weights traced when ``weights`` is), the
+          same layout and facts.
+
+        Raises:
+          ValueError: a stochastic, stacked or traced graph, or ``weights`` of another shape.
+        """
+        self._fixed("edge weights")
+        if self.num_graphs is not None or not self.host_tables:
+            raise ValueError(
+                f"with_weights needs one graph built on the host; {self.name} has stacked or traced tables"
+            )
+        weights = jnp.asarray(weights)
+        if weights.shape != self.weights.shape:
+            raise ValueError(
+                f"with_weights needs weights of shape {self.weights.shape} (T, E) of {self.name}; got {weights.shape}"
+            )
+        # The slot of every edge: the slot table of the edge ids (1-based; 0 marks an empty slot).
+        period, num_edges = self.weights.shape
+        ids = np.where(self.weights != 0, np.arange(1, num_edges + 1, dtype=np.float64)[None], 0.0)
+        _, slot_ids = slot_table(self.senders, self.receivers, ids, self.num_nodes)
+        slot_ids = slot_ids.astype(np.int64)
+        flat = np.where(slot_ids > 0, np.arange(period)[:, None, None] * num_edges + slot_ids - 1, 0)
+        slot_weights = jnp.where(slot_ids > 0, weights.reshape(-1)[flat], 0)
+        tables = dict(
+            senders=jnp.asarray(self.senders),
+            receivers=jnp.asarray(self.receivers),
+            weights=weights,
+            neighbors=jnp.asarray(self.neighbors),
+            slot_weights=slot_weights,
+        )
+        facts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _LEAVES}
+        return Topology._assemble(tables, facts)
+
     @classmethod
     def from_sampler(cls, sampler: Any, draw_args: Any = None, **facts: Any) -> Topology:
         """A stochastic topology: no tables, a sampler that draws each round's graph.

@@ -100,6 +100,7 @@ FLOORS = (
     ("algorithms", "data"),
     ("sim",),
     ("engine",),
+    ("design",),
     ("jaxgossip",),
     ("run",),
     ("cli",),

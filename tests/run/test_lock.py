@@ -66,6 +66,7 @@ COMMANDS = {
         "--num_steps=4",
     ],
     "demo": ["--quick"],
+    "design": ["--num_nodes=8"],
 }
 
 

@@ -164,3 +164,32 @@ def test_value_key_is_equal_for_graphs_built_apart_and_facts_are_plain_values():
     assert failing.value_key() != T.with_failures(T.ring(8), link_drop=0.5).value_key()
     with pytest.raises(TypeError, match="concrete"):
         jax.jit(lambda t: t.value_key())(T.stack([a]))
+
+
+@pytest.mark.parametrize("make", [lambda: T.ring(8), lambda: T.one_peer_exponential(8), lambda: T.complete(5)])
+def test_with_weights_mixes_with_the_new_weights(make):
+    """with_weights(v) mixes with W(v) on every layout: the dense reference of the new table."""
+    topo = make()
+    rng = np.random.default_rng(0)
+    new = np.where(topo.weights != 0, rng.uniform(0.1, 1.0, size=topo.weights.shape), 0.0)
+    graph = topo.with_weights(new)
+    assert graph.resolved_kernel == topo.resolved_kernel and graph.period == topo.period
+    x = rng.normal(size=(topo.num_nodes, 3)).astype(np.float32)
+    for t in range(topo.period):
+        dense = np.zeros((topo.num_nodes, topo.num_nodes))
+        np.add.at(dense, (topo.receivers[t], topo.senders[t]), new[t])
+        np.testing.assert_allclose(np.asarray(jg.mix(graph, x, t)), dense @ x, rtol=1e-5, atol=1e-6)
+    # the same weights mix as the graph itself
+    np.testing.assert_allclose(
+        np.asarray(jg.mix(topo.with_weights(topo.weights), x)), np.asarray(jg.mix(topo, x)), atol=1e-6
+    )
+
+
+def test_with_weights_refuses_another_shape_and_stochastic_graphs():
+    topo = T.ring(6)
+    with pytest.raises(ValueError, match=r"shape \(1, 18\)"):
+        topo.with_weights(np.ones((1, 17)))
+    with pytest.raises(ValueError, match="stochastic"):
+        jg.topology.random_matching(6).with_weights(np.ones((1, 6)))
+    with pytest.raises(ValueError, match="traced"):
+        topo.with_weights(topo.weights).with_weights(topo.weights)

@@ -1,0 +1,38 @@
+"""Designing graphs and weights: mixing weights of least SLEM on a given graph.
+
+* :mod:`~jaxgossip.design.weights`: ``fastest_mixing`` (the fastest-mixing Markov chain,
+  and with ``nonnegative=False`` the fastest distributed linear averaging iteration), returning a
+  :class:`Design`;
+* :mod:`~jaxgossip.design.support`: the undirected support of a graph and the classical
+  weightings on it (Metropolis-Hastings, max-degree, best constant), ``slem``.
+
+Host-side and pure: a design reads a :class:`~jaxgossip.topology.Topology` and returns an ordinary
+one, usable by every algorithm and command.
+"""
+
+from jaxgossip.design.support import (
+    best_constant_weights,
+    laplacian,
+    max_degree_weights,
+    metropolis_edge_weights,
+    mixing_matrix,
+    slem,
+    symmetric_weights,
+    undirected_edges,
+    weighted_topology,
+)
+from jaxgossip.design.weights import Design, fastest_mixing
+
+__all__ = [
+    "Design",
+    "fastest_mixing",
+    "undirected_edges",
+    "laplacian",
+    "mixing_matrix",
+    "slem",
+    "max_degree_weights",
+    "metropolis_edge_weights",
+    "best_constant_weights",
+    "weighted_topology",
+    "symmetric_weights",
+]
