@@ -35,7 +35,7 @@ import numpy as np
 
 from jaxgossip.checks import is_concrete
 from jaxgossip.topology.edges import transpose_check
-from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, slot_layout
+from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, slot_layout, slot_table
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
