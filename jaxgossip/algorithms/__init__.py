@@ -32,6 +32,7 @@ from jaxgossip.algorithms import relaysgd as _relaysgd
 from jaxgossip.algorithms import relaysum_grad as _relaysum_grad
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
+from jaxgossip.algorithms import sparta as _sparta
 from jaxgossip.algorithms import trimmed_mean as _trimmed_mean
 from jaxgossip.algorithms._shared.messages import Received
 from jaxgossip.algorithms._shared.pair_tables import oriented_pairs, pair_round, pair_tables
@@ -76,6 +77,7 @@ from jaxgossip.algorithms.relaysgd import relaysgd
 from jaxgossip.algorithms.relaysum_grad import relaysum_grad
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
+from jaxgossip.algorithms.sparta import sparta
 from jaxgossip.algorithms.trimmed_mean import trimmed_mean
 from jaxgossip.types import (
     AlgorithmInfo,
@@ -105,6 +107,7 @@ register_builtin("trimmed_mean", _trimmed_mean.INFO)
 register_builtin("median", _median.INFO)
 register_builtin("relaysgd", _relaysgd.INFO)
 register_builtin("relaysum_grad", _relaysum_grad.INFO)
+register_builtin("sparta", _sparta.INFO)
 
 __all__ = [
     "REGISTRY",
@@ -142,6 +145,7 @@ __all__ = [
     "median",
     "relaysgd",
     "relaysum_grad",
+    "sparta",
     "byzantine",
     "attackers",
     "honest_mask",
