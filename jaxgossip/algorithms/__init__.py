@@ -21,6 +21,7 @@ from jaxgossip.algorithms import choco as _choco
 from jaxgossip.algorithms import clipped_gossip as _clipped_gossip
 from jaxgossip.algorithms import d2 as _d2
 from jaxgossip.algorithms import deepsqueeze as _deepsqueeze
+from jaxgossip.algorithms import demo_momentum as _demo_momentum
 from jaxgossip.algorithms import gossip as _gossip
 from jaxgossip.algorithms import gradient_tracking as _gradient_tracking
 from jaxgossip.algorithms import median as _median
@@ -51,6 +52,7 @@ from jaxgossip.algorithms.choco import choco
 from jaxgossip.algorithms.clipped_gossip import clipped_gossip
 from jaxgossip.algorithms.d2 import d2
 from jaxgossip.algorithms.deepsqueeze import deepsqueeze
+from jaxgossip.algorithms.demo_momentum import demo_momentum
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.gradient_tracking import gradient_tracking
 from jaxgossip.algorithms.median import median
@@ -108,6 +110,7 @@ register_builtin("median", _median.INFO)
 register_builtin("relaysgd", _relaysgd.INFO)
 register_builtin("relaysum_grad", _relaysum_grad.INFO)
 register_builtin("sparta", _sparta.INFO)
+register_builtin("demo_momentum", _demo_momentum.INFO)
 
 __all__ = [
     "REGISTRY",
@@ -146,6 +149,7 @@ __all__ = [
     "relaysgd",
     "relaysum_grad",
     "sparta",
+    "demo_momentum",
     "byzantine",
     "attackers",
     "honest_mask",
