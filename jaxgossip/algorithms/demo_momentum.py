@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.fft
 
 from jaxgossip.algorithms._shared.common import check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph, sign
@@ -43,7 +44,7 @@ from jaxgossip.types import (
     TrainerHooks,
 )
 
-__all__ = ["demo_momentum", "DemoState", "AGGREGATES", "to_chunks", "from_chunks", "INFO"]
+__all__ = ["demo_momentum", "DemoState", "AGGREGATES", "to_chunks", "from_chunks", "dct_matrix", "INFO"]
 
 #: How a receiver combines the coefficients its in-neighbours sent (see :func:`demo_momentum`).
 AGGREGATES = ("selected", "all")
@@ -76,12 +77,16 @@ def _wide(x: Array) -> Array:
     return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
-def _dct(x: Array) -> Array:
-    return jax.scipy.fft.dct(x, type=2, norm="ortho", axis=-1)
+def dct_matrix(chunk: int) -> np.ndarray:
+    """``[C, C]`` float32, the orthonormal DCT-II: ``X = D @ x`` for one chunk, ``x = D.T @ X``."""
+    return scipy.fft.dct(np.eye(chunk), type=2, norm="ortho", axis=0).astype(np.float32)
 
 
-def _idct(x: Array) -> Array:
-    return jax.scipy.fft.idct(x, type=2, norm="ortho", axis=-1)
+def _transform(x: Array, basis: np.ndarray) -> Array:
+    """``x @ basis`` over the last axis at full float32 precision (accelerators would otherwise
+    multiply in reduced precision): the DCT with ``D.T``, its inverse with ``D``; the basis is
+    precomputed once, as in the reference code."""
+    return jnp.matmul(x, jnp.asarray(basis, x.dtype), precision=jax.lax.Precision.HIGHEST)
 
 
 def _top_k_mask(coefficients: Array, k: int) -> Array:
@@ -175,6 +180,8 @@ def demo_momentum(
     """
     chunk = _check(topology, lr, k, chunk, beta, aggregate)
     index_bits = math.ceil(math.log2(chunk)) if chunk > 1 else 0
+    basis = dct_matrix(chunk)
+    forward, inverse = basis.T, basis
 
     def init_fn(params):
         check_params(topology, params)
@@ -195,10 +202,10 @@ def demo_momentum(
         graph = topology.draw(key, t).graph  # the topology itself unless it is stochastic
         # The transforms run in at least float32; the momentum and the messages keep their dtype
         # (bfloat16 under --message_dtype=bf16).
-        coefficients = jax.tree_util.tree_map(lambda m: _dct(_wide(m)), state.m)
+        coefficients = jax.tree_util.tree_map(lambda m: _transform(_wide(m), forward), state.m)
         sent = jax.tree_util.tree_map(lambda x: _top_k_mask(x, k), coefficients)
         q = jax.tree_util.tree_map(lambda x, s, m: jnp.where(s, x, 0).astype(m.dtype), coefficients, sent, state.m)
-        m = jax.tree_util.tree_map(lambda m, q: (m - _idct(_wide(q))).astype(m.dtype), state.m, q)
+        m = jax.tree_util.tree_map(lambda m, q: (m - _transform(_wide(q), inverse)).astype(m.dtype), state.m, q)
         total = mix(graph, q, t)
         if aggregate == "selected":
             weight = mix(graph, jax.tree_util.tree_map(lambda s, x: s.astype(x.dtype), sent, q), t)
@@ -207,7 +214,7 @@ def demo_momentum(
             )
 
         def move(x, aggregate_q):
-            u = from_chunks(_idct(_wide(aggregate_q)), x)
+            u = from_chunks(_transform(_wide(aggregate_q), inverse), x)
             return x - jnp.asarray(lr, x.dtype) * jnp.sign(u).astype(x.dtype)
 
         new_params = jax.tree_util.tree_map(move, params, total)
