@@ -46,6 +46,7 @@ BENCHMARKS = {
     "power_gossip": ("experiments/bench_power_gossip.py", False, ["--quick"]),
     "training": ("experiments/bench_training.py", False, ["--quick"]),
     "conv": ("experiments/bench_conv.py", False, ["--reps", "3", "--skip-lax-vmap"]),
+    "wan_rounds": ("experiments/bench/wan_rounds.py", True, ["--quick"]),
     # optional: needs torch (pip install -e .[bench]); without it the script prints SKIPPED and exits 0
     "torch_baseline": ("experiments/bench/baselines/compare.py", True, ["--quick"]),
 }

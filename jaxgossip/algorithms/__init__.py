@@ -21,6 +21,7 @@ from jaxgossip.algorithms import choco as _choco
 from jaxgossip.algorithms import clipped_gossip as _clipped_gossip
 from jaxgossip.algorithms import d2 as _d2
 from jaxgossip.algorithms import deepsqueeze as _deepsqueeze
+from jaxgossip.algorithms import demo_momentum as _demo_momentum
 from jaxgossip.algorithms import gossip as _gossip
 from jaxgossip.algorithms import gradient_tracking as _gradient_tracking
 from jaxgossip.algorithms import median as _median
@@ -32,6 +33,7 @@ from jaxgossip.algorithms import relaysgd as _relaysgd
 from jaxgossip.algorithms import relaysum_grad as _relaysum_grad
 from jaxgossip.algorithms import scsp as _scsp
 from jaxgossip.algorithms import sparse_push as _sparse_push
+from jaxgossip.algorithms import sparta as _sparta
 from jaxgossip.algorithms import trimmed_mean as _trimmed_mean
 from jaxgossip.algorithms._shared.messages import Received
 from jaxgossip.algorithms._shared.pair_tables import oriented_pairs, pair_round, pair_tables
@@ -50,6 +52,7 @@ from jaxgossip.algorithms.choco import choco
 from jaxgossip.algorithms.clipped_gossip import clipped_gossip
 from jaxgossip.algorithms.d2 import d2
 from jaxgossip.algorithms.deepsqueeze import deepsqueeze
+from jaxgossip.algorithms.demo_momentum import demo_momentum
 from jaxgossip.algorithms.gossip import gossip
 from jaxgossip.algorithms.gradient_tracking import gradient_tracking
 from jaxgossip.algorithms.median import median
@@ -76,6 +79,7 @@ from jaxgossip.algorithms.relaysgd import relaysgd
 from jaxgossip.algorithms.relaysum_grad import relaysum_grad
 from jaxgossip.algorithms.scsp import scsp
 from jaxgossip.algorithms.sparse_push import sparse_push
+from jaxgossip.algorithms.sparta import sparta
 from jaxgossip.algorithms.trimmed_mean import trimmed_mean
 from jaxgossip.types import (
     AlgorithmInfo,
@@ -105,6 +109,8 @@ register_builtin("trimmed_mean", _trimmed_mean.INFO)
 register_builtin("median", _median.INFO)
 register_builtin("relaysgd", _relaysgd.INFO)
 register_builtin("relaysum_grad", _relaysum_grad.INFO)
+register_builtin("sparta", _sparta.INFO)
+register_builtin("demo_momentum", _demo_momentum.INFO)
 
 __all__ = [
     "REGISTRY",
@@ -142,6 +148,8 @@ __all__ = [
     "median",
     "relaysgd",
     "relaysum_grad",
+    "sparta",
+    "demo_momentum",
     "byzantine",
     "attackers",
     "honest_mask",

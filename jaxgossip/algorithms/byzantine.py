@@ -400,7 +400,8 @@ def byzantine(
 
     Args:
       algorithm: a registered name or import path (or an AlgorithmInfo) whose metadata has
-        ``receive`` (messages are models): ``gossip``, ``clipped_gossip``, ``trimmed_mean``, ``median``.
+        ``receive`` (messages are models): ``gossip``, ``clipped_gossip``, ``trimmed_mean``, ``median``,
+        ``sparta``.
       topology: a fixed or time-varying graph with host tables.
       attack: one of :data:`ATTACKS`.
       ids: the attackers' node ids; or ``num`` (K) attackers drawn from ``key`` (:func:`attackers`).

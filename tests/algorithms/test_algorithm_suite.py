@@ -45,6 +45,9 @@ KWARGS = {
     # gossip here (its clipping is checked in tests/algorithms/test_clipped_gossip.py); trim=0 is the neighbourhood mean.
     "clipped_gossip": {"tau": 100.0},
     "trimmed_mean": {"trim": 0},
+    # half the coordinates per round: the default p = 0.005 needs thousands of rounds to converge.
+    "sparta": {"fraction": 0.5},
+    "demo_momentum": {"lr": 0.1, "k": 2, "chunk": 4},
 }
 # Consensus after CONVERGE_STEPS rounds must fall below this fraction of the initial error.
 # DeepSqueeze with a biased compressor provably stops in a neighbourhood of the average (its
@@ -52,8 +55,12 @@ KWARGS = {
 # differences to the grid delta * B leaves a floor of order (gamma delta B)^2 (its docstring).
 CONVERGE_STEPS = 200
 # Rules whose fixed points include states that are not a consensus: a coordinate-wise median over a
-# ring's neighbourhoods keeps every locally monotone sequence (a root signal of the median filter).
-NO_CONSENSUS = {"median": "a median over neighbourhoods keeps locally monotone models (root signals)"}
+# ring's neighbourhoods keeps every locally monotone sequence (a root signal of the median filter);
+# DeMo never sends models, so in a consensus run (no gradients) every state is a fixed point.
+NO_CONSENSUS = {
+    "median": "a median over neighbourhoods keeps locally monotone models (root signals)",
+    "demo_momentum": "it exchanges components of the local momenta, not models; without gradients no model moves",
+}
 # Rules whose consensus from different models is not their mean: RelaySum over models averages
 # models delayed by the tree distance, and each node stands in its own initial model for the nodes
 # not heard from yet (its docstring); the nodes must still agree.

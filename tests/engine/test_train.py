@@ -27,6 +27,7 @@ ALG_OPTIONS = {
     "power_gossip": {"rank": 1},
     "d2": {"gamma": 0.5},  # the uniform 8-ring's lambda_min = -1/3 is D^2's limit (its docstring)
     "qgm": {"lr": 0.1},  # the optimizer's learning rate
+    "demo_momentum": {"lr": 0.01, "k": 8},  # the sign step replaces the optimizer's step
     "moniqua": {"theta": 1.0, "gamma": 0.5},
 }
 PUSH = ("push_sum", "sparse_push", "scsp")

@@ -203,6 +203,7 @@ OPTIONS = {
     "power_gossip": {"rank": 1},
     "d2": {"gamma": 0.5},
     "qgm": {"lr": 3e-3},
+    "demo_momentum": {"lr": 3e-3},
     "moniqua": {"theta": 1.0, "gamma": 0.5},
 }
 FAST = ("gossip", "power_gossip")  # the others (choco's fused top-k, push-sum, ...) with --slow

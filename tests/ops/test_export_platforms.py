@@ -22,6 +22,7 @@ ACCELERATORS = ("cuda", "rocm", "tpu")
 # Options an algorithm needs to be built (no defaults for them); top-k where it has a native kernel.
 OPTIONS = {
     "qgm": {"lr": 0.1},
+    "demo_momentum": {"lr": 0.01},
     "sparse_push": {"fraction": 0.25},
     "scsp": {"fraction": 0.25},
     "choco": {"compressor": "top_k", "compressor_options": {"fraction": 0.25}},
