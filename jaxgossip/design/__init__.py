@@ -1,15 +1,25 @@
-"""Designing graphs and weights: mixing weights of least SLEM on a given graph.
+"""Designing graphs and weights: mixing weights of least SLEM on a given graph, and sparse graphs
+learned from the nodes' label distributions.
 
 * :mod:`~jaxgossip.design.weights`: ``fastest_mixing`` (the fastest-mixing Markov chain,
   and with ``nonnegative=False`` the fastest distributed linear averaging iteration), returning a
   :class:`Design`;
 * :mod:`~jaxgossip.design.support`: the undirected support of a graph and the classical
-  weightings on it (Metropolis-Hastings, max-degree, best constant), ``slem``.
+  weightings on it (Metropolis-Hastings, max-degree, best constant), ``slem``;
+* :mod:`~jaxgossip.design.heterogeneity`: ``learn_topology``, a doubly stochastic graph of
+  in-degree at most d whose neighbourhoods see the global label distribution (a
+  :class:`LearnedTopology`).
 
 Host-side and pure: a design reads a :class:`~jaxgossip.topology.Topology` and returns an ordinary
 one, usable by every algorithm and command.
 """
 
+from jaxgossip.design.heterogeneity import (
+    LearnedTopology,
+    label_proportions,
+    learn_topology,
+    neighbourhood_heterogeneity,
+)
 from jaxgossip.design.support import (
     best_constant_weights,
     laplacian,
@@ -35,4 +45,8 @@ __all__ = [
     "best_constant_weights",
     "weighted_topology",
     "symmetric_weights",
+    "LearnedTopology",
+    "learn_topology",
+    "label_proportions",
+    "neighbourhood_heterogeneity",
 ]
