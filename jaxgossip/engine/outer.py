@@ -167,12 +167,16 @@ def quantized_sender(
             f"outer_message_bits={bits} with outer_message={message!r}: the message is then the model, and "
             "quantising models is a different method; use --outer_message=pseudo_gradient"
         )
-    info = algorithms.resolve(algorithm.name) if algorithm.name else None
-    if info is None or not info.cost.dense_values:
+    try:
+        dense = algorithms.resolve(algorithm.name).cost.dense_values
+    except (ValueError, TypeError):  # a wrapper (the Byzantine one) or an unregistered algorithm
+        dense = False
+    if not dense:
         raise ValueError(
-            f"outer_message_bits={bits} with algorithm {algorithm.name or '(unregistered)'}: its messages are "
-            "not declared dense (CostFacts.dense_values), so its bits cannot be repriced at "
-            f"{bits} bits per value; use an algorithm that sends every value, e.g. allreduce or gossip"
+            f"outer_message_bits={bits} with algorithm {algorithm.name or '(unnamed)'}: its registry metadata "
+            "does not declare dense messages (CostFacts.dense_values), so its bits cannot be repriced at "
+            f"{bits} bits per value; use a registered algorithm that sends every value (gossip, allreduce, "
+            "push_sum) without a wrapper"
         )
     return quantize.with_quantized_messages(algorithm, bits)
 

@@ -142,6 +142,10 @@ def test_sender_refusals_and_b32_is_the_algorithm():
         outer.quantized_sender(alg, 4, tx, "model")
     with pytest.raises(ValueError, match="dense"):
         outer.quantized_sender(algorithms.make("choco", topology.ring(N)), 4, tx, "pseudo_gradient")
+    with pytest.raises(ValueError, match="dense"):
+        outer.quantized_sender(algorithms.byzantine("gossip", topology.ring(N), ids=[0]), 4, tx, "pseudo_gradient")
+    with pytest.raises(ValueError, match="dense"):
+        outer.quantized_sender(alg._replace(name=""), 4, tx, "pseudo_gradient")
     with pytest.raises(ValueError, match="outer_message_bits=5"):
         outer.quantized_sender(alg, 5, tx, "pseudo_gradient")
 
@@ -212,6 +216,15 @@ def test_streaming_diloco_at_4_bits_runs_and_resumes_bitwise(tmp_path):
         (
             ["--outer_optimizer=sgd", "--outer_message=pseudo_gradient", "--outer_message_bits=4", "--algorithm=choco"],
             ["outer_message_bits=4", "choco", "dense"],
+        ),
+        (
+            [
+                "--outer_optimizer=sgd",
+                "--outer_message=pseudo_gradient",
+                "--outer_message_bits=4",
+                "--byzantine.nodes=1",
+            ],
+            ["outer_message_bits=4", "dense", "without a wrapper"],
         ),
     ],
 )
