@@ -206,15 +206,21 @@ class CostFacts:
     Attributes:
       exchanges: ``options -> I``, sequential exchanges per round (:meth:`exchanges_per_round`).
       allreduce_cost: a round is priced as an all-reduce rather than as gossip on the graph.
+      dense_values: every message of a round carries all D values of the sender's params, each
+        priced at its dtype's width (``jaxgossip.compress.value_bits``), plus bits that do not
+        depend on the values' dtype (a push-sum weight): a round's bits are then affine in the value
+        width, which lets the quantised outer messages (:mod:`jaxgossip.ops.quantize`) reprice
+        them. False for compressed, sparse or low-rank messages.
     """
 
     exchanges: Callable[[Mapping[str, Any]], int] = one_exchange
     allreduce_cost: bool = False
+    dense_values: bool = False
 
     def __post_init__(self):
         if not callable(self.exchanges):
             raise TypeError(f"exchanges={self.exchanges!r} must be a function options -> int")
-        _check_bools(self, ("allreduce_cost",))
+        _check_bools(self, ("allreduce_cost", "dense_values"))
 
     def exchanges_per_round(self, options: Mapping[str, Any]) -> int:
         """Sequential exchanges per round with ``options`` (an int >= 1)."""

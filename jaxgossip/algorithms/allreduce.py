@@ -63,5 +63,5 @@ def allreduce(topology: Topology | int) -> GossipAlgorithm:
 INFO = AlgorithmInfo(
     allreduce,
     graph=GraphNeeds(stackable=True, stochastic_graphs="any"),
-    cost=CostFacts(allreduce_cost=True),
+    cost=CostFacts(allreduce_cost=True, dense_values=True),
 )

@@ -22,6 +22,7 @@ from jaxgossip.topology import Topology
 from jaxgossip.types import (
     AlgorithmInfo,
     AsyncForm,
+    CostFacts,
     Execution,
     GossipAlgorithm,
     GraphNeeds,
@@ -110,5 +111,6 @@ INFO = AlgorithmInfo(
     graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any"),
     sweep=SweepFacts(step_size="gamma", relaxation_gamma=True),
     hooks=TrainerHooks(receive=gossip_receive),
+    cost=CostFacts(dense_values=True),
     execution=Execution(asynchronous=(ASYNC_GOSSIP, AD_PSGD)),
 )

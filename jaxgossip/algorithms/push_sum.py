@@ -23,7 +23,17 @@ from jaxgossip.algorithms._shared.common import per_round
 from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.ops.mixing import check_params, leaf_bits, mix, per_node
 from jaxgossip.topology import Topology
-from jaxgossip.types import AlgorithmInfo, Array, AsyncForm, Execution, GossipAlgorithm, GraphNeeds, Params, StepInfo
+from jaxgossip.types import (
+    AlgorithmInfo,
+    Array,
+    AsyncForm,
+    CostFacts,
+    Execution,
+    GossipAlgorithm,
+    GraphNeeds,
+    Params,
+    StepInfo,
+)
 
 __all__ = ["push_sum", "PushSumState", "divide_by_weight", "WEIGHT_BITS_MODES", "ASYNC_SGP", "INFO"]
 
@@ -122,5 +132,6 @@ ASYNC_SGP = AsyncForm("async_sgp", rule="delayed_push_sum")
 INFO = AlgorithmInfo(
     push_sum,
     graph=GraphNeeds(mixing="column_stochastic", stackable=True, stochastic_graphs="any"),
+    cost=CostFacts(dense_values=True),
     execution=Execution(asynchronous=(ASYNC_SGP,)),
 )

@@ -35,6 +35,18 @@ communicates is ``message``:
   Push-sum methods de-bias with the weights of the sequence they carry, which are not those of
   the pseudo-gradients: sound only where the weights stay 1 (a doubly stochastic W).
 
+**Quantised outer gradients** (``message_bits`` B in {4, 8, 16}, ``"pseudo_gradient"`` only): the
+pseudo-gradients are sent as B-bit floats with a float32 scale per node and leaf
+(:mod:`jaxgossip.ops.quantize`; Streaming DiLoCo all-reduces 4-bit outer gradients), the
+algorithm's round runs on the dequantised ``q(Delta)`` and its change is added to ``Delta``::
+
+      x_{r+1} = x_r - outer_opt(Delta_r + comm(q(Delta_r)) - q(Delta_r))
+
+so under ``allreduce`` each node's own pseudo-gradient enters exactly and only the others' are
+rounded. Allowed with algorithms whose messages are dense
+(:attr:`jaxgossip.types.CostFacts.dense_values`: gossip, allreduce, push-sum), which are then
+charged B bits per value and 32 per scale. A model is not quantised this way: ``"model"`` refuses.
+
 ``outer_opt`` is an optax transformation applied per node: ``sgd`` (``u = lr * g``) or
 ``nesterov`` (``m <- mu m + g``, ``u = lr (g + mu m)``; DiLoCo uses lr 0.7, mu 0.9). With H = 1
 the pseudo-gradient is one inner update plus (``"model"``) the consensus step, so the outer
@@ -64,6 +76,7 @@ __all__ = [
     "OuterRound",
     "make_outer_optimizer",
     "check_outer_message",
+    "quantized_sender",
     "outer_init",
     "pseudo_gradient",
     "outer_step",
@@ -128,6 +141,44 @@ def check_outer_message(message: str) -> str:
     if message not in OUTER_MESSAGES:
         raise ValueError(f"outer_message={message!r} is unknown; known: {', '.join(OUTER_MESSAGES)}")
     return message
+
+
+def quantized_sender(
+    algorithm: GossipAlgorithm, bits: int, outer: optax.GradientTransformation | None, message: str
+) -> GossipAlgorithm:
+    """``algorithm`` sending its outer messages as B-bit floats (module docstring); itself for 32.
+
+    Raises:
+      ValueError: ``bits`` not in 4, 8, 16, 32; B < 32 without an outer optimizer, with
+        ``message="model"``, or with an algorithm whose metadata does not declare dense messages.
+    """
+    from jaxgossip import algorithms
+    from jaxgossip.ops import quantize
+
+    if quantize.check_message_bits(bits) == 32:
+        return algorithm
+    if outer is None:
+        raise ValueError(
+            f"outer_message_bits={bits} quantises the outer gradients: it needs an outer optimizer "
+            "(--outer_optimizer=sgd|nesterov)"
+        )
+    if message != "pseudo_gradient":
+        raise ValueError(
+            f"outer_message_bits={bits} with outer_message={message!r}: the message is then the model, and "
+            "quantising models is a different method; use --outer_message=pseudo_gradient"
+        )
+    try:
+        dense = algorithms.resolve(algorithm.name).cost.dense_values
+    except (ValueError, TypeError):  # a wrapper (the Byzantine one) or an unregistered algorithm
+        dense = False
+    if not dense:
+        raise ValueError(
+            f"outer_message_bits={bits} with algorithm {algorithm.name or '(unnamed)'}: its registry metadata "
+            "does not declare dense messages (CostFacts.dense_values), so its bits cannot be repriced at "
+            f"{bits} bits per value; use a registered algorithm that sends every value (gossip, allreduce, "
+            "push_sum) without a wrapper"
+        )
+    return quantize.with_quantized_messages(algorithm, bits)
 
 
 def outer_init(tx: optax.GradientTransformation, params: Params) -> OuterState:

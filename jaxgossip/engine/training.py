@@ -233,6 +233,7 @@ def make_train(
     outer: optax.GradientTransformation | None = None,
     outer_message: str = "model",
     streaming: streaming_lib.Streaming | None = None,
+    outer_message_bits: int = 32,
 ) -> Trainer:
     """Configures a decentralized training run and returns its pure functions.
 
@@ -283,6 +284,10 @@ def make_train(
         fragments synchronised at staggered inner steps, tau steps of overlap, mixing factor):
         Streaming DiLoCo (:mod:`jaxgossip.engine.streaming`). None: the whole model at the end of
         the round.
+      outer_message_bits: B in 4, 8, 16, 32, the width of the floats the outer gradients are sent
+        in (``"pseudo_gradient"`` only, with a float32 scale per node and leaf;
+        :func:`jaxgossip.engine.outer.quantized_sender`), bits counted at B per value and 32 per
+        scale; 32 sends float32 as without it.
 
     Returns:
       A :class:`Trainer`.
@@ -291,7 +296,8 @@ def make_train(
       ValueError: a non-positive ``num_rounds``, ``batch_size``, ``eval_every`` or ``local_steps``,
         an unknown ``ordering`` or ``outer_message``, an outer optimizer with ``"same_iterate"``, a
         ``loss_fn`` that does not return a scalar, streaming without an outer optimizer or with
-        options that do not fit H or the model (:func:`jaxgossip.engine.streaming.check_streaming`).
+        options that do not fit H or the model (:func:`jaxgossip.engine.streaming.check_streaming`),
+        ``outer_message_bits`` refused by :func:`jaxgossip.engine.outer.quantized_sender`.
     """
     from jaxgossip import data as _data
 
@@ -312,6 +318,7 @@ def make_train(
             f"ordering={ordering!r}: an outer optimizer needs ordering='atc' (its pseudo-gradient is that of the "
             "local steps' result)"
         )
+    sender = outer_lib.quantized_sender(algorithm, outer_message_bits, outer, outer_message)
     if streaming is not None:
         if outer is None:
             raise ValueError("outer_fragments / outer_overlap (streaming DiLoCo) need an outer optimizer")
@@ -445,7 +452,7 @@ def make_train(
 
         carry = (_LocalCarry(state.params, state.batch_stats, state.opt_state, state.comm_state), [])
         (carry, losses), comm_states, stream, bits = streaming_lib.stream_round(
-            algorithm,
+            sender,
             outer,
             outer_message,
             streaming,
@@ -497,7 +504,7 @@ def make_train(
         if outer is not None:
             anchor = (state.params, state.comm_state)  # x^k and the state it is read with
             params, comm_state, outer_state, info = outer_lib.outer_round(
-                algorithm, outer, outer_message, state.outer, *anchor, y, comm_state, key_comm, online
+                sender, outer, outer_message, state.outer, *anchor, y, comm_state, key_comm, online
             )
         elif ordering == "atc":
             params, comm_state, info = algorithm.step(y, comm_state, key_comm)

@@ -155,6 +155,7 @@ class TrainConfig:
     outer_fragments: int = 1
     outer_overlap: int = 0
     outer_mix: float = 0.0
+    outer_message_bits: int = 32
     precision: str = "fp32"
     message_dtype: str = "fp32"
     batch_size: int = 32
@@ -287,6 +288,11 @@ def train_field_help() -> dict[str, str]:
         "merged (0 <= tau < local_steps)",
         "outer_mix": "Streaming DiLoCo: the merge keeps outer_mix of the fragment's inner value and takes the rest "
         "from the outer result, in [0, 1] (0: the result only, as DiLoCo; the paper reports 0.5 with overlap)",
+        "outer_message_bits": "bits per value of the outer gradients sent: 4 (float4_e2m1fn), 8 (float8_e4m3fn), "
+        "16 (bfloat16) or 32 (float32, the default); below 32 each node's leaf is sent with a float32 scale "
+        "max|x|/FMAX (none for 16) and the bits count B per value plus 32 per scale, as Streaming DiLoCo's "
+        "4-bit outer gradients; needs an outer_optimizer, outer_message=pseudo_gradient, message_dtype=fp32 and "
+        "an algorithm sending dense messages (gossip, allreduce, push_sum)",
         "batch_size": "B, samples per node and local step (>= 1)",
         "num_rounds": "training rounds (local_steps local steps + one communication each; a multiple of eval_every)",
         "eval_every": "rounds between evaluations (>= 1)",

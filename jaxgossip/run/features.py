@@ -27,8 +27,9 @@ class Feature(NamedTuple):
       flags: the options that turn it on, ``--field=value`` as on the command line.
       what: one line on what the run then does differently.
       static_graph: it needs a graph with period T = 1 (:func:`graph_for` picks one).
-      forms: for a feature with one variant per algorithm form (``info -> names``): its flags are
-        repeated once per name, ``{form}`` replaced by it; an algorithm with no form has no variant.
+      forms: for a feature with one variant per name that the algorithm's metadata gives
+        (``info -> names``: its asynchronous forms, the outer message widths it can be priced at):
+        its flags are repeated once per name, ``{form}`` replaced by it; no name, no variant.
       graphs: for a feature of the graph, the graph specs it runs on, from the algorithm's graph
         spec (:func:`graph_for`): a run takes the first, ``topology-sweep`` all of them (so they
         share one program); None: the algorithm's graph.
@@ -71,6 +72,19 @@ FEATURES: tuple[Feature, ...] = (
             "--outer_mix=0.5",
         ),
         "Streaming DiLoCo: two fragments synchronised at staggered steps, each result in flight for one step",
+    ),
+    Feature(
+        "outer_bits",
+        (
+            "--local_steps=2",
+            "--outer_optimizer=nesterov",
+            "--outer_lr=0.5",
+            "--outer_message=pseudo_gradient",
+            "--outer_fragments=2",
+            "--outer_message_bits={form}",
+        ),
+        "Streaming DiLoCo with 4-bit outer gradients (one variant for algorithms sending dense messages)",
+        forms=lambda info: ("4",) if info.cost.dense_values else (),
     ),
     Feature("bf16", ("--precision=bf16", "--message_dtype=bf16"), "bfloat16 compute and 16-bit messages"),
     Feature(

@@ -139,6 +139,12 @@ def check_run(config: TrainConfig) -> Checked:
             "the weights of the sequence it carries, which are not those of each round's pseudo-gradients once "
             "W is not doubly stochastic; use --outer_message=model"
         )
+    if config.outer_message_bits != 32 and not algorithms.info(config.algorithm).cost.dense_values:
+        raise ValueError(
+            f"outer_message_bits={config.outer_message_bits} with {config.algorithm}: its messages are not "
+            "dense (compressed, sparse or low-rank values), so B-bit values cannot reprice them; use an "
+            "algorithm that sends every value (gossip, allreduce, push_sum) or --outer_message_bits=32"
+        )
     if config.ordering not in alg.orderings:
         raise ValueError(
             f"ordering={config.ordering!r}: {config.algorithm} is registered with orderings={alg.orderings} "

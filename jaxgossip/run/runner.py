@@ -159,6 +159,7 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
         outer=outer.make_outer_optimizer(config.outer_optimizer, config.outer_lr, config.outer_momentum),
         outer_message=config.outer_message,
         streaming=streaming_of(config),
+        outer_message_bits=config.outer_message_bits,
     )
     return trainer, resolved.algorithm
 

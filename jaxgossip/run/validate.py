@@ -236,6 +236,32 @@ def _check_streaming(config: TrainConfig) -> None:
     streaming.check_streaming(spec, config.local_steps)
 
 
+def _check_outer_bits(config: TrainConfig) -> None:
+    """``outer_message_bits`` against the outer options (the algorithm's dense messages are checked
+    when it is resolved)."""
+    from jaxgossip.ops import quantize
+
+    bits = config.outer_message_bits
+    quantize.check_message_bits(bits)
+    if bits == 32:
+        return
+    if config.outer_optimizer == "none":
+        raise ValueError(
+            f"outer_message_bits={bits} quantises the outer gradients: it needs --outer_optimizer=sgd|nesterov "
+            "and --outer_message=pseudo_gradient"
+        )
+    if config.outer_message != "pseudo_gradient":
+        raise ValueError(
+            f"outer_message_bits={bits} with outer_message={config.outer_message!r}: the message is then the "
+            "model, and quantising models is a different method; use --outer_message=pseudo_gradient"
+        )
+    if config.message_dtype != "fp32":
+        raise ValueError(
+            f"outer_message_bits={bits} with message_dtype={config.message_dtype!r}: the outer message bits "
+            "set the value format; use --message_dtype=fp32"
+        )
+
+
 def check_fields(config: TrainConfig) -> TrainConfig:
     """Checks every field of ``config`` that needs no object built: types, ranges, names, spec
     grammars and the combinations of plain fields (:func:`jaxgossip.run.resolve.check_train_config`
@@ -292,6 +318,7 @@ def check_fields(config: TrainConfig) -> TrainConfig:
             + " (or drop --outer_message)"
         )
     _check_streaming(config)
+    _check_outer_bits(config)
     from jaxgossip.ops import precision
 
     if config.precision not in precision.PRECISIONS:
