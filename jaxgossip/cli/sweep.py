@@ -155,6 +155,11 @@ def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[floa
                 sweeps.check_axes({name: [0.0]})
             except ValueError as err:  # names the reason (a static shape, ...) and the axes that work
                 raise UsageError(f"--sweep.{name}: {err}") from None
+        if any(isinstance(v, str) for v in values):  # a spec (--time.bandwidth=stragglers:...): the reason
+            try:
+                sweeps.check_axes({name: values})
+            except ValueError as err:
+                raise UsageError(f"--sweep.{name}: {err}") from None
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         if not values or not ok:
             raise UsageError(f"--sweep.{name}={values!r} {AXIS_VALUES}")
