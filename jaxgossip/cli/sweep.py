@@ -30,7 +30,13 @@ def axis_hints(values: dict) -> dict[str, Any]:
     """Every given ``--sweep.*`` axis is a list of numbers (one value: a one-point axis); which
     axes exist and share one compile is checked by :func:`sweep_axes`."""
     sweep = values.get("sweep")
-    return {name: list[float] for name in _flatten(sweep)} if isinstance(sweep, dict) else {}
+    if not isinstance(sweep, dict):
+        return {}
+    # A link axis lets a spec string through to sweep_axes, which says why it cannot be swept.
+    return {name: list[float | str] if name in _LINK_AXES else list[float] for name in _flatten(sweep)}
+
+
+_LINK_AXES = ("time.latency", "time.bandwidth")
 
 
 @dataclasses.dataclass(frozen=True)
