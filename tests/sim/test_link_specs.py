@@ -168,3 +168,41 @@ def test_the_commands_take_specs_and_refuse_bad_ones(tmp_path, capsys):
     # a spec in the base run, a number swept on top of it
     assert main([*sweep, "--time.bandwidth=stragglers:0.25,10", "--sweep.time.latency=1e-4,1e-2"]) == 0
     assert main(["consensus", "--num_nodes=4", "--num_steps=3", "--out", out, "--time.bandwidth=stragglers:0.25,10"]) == 0
+
+
+def test_the_streaming_clock_takes_each_rounds_links(tmp_path):
+    """Streaming DiLoCo's clock with one fragment and no overlap is the synchronous round, bit for
+    bit, with per-node links that change with the round."""
+    from jaxgossip.engine.streaming import Streaming, launch_and_merge_steps
+    from jaxgossip.sim import fragment_clock
+
+    n = 6
+    np.save(tmp_path / "bw.npy", np.random.default_rng(2).uniform(1e5, 1e7, (3, n)))
+    net = Network(compute=0.01, latency="stragglers:0.34,5", bandwidth=f"trace:{tmp_path / 'bw.npy'}")
+    model = timing.time_model(jg.topology.ring(n), net, exchanges=1, allreduce=False, seed=4)
+    key = jax.random.key(3)
+    launch, merge = launch_and_merge_steps(2, Streaming(1, 0, 0.0))
+    arrivals = np.zeros([1, n], np.float32)
+    taus = set()
+    for t in range(4):
+        bits = np.full(n, 1e5, np.float32)
+        want = timing.round_seconds(model, key, bits, t, 2)
+        tau, comm, _ = fragment_clock.stream_round_seconds(model, key, bits[None], t, 2, launch, merge, arrivals)
+        np.testing.assert_array_equal(np.asarray(tau), np.asarray(want[0]))
+        np.testing.assert_array_equal(np.asarray(comm), np.asarray(want[1]))
+        taus.add(float(tau))
+    assert len(taus) == 3  # rounds 0 and 3 share a trace row, the others differ
+
+
+def test_an_asynchronous_run_prices_each_senders_uplink():
+    """AD-PSGD's priced exchanges and the planner's per-link delays read a node's spec value."""
+    from tiny import tiny_config
+
+    from jaxgossip.run.runner import run_training
+
+    def sim_time(**time):
+        config = tiny_config(execution="async", async_form="ad_psgd", num_rounds=10, time={"compute": 0.01, **time})
+        return np.asarray(run_training(config, progress=False, log=lambda _: None).metrics.sim_time)
+
+    uniform, slow = sim_time(), sim_time(latency="stragglers:0.25,100")
+    assert slow[-1] > uniform[-1] + 0.01
