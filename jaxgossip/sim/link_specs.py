@@ -26,7 +26,7 @@ import numpy as np
 from jaxgossip.checks import check_number
 from jaxgossip.sim.compute import load_trace
 
-__all__ = ["LINK_KINDS", "LinkSpec", "PerRound", "parse_link", "link_values"]
+__all__ = ["LINK_KINDS", "LinkSpec", "PerRound", "NodeLinks", "parse_link", "link_values"]
 
 LINK_KINDS = ("constant", "stragglers", "lognormal", "trace")
 # Per-option streams of the seed, so that latency and bandwidth draws are independent.
@@ -69,6 +69,14 @@ class PerRound(NamedTuple):
     values: Any
 
 
+class NodeLinks(NamedTuple):
+    """A network's links as :func:`jaxgossip.sim.network.make_links` takes them: each a number, an
+    ``[N]`` / ``[T, E]`` array or a :class:`PerRound` ``[R, N]``."""
+
+    latency: Any
+    bandwidth: Any
+
+
 def _numbers(name: str, args: str, count: int, rule: str) -> list[float]:
     parts = args.split(",") if args else []
     try:
@@ -80,9 +88,10 @@ def _numbers(name: str, args: str, count: int, rule: str) -> list[float]:
     return values
 
 
-def parse_link(field: str, spec: str, default: float) -> float | LinkSpec:
-    """A number (a number or ``constant:V``) or a checked :class:`LinkSpec` from a ``--time.FIELD``
-    string (a trace file is read here, once).
+def parse_link(field: str, spec: str, default: float) -> float | np.ndarray | LinkSpec:
+    """A number (a number or ``constant:V``), an ``[N]`` array (a list ``[V1,V2,...]``, as the
+    command line writes one) or a checked :class:`LinkSpec` from a ``--time.FIELD`` string (a
+    trace file is read here, once).
 
     Args:
       field: ``"latency"`` (values >= 0 s) or ``"bandwidth"`` (values > 0 bit/s).
@@ -96,6 +105,9 @@ def parse_link(field: str, spec: str, default: float) -> float | LinkSpec:
     strict = field == "bandwidth"
     name = f"--time.{field}={spec!r}"
     text = spec.strip()
+    if text.startswith("[") and text.endswith("]"):
+        parts = text[1:-1].split(",")
+        return np.asarray(_numbers(name, text[1:-1], len(parts), f"a list of numbers ({unit})"), np.float64)
     kind, colon, args = text.partition(":")
     if not colon:
         try:

@@ -9,7 +9,9 @@ inside a compiled run (:func:`jaxgossip.sim.timing.time_model`, :func:`jaxgossip
 
 * **Links.** A message of B bits over a link of latency l (s) and bandwidth b (bit/s) takes
   ``l + B / b``. A link is a node's uplink (scalar or ``[N]``) or a directed edge of the graph
-  (``[T, E]``, aligned with ``topology.senders``). Only the sending side is modelled: no downlink
+  (``[T, E]``, aligned with ``topology.senders``); a per-node spec (``stragglers:F,S``,
+  ``lognormal:MEDIAN,SIGMA``, ``trace:PATH``; :mod:`jaxgossip.sim.link_specs`) gives ``[N]``
+  drawn from the run's seed, or ``[R, N]`` per round. Only the sending side is modelled: no downlink
   contention, no loss; a synchronous round's messages do not queue behind another round's, an
   asynchronous run's do on a serial uplink (:mod:`jaxgossip.engine.asynchronous.waves`).
   :func:`make_links` lays them out on a graph (:class:`Links`).
@@ -45,7 +47,7 @@ import numpy as np
 
 from jaxgossip.checks import check_group, check_number, is_concrete
 from jaxgossip.sim import compute as compute_lib
-from jaxgossip.sim.link_specs import LinkSpec, PerRound, link_values, parse_link
+from jaxgossip.sim.link_specs import LinkSpec, NodeLinks, PerRound, link_values, parse_link
 from jaxgossip.types import Array
 
 __all__ = [
@@ -118,6 +120,8 @@ class Network:
         bandwidth-optimal ring) or ``"message"`` (one model-sized message per node).
       availability: ``always``, ``markov:P_OFF,P_ON`` or ``trace:PATH``
         (:func:`jaxgossip.sim.compute.availability`).
+      link_specs: (set on construction, not an option) ``{"latency"|"bandwidth": LinkSpec}`` of
+        the link options given as per-node specs; the fields keep the spec's text.
 
     Raises:
       ValueError: naming the ``--time.*`` option and the rule (not a number, out of range, an
@@ -180,7 +184,7 @@ class Network:
         """Whether a link changes with the round (a ``trace:PATH`` of R > 1 rows)."""
         return any(spec.kind == "trace" and spec.trace.shape[0] > 1 for spec in self.link_specs.values())
 
-    def link_values(self, num_nodes: int, seed: int | None = None) -> tuple[Any, Any]:
+    def link_values(self, num_nodes: int, seed: int | None = None) -> NodeLinks:
         """``(latency, bandwidth)`` as :func:`make_links` takes them: a number or array as given, a
         spec as its per-node values ``[N]`` (or :class:`PerRound` ``[R, N]``), drawn from ``seed``
         (the run's; needed by ``stragglers`` and ``lognormal`` only).
@@ -193,7 +197,7 @@ class Network:
             spec = self.link_specs.get(field)
             value = getattr(self, field)
             out.append(value if spec is None else link_values(spec, num_nodes, seed, _DEFAULTS[field]))
-        return tuple(out)
+        return NodeLinks(*out)
 
     def links(
         self,

@@ -206,3 +206,16 @@ def test_an_asynchronous_run_prices_each_senders_uplink():
 
     uniform, slow = sim_time(), sim_time(latency="stragglers:0.25,100")
     assert slow[-1] > uniform[-1] + 0.01
+
+
+def test_a_list_on_the_command_line_is_still_per_node_links():
+    from jaxgossip.cli.train import command
+    from jaxgossip.run.config import TrainConfig
+    from jaxgossip.run.parsing import parse
+
+    config = parse(command(), ["--time.bandwidth=[1e8,1e9,1e9,1e9]", "--time.latency=lognormal:1e-3,1"])
+    net = Network.from_options(config.build(TrainConfig).time)
+    np.testing.assert_array_equal(net.bandwidth, [1e8, 1e9, 1e9, 1e9])
+    assert net.latency == "lognormal:1e-3,1" and net.link_specs["latency"].kind == "lognormal"
+    with pytest.raises(ValueError, match=r"--time.bandwidth='\[1e8,x\]': expected a list of numbers"):
+        Network(bandwidth="[1e8,x]")
