@@ -69,7 +69,9 @@ PROGRESS_FLAG = {
     "print-config": "check everything, print the resolved config as YAML (a valid --config file) and exit",
 }
 
-_NUMERIC_COST = ("time.bandwidth", "time.latency", "energy.flop", "energy.bit")
+_NUMERIC_COST = ("energy.flop", "energy.bit")
+# A link takes a number or a per-node spec (jaxgossip.sim.link_specs).
+_LINK_COST = ("time.bandwidth", "time.latency")
 
 
 def cost_options(training: bool = False) -> list[tuple[str, Any, Any, str]]:
@@ -78,18 +80,21 @@ def cost_options(training: bool = False) -> list[tuple[str, Any, Any, str]]:
     out = []
     for option, (metavar, help_text) in (ENERGY_OPTIONS if training else COST_OPTIONS).items():
         hint = typing.Optional[float] if option in _NUMERIC_COST else typing.Optional[str]
+        if option in _LINK_COST:
+            hint = typing.Optional[float | str]
         out.append((option, hint, None, f"{help_text} [{metavar}]"))
     return out
 
 
-def cost_model(values: dict, run: Any = None) -> CostModel:
+def cost_model(values: dict, run: Any = None, seed: int | None = None) -> CostModel:
     """The validated cost model of the parsed options (ValueError naming the option); for a
     training command ``run`` is the run's :class:`jaxgossip.sim.network.Network` (the one its
-    clock uses) or its TrainConfig (whose ``--time.*`` give it), and the options give the energy
-    prices."""
+    clock uses; then ``seed`` is the run's seed) or its TrainConfig (whose ``--time.*`` and seed
+    give it), and the options give the energy prices; a consensus command passes its ``seed``
+    (per-node link specs are drawn from it)."""
     if run is not None:
-        return cost_model_of_training(run, values)
-    return cost_model_from_options({option: values.get(option) for option in COST_OPTIONS})
+        return cost_model_of_training(run, values, seed)
+    return cost_model_from_options({option: values.get(option) for option in COST_OPTIONS}, seed)
 
 
 #: The ``--target_acc`` option of the training commands (a report: the run does not depend on it).

@@ -157,7 +157,7 @@ def _consensus(ctx: Invocation) -> int:
     runs, topologies, warnings = check_consensus_config(config)
     for message in warnings:
         common.warn("consensus", message)
-    cost = common.cost_model(parsed.values)
+    cost = common.cost_model(parsed.values, seed=config.seed)
     resolved = {**dataclasses.asdict(config), "runs": [dataclasses.asdict(r) for r in runs]}
     if config.algorithm is None:
         resolved.pop("algorithm_options")

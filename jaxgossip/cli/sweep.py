@@ -30,7 +30,13 @@ def axis_hints(values: dict) -> dict[str, Any]:
     """Every given ``--sweep.*`` axis is a list of numbers (one value: a one-point axis); which
     axes exist and share one compile is checked by :func:`sweep_axes`."""
     sweep = values.get("sweep")
-    return {name: list[float] for name in _flatten(sweep)} if isinstance(sweep, dict) else {}
+    if not isinstance(sweep, dict):
+        return {}
+    # A link axis lets a spec string through to sweep_axes, which says why it cannot be swept.
+    return {name: list[float | str] if name in _LINK_AXES else list[float] for name in _flatten(sweep)}
+
+
+_LINK_AXES = ("time.latency", "time.bandwidth")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +160,11 @@ def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[floa
             try:
                 sweeps.check_axes({name: [0.0]})
             except ValueError as err:  # names the reason (a static shape, ...) and the axes that work
+                raise UsageError(f"--sweep.{name}: {err}") from None
+        if any(isinstance(v, str) for v in values):  # a spec (--time.bandwidth=stragglers:...): the reason
+            try:
+                sweeps.check_axes({name: values})
+            except ValueError as err:
                 raise UsageError(f"--sweep.{name}: {err}") from None
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         if not values or not ok:

@@ -67,7 +67,7 @@ def _train(ctx: Invocation) -> int:
     parsed = ctx.parsed
     checked = check_run(parsed.build(TrainConfig))  # the run's objects that need no data
     config = checked.config
-    cost = common.cost_model(parsed.values, checked.network)
+    cost = common.cost_model(parsed.values, checked.network, config.seed)
     target = common.target_acc(parsed.values)
     common.warn_gamma("train", config, checked.topology)
     common.require_tensorboard(config)

@@ -75,6 +75,19 @@ _SHAPE_REASONS = {
 }
 
 
+# Why a spec string cannot be a sweep value.
+_LINK_SPEC_REASON = (
+    "a per-node link spec is drawn on the host into its own table of links, a constant of the compiled "
+    "program, so each spec needs its own run; sweep numbers, or run one spec per run"
+)
+_SPEC_REASONS = {
+    "time.latency": _LINK_SPEC_REASON,
+    "time.bandwidth": _LINK_SPEC_REASON,
+    "time.compute": "a spec's kind selects the program's structure; sweep its numbers (time.compute, time.fraction, "
+    "time.slowdown)",
+}
+
+
 def _option_reason(name: str) -> str | None:
     """Why ``algorithm_options.<option>`` changes shapes, from the registered algorithms' metadata."""
     prefix = "algorithm_options."
@@ -100,6 +113,10 @@ def check_axes(axes: Mapping[str, Sequence[Any]]) -> None:
                 f"sweep axis {name!r} would change array shapes or program structure ({why}); sweep it "
                 f"with separate runs. Axes that share one compile: {list(SWEEPABLE)}"
             )
+        specs = [v for v in values if isinstance(v, str)] if isinstance(values, (list, tuple)) else []
+        if specs:
+            why = _SPEC_REASONS.get(name, "a string is not a number")
+            raise ValueError(f"sweep axis {name!r} takes numbers, not {specs[0]!r}: {why}")
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 1 or values.size == 0:
             raise ValueError(f"sweep axis {name!r} needs a non-empty list of numbers, got {values!r}")

@@ -326,8 +326,12 @@ def train_field_help() -> dict[str, str]:
 TIME_HELP = {
     "time.compute": "seconds per local step: SECONDS, or stragglers:C,F,S (round(F N) nodes S times slower), "
     "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0",
-    "time.latency": "latency paid by every message (default 1e-4: 100 us, an assumed LAN / data-centre TCP message)",
-    "time.bandwidth": "bandwidth of every link (default 1e9: 1 Gbit/s Ethernet)",
+    "time.latency": "seconds per message: SECONDS for every link (default 1e-4: 100 us, an assumed LAN / "
+    "data-centre TCP message), or per node (its uplink): constant:V, stragglers:F,S (round(F N) nodes drawn "
+    "from --seed, S times the default), lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
+    "time.bandwidth": "bit/s: BITS_PER_S for every link (default 1e9: 1 Gbit/s Ethernet), or per node (its "
+    "uplink): constant:V, stragglers:F,S (round(F N) nodes drawn from --seed, 1/S of the default), "
+    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
     "time.mode": "serial: a node's messages of a round share its uplink one after another (default); "
     "parallel: they go out at once on independent links",
     "time.exchange": "priced: an asynchronous pairwise average (AD-PSGD) takes its link time both ways and keeps "

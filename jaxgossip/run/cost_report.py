@@ -65,8 +65,8 @@ def _check_price(option: str, value: float | None, text: Any = None) -> None:
 @dataclasses.dataclass(frozen=True, eq=False)
 class CostModel:
     """What a report prices with: the run's :class:`~jaxgossip.sim.network.Network` (the one model
-    of links and compute that the run's clock used) and the energy prices (J per FLOP, J per bit;
-    None: not reported), validated on construction.
+    of links and compute that the run's clock used), the energy prices (J per FLOP, J per bit;
+    None: not reported), validated on construction, and the run's seed (per-node link specs).
 
     Raises:
       TypeError: ``network`` is not a :class:`~jaxgossip.sim.network.Network`.
@@ -76,6 +76,7 @@ class CostModel:
     network: Network = dataclasses.field(default_factory=Network)
     joules_per_flop: float | None = None
     joules_per_bit: float | None = None
+    seed: int | None = None  # the run's seed: per-node link specs are drawn from it
 
     def __post_init__(self):
         if not isinstance(self.network, Network):
@@ -111,26 +112,27 @@ def _energy_prices(values: Mapping[str, Any]) -> dict:
     return {"joules_per_flop": number("energy.flop"), "joules_per_bit": number("energy.bit")}
 
 
-def cost_model_from_options(values: Mapping[str, Any]) -> CostModel:
+def cost_model_from_options(values: Mapping[str, Any], seed: int | None = None) -> CostModel:
     """A :class:`CostModel` from option values keyed by option name (``"time.bandwidth"``, ...).
 
     Args:
       values: option name (a key of :data:`COST_OPTIONS`) -> value as given (str, number) or None
         (not given: the default). Keys that are not cost options are ignored.
+      seed: the run's seed (per-node link specs are drawn from it).
 
     Raises:
       ValueError: naming the option: not a number, not finite, out of range, unknown mode.
     """
     links = {option.split(".", 1)[1]: values.get(option) for option in LINK_OPTIONS}
-    return CostModel(Network.from_options(links), **_energy_prices(values))
+    return CostModel(Network.from_options(links), **_energy_prices(values), seed=seed)
 
 
-def cost_model_of_training(run, values: Mapping[str, Any]) -> CostModel:
+def cost_model_of_training(run, values: Mapping[str, Any], seed: int | None = None) -> CostModel:
     """The cost model of a training run: its network (``run``, the run's
     :class:`~jaxgossip.sim.network.Network`, or its TrainConfig, whose ``--time.*`` options give
-    it), the energy prices from ``values``."""
+    it, and its seed), the energy prices from ``values``; ``seed``: the run's seed with a Network."""
     network = run if isinstance(run, Network) else Network.from_options(run.time)
-    return CostModel(network, **_energy_prices(values))
+    return CostModel(network, **_energy_prices(values), seed=seed if isinstance(run, Network) else run.seed)
 
 
 def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: int = 1, **kwargs):
@@ -149,6 +151,7 @@ def simulate_bits(model: CostModel, bits, topo, *, allreduce: bool, exchanges: i
         allreduce=allreduce,
         exchanges=1 if allreduce else exchanges,
         energy=EnergyModel(0.0, model.joules_per_bit or 0.0),
+        seed=model.seed,
         **kwargs,
     )
 

@@ -50,6 +50,12 @@ def time_model_of(config: TrainConfig, topo, network: Network, available: np.nda
 
     # An asynchronous event sends one message per out-neighbour: no exchanges or all-reduce pricing.
     asynchronous = config.execution == "async"
+    if asynchronous and network.round_varying:
+        field = next(f for f, spec in network.link_specs.items() if spec.kind == "trace" and spec.trace.shape[0] > 1)
+        raise ValueError(
+            f"--time.{field}={getattr(network, field)!r} changes with the round (a [rounds, N] trace), but an "
+            "--execution=async run has events, not rounds: give a trace of one row [N]"
+        )
     try:
         return timing.time_model(
             topo,
@@ -60,6 +66,7 @@ def time_model_of(config: TrainConfig, topo, network: Network, available: np.nda
             allreduce=False if asynchronous else None,
             ordering=config.ordering,
             available=available,
+            seed=config.seed,
         )
     except ValueError as err:
         text = str(err)

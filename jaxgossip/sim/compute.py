@@ -32,6 +32,7 @@ __all__ = [
     "parse_compute",
     "availability",
     "compute_seconds",
+    "load_trace",
 ]
 
 COMPUTE_KINDS = ("constant", "stragglers", "lognormal", "exponential", "trace")
@@ -128,7 +129,7 @@ def parse_compute(spec: Any) -> Compute:
         (mean,) = _spec_numbers(spec, args, 1, "exponential:MEAN (> 0 s)")
         return _checked(spec, "exponential", mean)
     if kind == "trace":
-        return _checked(spec, "trace", trace=_load_trace(f"--time.compute={spec!r}", args))
+        return _checked(spec, "trace", trace=load_trace(f"--time.compute={spec!r}", args))
     raise ValueError(
         f"--time.compute={spec!r}: unknown kind {kind!r}; known: a number, stragglers:C,F,S, "
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH"
@@ -142,8 +143,10 @@ def _checked(spec: str, kind: str, seconds: Any = 0.0, **fields: Any) -> Compute
         raise ValueError(f"--time.compute={spec!r}: {err}") from None
 
 
-def _load_trace(prefix: str, path: str) -> np.ndarray:
-    """A numeric ``[rows, N]`` array from a .npy or .csv file; errors start with ``prefix`` (the option)."""
+def load_trace(prefix: str, path: str, vector: bool = False, shape: str = "[steps, N]") -> np.ndarray:
+    """A numeric ``[rows, N]`` float32 array from a .npy or .csv file; errors start with ``prefix``
+    (the option). ``vector``: a 1-D ``.npy`` of N values is accepted as one row ``[1, N]`` (a
+    one-line .csv always is). ``shape`` names the expected shape in the errors."""
     if not path or not os.path.isfile(path):
         raise ValueError(f"{prefix}: no trace file {path!r}")
     try:
@@ -156,9 +159,11 @@ def _load_trace(prefix: str, path: str) -> np.ndarray:
     except (OSError, ValueError) as err:
         if prefix in str(err):
             raise
-        raise ValueError(f"{prefix}: cannot read {path!r} as a [steps, N] array: {err}") from None
+        raise ValueError(f"{prefix}: cannot read {path!r} as a {shape} array: {err}") from None
+    if vector and arr.ndim == 1:
+        arr = arr[None]
     if arr.ndim != 2 or arr.size == 0 or arr.dtype.kind not in "iuf":
-        raise ValueError(f"{prefix}: a trace must be a numeric [steps, N] array; got {arr.shape}")
+        raise ValueError(f"{prefix}: a trace must be a numeric {shape} array; got {arr.shape}")
     return arr.astype(np.float32)
 
 AVAILABILITY_KINDS = ("always", "markov", "trace")
@@ -201,7 +206,7 @@ def availability(spec: Any, num_rounds: int, num_nodes: int, seed: int) -> np.nd
             out[r] = online
         return out
     if kind == "trace":
-        arr = _load_trace(name, args)
+        arr = load_trace(name, args)
         if arr.shape[1] != num_nodes:
             raise ValueError(
                 f"{name}: a trace of shape {arr.shape} does not fit N = {num_nodes}: it must be [rounds, {num_nodes}]"

@@ -128,6 +128,7 @@ def simulate(
     energy: EnergyModel | None = None,
     memory_bytes: float | None = None,
     start_round: int = 0,
+    seed: int | None = None,
 ) -> CostReport:
     """Simulated wall-clock and energy of R synchronous rounds (model in the module docstring).
 
@@ -137,7 +138,8 @@ def simulate(
         graph ``(start_round + r) mod T``.
       topology: the graph the bits were sent on; ``None`` (or ignored) with ``allreduce``.
       network: the :class:`~jaxgossip.sim.network.Network` (links, mode, all-reduce model,
-        compute); default ``Network()``.
+        compute); default ``Network()``. A ``trace:PATH`` of ``[R, N]`` links cycles with the
+        rounds (row ``(start_round + r) mod R``).
       allreduce: whether the rounds are all-reduces (priced by ``network.allreduce_model``; links
         must then be scalar or per node) rather than gossip over ``topology``.
       exchanges: I >= 1, sequential exchanges per round (PowerGossip's ``num_iterations``).
@@ -151,6 +153,8 @@ def simulate(
       memory_bytes: bytes per node (:func:`memory_per_node`), copied into the report.
       start_round: int >= 0, the round the first row of ``bits`` is (e.g. ``num_rounds`` for the
         rounds of a final merge, which continue the graph sequence of training).
+      seed: the run's seed, from which per-node link specs are drawn (``stragglers:F,S``,
+        ``lognormal:MEDIAN,SIGMA``; :meth:`~jaxgossip.sim.network.Network.link_values`).
 
     Returns:
       A :class:`CostReport`.
@@ -191,7 +195,11 @@ def simulate(
     # The round times come from the one time model the compiled runs use (jaxgossip.sim.timing), in float64.
     with jax.enable_x64(True):
         links = network.links(
-            None if allreduce else topology, exchanges=int(exchanges), allreduce=allreduce, num_nodes=num_nodes
+            None if allreduce else topology,
+            exchanges=int(exchanges),
+            allreduce=allreduce,
+            num_nodes=num_nodes,
+            seed=seed,
         )
         model = timing.TimeModel(compute, links, overlap=bool(overlap))
         rounds = start_round + np.arange(bits.shape[0])

@@ -9,7 +9,9 @@ inside a compiled run (:func:`jaxgossip.sim.timing.time_model`, :func:`jaxgossip
 
 * **Links.** A message of B bits over a link of latency l (s) and bandwidth b (bit/s) takes
   ``l + B / b``. A link is a node's uplink (scalar or ``[N]``) or a directed edge of the graph
-  (``[T, E]``, aligned with ``topology.senders``). Only the sending side is modelled: no downlink
+  (``[T, E]``, aligned with ``topology.senders``); a per-node spec (``stragglers:F,S``,
+  ``lognormal:MEDIAN,SIGMA``, ``trace:PATH``; :mod:`jaxgossip.sim.link_specs`) gives ``[N]``
+  drawn from the run's seed, or ``[R, N]`` per round. Only the sending side is modelled: no downlink
   contention, no loss; a synchronous round's messages do not queue behind another round's, an
   asynchronous run's do on a serial uplink (:mod:`jaxgossip.engine.asynchronous.waves`).
   :func:`make_links` lays them out on a graph (:class:`Links`).
@@ -45,6 +47,7 @@ import numpy as np
 
 from jaxgossip.checks import check_group, check_number, is_concrete
 from jaxgossip.sim import compute as compute_lib
+from jaxgossip.sim.link_specs import LinkSpec, NodeLinks, PerRound, link_values, parse_link
 from jaxgossip.types import Array
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "Links",
     "make_links",
     "comm_seconds",
+    "PerRound",
 ]
 
 LINK_MODES = ("serial", "parallel")
@@ -72,15 +76,18 @@ DEFAULT_LATENCY = 1e-4
 _UNITS = {"latency": "s", "bandwidth": "bit/s"}
 
 
+_DEFAULTS = {"latency": DEFAULT_LATENCY, "bandwidth": DEFAULT_BANDWIDTH}
+
+
 def _link_value(field: str, value: Any) -> Any:
-    """A latency or bandwidth as a number or array (a config file's ``"1e-4"`` is the number),
-    checked: finite, ``> 0`` (bandwidth) or ``>= 0`` (latency), at most 2-D; traced values pass."""
+    """A latency or bandwidth as a number, array or :class:`~jaxgossip.sim.link_specs.LinkSpec` (a
+    config file's ``"1e-4"`` is the number, ``"stragglers:0.1,10"`` a spec), checked: finite,
+    ``> 0`` (bandwidth) or ``>= 0`` (latency), at most 2-D; traced values pass."""
     name = f"--time.{field}"
     if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{name}={value!r} must be a number ({_UNITS[field]})") from None
+        value = parse_link(field, value, _DEFAULTS[field])
+        if isinstance(value, LinkSpec):
+            return value
     elif isinstance(value, (list, tuple)):
         value = np.asarray(value, np.float64) if all(isinstance(v, (int, float)) for v in value) else value
     if isinstance(value, bool) or not (
@@ -102,8 +109,10 @@ class Network:
       compute: seconds per local step: a number, a ``--time.compute`` spec
         (``stragglers:C,F,S``, ``lognormal:MEDIAN,SIGMA``, ``exponential:MEAN``, ``trace:PATH``;
         :func:`jaxgossip.sim.compute.parse_compute`) or a :class:`~jaxgossip.sim.compute.Compute`.
-      latency: >= 0 s per message; scalar, ``[N]`` per node or ``[T, E]`` per edge.
-      bandwidth: > 0 bit/s; same shapes.
+      latency: >= 0 s per message; scalar, ``[N]`` per node or ``[T, E]`` per edge, or a per-node
+        spec (``constant:V``, ``stragglers:F,S``, ``lognormal:MEDIAN,SIGMA``, ``trace:PATH``;
+        :mod:`jaxgossip.sim.link_specs`), a node's value pricing its uplink.
+      bandwidth: > 0 bit/s; same shapes and specs.
       mode: ``"serial"`` (a node's messages of a round share its uplink) or ``"parallel"``.
       exchange: ``"priced"`` (an asynchronous pairwise average takes its link time both ways and
         keeps both nodes busy) or ``"free"`` (instantaneous, the AD-PSGD paper's model).
@@ -111,6 +120,8 @@ class Network:
         bandwidth-optimal ring) or ``"message"`` (one model-sized message per node).
       availability: ``always``, ``markov:P_OFF,P_ON`` or ``trace:PATH``
         (:func:`jaxgossip.sim.compute.availability`).
+      link_specs: (set on construction, not an option) ``{"latency"|"bandwidth": LinkSpec}`` of
+        the link options given as per-node specs; the fields keep the spec's text.
 
     Raises:
       ValueError: naming the ``--time.*`` option and the rule (not a number, out of range, an
@@ -120,16 +131,22 @@ class Network:
     # The hints are what the command line and config files take (arrays and traced values go in
     # from Python, as documented above).
     compute: float | str = 0.0
-    latency: Any = DEFAULT_LATENCY
-    bandwidth: Any = DEFAULT_BANDWIDTH
+    latency: float | str = DEFAULT_LATENCY
+    bandwidth: float | str = DEFAULT_BANDWIDTH
     mode: str = "serial"
     exchange: str = "priced"
     allreduce_model: str = "ring"
     availability: str = "always"
 
     def __post_init__(self):
+        specs = {}
         for field in ("latency", "bandwidth"):
-            object.__setattr__(self, field, _link_value(field, getattr(self, field)))
+            value = _link_value(field, getattr(self, field))
+            if isinstance(value, LinkSpec):  # the field keeps the text (the run's resolved options)
+                specs[field] = value
+            else:
+                object.__setattr__(self, field, value)
+        object.__setattr__(self, "link_specs", specs)
         for field, known in (("mode", LINK_MODES), ("exchange", EXCHANGE_MODES), ("allreduce_model", ALLREDUCE_MODELS)):
             value = getattr(self, field)
             if value not in known:
@@ -162,13 +179,46 @@ class Network:
         """The fields by name (the ``--time.*`` values a run resolves to)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def links(self, topology: Any, *, exchanges: int = 1, allreduce: bool = False, num_nodes: int | None = None):
+    @property
+    def round_varying(self) -> bool:
+        """Whether a link changes with the round (a ``trace:PATH`` of R > 1 rows)."""
+        return any(spec.kind == "trace" and spec.trace.shape[0] > 1 for spec in self.link_specs.values())
+
+    def link_values(self, num_nodes: int, seed: int | None = None) -> NodeLinks:
+        """``(latency, bandwidth)`` as :func:`make_links` takes them: a number or array as given, a
+        spec as its per-node values ``[N]`` (or :class:`PerRound` ``[R, N]``), drawn from ``seed``
+        (the run's; needed by ``stragglers`` and ``lognormal`` only).
+
+        Raises:
+          ValueError: naming the option: a drawn spec without a seed, a trace that does not fit N.
+        """
+        out = []
+        for field in ("latency", "bandwidth"):
+            spec = self.link_specs.get(field)
+            value = getattr(self, field)
+            out.append(value if spec is None else link_values(spec, num_nodes, seed, _DEFAULTS[field]))
+        return NodeLinks(*out)
+
+    def links(
+        self,
+        topology: Any,
+        *,
+        exchanges: int = 1,
+        allreduce: bool = False,
+        num_nodes: int | None = None,
+        seed: int | None = None,
+    ):
         """The :class:`Links` of a round on ``topology`` (:func:`make_links`): gossip with
-        ``exchanges`` sequential exchanges, or an all-reduce priced by :attr:`allreduce_model`."""
+        ``exchanges`` sequential exchanges, or an all-reduce priced by :attr:`allreduce_model`;
+        ``seed``: the run's seed, from which per-node specs are drawn (:meth:`link_values`)."""
+        n = num_nodes if topology is None else topology.num_nodes
+        if n is None:
+            raise ValueError("Network.links needs a topology or num_nodes")
+        latency, bandwidth = self.link_values(n, seed)
         return make_links(
             None if allreduce else topology,
-            self.latency,
-            self.bandwidth,
+            latency,
+            bandwidth,
             mode=self.mode,
             exchanges=1 if allreduce else exchanges,
             allreduce=self.allreduce_model if allreduce else None,
@@ -187,7 +237,8 @@ class Links:
     """A run's links, laid out for :func:`comm_seconds` (a pytree; built by :func:`make_links`).
 
     Attributes:
-      latency, bandwidth: ``[T, E]`` per edge (``kind="graph"``) or ``[N]`` per node.
+      latency, bandwidth: ``[T, E]`` per edge (``kind="graph"``) or ``[N]`` per node; a field
+        named in ``cycled`` is ``[R, N]`` per node, row ``r mod R`` in round r.
       senders: ``[T, E]`` int32 (graph) or None.
       real: ``[T, E]`` bool, a real edge: weight != 0 and not a self loop (graph) or None.
       degree: ``[T, N]`` out-degrees (graph), the mean out-degree (``"mean"``) or None.
@@ -196,6 +247,7 @@ class Links:
       mode: static, ``"serial"`` or ``"parallel"``.
       exchanges: static, I.
       num_nodes: static, N.
+      cycled: static, the fields (``"latency"``, ``"bandwidth"``) that change with the round.
     """
 
     latency: Any
@@ -207,12 +259,13 @@ class Links:
     mode: str = "serial"
     exchanges: int = 1
     num_nodes: int = 0
+    cycled: tuple = ()
 
 
 jax.tree_util.register_dataclass(
     Links,
     data_fields=["latency", "bandwidth", "senders", "real", "degree"],
-    meta_fields=["kind", "mode", "exchanges", "num_nodes"],
+    meta_fields=["kind", "mode", "exchanges", "num_nodes", "cycled"],
 )
 
 def _as_node_array(name: str, value: Any, num_nodes: int):
@@ -240,7 +293,8 @@ def make_links(
     Args:
       topology: the run's graph (a fixed one is priced per edge; a stochastic one by its mean
         out-degree); ignored with ``allreduce`` (then give ``num_nodes``, or the topology for N).
-      latency: >= 0 s per message; scalar, ``[N]`` or ``[T, E]`` (fixed graphs only).
+      latency: >= 0 s per message; scalar, ``[N]``, ``[T, E]`` (fixed graphs only) or
+        :class:`PerRound` ``[R, N]`` (per node, row ``r mod R`` in round r).
       bandwidth: > 0 bit/s; same shapes.
       mode: ``"serial"`` or ``"parallel"`` (see the module docstring).
       exchanges: I >= 1 sequential exchanges per round.
@@ -252,6 +306,8 @@ def make_links(
       ValueError: a value out of range, a wrong shape, an unknown mode or model.
     """
     lat_name, bw_name = names
+    cycled = tuple(f for f, v in (("latency", latency), ("bandwidth", bandwidth)) if isinstance(v, PerRound))
+    latency, bandwidth = (v.values if isinstance(v, PerRound) else v for v in (latency, bandwidth))
     check_number(lat_name, latency, minimum=0.0)
     check_number(bw_name, bandwidth, minimum=0.0, strict=True)
     if mode not in LINK_MODES:
@@ -261,15 +317,27 @@ def make_links(
     n = num_nodes if topology is None else topology.num_nodes
     if n is None:
         raise ValueError("make_links needs a topology or num_nodes")
+    for name, value, field in ((lat_name, latency, "latency"), (bw_name, bandwidth, "bandwidth")):
+        if field in cycled and (np.ndim(value) != 2 or np.shape(value)[1] != n):
+            raise ValueError(f"{name} per round must have shape [R, N] = [R, {n}]; got {np.shape(value)}")
+    # Per-edge [T, E] arrays (2-D and not cycled) need a fixed edge list.
+    fields = (("latency", latency), ("bandwidth", bandwidth))
+    per_edge_given = any(np.ndim(v) == 2 and f not in cycled for f, v in fields)
+
+    def per_node(name, value, field):
+        if field in cycled:
+            return jnp.asarray(value, jnp.result_type(float))
+        return _as_node_array(name, value, n)
+
     if allreduce is not None:
         if allreduce not in ALLREDUCE_MODELS:
             raise ValueError(f"allreduce={allreduce!r} is unknown; known models: {', '.join(ALLREDUCE_MODELS)}")
-        if np.ndim(latency) == 2 or np.ndim(bandwidth) == 2:
+        if per_edge_given:
             raise ValueError("allreduce needs scalar or per-node [N] links, not per-edge [T, E] arrays")
-        lat, bw = _as_node_array(lat_name, latency, n), _as_node_array(bw_name, bandwidth, n)
-        return Links(lat, bw, None, None, None, allreduce, mode, 1, n)
+        lat, bw = per_node(lat_name, latency, "latency"), per_node(bw_name, bandwidth, "bandwidth")
+        return Links(lat, bw, None, None, None, allreduce, mode, 1, n, cycled)
     if topology.stochastic:
-        if np.ndim(latency) == 2 or np.ndim(bandwidth) == 2:
+        if per_edge_given:
             raise ValueError(
                 f"per-edge links [T, E] need a fixed edge list; {topology.name} is drawn every round: "
                 "give scalar or per-node [N] latency and bandwidth"
@@ -278,15 +346,17 @@ def make_links(
 
         degree = mean_out_degree(topology)  # traced for a member of a stack of failure graphs
         degree = np.float64(max(degree, 1e-9)) if isinstance(degree, float) else jnp.maximum(degree, 1e-9)
-        lat, bw = _as_node_array(lat_name, latency, n), _as_node_array(bw_name, bandwidth, n)
-        return Links(lat, bw, None, None, degree, "mean", mode, int(exchanges), n)
+        lat, bw = per_node(lat_name, latency, "latency"), per_node(bw_name, bandwidth, "bandwidth")
+        return Links(lat, bw, None, None, degree, "mean", mode, int(exchanges), n, cycled)
     # Host tables stay NumPy (constants of the compiled run); traced ones (a member of a stack of
     # graphs inside a topology sweep) stay traced.
     xp = np if topology.host_tables else jnp
     senders = xp.asarray(topology.senders, xp.int32)
     real = (xp.asarray(topology.weights) != 0) & (senders != xp.asarray(topology.receivers))
 
-    def per_edge(name, value):
+    def per_edge(name, value, field):
+        if field in cycled:  # [R, N]: gathered per edge in each round (comm_seconds)
+            return jnp.asarray(value, jnp.result_type(float))
         if np.ndim(value) == 2:
             if np.shape(value) != np.shape(senders):
                 raise ValueError(
@@ -297,8 +367,8 @@ def make_links(
 
     degree = xp.asarray(topology.out_degree, np.float64 if xp is np else jnp.result_type(float))
     return Links(
-        per_edge(lat_name, latency),
-        per_edge(bw_name, bandwidth),
+        per_edge(lat_name, latency, "latency"),
+        per_edge(bw_name, bandwidth, "bandwidth"),
         senders,
         real,
         degree,
@@ -306,7 +376,9 @@ def make_links(
         mode,
         int(exchanges),
         n,
+        cycled,
     )
+
 
 def comm_seconds(links: Links, bits: Array, t: Any) -> Array:
     """``c_i``: seconds each node spends sending its messages of round ``t`` (module docstring).
@@ -323,12 +395,18 @@ def comm_seconds(links: Links, bits: Array, t: Any) -> Array:
     dtype = jnp.result_type(bits, links.latency)
     bits = jnp.asarray(bits, dtype)
     sent = bits > 0
+
+    def node_value(field):  # [N] this round's value of each node's uplink
+        value = jnp.asarray(getattr(links, field))
+        return value[jnp.asarray(t, jnp.int32) % value.shape[0]] if field in links.cycled else value
+
     if kind in ALLREDUCE_MODELS:
         steps, chunk = (2 * (n - 1), n) if kind == "ring" else (1, 1)
-        return jnp.where(sent, steps * (links.latency + bits / chunk / links.bandwidth), 0).astype(dtype)
+        lat, bw = node_value("latency"), node_value("bandwidth")
+        return jnp.where(sent, steps * (lat + bits / chunk / bw), 0).astype(dtype)
     if kind == "mean":
         degree = jnp.asarray(links.degree, dtype)
-        one = links.latency + bits / degree / exchanges / links.bandwidth
+        one = node_value("latency") + bits / degree / exchanges / node_value("bandwidth")
         comm = degree * one if mode == "serial" else one
         return jnp.where(sent, exchanges * comm, 0).astype(dtype)
     period = np.shape(links.senders)[0]
@@ -336,9 +414,13 @@ def comm_seconds(links: Links, bits: Array, t: Any) -> Array:
     senders = jnp.asarray(links.senders)[idx]
     real = jnp.asarray(links.real)[idx]
     degree = jnp.asarray(links.degree, dtype)[idx]
+
+    def edge_value(field):  # [E] this round's value of each edge (its sender's uplink when cycled)
+        return node_value(field)[senders] if field in links.cycled else jnp.asarray(getattr(links, field))[idx]
+
     message = bits / jnp.maximum(degree, 1) / exchanges  # [N] bits per message
     size = message[senders]  # [E]
-    edge = jnp.where(real & (size > 0), links.latency[idx] + size / links.bandwidth[idx], 0).astype(dtype)
+    edge = jnp.where(real & (size > 0), edge_value("latency") + size / edge_value("bandwidth"), 0).astype(dtype)
     zeros = jnp.zeros([n], dtype)
     comm = zeros.at[senders].add(edge) if mode == "serial" else zeros.at[senders].max(edge)
     return exchanges * comm

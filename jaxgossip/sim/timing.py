@@ -96,6 +96,7 @@ def time_model(
     exchanges: int | None = None,
     allreduce: bool | None = None,
     available: Any = None,
+    seed: int | None = None,
     **fields: Any,
 ) -> TimeModel:
     """The :class:`TimeModel` of a run on ``topology`` under ``network``.
@@ -110,6 +111,8 @@ def time_model(
       exchanges, allreduce: explicit values instead of the metadata's (an unregistered algorithm).
       available: ``[R, N]`` online mask (:meth:`Network.online`) or None; the run's graph must then
         be :func:`jaxgossip.topology.with_availability` of the same mask.
+      seed: the run's seed, from which per-node link specs (``stragglers:F,S``,
+        ``lognormal:MEDIAN,SIGMA``) are drawn (:meth:`~jaxgossip.sim.network.Network.link_values`).
       fields: :class:`~jaxgossip.sim.network.Network` fields (``compute=``, ``latency=``,
         ``bandwidth=``, ``mode=``, ...) that replace those of ``network``.
     """
@@ -123,7 +126,9 @@ def time_model(
         if allreduce is None:
             allreduce = info.cost.allreduce_cost
     allreduce = bool(allreduce)
-    links = network.links(topology, exchanges=1 if exchanges is None else exchanges, allreduce=allreduce)
+    links = network.links(
+        topology, exchanges=1 if exchanges is None else exchanges, allreduce=allreduce, seed=seed
+    )
     compute = network.compute_model
     if compute.kind == "trace" and np.shape(compute.trace)[1] != topology.num_nodes:
         raise ValueError(

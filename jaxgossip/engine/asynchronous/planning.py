@@ -161,6 +161,11 @@ def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) ->
     a single message, ``latency + bits / bandwidth``)."""
     if links.kind != "graph":
         raise ValueError(f"asynchronous runs need per-edge or per-node links on the graph, not {links.kind!r} links")
+    if links.cycled:
+        raise ValueError(
+            f"asynchronous runs need links fixed in time; the {' and '.join(links.cycled)} change with the round "
+            "(a [rounds, N] trace), but events are not rounds: give one row [N] per node"
+        )
     if np.shape(links.senders) != np.shape(topology.senders):
         raise ValueError(
             f"the time model's links have {np.shape(links.senders)} edges; the graph has {np.shape(topology.senders)}: "
