@@ -28,7 +28,7 @@ Keys: the inner steps use the keys of the DiLoCo round (step h the h-th of ``spl
 fragment f communicates with ``fold_in(key_comm, f)`` (``key_comm`` itself when F = 1).
 
 Shapes: every leaf of the node-stacked pytrees is [N, ...]; the outer optimizer state of each
-fragment is node-local, the anchors and pending results are one copy of the model, [N, ...].
+fragment is node-local, the anchors are one copy of the model, [N, ...].
 
 Reference: Douillard et al., "Streaming DiLoCo with overlapping communication: Towards a
 Distributed Free Lunch", 2025, arXiv:2501.18512.
@@ -234,8 +234,9 @@ class StreamState(NamedTuple):
 
     Attributes:
       opt_states: the outer optax state of every fragment (leaves [N, ...]).
-      anchors: every fragment's value after its last synchronisation, leaves [N, ...].
-      pending: every fragment's last outer result ``g_f``, leaves [N, ...].
+      anchors: every fragment's value after its last synchronisation, leaves [N, ...]: its
+        outer result ``g_f``, which is also what a merge applies (a fragment's anchor changes only
+        at its launch, and its merge comes before its next launch, as tau < H).
       in_flight: [F] bool, fragments whose result has not been merged yet.
       arrivals: [F, N] float32, for the simulated clock: when the messages still in flight at the
         end of the round arrive, in seconds after the next round's start
@@ -244,7 +245,6 @@ class StreamState(NamedTuple):
 
     opt_states: tuple
     anchors: Params
-    pending: Params
     in_flight: Array
     arrivals: Array
 
@@ -254,7 +254,7 @@ def stream_init(tx: optax.GradientTransformation, fragments: Fragments, params: 
     opt_states = tuple(outer_init(tx, _tree(p)).opt_state for p in fragments.split(params))
     num_nodes = jax.tree_util.tree_leaves(params)[0].shape[0]
     arrivals = jnp.zeros([fragments.count, num_nodes], jnp.float32)
-    return StreamState(opt_states, params, params, jnp.zeros([fragments.count], bool), arrivals)
+    return StreamState(opt_states, params, jnp.zeros([fragments.count], bool), arrivals)
 
 
 def stream_round(
@@ -292,7 +292,7 @@ def stream_round(
       message sent this round (``stream.arrivals`` is left for the clock).
     """
     comm_states, opt_states = list(comm_states), list(stream.opt_states)
-    anchors, pending, in_flight = stream.anchors, stream.pending, stream.in_flight
+    anchors, in_flight = stream.anchors, stream.in_flight
     bits, start = [None] * fragments.count, 0
     alpha = float(streaming.mix)
     for step, launches, merges in zip(events.steps, events.launches, events.merges):
@@ -314,16 +314,16 @@ def stream_round(
             )
             comm_states[k], opt_states[k] = result.comm_state, result.outer.opt_state
             new = _leaves(result.params)
-            anchors, pending = fragments.replace(anchors, k, new), fragments.replace(pending, k, new)
+            anchors = fragments.replace(anchors, k, new)
             in_flight = in_flight.at[k].set(True)
             bits[k] = result.info.bits
         for k in merges:
-            local, result = fragments.split(params_of(carry))[k], fragments.split(pending)[k]
+            local, result = fragments.split(params_of(carry))[k], fragments.split(anchors)[k]
             if alpha != 0.0:
                 result = [(alpha * a + (1.0 - alpha) * b).astype(a.dtype) for a, b in zip(local, result)]
             # In the first round a wrapped merge has nothing in flight yet.
             merged = [jnp.where(in_flight[k], m, a) for m, a in zip(result, local)]
             carry = with_params(carry, fragments.replace(params_of(carry), k, merged))
             in_flight = in_flight.at[k].set(False)
-    state = StreamState(tuple(opt_states), anchors, pending, in_flight, stream.arrivals)
+    state = StreamState(tuple(opt_states), anchors, in_flight, stream.arrivals)
     return carry, tuple(comm_states), state, tuple(bits)

@@ -422,32 +422,20 @@ def make_train(
         online = None
         if time is not None and time.available is not None:
             online = online_nodes(time, state.round)
-        if local_steps == 1:
-            keys = (key_batch[None], key_aug[None])
-        else:
+        if local_steps > 1:
             keys = (jax.random.split(key_batch, local_steps), jax.random.split(key_aug, local_steps))
 
         def inner(c, start, stop):
             carry, losses = c
-            segment = jax.tree_util.tree_map(lambda k: k[start:stop], keys)
             if local_steps == 1:  # the one-step trainer's keys, as without fragments
                 new, (_, loss) = local_step(data, carry, (key_batch, key_aug))
                 loss = loss[None]
             else:
+                segment = jax.tree_util.tree_map(lambda k: k[start:stop], keys)
                 new, (_, loss) = jax.lax.scan(lambda cc, k: local_step(data, cc, k), carry, segment)
             if online is not None:  # an offline node computes nothing
-                new = new._replace(
-                    **dict(
-                        zip(
-                            ("params", "batch_stats", "opt_state"),
-                            where_nodes(
-                                online,
-                                (new.params, new.batch_stats, new.opt_state),
-                                (carry.params, carry.batch_stats, carry.opt_state),
-                            ),
-                        )
-                    )
-                )
+                kept = where_nodes(online, new[:3], carry[:3])  # params, batch_stats, opt_state
+                new = _LocalCarry(*kept, new.comm_state)
             return new, [*losses, loss]
 
         carry = (_LocalCarry(state.params, state.batch_stats, state.opt_state, state.comm_state), [])

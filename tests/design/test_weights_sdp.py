@@ -1,8 +1,11 @@
 """fastest_mixing against a semidefinite solver (cvxpy, an optional test extra): the same optimum
 within 0.5% on path, cycle, grid, Petersen and random graphs, for the chain and for FDLA."""
 
+import importlib.util
+import pathlib
+import sys
+
 import networkx as nx
-import numpy as np
 import pytest
 
 import jaxgossip as jg
@@ -11,19 +14,17 @@ from jaxgossip.design import fastest_mixing
 cp = pytest.importorskip("cvxpy")
 
 
-def sdp_optimum(edges: np.ndarray, n: int, nonnegative: bool) -> float:
-    """min ||I - A diag(w) A^T - J||_2 (with w >= 0, diag(L) <= 1 for the chain), as cvxpy
-    writes it: the SDP of Boyd, Diaconis, Xiao (2004) / Xiao, Boyd (2004)."""
-    m = len(edges)
-    incidence = np.zeros((n, m))
-    incidence[edges[:, 0], np.arange(m)] = 1.0
-    incidence[edges[:, 1], np.arange(m)] = -1.0
-    w = cp.Variable(m)
-    lap = incidence @ cp.diag(w) @ incidence.T
-    constraints = [w >= 0, cp.diag(lap) <= 1] if nonnegative else []
-    problem = cp.Problem(cp.Minimize(cp.norm(np.eye(n) - lap - np.ones((n, n)) / n, 2)), constraints)
-    problem.solve(solver=cp.CLARABEL)
-    return float(problem.value)
+def _load_sdp_slem():
+    """The SDP of experiments/bench/design_vs_sdp.py (one formulation for the benchmark and the test)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "bench" / "design_vs_sdp.py"
+    sys.path.insert(0, str(path.parent))  # the script imports its sibling _benchlib
+    spec = importlib.util.spec_from_file_location("design_vs_sdp", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sdp_slem
+
+
+sdp_optimum = _load_sdp_slem()
 
 
 GRAPHS = {
