@@ -30,6 +30,7 @@ from jaxgossip.algorithms._shared.common import check_positive, per_round
 from jaxgossip.algorithms.registry import check_graph, sign
 from jaxgossip.checks import check_int, is_concrete
 from jaxgossip.compress import value_bits
+from jaxgossip.compress.selection import top_k_mask
 from jaxgossip.ops.mixing import check_params, mix
 from jaxgossip.topology import Topology
 from jaxgossip.types import (
@@ -90,9 +91,9 @@ def _transform(x: Array, basis: np.ndarray) -> Array:
 
 
 def _top_k_mask(coefficients: Array, k: int) -> Array:
-    """Bool, True at the k entries of largest magnitude of every chunk (last axis)."""
-    _, idx = jax.lax.top_k(jnp.abs(coefficients), k)
-    return jnp.put_along_axis(jnp.zeros(coefficients.shape, bool), idx, True, axis=-1, inplace=False)
+    """Bool, True at the k entries of largest magnitude of every chunk (last axis), ties to the
+    lower index (``lax.top_k``'s selection, by the CPU-fast radix selection)."""
+    return top_k_mask(jnp.abs(coefficients), k)
 
 
 def _check(topology, lr, k, chunk, beta, aggregate) -> int:

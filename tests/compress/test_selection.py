@@ -279,3 +279,44 @@ def test_sampled_threshold_that_keeps_too_few_falls_back_exactly(rng, dense):
         lax_values, lax_indices = jax.lax.top_k(x, k)
         np.testing.assert_array_equal(np.asarray(indices), np.asarray(lax_indices))
         np.testing.assert_array_equal(_bits(values), _bits(lax_values))
+
+
+def _numpy_mask(x: np.ndarray, k: int) -> np.ndarray:
+    _, indices = _numpy_top_k(x, k)
+    mask = np.zeros(x.shape, bool)
+    np.put_along_axis(mask, indices, True, axis=-1)
+    return mask
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape,k", CASES + [((1329, 64), 32), ((7, 64), 64)], ids=lambda v: str(v))
+def test_top_k_mask_marks_what_lax_top_k_selects(rng, shape, k, dtype):
+    x = _tied(rng, shape, dtype)
+    mask = np.asarray(jax.jit(lambda x: selection.top_k_mask(x, k))(x))
+    _, lax_indices = jax.lax.top_k(x, k)
+    expected = np.zeros(shape, bool)
+    np.put_along_axis(expected, np.asarray(lax_indices), True, axis=-1)
+    np.testing.assert_array_equal(mask, expected)
+    assert (mask.sum(-1) == k).all()
+    if int(np.prod(shape)) <= 100_000:
+        np.testing.assert_array_equal(mask, _numpy_mask(np.asarray(x), k))
+
+
+def test_top_k_mask_special_values_and_ties():
+    x = jnp.array([1.0, jnp.nan, 3.0, -jnp.nan, jnp.inf, 3.0, -0.0, 0.0, -jnp.inf, 3.0], jnp.float32)
+    for k in range(1, 11):
+        np.testing.assert_array_equal(np.asarray(selection.top_k_mask(x, k)), _numpy_mask(np.asarray(x), k))
+    # all equal: the lower indices win
+    np.testing.assert_array_equal(np.asarray(selection.top_k_mask(jnp.zeros((2, 6)), 4)), [[1, 1, 1, 1, 0, 0]] * 2)
+    # magnitudes, as a compressor uses it: |NaN| first, then +-inf
+    mag = np.asarray(selection.top_k_mask(jnp.abs(x), 3))
+    np.testing.assert_array_equal(np.flatnonzero(mag), [1, 3, 4])
+
+
+def test_top_k_mask_refuses_bad_input():
+    with pytest.raises(ValueError, match="k=0 is out of range"):
+        selection.top_k_mask(jnp.ones((2, 4)), 0)
+    with pytest.raises(ValueError, match="k=5 is out of range"):
+        selection.top_k_mask(jnp.ones((2, 4)), 5)
+    with pytest.raises(ValueError, match="floating"):
+        selection.top_k_mask(jnp.ones((2, 4), jnp.int32), 2)
