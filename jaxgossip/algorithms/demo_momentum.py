@@ -235,15 +235,11 @@ def demo_momentum(
 INFO = AlgorithmInfo(
     demo_momentum,
     graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any"),
-    sweep=SweepFacts(
-        shape_options={"k": "the number of components kept per chunk", "chunk": "the chunk length C"}
-    ),
+    sweep=SweepFacts(shape_options={"k": "the number of components kept per chunk", "chunk": "the chunk length C"}),
     # lr is the sign step's size: 0.003 trains the default digits task (ring, MLP) to 92 % in 40 rounds.
     hooks=TrainerHooks(
         example_options={"lr": 0.003},
         reasons={"receive": "its messages are DCT components of momenta, not models"},
     ),
-    execution=Execution(
-        reasons={"asynchronous": "its sign update needs the round's aggregated components"}
-    ),
+    execution=Execution(reasons={"asynchronous": "its sign update needs the round's aggregated components"}),
 )
