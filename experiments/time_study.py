@@ -10,9 +10,9 @@ step takes ``C = 0.02`` s on a normal node, a message of B bits ``latency + B / 
 node's messages of a round share its uplink one after another (``mode=serial``), an all-reduce
 round is priced as the ring all-reduce.
 
-Part A, **stragglers** (bandwidth 1 Gbit/s, latency 1e-4 s): ``stragglers:C,1/16,10`` (one node
-ten times slower) and ``stragglers:C,1/4,3`` (four nodes three times slower), with the homogeneous
-clock as the control. Synchronous methods: all-reduce SGD, D-PSGD (``gossip`` on ``ring(16)``) and
+Part A, **stragglers** (bandwidth 1 Gbit/s unless ``--bandwidth`` says otherwise, latency
+1e-4 s): ``stragglers:C,1/16,10`` (one node ten times slower) and ``stragglers:C,1/4,3`` (four
+nodes three times slower), with the homogeneous clock as the control. Synchronous methods: all-reduce SGD, D-PSGD (``gossip`` on ``ring(16)``) and
 SGP (``push_sum`` on the one-peer exponential graph). Their iterates do not depend on the clock,
 so one compile per method sweeps the clocks (``time.fraction`` x ``time.slowdown`` sweep axes,
 which do not batch the training: the sweep costs about one run). Asynchronous methods, when the
@@ -40,6 +40,8 @@ Usage::
 
     python experiments/time_study.py                 # both parts, about 8 + 8 min on 2 shared cores
     python experiments/time_study.py --parts B       # one part
+    python experiments/time_study.py --parts A --bandwidth 1e7 --out DIR   # part A at 10 Mbit/s
+    python experiments/time_study.py --parts A --bandwidth stragglers:0.25,10 --out DIR  # 4 slow uplinks
     python experiments/time_study.py --quick         # smoke run (digits, 20 rounds, writes to runs/time_study_quick)
 """
 
@@ -62,6 +64,7 @@ from _common import jsonable, machine  # noqa: E402
 from jaxgossip import data  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, run_training  # noqa: E402
 from jaxgossip.run.training_sweeps import sweep_training  # noqa: E402
+from jaxgossip.sim.network import DEFAULT_BANDWIDTH  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "time_study")
 QUICK_OUT = os.path.join("runs", "time_study_quick")
@@ -230,7 +233,7 @@ def acc_at(acc: np.ndarray, times: np.ndarray, budget: float) -> np.ndarray:
     return np.where(ok.any(axis=-1), value, np.nan)
 
 
-def run_part_a(base, dataset, seeds, methods, log=print) -> dict:
+def run_part_a(base, dataset, seeds, methods, bandwidth=STRAGGLER_BANDWIDTH, log=print) -> dict:
     clocks = list(CLOCKS)
     results = {}
     for key in methods:
@@ -239,7 +242,7 @@ def run_part_a(base, dataset, seeds, methods, log=print) -> dict:
         timing = {
             "compute": f"stragglers:{COMPUTE},0.0625,1",
             "latency": LATENCY,
-            "bandwidth": STRAGGLER_BANDWIDTH,
+            "bandwidth": bandwidth,
         }
         config = _method_config(base, key, method, timing)
         if method.execution == "sync":
@@ -280,6 +283,28 @@ def run_part_b(base, dataset, seeds, methods, log=print) -> dict:
             f"({seconds:.1f} s)"
         )
     return results
+
+
+def _bandwidth(text: str):
+    """``--bandwidth``: a number of bits/s, or a per-node spec kept as text for ``--time.bandwidth``."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def link_label(bandwidth) -> str:
+    """``1e9`` -> "1 Gbit/s"; a per-node spec such as ``stragglers:0.25,10`` -> the slow uplinks in words."""
+    if isinstance(bandwidth, str):
+        kind, _, numbers = bandwidth.partition(":")
+        if kind == "stragglers":
+            fraction, slowdown = (float(v) for v in numbers.split(","))
+            return f"{link_label(DEFAULT_BANDWIDTH)}, {fraction:g} of the uplinks {slowdown:g}x slower"
+        return f"links {bandwidth}"
+    for scale, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+        if bandwidth >= scale:
+            return f"{bandwidth / scale:g} {unit}"
+    return f"{bandwidth:g} bit/s"
 
 
 def _pm(values: np.ndarray, fmt: str = ".4f", never: str = "never") -> str:
@@ -340,7 +365,8 @@ def tables(report: dict) -> str:
         if part == "A":
             lines += [
                 f"**Part A, stragglers** ({_data_label(s)}, {s['rounds']['A']} rounds = {s['rounds']['A']} x 16 local "
-                f"steps, C = {COMPUTE} s, 1 Gbit/s, {len(s['seeds'])} seeds; target {target:g}):",
+                f"steps, C = {COMPUTE} s, {link_label(s['straggler_bandwidth'])}, {len(s['seeds'])} seeds; "
+                f"target {target:g}):",
                 "",
             ]
         else:
@@ -397,7 +423,11 @@ def plot(report: dict, part: str, path: str) -> None:
     axes[0, 0].set_ylabel("test accuracy (averaged model)")
     axes[0, 0].legend(fontsize=7, loc="lower right")
     st = report["settings"]
-    what = "stragglers, 1 Gbit/s" if part == "A" else f"compression vs link, latency {LATENCY:g} s"
+    what = (
+        f"stragglers, {link_label(st['straggler_bandwidth'])}"
+        if part == "A"
+        else f"compression vs link, latency {LATENCY:g} s"
+    )
     fig.suptitle(
         f"{_data_label(st)}, 16 nodes, MLP(64), C = {COMPUTE} s per step: {what} "
         f"(mean +- std over {len(st['seeds'])} seeds)",
@@ -415,10 +445,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--dataset", default="fashion_mnist", help="fashion_mnist (digits if not found) or digits")
     parser.add_argument("--raw_dir", default=None, help="folder of the Fashion-MNIST IDX files")
     parser.add_argument(
-        "--partition", default="iid", help="the nodes' shards: iid (default) or any --partition spec, e.g. dirichlet:0.1"
+        "--partition",
+        default="iid",
+        help="the nodes' shards: iid (default) or any --partition spec, e.g. dirichlet:0.1",
     )
+    parser.add_argument("--methods", default=None, help="comma list of method keys to run (default: all of each part)")
     parser.add_argument(
-        "--methods", default=None, help="comma list of method keys to run (default: all of each part)"
+        "--bandwidth",
+        default=STRAGGLER_BANDWIDTH,
+        type=_bandwidth,
+        help="part A's links: bits/s (default 1e9) or a per-node --time.bandwidth spec, e.g. stragglers:0.25,10",
     )
     parser.add_argument("--out", default=None, help=f"output folder (default {RESULTS}; --quick: {QUICK_OUT})")
     args = parser.parse_args(argv)
@@ -453,7 +489,7 @@ def main(argv=None) -> dict:
         t0 = time.time()
         base = base_config(name, rounds[part], eval_every, args.partition)
         if part == "A":
-            results["A"] = run_part_a(base, dataset, seeds, methods_a)
+            results["A"] = run_part_a(base, dataset, seeds, methods_a, args.bandwidth)
         else:
             results["B"] = run_part_b(base, dataset, seeds, methods_b)
         seconds[part] = round(time.time() - t0, 1)
@@ -469,7 +505,7 @@ def main(argv=None) -> dict:
             "momentum": 0.9,
             "compute_s": COMPUTE,
             "latency_s": LATENCY,
-            "straggler_bandwidth": STRAGGLER_BANDWIDTH,
+            "straggler_bandwidth": args.bandwidth,
             "links": LINKS,
             "clocks": list(CLOCKS),
             "clock_specs": {k: f"stragglers:{COMPUTE},{f},{s:g}" for k, (f, s) in CLOCKS.items()},
