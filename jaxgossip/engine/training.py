@@ -167,7 +167,7 @@ class Trainer(NamedTuple):
         last ``test_loss``) with respect to ``params``, the graph's weights
         (:meth:`jaxgossip.topology.Topology.with_weights`), ``gamma`` or a step size
         (``optax.inject_hyperparams``), with the algorithm and optimizer built inside the
-        differentiated function (docs/design.md, gradients).
+        differentiated function (docs/topologies.md, section "gradients through runs").
       evaluate: ``metrics = evaluate(state, train_loss)`` at the current state (one point).
       num_evals: evaluation points of the whole run (``num_rounds // eval_every``).
       local_steps: H, local optimizer steps per round (local steps done = ``round * H``).

@@ -26,7 +26,7 @@ bits with the same functions (in float64 on the host). Its parameters are one
 link parameters wherever the slowest node of each round is unique: :func:`elapsed` recomputes a
 run's clock from its recorded bits in the links' dtype (float64 under x64), with the link
 parameters traced, and :func:`time_to_target` turns a curve into the simulated time at which it
-first reaches a target (docs/design.md, gradients).
+first reaches a target (docs/topologies.md, section "gradients through runs").
 
 Keys: the clock draws from ``fold_in(run key, TIME_STREAM)``, never from the run's key schedule,
 so a timed run computes exactly the iterates of the same run untimed.
