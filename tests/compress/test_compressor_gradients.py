@@ -132,21 +132,24 @@ def test_top_k_selection_derivatives():
     np.testing.assert_array_equal(mask[1], selection.kept_mask(x[1:2], 4)[0])
 
 
-@pytest.mark.parametrize("name", ["choco", "sparse_push"])
+@pytest.mark.parametrize("name", ["choco", "sparse_push", "scsp"])
 def test_fused_round_gradient_equals_the_xla_round(name, monkeypatch):
     """float32 on the CPU: the fused native round (Choco: s includes the node's own message;
     Sparse-Push on a time-varying graph: one copy set per graph, built from host tables, so its
-    weights are not an input) differentiates as the XLA round."""
+    weights are not an input; SCSP with its per-node budgets) differentiates as the XLA round."""
     topo = jg.topology.ring(N) if name == "choco" else jg.topology.one_peer_exponential(N)
     x0 = jnp.asarray(x0_for(), jnp.float32)
+    if name == "scsp":  # wider leaves and a lower target: the budgets differ across nodes and rounds
+        x0 = jnp.asarray(np.random.default_rng(1).normal(size=(N, 40)), jnp.float32)
 
     def final_error(x, weights, gamma):
         if name == "choco":
             alg = jg.algorithms.make(
                 "choco", topo.with_weights(weights), compressor=jg.compress.top_k(k=3), gamma=gamma
             )
-        else:
-            alg = jg.algorithms.make("sparse_push", topo, k=3, gamma=gamma)
+        else:  # SCSP: a budget k_i per node that grows with its residual (fixed under differentiation)
+            options = {"target_residual": 0.5} if name == "scsp" else {}
+            alg = jg.algorithms.make(name, topo, k=3, gamma=gamma, **options)
         return consensus_scan(alg, x, 8, KEY).error[-1]
 
     args = (x0, jnp.asarray(topo.weights, jnp.float32), jnp.float32(0.5))
