@@ -1,5 +1,5 @@
 """Gradients through a synchronous training run (:func:`jaxgossip.engine.training.make_train`):
-``jax.grad`` of the final test loss of the averaged model equals central finite differences in
+``jax.grad`` of the final test loss of the averaged model (and of the training loss) equals central finite differences in
 float64, with respect to the graph's weights, gamma, the learning rate (optax
 ``inject_hyperparams``) and the nodes' initial models (``Trainer.train(key, params)``). Batches are
 drawn by integer indices from the run's key: a fixed key fixes them, so the loss is a smooth
@@ -76,13 +76,13 @@ TOPO = jg.topology.ring(N)
 KEY = jax.random.key(0)
 
 
-def final_test_loss(weights=TOPO.weights, gamma=1.0, lr=0.3, params=None, name="gossip"):
+def final_test_loss(weights=TOPO.weights, gamma=1.0, lr=0.3, params=None, name="gossip", metric="test_loss"):
     options = {"gamma": gamma}
     if name == "choco":
         options["compressor"] = jg.compress.identity()
     alg = jg.algorithms.make(name, TOPO.with_weights(weights), **options)
     _, metrics = trainer(alg, lr=lr).train(KEY, params)
-    return metrics.test_loss[-1]
+    return getattr(metrics, metric)[-1]
 
 
 def test_training_loss_gradient_wrt_mixing_weights():
@@ -93,6 +93,7 @@ def test_training_loss_gradient_wrt_mixing_weights():
 
 def test_training_loss_gradient_wrt_learning_rate_and_gamma():
     check_against_fd(lambda lr: final_test_loss(lr=lr), 0.3, num_directions=1)
+    check_against_fd(lambda lr: final_test_loss(lr=lr, metric="train_loss"), 0.3, num_directions=1)
     check_against_fd(lambda g: final_test_loss(gamma=g, name="choco"), 0.7, num_directions=1)
 
 
