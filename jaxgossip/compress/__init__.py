@@ -9,6 +9,7 @@ the fused top-k round.
 """
 
 from jaxgossip.compress.compressors import (
+    GRADIENT_RULES,
     REGISTRY,
     WEIGHT_BITS,
     Compressor,
@@ -46,4 +47,5 @@ __all__ = [
     "value_bits",
     "num_kept",
     "bits_per_index",
+    "GRADIENT_RULES",
 ]

@@ -13,6 +13,13 @@ codes' int64 indices); sign costs 1 bit per entry plus one fp32 scale per leaf; 
 norm plus a sign bit and ``ceil(log2(levels + 1))`` bits per entry; the push-sum weight that
 travels with every push-sum message costs :data:`WEIGHT_BITS`.
 
+Derivatives (:data:`GRADIENT_RULES`; every compressor states its rule in :attr:`Compressor.gradient`,
+docs/algorithms.md lists them): ``exact`` (identity: the uncompressed derivative), ``mask``
+(top-k, random-k: the kept entries pass their tangent, times the unbiased scale of random-k;
+the choice of indices passes none) and ``straight_through`` (sign, QSGD: the backward pass treats
+the compressor as the identity, times QSGD's contractive scale with ``rescale=True``; Bengio,
+Leonard, Courville, arXiv:1308.3432, 2013). Forward values are unchanged by the rules.
+
 Compressor specs: every compressed algorithm takes its compressor as a :class:`Compressor`, a name
 from :data:`REGISTRY` or a spec mapping ``{"name": ..., **options}``, resolved by
 :func:`resolve_compressor`.
@@ -23,6 +30,8 @@ References:
   Alistarh et al., "QSGD", NeurIPS 2017 (arXiv:1610.02132).
   Koloskova et al., "Decentralized Stochastic Optimization and Gossip Algorithms with Compressed
   Communication", ICML 2019 (arXiv:1902.00340): compressors used with Choco.
+  Bengio, Leonard, Courville, "Estimating or Propagating Gradients Through Stochastic Neurons for
+  Conditional Computation", arXiv:1308.3432, 2013 (the straight-through estimator).
 """
 
 from __future__ import annotations
@@ -56,11 +65,19 @@ __all__ = [
     "value_bits",
     "num_kept",
     "bits_per_index",
+    "GRADIENT_RULES",
 ]
 
 WEIGHT_BITS = 32  # the push-sum weight travels uncompressed, one fp32 value per message
 
 ApplyFn = Callable[[Array, PRNGKey], tuple[Array, Array]]
+
+# How a compressor's output is differentiated in its input (Compressor.gradient).
+GRADIENT_RULES = {
+    "exact": "the derivative of the function itself (lossless: the uncompressed derivative)",
+    "mask": "the kept entries pass their tangent (times a fixed scale), the others and the indices pass none",
+    "straight_through": "the backward pass treats the compressor as the identity (times a fixed scale)",
+}
 
 
 class TopKSpec(NamedTuple):
@@ -92,12 +109,30 @@ class Compressor(NamedTuple):
       name: display name, e.g. ``"top_k(fraction=0.01)"``.
       lossless: True when ``dense == leaf`` always (identity).
       top_k: for the exact top-k compressor, its :class:`TopKSpec`; None for every other one.
+      gradient: how ``dense`` is differentiated in ``leaf``, a key of :data:`GRADIENT_RULES`.
     """
 
     apply: ApplyFn
     name: str
     lossless: bool = False
     top_k: TopKSpec | None = None
+    gradient: str = "exact"
+
+
+def _straight_through(quantize: Callable[[Array, PRNGKey], Array], scale: float = 1.0) -> Callable:
+    """``quantize`` whose derivative is ``scale`` times the identity (the straight-through
+    estimator); the forward value is ``quantize``'s, bit for bit."""
+
+    @jax.custom_jvp
+    def dense(leaf, key):
+        return quantize(leaf, key)
+
+    @dense.defjvp
+    def dense_jvp(primals, tangents):
+        leaf, key = primals
+        return dense(leaf, key), (tangents[0] * jnp.asarray(scale, leaf.dtype)).astype(leaf.dtype)
+
+    return dense
 
 
 def value_bits(x: Any) -> int:
@@ -106,7 +141,7 @@ def value_bits(x: Any) -> int:
 
 
 def identity() -> Compressor:
-    """No compression: sends every entry at its dtype width (32 bits for fp32)."""
+    """No compression: sends every entry at its dtype width (32 bits for fp32). Gradient: exact."""
 
     def apply(leaf, key):
         del key
@@ -165,7 +200,8 @@ def top_k(fraction: float | None = None, k: int | None = None, index_bits: Any =
     """Keeps the K largest-magnitude entries of each leaf.
 
     ``K = max(1, floor(fraction * D_leaf))`` or ``K = min(k, D_leaf)`` (at least one entry per
-    leaf). Message: K values and K indices.
+    leaf). Message: K values and K indices. Gradient: ``mask`` (the kept entries pass their
+    tangent; :func:`jaxgossip.compress.selection.top_k_dense`).
 
     Args:
       fraction: kept fraction in (0, 1].
@@ -186,7 +222,7 @@ def top_k(fraction: float | None = None, k: int | None = None, index_bits: Any =
         return dense, jnp.float32(spec.bits(flat.size, leaf.dtype))
 
     label = f"top_k(fraction={fraction})" if fraction is not None else f"top_k(k={k})"
-    return Compressor(apply, label, top_k=spec)
+    return Compressor(apply, label, top_k=spec, gradient="mask")
 
 
 def random_k(
@@ -195,7 +231,8 @@ def random_k(
     """Keeps K uniformly random entries of each leaf (without replacement).
 
     With ``unbiased=True`` kept entries are scaled by ``D_leaf / K`` so that ``E[C(v)] = v``.
-    K and the bit cost as in :func:`top_k`.
+    K and the bit cost as in :func:`top_k`. Gradient: ``mask`` (the kept entries pass their
+    tangent, times ``D_leaf / K`` when unbiased; the random choice passes none).
     """
     fraction, k = _check_fraction_k("random_k", fraction, k)
     index_bits = _check_index_bits(index_bits)
@@ -216,19 +253,25 @@ def random_k(
         return dense, jnp.float32(bits)
 
     label = f"random_k({'fraction=' + str(fraction) if fraction is not None else 'k=' + str(k)}, unbiased={unbiased})"
-    return Compressor(apply, label)
+    return Compressor(apply, label, gradient="mask")
 
 
 def sign() -> Compressor:
-    """Scaled sign: ``C(v) = (||v||_1 / D_leaf) sign(v)``; 1 bit per entry + 32 bits per leaf."""
+    """Scaled sign: ``C(v) = (||v||_1 / D_leaf) sign(v)``; 1 bit per entry + 32 bits per leaf.
+
+    Gradient: ``straight_through`` (``dC/dv = I``; sign's own derivative is 0 almost everywhere).
+    """
+
+    def quantize(leaf, key):
+        del key
+        return (jnp.mean(jnp.abs(leaf)) * jnp.sign(leaf)).astype(leaf.dtype)
+
+    dense = _straight_through(quantize)
 
     def apply(leaf, key):
-        del key
-        scale = jnp.mean(jnp.abs(leaf))
-        dense = (scale * jnp.sign(leaf)).astype(leaf.dtype)
-        return dense, jnp.float32(leaf.size + 32)
+        return dense(leaf, key), jnp.float32(leaf.size + 32)
 
-    return Compressor(apply, "sign")
+    return Compressor(apply, "sign", gradient="straight_through")
 
 
 def qsgd(levels: int = 16, rescale: bool = False) -> Compressor:
@@ -239,6 +282,8 @@ def qsgd(levels: int = 16, rescale: bool = False) -> Compressor:
 
     Unbiased; with ``rescale=True`` the result is multiplied by ``1 / (min(D/s^2, sqrt(D)/s) + 1)``
     (the biased, contractive variant used with Choco). Bits: 32 (norm) + ``D (1 + ceil(log2(s+1)))``.
+    Gradient: ``straight_through``, the derivative of the expectation ``E[C(v)]``: the identity,
+    times the contractive factor with ``rescale=True``.
 
     Args:
       levels: s >= 1.
@@ -251,7 +296,10 @@ def qsgd(levels: int = 16, rescale: bool = False) -> Compressor:
     s = int(levels)
     per_entry = 1 + math.ceil(math.log2(s + 1))
 
-    def apply(leaf, key):
+    def factor(d):  # the contractive scale of rescale=True (static: D is a shape)
+        return 1.0 / (min(d / s**2, math.sqrt(d) / s) + 1.0) if rescale else 1.0
+
+    def quantize(leaf, key):
         flat = leaf.reshape(-1).astype(jnp.float32)
         norm = jnp.linalg.norm(flat)
         ratio = jnp.where(norm > 0, jnp.abs(flat) / jnp.where(norm > 0, norm, 1.0), 0.0) * s
@@ -261,9 +309,13 @@ def qsgd(levels: int = 16, rescale: bool = False) -> Compressor:
         if rescale:
             d = flat.size
             dense = dense / (min(d / s**2, math.sqrt(d) / s) + 1.0)
-        return dense.reshape(leaf.shape).astype(leaf.dtype), jnp.float32(32 + flat.size * per_entry)
+        return dense.reshape(leaf.shape).astype(leaf.dtype)
 
-    return Compressor(apply, f"qsgd(levels={s}, rescale={rescale})")
+    def apply(leaf, key):
+        dense = _straight_through(quantize, factor(leaf.size))
+        return dense(leaf, key), jnp.float32(32 + leaf.size * per_entry)
+
+    return Compressor(apply, f"qsgd(levels={s}, rescale={rescale})", gradient="straight_through")
 
 
 REGISTRY: dict[str, Callable[..., Compressor]] = {

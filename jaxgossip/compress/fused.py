@@ -28,16 +28,22 @@ the params differ from the XLA formulation by float32 round-off (the messages ar
 one rather than summed first). The kernel is used on the CPU only (``lax.platform_dependent``
 picks the algorithm's XLA path elsewhere), for float32 leaves, on fixed (not stochastic) graphs and
 off multi-device meshes; ``JAXGOSSIP_FUSED=0`` (or ``JAXGOSSIP_NATIVE=0``) turns it off.
+
+Derivative: the kernel's round is differentiated as the XLA round with the kernel's kept entries
+(``mask`` rule of :data:`jaxgossip.compress.GRADIENT_RULES`): linear in params, copies and sums given
+the kept sets, with the tangents of the weights and gamma; the choice of the kept sets passes none.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxgossip.compress import compressors as compress
 from jaxgossip.compress import native, selection
@@ -193,19 +199,74 @@ def top_k_round(
         *hat_leaves,
         *s_leaves,
     )
-    first = 7
     num = len(leaves)
+    out = _native_round(bool(self_in_s), num, *operands)
+    unflat = lambda part: jax.tree_util.tree_unflatten(treedef, list(out[part * num : (part + 1) * num]))  # noqa: E731
+    return CopyRound(unflat(0), unflat(1), unflat(2), out[3 * num])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _native_round(self_in_s: bool, num: int, *operands: Array) -> tuple[Array, ...]:
+    """The kernel call on :func:`top_k_round`'s operands ``(copy, senders, receivers, weights,
+    gamma, steps, counts, *params, *x_hat, *s)``: ``(*params, *x_hat, *s, kept [L, N])``."""
+    first = 7
     out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands[first:]]
-    out_types.append(jax.ShapeDtypeStruct(counts.shape, jnp.int32))
+    out_types.append(jax.ShapeDtypeStruct(operands[6].shape, jnp.int32))
     call = jax.ffi.ffi_call(
         _TARGET,
         out_types,
         vmap_method="broadcast_all",
         input_output_aliases={first + i: i for i in range(3 * num)},
     )
-    out = call(*operands, self_in_s=bool(self_in_s))
-    unflat = lambda part: jax.tree_util.tree_unflatten(treedef, list(out[part * num : (part + 1) * num]))  # noqa: E731
-    return CopyRound(unflat(0), unflat(1), unflat(2), out[3 * num])
+    return tuple(call(*operands, self_in_s=self_in_s))
+
+
+def _masked_round(self_in_s, copy, senders, receivers, masks, weights, gamma, leaves, hats, sums):
+    """The round of the module docstring in XLA with the kept entries fixed by ``masks`` (0/1,
+    like the params): linear in the copies and sums given the masks, the form whose derivative
+    the fused round takes."""
+    self_edge = senders == receivers
+    outs = ([], [], [])
+    for x, hat, s_sum, mask in zip(leaves, hats, sums, masks):
+        n = x.shape[0]
+        lifted = hat.ndim == x.ndim + 1
+        xh, sc = (hat[copy], s_sum[copy]) if lifted else (hat, s_sum)
+        q = mask * (x - xh)
+        xh_new = xh + q
+        w_msg = weights if self_in_s else jnp.where(self_edge, 0, weights)
+        flat = q.reshape(n, -1)
+        received = jax.ops.segment_sum(w_msg[:, None] * flat[senders], receivers, n).reshape(x.shape)
+        s_new = sc + received
+        drift = s_new - xh_new
+        if not self_in_s:
+            w_self = jax.ops.segment_sum(jnp.where(self_edge, weights, 0), receivers, n)
+            drift = drift + w_self.reshape((n,) + (1,) * (x.ndim - 1)) * xh_new
+        outs[0].append(x + gamma * drift)
+        outs[1].append(hat.at[copy].set(xh_new) if lifted else xh_new)
+        outs[2].append(s_sum.at[copy].set(s_new) if lifted else s_new)
+    return tuple(outs[0] + outs[1] + outs[2])
+
+
+@_native_round.defjvp
+def _native_round_jvp(self_in_s, num, primals, tangents):
+    """The fused round's derivative: that of the XLA round with the kernel's kept entries (the top-k
+    masks pass tangents, the choice of indices none, as :func:`jaxgossip.compress.selection.top_k_dense`)."""
+    out = _native_round(self_in_s, num, *primals)
+    copy, senders, receivers, weights, gamma, _, _ = primals[:7]
+    leaves, hats, sums = (list(primals[7 + i * num : 7 + (i + 1) * num]) for i in range(3))
+    masks = []
+    for x, hat, kept in zip(leaves, hats, out[3 * num]):
+        xh = hat[copy] if hat.ndim == x.ndim + 1 else hat
+        diff = (x - xh).reshape(x.shape[0], -1)
+        masks.append(selection.kept_mask(diff, kept).reshape(x.shape))
+
+    def round_of(weights, gamma, leaves, hats, sums):
+        return _masked_round(self_in_s, copy, senders, receivers, masks, weights, gamma, leaves, hats, sums)
+
+    dw, dg = tangents[3], tangents[4]
+    dl, dh, ds = (list(tangents[7 + i * num : 7 + (i + 1) * num]) for i in range(3))
+    _, d_out = jax.jvp(round_of, (weights, gamma, leaves, hats, sums), (dw, dg, dl, dh, ds))
+    return out, (*d_out, np.zeros(out[3 * num].shape, jax.dtypes.float0))
 
 
 def spec_round(

@@ -22,6 +22,7 @@ onto every device; when ``x`` sits on a mesh of more than one device the XLA pat
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -30,7 +31,7 @@ import numpy as np
 
 from jaxgossip.compress import native
 
-__all__ = ["top_k", "top_k_dense", "top_k_mask", "IMPLS", "on_multi_device_mesh"]
+__all__ = ["top_k", "top_k_dense", "top_k_mask", "kept_mask", "IMPLS", "on_multi_device_mesh"]
 
 Array = Any
 
@@ -98,9 +99,16 @@ def top_k(x: Array, k: int, *, impl: str = "auto") -> tuple[Array, Array]:
 
     Returns:
       ``(values [..., K], indices [..., K] int32)``, values in descending total order.
+
+    Derivative: the values carry the tangent of the entries they select; the indices carry none
+    (as ``lax.top_k``, also for the native kernel).
     """
     k = _check(x, k, impl)
-    x = jnp.asarray(x)
+    return _top_k(jnp.asarray(x), k, impl)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _top_k(x: Array, k: int, impl: str) -> tuple[Array, Array]:
     if not _use_native(x, impl):
         return _xla_top_k(x, k)
     name = f"jaxgossip_top_k_{_DTYPES[jnp.dtype(x.dtype)]}"
@@ -112,14 +120,29 @@ def top_k(x: Array, k: int, *, impl: str = "auto") -> tuple[Array, Array]:
     return jax.lax.platform_dependent(x, cpu=cpu, default=lambda x: _xla_top_k(x, k))
 
 
+@_top_k.defjvp
+def _top_k_jvp(k, impl, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    values, indices = _top_k(x, k, impl)
+    return (values, indices), (jnp.take_along_axis(dx, indices, axis=-1), np.zeros(indices.shape, jax.dtypes.float0))
+
+
 def top_k_dense(x: Array, k: int, *, impl: str = "auto") -> Array:
     """``x`` [..., D] with the K largest-magnitude entries of each row kept and the rest +0.
 
     Ties in ``|x|`` go to the lower index (as ``lax.top_k(|x|)``). Bitwise equal to scattering
     ``x[idx]`` into zeros at ``idx = lax.top_k(|x|, K)[1]``. ``impl`` as in :func:`top_k`.
+
+    Derivative (mask passing): the kept entries pass their tangent, every other entry and the
+    choice of indices pass none: ``d out = m * d x`` with ``m`` the 0/1 mask of the kept entries,
+    the derivative of that scatter (the mask is recomputed with ``lax.top_k``, the same kept set).
     """
     k = _check(x, k, impl)
-    x = jnp.asarray(x)
+    return _top_k_dense(jnp.asarray(x), k, impl)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _top_k_dense(x: Array, k: int, impl: str) -> Array:
     if not _use_native(x, impl):
         return _xla_top_k_dense(x, k)
     name = f"jaxgossip_top_k_dense_{_DTYPES[jnp.dtype(x.dtype)]}"
@@ -187,3 +210,27 @@ def top_k_mask(x: Array, k: int) -> Array:
             return _radix_top_k_mask(x, k)
 
     return jax.lax.platform_dependent(x, cpu=cpu, default=lambda x: _xla_top_k_mask(x, k))
+
+
+def kept_mask(x: Array, k: Any) -> Array:
+    """``[..., D]`` 0/1 mask (dtype of ``x``) of the K largest ``|x|`` of each row, ties to the
+    lower index (the entries :func:`top_k_dense` keeps). ``k``: a static int or an int array
+    broadcastable to ``x.shape[:-1]`` (a K per row), each in ``[0, D]``; with an array the row is
+    fully sorted (used under differentiation only)."""
+    d = x.shape[-1]
+    if isinstance(k, (int, np.integer)):
+        order = jax.lax.top_k(jnp.abs(x), int(k))[1]
+        hit = jnp.ones(order.shape, x.dtype)
+    else:
+        order = jax.lax.top_k(jnp.abs(x), d)[1]
+        rank = jnp.arange(d, dtype=jnp.int32)
+        hit = (rank < jnp.asarray(k, jnp.int32)[..., None]).astype(x.dtype)
+    rows = order.reshape(-1, order.shape[-1])
+    mask = jax.vmap(lambda idx, h: jnp.zeros([d], x.dtype).at[idx].set(h))(rows, hit.reshape(rows.shape))
+    return mask.reshape(x.shape)
+
+
+@_top_k_dense.defjvp
+def _top_k_dense_jvp(k, impl, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return _top_k_dense(x, k, impl), kept_mask(x, k) * dx

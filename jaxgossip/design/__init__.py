@@ -6,6 +6,8 @@ learned from the nodes' label distributions.
   :class:`Design`;
 * :mod:`~jaxgossip.design.support`: the undirected support of a graph and the classical
   weightings on it (Metropolis-Hastings, max-degree, best constant), ``slem``;
+* :mod:`~jaxgossip.design.hyperparameters`: ``tune_by_gradient``, gamma, step-size schedules or
+  mixing weights that minimise a scalar of a run, by differentiating through it;
 * :mod:`~jaxgossip.design.heterogeneity`: ``learn_topology``, a doubly stochastic graph of
   in-degree at most d whose neighbourhoods see the global label distribution (a
   :class:`LearnedTopology`).
@@ -20,6 +22,7 @@ from jaxgossip.design.heterogeneity import (
     learn_topology,
     neighbourhood_heterogeneity,
 )
+from jaxgossip.design.hyperparameters import HyperparameterFit, tune_by_gradient
 from jaxgossip.design.support import (
     best_constant_weights,
     laplacian,
@@ -49,4 +52,6 @@ __all__ = [
     "learn_topology",
     "label_proportions",
     "neighbourhood_heterogeneity",
+    "HyperparameterFit",
+    "tune_by_gradient",
 ]

@@ -75,14 +75,16 @@ def consensus_scan(
     time: TimeModel | None = None,
     *,
     remat: bool = False,
+    checkpoint_every: int | None = None,
 ) -> ConsensusTrace:
     """Pure, jittable and vmappable core of :func:`run_consensus`: one ``lax.scan`` over rounds.
 
     Differentiable with respect to every traced input: ``x0``, the algorithm's traced
     hyperparameters (``gamma``) and a graph's traced weights
     (:meth:`jaxgossip.topology.Topology.with_weights`), when the algorithm is built inside the
-    differentiated function. ``remat=True`` rematerialises each round in the backward pass
-    (:func:`jaxgossip.engine.rounds.run_rounds`), for long runs in bounded memory.
+    differentiated function. ``remat=True`` rematerialises each round in the backward pass and
+    ``checkpoint_every=C`` each chunk of C rounds (:func:`jaxgossip.engine.rounds.run_rounds`): the
+    gradient's memory then grows as ``S / C + C`` rather than S (long runs in bounded memory).
 
     Returns:
       :class:`ConsensusTrace` with ``error`` [S + 1], ``round_bits`` [S], ``node_bits`` [S, N],
@@ -103,7 +105,7 @@ def consensus_scan(
     err0 = consensus_distance(alg.debias(x0, state0), target)
     clock0 = None if time is None else timing.init_clock(key)
     (x, state, _, _), (errors, bits, node_bits, clocks) = run_rounds(
-        body, (x0, state0, key, clock0), int(num_steps), remat=remat
+        body, (x0, state0, key, clock0), int(num_steps), remat=remat, checkpoint_every=checkpoint_every
     )
     sim_time = comm_time = None
     if time is not None:

@@ -212,6 +212,7 @@ def optimization_scan(
     time: TimeModel | None = None,
     *,
     remat: bool = False,
+    checkpoint_every: int | None = None,
 ) -> OptimizationTrace:
     """Pure, jittable and vmappable core of :func:`run_optimization` (same arguments).
 
@@ -223,7 +224,9 @@ def optimization_scan(
     to ``x0``, a step size (``optax.inject_hyperparams(optax.sgd)(learning_rate=lr)``), the
     algorithm's ``gamma`` or a graph's weights (:meth:`jaxgossip.topology.Topology.with_weights`),
     with the algorithm and optimizer built inside the differentiated function. ``remat=True``
-    rematerialises each round in the backward pass (bounded memory for long runs).
+    rematerialises each round in the backward pass and ``checkpoint_every=C`` each chunk of C
+    rounds (:func:`jaxgossip.engine.rounds.run_rounds`): the gradient's memory then grows as
+    ``S / C + C`` rather than S (long runs in bounded memory).
 
     Returns:
       An :class:`OptimizationTrace` of JAX arrays (``node_bits`` per round, not accumulated).
@@ -272,7 +275,11 @@ def optimization_scan(
     opt_state0 = jax.vmap(optimizer.init)(x0)
     clock0 = None if time is None else timing.init_clock(key)
     (x, state, opt_state, _, _), (objs, cons, loss, bits, clocks) = run_rounds(
-        round_fn, (x0, state0, opt_state0, key_run, clock0), int(num_steps), remat=remat
+        round_fn,
+        (x0, state0, opt_state0, key_run, clock0),
+        int(num_steps),
+        remat=remat,
+        checkpoint_every=checkpoint_every,
     )
     sim_time = comm_time = None
     if time is not None:

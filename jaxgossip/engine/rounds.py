@@ -82,6 +82,7 @@ def run_rounds(
     every: int = 1,
     point_fn: PointFn | None = None,
     remat: bool = False,
+    checkpoint_every: int | None = None,
 ) -> tuple[Any, Any]:
     """Runs ``num_points * every`` rounds of ``round_fn`` in one ``lax.scan`` (pure, jittable, vmappable).
 
@@ -99,6 +100,12 @@ def run_rounds(
         ``round_fn``): the gradient of an S-round run then stores the S carries between rounds
         instead of every round's intermediates, and recomputes one round at a time on the way
         back. The forward values are the same.
+      checkpoint_every: C, or None. With C (``every == 1`` and no ``point_fn`` only; C must
+        divide ``num_points``) the rounds run as ``num_points / C`` chunks of C rounds, each chunk
+        rematerialised (``jax.checkpoint`` of a scan of C rounds): the gradient stores one carry
+        per chunk and, while it goes back through a chunk, that chunk's C carries (its rounds
+        rematerialised too with ``remat``), so memory grows as ``S / C + C`` instead of S; with
+        ``C ~ sqrt(S)`` as ``sqrt(S)``, for about one more forward pass of compute. Same values.
 
     Returns:
       ``(carry, points)``: the final carry and the points stacked (leaves ``[num_points, ...]``).
@@ -109,6 +116,13 @@ def run_rounds(
         raise TypeError(f"remat={remat!r} must be a bool")
     if remat:
         round_fn = jax.checkpoint(round_fn)
+    if checkpoint_every is not None:
+        chunk = _check_count("checkpoint_every", checkpoint_every)
+        if every != 1 or point_fn is not None:
+            raise ValueError("checkpoint_every needs every=1 and no point_fn (chunks of single rounds)")
+        if num_points % chunk:
+            raise ValueError(f"checkpoint_every={chunk} must divide the number of rounds {num_points}")
+        return _chunked(round_fn, carry, xs, num_points // chunk, chunk)
     if every == 1 and point_fn is None:
         return jax.lax.scan(round_fn, carry, xs, length=num_points)
     if xs is not None:
@@ -119,3 +133,17 @@ def run_rounds(
         return carry, (records if point_fn is None else point_fn(carry, records))
 
     return jax.lax.scan(point, carry, xs, length=num_points)
+
+
+def _chunked(round_fn: RoundFn, carry: Any, xs: Any, num_chunks: int, chunk: int) -> tuple[Any, Any]:
+    """``num_chunks * chunk`` rounds as a scan over checkpointed chunks of ``chunk`` rounds; the
+    records come back stacked over rounds (leaves ``[num_chunks * chunk, ...]``)."""
+    if xs is not None:
+        xs = jax.tree_util.tree_map(lambda a: a.reshape((num_chunks, chunk) + a.shape[1:]), xs)
+
+    @jax.checkpoint
+    def run_chunk(carry, chunk_xs):
+        return jax.lax.scan(round_fn, carry, chunk_xs, length=chunk)
+
+    carry, records = jax.lax.scan(run_chunk, carry, xs, length=num_chunks)
+    return carry, jax.tree_util.tree_map(lambda a: a.reshape((num_chunks * chunk,) + a.shape[2:]), records)

@@ -155,13 +155,19 @@ class Trainer(NamedTuple):
     """Pure functions of one configured run (see :func:`make_train`).
 
     Attributes:
-      init: ``state = init(key)``.
+      init: ``state = init(key)``, or ``init(key, params)`` to start every node from given
+        ``params`` (leaves [N, ...]; optimizer and algorithm state are initialised from them).
       run_chunk: ``state, metrics = run_chunk(state, num_evals)``: ``num_evals * eval_every``
         rounds with an evaluation after every ``eval_every`` (jitted; ``num_evals`` static). When
         the shards span several processes it passes them to the jitted function as an argument
         (it then has no ``lower``); otherwise it is the ``jax.jit`` function itself.
-      train: ``state, metrics = train(key)``: the whole run, pure and vmappable over keys (it
-        closes over the shards, so it runs in one process; several processes use ``run_chunk``).
+      train: ``state, metrics = train(key)`` or ``train(key, params)``: the whole run, pure and
+        vmappable over keys (it closes over the shards, so it runs in one process; several
+        processes use ``run_chunk``). It is differentiable: ``jax.grad`` of a metric (e.g. the
+        last ``test_loss``) with respect to ``params``, the graph's weights
+        (:meth:`jaxgossip.topology.Topology.with_weights`), ``gamma`` or a step size
+        (``optax.inject_hyperparams``), with the algorithm and optimizer built inside the
+        differentiated function (docs/topologies.md, section "gradients through runs").
       evaluate: ``metrics = evaluate(state, train_loss)`` at the current state (one point).
       num_evals: evaluation points of the whole run (``num_rounds // eval_every``).
       local_steps: H, local optimizer steps per round (local steps done = ``round * H``).
@@ -208,6 +214,20 @@ def _check_scalar_loss(model: ModelFns, node_loss: Callable, shards: Any, batch_
         raise ValueError(
             f"loss_fn must return a floating scalar (the mean loss of the batch), got {loss}; e.g. "
             "reduce per-sample losses with .mean()"
+        )
+
+
+def _check_given_params(model: ModelFns, example: Array, num_nodes: int, params: Params) -> None:
+    """Raises a ValueError unless ``params`` has the model's structure with leaves ``[N, ...]``."""
+    one = jax.eval_shape(lambda k: model.init(k, example)[0], jax.random.key(0))
+    want = jax.tree_util.tree_map(lambda a: (num_nodes,) + tuple(a.shape), one)
+    got = jax.tree_util.tree_map(jnp.shape, params)
+    if jax.tree_util.tree_structure(one) != jax.tree_util.tree_structure(params) or jax.tree_util.tree_leaves(
+        want, is_leaf=lambda v: isinstance(v, tuple)
+    ) != jax.tree_util.tree_leaves(got, is_leaf=lambda v: isinstance(v, tuple)):
+        raise ValueError(
+            f"params must have the model's structure with a leading node axis of N = {num_nodes}: "
+            f"expected shapes {want}, got {got}"
         )
 
 
@@ -354,10 +374,14 @@ def make_train(
             return jax.vmap(single_grad)(z, stats, x, y)
         return jax.lax.map(lambda args: single_grad(*args), (z, stats, x, y), batch_size=int(node_batch))
 
-    def init(key: PRNGKey) -> TrainState:
+    def init(key: PRNGKey, params: Params | None = None) -> TrainState:
         key_init, key_run = jax.random.split(key)
         example = shards.x[0, :1]
-        if identical_init:
+        if params is not None:  # given initial models (a traced input of a differentiated run)
+            _check_given_params(model, example, num_nodes, params)
+            stats = model.init(key_init, example)[1]
+            stats = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_nodes,) + a.shape), stats)
+        elif identical_init:
             params, stats = model.init(key_init, example)
             params, stats = jax.tree_util.tree_map(
                 lambda a: jnp.broadcast_to(a, (num_nodes,) + a.shape), (params, stats)
@@ -527,8 +551,8 @@ def make_train(
         # One process: the shards stay closed over (constants of the compiled chunk), so it takes (state) only.
         run_chunk = jax.jit(lambda state, num_evals: run_chunk_impl(state, num_evals, shards), static_argnums=1)
 
-    def train(key: PRNGKey) -> tuple[TrainState, Metrics]:
-        return run_chunk_impl(init(key), num_rounds // eval_every, shards)
+    def train(key: PRNGKey, params: Params | None = None) -> tuple[TrainState, Metrics]:
+        return run_chunk_impl(init(key, params), num_rounds // eval_every, shards)
 
     return Trainer(
         init=init,

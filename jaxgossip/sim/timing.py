@@ -21,6 +21,13 @@ bits with the same functions (in float64 on the host). Its parameters are one
    \\tau_r = \\max_i \\big(P_{r,i} + c_{r,i}\\big), \\qquad
    c_{r,i} = I \\sum_{e:\\,s(e)=i} \\Big(l_e + \\frac{\\mathrm{bits}_{r,i}}{I\\,d_{t,i}\\,b_e}\\Big)
 
+**Gradients.** A round's time is piecewise linear in every latency and compute time and in every
+``1 / bandwidth`` (a sum of link times, a max over nodes), so ``sim_time`` is differentiable in the
+link parameters wherever the slowest node of each round is unique: :func:`elapsed` recomputes a
+run's clock from its recorded bits in the links' dtype (float64 under x64), with the link
+parameters traced, and :func:`time_to_target` turns a curve into the simulated time at which it
+first reaches a target (docs/topologies.md, section "gradients through runs").
+
 Keys: the clock draws from ``fold_in(run key, TIME_STREAM)``, never from the run's key schedule,
 so a timed run computes exactly the iterates of the same run untimed.
 
@@ -52,6 +59,8 @@ __all__ = [
     "round_seconds",
     "advance",
     "with_ordering",
+    "elapsed",
+    "time_to_target",
 ]
 
 # Folded into the run key for the clock's draws (an arbitrary constant, distinct from the graph
@@ -85,6 +94,7 @@ class TimeModel:
 jax.tree_util.register_dataclass(
     TimeModel, data_fields=["compute", "links", "available"], meta_fields=["overlap", "exchange"]
 )
+
 
 def time_model(
     topology: Any,
@@ -126,9 +136,7 @@ def time_model(
         if allreduce is None:
             allreduce = info.cost.allreduce_cost
     allreduce = bool(allreduce)
-    links = network.links(
-        topology, exchanges=1 if exchanges is None else exchanges, allreduce=allreduce, seed=seed
-    )
+    links = network.links(topology, exchanges=1 if exchanges is None else exchanges, allreduce=allreduce, seed=seed)
     compute = network.compute_model
     if compute.kind == "trace" and np.shape(compute.trace)[1] != topology.num_nodes:
         raise ValueError(
@@ -139,9 +147,8 @@ def time_model(
         available = np.asarray(available, np.float32)
         if available.ndim != 2 or available.shape[1] != topology.num_nodes:
             raise ValueError(f"available must be [rounds, N] = [R, {topology.num_nodes}]; got {available.shape}")
-    return TimeModel(
-        compute, links, overlap=ordering == "same_iterate", available=available, exchange=network.exchange
-    )
+    return TimeModel(compute, links, overlap=ordering == "same_iterate", available=available, exchange=network.exchange)
+
 
 class Clock(NamedTuple):
     """The simulated clock a run carries (``time`` + ``carry`` is the exact sum of the round times).
@@ -209,3 +216,82 @@ def advance(clock: Clock, model: TimeModel, bits: Array, local_steps: int = 1) -
 def with_ordering(model: TimeModel, ordering: str) -> TimeModel:
     """``model`` with the overlap of a run's ordering (``same_iterate`` sends while it computes)."""
     return dataclasses.replace(model, overlap=ordering == "same_iterate")
+
+
+def elapsed(model: TimeModel, node_bits: Array, local_steps: int = 1, key: PRNGKey | None = None) -> Array:
+    """``[S + 1]`` simulated seconds after 0, 1, ..., S synchronous rounds: ``sum_{r < k} tau_r``
+    (:func:`round_seconds`), the run's clock recomputed from the bits its rounds sent.
+
+    The same round times as the clock a timed run carries (:func:`advance`), summed in the dtype
+    of the links (float64 under x64, where no compensation is needed) rather than a float32 Kahan
+    sum: pure and differentiable in the model's traced numbers (latency, bandwidth, compute
+    seconds), e.g. ``jax.grad(lambda lat: elapsed(time_model(topo, latency=lat), bits)[-1])``.
+
+    Args:
+      model: the run's time model (:func:`time_model`, with the run's ordering).
+      node_bits: ``[S, N]`` bits each node sent in each round (``node_bits`` of a run's trace).
+      local_steps: H, local steps per round (static).
+      key: the run's key (the one given to ``run_consensus`` / ``run_optimization``); the clock's
+        key is derived from it as in :func:`init_clock`. Needed only by random compute (kinds
+        other than ``constant`` and ``trace``).
+
+    Raises:
+      ValueError: ``node_bits`` not ``[S, N]``; random compute without ``key``.
+    """
+    n = model.links.num_nodes
+    if jnp.ndim(node_bits) != 2 or jnp.shape(node_bits)[1] != n:
+        raise ValueError(f"node_bits must be [S, N] = [S, {n}]; got shape {jnp.shape(node_bits)}")
+    if key is None:
+        if model.compute.kind not in ("constant", "trace") and not model.compute.is_zero:
+            raise ValueError(f"elapsed: compute of kind {model.compute.kind!r} is drawn: give the run's key")
+        key = jax.random.key(0)
+    clock_key = jax.random.wrap_key_data(init_clock(key).key)
+    dtype = jnp.result_type(float, model.links.latency)
+    rounds = jnp.arange(jnp.shape(node_bits)[0], dtype=jnp.int32)
+    taus, _ = jax.vmap(lambda bits, t: round_seconds(model, clock_key, bits, t, local_steps))(
+        jnp.asarray(node_bits, dtype), rounds
+    )
+    return jnp.concatenate([jnp.zeros([1], dtype), jnp.cumsum(taus.astype(dtype))])
+
+
+def time_to_target(times: Array, values: Array, target: Any) -> Array:
+    """The simulated time at which a decreasing curve first reaches ``target`` (log-linear
+    interpolation between the two points around the crossing).
+
+    With k the first point where ``values[k] <= target``:
+
+    .. math::
+
+       t^\\star = t_{k-1} + (t_k - t_{k-1})
+           \\frac{\\log v_{k-1} - \\log v^\\star}{\\log v_{k-1} - \\log v_k}
+
+    (``t* = t_0`` if ``k = 0``; ``inf`` if the curve never reaches the target). Consensus and
+    optimization errors decay geometrically, so the interpolation is linear in ``log v``. ``t*`` is
+    smooth in ``times``, ``values`` and ``target`` wherever k does not change, i.e. where
+    ``v_{k-1} > target > v_k`` strictly; its gradient is 0 where it is ``inf`` or ``k = 0``.
+    A crossing onto an exact 0 (exact averaging) has no logarithm: ``t* = t_k`` there.
+
+    Args:
+      times: ``[S + 1]`` seconds (e.g. :func:`elapsed`), non-decreasing.
+      values: ``[S + 1]`` positive values (a consensus error, an objective gap).
+      target: the value to reach (> 0).
+
+    Raises:
+      ValueError: shapes that differ or are not 1-D.
+    """
+    times, values = jnp.asarray(times), jnp.asarray(values)
+    if times.ndim != 1 or times.shape != values.shape:
+        raise ValueError(f"times and values must be [S + 1] of one shape; got {times.shape} and {values.shape}")
+    dtype = jnp.result_type(times, values, float)
+    positive = values > 0
+    log_v = jnp.log(jnp.where(positive, values, 1).astype(dtype))
+    log_target = jnp.log(jnp.asarray(target, dtype))
+    reached = values <= target
+    k = jnp.argmax(reached)  # first crossing (0 if none; masked below)
+    before = jnp.maximum(k - 1, 0)
+    inside = reached.any() & (k > 0) & positive[k]
+    # Safe denominators, so that the branch not taken has a finite (zero) gradient.
+    gap = jnp.where(inside, log_v[before] - log_v[k], 1.0)
+    fraction = jnp.where(inside, (log_v[before] - log_target) / gap, 1.0)
+    crossing = times[before] + (times[k] - times[before]) * fraction
+    return jnp.where(reached.any(), jnp.where(k > 0, crossing, times[0]), jnp.inf).astype(dtype)

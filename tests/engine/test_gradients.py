@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _gradcheck import check_against_fd
 
 import jaxgossip as jg
 from jaxgossip.design import symmetric_weights, undirected_edges, weighted_topology
@@ -15,33 +16,11 @@ from jaxgossip.engine.consensus import consensus_scan
 from jaxgossip.engine.optimization import optimization_scan
 from jaxgossip.topology import Topology
 
-EPS = 1e-5
-RTOL = 1e-6
-
 
 @pytest.fixture(autouse=True)
 def float64():
     with jax.enable_x64(True):
         yield
-
-
-def check_against_fd(f, x, num_directions=3, seed=0, mask=None, jit=True):
-    """``grad f(x) . d`` against ``(f(x + eps d) - f(x - eps d)) / (2 eps)`` along random d
-    (``jit=False`` for the host entry points ``run_consensus`` / ``run_optimization``, which jit
-    inside and finish on the host)."""
-    x = jnp.asarray(x, jnp.float64)
-    if jit:  # one compile for the finite differences
-        f = jax.jit(f)
-    grad = (jax.jit(jax.grad(f)) if jit else jax.grad(f))(x)
-    assert grad.shape == x.shape and grad.dtype == jnp.float64
-    assert np.all(np.isfinite(grad))
-    assert float(jnp.max(jnp.abs(grad))) > 1e-6, "a stationary point: the check would be vacuous"
-    rng = np.random.default_rng(seed)
-    for _ in range(num_directions):
-        d = rng.normal(size=x.shape) * (1.0 if mask is None else mask)
-        fd = (f(x + EPS * d) - f(x - EPS * d)) / (2 * EPS)
-        np.testing.assert_allclose(float(jnp.vdot(grad, d)), float(fd), rtol=RTOL, atol=1e-12)
-    return grad
 
 
 def x0_for(n, dim=3, seed=1):
