@@ -32,6 +32,7 @@ __all__ = [
     "parse_compute",
     "availability",
     "compute_seconds",
+    "expected_seconds",
     "load_trace",
 ]
 
@@ -253,3 +254,25 @@ def compute_seconds(compute: Compute, key: PRNGKey, step: Any, n: int) -> Array:
     if trace.shape[1] != n:
         raise ValueError(f"a compute trace of shape {trace.shape} does not fit N = {n} nodes: it must be [steps, {n}]")
     return trace[jnp.asarray(step, jnp.int32) % trace.shape[0]]
+
+
+def expected_seconds(compute: Compute, key: PRNGKey, n: int) -> np.ndarray:
+    """``E[p_i]``: ``[N]`` float64 expected seconds of one local step of each node (host), as
+    :func:`compute_seconds` draws them with the clock's key ``key``: C (constant), C or S C
+    (stragglers: the set drawn from ``key``), ``M exp(sigma^2 / 2)`` (lognormal), the mean
+    (exponential), the mean of node i's column (trace). Node i finishes steps at the rate
+    ``1 / E[p_i]`` when it runs free."""
+    seconds = float(np.asarray(compute.seconds))
+    if compute.kind == "constant":
+        return np.full(n, seconds)
+    if compute.kind == "stragglers":
+        slow = np.asarray(_stragglers(compute, key, n))
+        return np.where(slow, float(np.asarray(compute.slowdown)) * seconds, seconds)
+    if compute.kind == "lognormal":
+        return np.full(n, seconds * np.exp(float(np.asarray(compute.sigma)) ** 2 / 2))
+    if compute.kind == "exponential":
+        return np.full(n, seconds)
+    trace = np.asarray(compute.trace, np.float64)
+    if trace.shape[1] != n:
+        raise ValueError(f"a compute trace of shape {trace.shape} does not fit N = {n} nodes: it must be [steps, {n}]")
+    return trace.mean(axis=0)

@@ -34,10 +34,14 @@ References:
 from __future__ import annotations
 
 import heapq
+import math
+from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+
+from jaxgossip.engine.asynchronous.churn import NEVER, Churn
 
 __all__ = ["PricedSchedule", "pair_seconds", "priced_exchanges"]
 
@@ -80,6 +84,19 @@ def pair_seconds(table: np.ndarray, degree: np.ndarray, one_way: dict[tuple[int,
     return out.astype(np.float32)
 
 
+def _float32(cell: array) -> Callable[[float], float]:
+    """``x -> float32(x)`` as a Python float (a C cast through a one-slot ``array('f')``): a sum
+    or product of two float32 values computed in float64 and rounded once to float32 is the
+    float32 operation's result (float64 has more than 2 * 24 + 2 bits), so the loop below does
+    float32 arithmetic on Python floats, without NumPy scalars."""
+
+    def round32(x: float) -> float:
+        cell[0] = x
+        return cell[0]
+
+    return round32
+
+
 def priced_exchanges(
     durations: np.ndarray,
     uniforms: Callable[[int], np.ndarray],
@@ -87,23 +104,63 @@ def priced_exchanges(
     degree: np.ndarray,
     seconds: np.ndarray,
     num_events: int,
+    churn: Churn | None = None,
 ) -> PricedSchedule | None:
     """The first ``num_events`` (E) events (module docstring), or None when some node needs more
     than the K steps of ``durations`` (draw more and call again).
 
     Args:
-      durations: [K, N] float32 seconds of every node's first K local steps.
+      durations: [K, N] float32 seconds of every node's first K local steps (step draws, lost
+        ones included under churn).
       uniforms: ``block -> [E] float32`` uniforms of requests ``block E .. block E + E - 1``.
       table, degree: each node's out-neighbours (padded) and their count.
       seconds: [N, Dmax] float32 exchange seconds per neighbour slot (:func:`pair_seconds`).
+      churn: the online mask on the clock (:mod:`~jaxgossip.engine.asynchronous.churn`: lost
+        steps, partners drawn among online neighbours), or None (always online).
     """
     steps, n = durations.shape
-    free = np.zeros(n, np.float32)  # end of the last exchange booked on each node
-    pending = [(durations[0, i], i) for i in range(n)]  # (request time, node): one per node
+    f32 = _float32(array("f", [0.0]))
+    dur = durations.T.astype(np.float64).tolist()  # [N][K]: float32 values as Python floats
+    sec = seconds.astype(np.float64).tolist()
+    nbrs = [table[i, : int(degree[i])].tolist() for i in range(n)]
+    free = [0.0] * n  # end of the last exchange booked on each node
+    step = [0] * n  # events so far
+    draw = [0] * n  # step draws so far (lost ones included)
+    row = [0] * n  # under churn: the row each node's current step started in, then its request's row
+    pending = []  # (request time, node): one per node
+    if churn is None:
+        pending = [(dur[i][0], i) for i in range(n)]
+        draw = [1] * n
+    else:
+        online = churn.online.tolist()
+        to_on, to_off = churn.to_on.tolist(), churn.to_off.tolist()
+        cycle, period = len(online), churn.period
+
+        def request(i: int, start: float, start_row: int) -> bool:
+            """Pushes i's next request (its first step from ``start`` that it stays online for);
+            False when it needs more than K draws."""
+            while start_row < NEVER:
+                if draw[i] >= steps:
+                    return False
+                c = f32(start + dur[i][draw[i]])
+                draw[i] += 1
+                c_row = max(start_row, math.floor(c / period))
+                off = start_row + to_off[start_row % cycle][i]
+                if off > c_row:
+                    row[i] = c_row
+                    heapq.heappush(pending, (c, i))
+                    return True
+                start_row = off + to_on[off % cycle][i]  # offline during the step: lost
+                start = f32(start_row * period) if start_row < NEVER else math.inf
+            return True  # never online again: no more requests
+
+        for i in range(n):
+            first = to_on[0][i]
+            if not request(i, f32(first * period) if first < NEVER else math.inf, first):
+                return None
     heapq.heapify(pending)
-    step = np.zeros(n, np.int64)
-    blocks: dict[int, np.ndarray] = {}
-    done: list[tuple] = []  # (a, q, node, partner, step, request, start)
+    blocks: dict[int, list[float]] = {}
+    end_, q_, node_, partner_, step_, request_, start_ = [], [], [], [], [], [], []
     latest: list[tuple] = []  # max-heap of the E earliest events, (-a, -q)
     q = 0
     while pending:
@@ -113,29 +170,58 @@ def priced_exchanges(
         heapq.heappop(pending)
         block, index = divmod(q, num_events)
         if block not in blocks:
-            blocks[block] = uniforms(block)
-        slot = min(int(np.floor(blocks[block][index] * np.float32(degree[i]))), int(degree[i]) - 1)
-        j = int(table[i, slot])
-        start = max(c, free[i], free[j])
-        end = np.float32(start + seconds[i, slot])
+            blocks[block] = uniforms(block).astype(np.float64).tolist()
+        u = blocks[block][index]
+        mine = nbrs[i]
+        if churn is not None:
+            up = online[row[i] % cycle]
+            slots = [k for k, j in enumerate(mine) if up[j]]
+        else:
+            slots = None
+        count = len(mine) if slots is None else len(slots)
+        if count:
+            k = min(math.floor(f32(u * count)), count - 1)
+            slot = k if slots is None else slots[k]
+            j = mine[slot]
+            start = max(c, free[i], free[j])
+            end = f32(start + sec[i][slot])
+        else:  # no neighbour online: the node's step alone
+            j = i
+            end = start = max(c, free[i])
         free[i] = free[j] = end
-        done.append((end, q, i, j, int(step[i]), c, start))
+        end_.append(end)
+        q_.append(q)
+        node_.append(i)
+        partner_.append(j)
+        step_.append(step[i])
+        request_.append(c)
+        start_.append(start)
         heapq.heappush(latest, (-end, -q))
         if len(latest) > num_events:
             heapq.heappop(latest)
         step[i] += 1
-        if step[i] >= steps:
-            return None
-        heapq.heappush(pending, (np.float32(end + durations[step[i], i]), i))
         q += 1
-    done.sort(key=lambda ev: (ev[0], ev[1]))
-    first = done[:num_events]
-    cols = list(zip(*first))
+        if churn is None:
+            if draw[i] >= steps:
+                return None
+            heapq.heappush(pending, (f32(end + dur[i][draw[i]]), i))
+            draw[i] += 1
+            continue
+        end_row = max(row[i], math.floor(end / period))
+        if online[end_row % cycle][i]:
+            ok = request(i, end, end_row)
+        else:
+            back = end_row + to_on[end_row % cycle][i]
+            ok = request(i, f32(back * period) if back < NEVER else math.inf, back)
+        if not ok:
+            return None
+    end = np.array(end_, np.float32)
+    first = np.lexsort((np.array(q_, np.int64), end))[:num_events]
     return PricedSchedule(
-        np.array(cols[0], np.float32),
-        np.array(cols[2], np.int32),
-        np.array(cols[3], np.int32),
-        np.array(cols[4], np.int32),
-        np.array(cols[5], np.float32),
-        np.array(cols[6], np.float32),
+        end[first],
+        np.array(node_, np.int32)[first],
+        np.array(partner_, np.int32)[first],
+        np.array(step_, np.int32)[first],
+        np.array(request_, np.float32)[first],
+        np.array(start_, np.float32)[first],
     )

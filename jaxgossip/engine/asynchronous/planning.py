@@ -28,10 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import is_concrete
+from jaxgossip.engine.asynchronous import churn as async_churn
 from jaxgossip.engine.asynchronous import exchanges as async_exchanges
 from jaxgossip.engine.asynchronous import waves as async_waves
 from jaxgossip.sim import timing
-from jaxgossip.sim.compute import Compute, compute_seconds, parse_compute
+from jaxgossip.sim.compute import Compute, compute_seconds, expected_seconds, parse_compute
 from jaxgossip.sim.network import Links, Network
 from jaxgossip.types import Array, AsyncForm, PRNGKey
 
@@ -42,7 +43,9 @@ __all__ = [
     "neighbor_table",
     "step_durations",
     "async_schedule",
+    "churn_schedule",
     "priced_schedule",
+    "step_rates",
     "WaveTables",
     "AsyncPlan",
     "check_async_graph",
@@ -243,12 +246,58 @@ def async_schedule(
     return AsyncSchedule(flat[order], node, partner, step_idx[order])
 
 
+def step_rates(compute: Compute, num_nodes: int, key: PRNGKey) -> np.ndarray:
+    """``E[p_i]``: ``[N]`` float64 expected seconds of each node's local step in the run with key
+    ``key`` (:func:`jaxgossip.sim.compute.expected_seconds` with the clock's key, the stragglers
+    the schedule draws)."""
+    clock_key = jax.random.wrap_key_data(timing.init_clock(key).key)
+    return expected_seconds(compute, clock_key, num_nodes)
+
+
+def _draw_limit(num_events: int, num_nodes: int) -> int:
+    return 64 * (num_events + num_nodes)
+
+
+def churn_schedule(
+    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, churn, table=None, degree=None
+) -> AsyncSchedule:
+    """The first ``num_events`` (E) events of the run with key ``key`` under churn
+    (:mod:`~jaxgossip.engine.asynchronous.churn`: the steps a node stays online for), in the
+    order of ``(time, node, step)``; K step draws per node, doubled until no node can have an
+    event before the E-th. With ``table, degree`` each event gets its AD-PSGD partner among the
+    neighbours online at its time (free exchanges); otherwise the partner is the node itself.
+
+    Raises:
+      ValueError: fewer than E events within a bounded number of draws (nodes almost never online).
+    """
+    n = num_nodes
+    steps = 2 * -(-num_events // n) + 16
+    while True:
+        walk = async_churn.churn_walk(step_durations(compute, n, steps, key), churn)
+        order = np.lexsort((walk.step, walk.node, walk.time))[:num_events]
+        if order.size == num_events and np.all(walk.next_start > walk.time[order[-1]]):
+            break
+        if steps > _draw_limit(num_events, n):
+            raise ValueError(
+                f"--time.availability: fewer than {num_events} events in {steps} step draws per node; the "
+                "nodes are online too rarely for this run"
+            )
+        steps *= 2
+    node = walk.node[order]
+    partner = node.copy()
+    if table is not None:
+        key_sched, _ = jax.random.split(key)
+        u = np.asarray(jax.random.uniform(key_sched, (num_events,)), np.float32)
+        partner = async_churn.online_partners(node, walk.row[order], u, np.asarray(table), np.asarray(degree), churn)
+    return AsyncSchedule(walk.time[order], node, partner, walk.step[order])
+
+
 def priced_schedule(
-    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, table, degree, seconds
+    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, table, degree, seconds, churn=None
 ) -> AsyncSchedule:
     """The first ``num_events`` (E) AD-PSGD events of the run with key ``key`` when every exchange
     takes ``seconds [N, Dmax]`` (:func:`jaxgossip.engine.asynchronous.exchanges.priced_exchanges`;
-    K steps per node drawn, doubled until enough)."""
+    K steps per node drawn, doubled until enough), under ``churn`` when given."""
     key_sched, _ = jax.random.split(key)
 
     def uniforms(block):  # block 0 is the free schedule's draw: zero delays give its partners
@@ -258,9 +307,14 @@ def priced_schedule(
     steps = 2 * -(-num_events // num_nodes) + 16
     while True:
         durations = step_durations(compute, num_nodes, steps, key)
-        sched = async_exchanges.priced_exchanges(durations, uniforms, table, degree, seconds, num_events)
+        sched = async_exchanges.priced_exchanges(durations, uniforms, table, degree, seconds, num_events, churn)
         if sched is not None:
             return AsyncSchedule(sched.time, sched.node, sched.partner, sched.step, sched.request, sched.start)
+        if steps > _draw_limit(num_events, num_nodes):
+            raise ValueError(
+                f"--time.availability: fewer than {num_events} events in {steps} step draws per node; the "
+                "nodes are online too rarely for this run"
+            )
         steps *= 2
 
 
@@ -409,13 +463,12 @@ def check_async_graph(algorithm: str, topology: Any) -> AsyncForm:
     return form
 
 
-def _split_time(topology: Any, time: Any) -> tuple[Compute, Links, str]:
+def _split_time(topology: Any, time: Any) -> tuple[Compute, Links, str, Any]:
+    """``(compute, links, exchange, available [R, N] or None)`` of ``time``."""
     if isinstance(time, timing.TimeModel):
-        if time.available is not None:
-            raise ValueError("asynchronous runs do not model availability (time.available); give None")
-        return time.compute, time.links, time.exchange
+        return time.compute, time.links, time.exchange, time.available
     network = Network()  # the default links
-    return parse_compute(time), network.links(topology), network.exchange
+    return parse_compute(time), network.links(topology), network.exchange, None
 
 
 def plan_async(
@@ -445,18 +498,27 @@ def plan_async(
     if not is_concrete(key):
         raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
     n = topology.num_nodes
-    compute, links, exchange = _split_time(topology, time)
+    compute, links, exchange, available = _split_time(topology, time)
     num_events = int(num_rounds) * n
+    churn = None
+    if available is not None:
+        churn = async_churn.make_churn(available, step_rates(compute, n, key))
     if not prices_exchanges(form):
-        sched = async_schedule(compute, n, num_events, key)
+        if churn is None:
+            sched = async_schedule(compute, n, num_events, key)
+        else:
+            sched = churn_schedule(compute, n, num_events, key, churn)
     else:
         table, degree = neighbor_table(topology, form.name)
         if exchange == "free":
-            sched = async_schedule(compute, n, num_events, key, table, degree)
+            if churn is None:
+                sched = async_schedule(compute, n, num_events, key, table, degree)
+            else:
+                sched = churn_schedule(compute, n, num_events, key, churn, table, degree)
         else:
             one_way = _edge_delays(links, topology, message_bits(form.rule, dim), one=True)
             seconds = async_exchanges.pair_seconds(table, degree, one_way)
-            sched = priced_schedule(compute, n, num_events, key, table, degree, seconds)
+            sched = priced_schedule(compute, n, num_events, key, table, degree, seconds, churn)
     host = _plan(form, topology, sched, dim, links, max_width)
     plan = host.plan
     valid = plan.events >= 0
