@@ -158,7 +158,6 @@ def async_form_of(config: TrainConfig) -> str:
 
 def _async_refusals(config: TrainConfig, network: Network) -> list[tuple[str, str]]:
     """(option=value, why) of every option set that an asynchronous run does not model."""
-    availability = network.availability
     checks = [
         (config.local_steps != 1, f"local_steps={config.local_steps}",
          "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1"),
@@ -175,8 +174,6 @@ def _async_refusals(config: TrainConfig, network: Network) -> list[tuple[str, st
         (config.message_dtype != "fp32", f"message_dtype={config.message_dtype!r}",
          "asynchronous messages are float32 models"),
         (config.devices != 1, f"devices={config.devices}", "asynchronous runs are planned for one device"),
-        (availability != "always", f"time.availability={availability!r}",
-         "availability is not modelled (a node is always computing)"),
     ]
     return [(what, why) for bad, what, why in checks if bad]
 

@@ -368,15 +368,16 @@ def message_bits(rule: str, dim: int) -> float:
 
 def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
     """``[R, N]`` float64 bits each node sends in each round (N events) of ``plan``: an AD-PSGD
-    event swaps two models (node and partner send one each); otherwise the node sends one message
+    event swaps two models (node and partner send one each; none without an online neighbour); otherwise the node sends one message
     per out-neighbour."""
     sched, n = plan.schedule, num_nodes
     rounds = np.arange(sched.node.shape[0]) // n
     out = np.zeros((int(rounds[-1]) + 1, n), np.float64)
     per = message_bits(plan.form.rule, dim)
-    if plan.form.rule == "pairwise_averaging":
-        np.add.at(out, (rounds, sched.node), per)
-        np.add.at(out, (rounds, sched.partner), per)
+    if plan.form.rule == "pairwise_averaging":  # no exchange when no neighbour was online (partner = node)
+        swap = sched.partner != sched.node
+        np.add.at(out, (rounds[swap], sched.node[swap]), per)
+        np.add.at(out, (rounds[swap], sched.partner[swap]), per)
     else:
         np.add.at(out, (rounds, sched.node), per * plan.out_degree[sched.node])
     return out
