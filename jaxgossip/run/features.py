@@ -53,6 +53,18 @@ FEATURES: tuple[Feature, ...] = (
         forms=lambda info: info.execution.form_names,
     ),
     Feature(
+        "async_churn",
+        (
+            "--execution=async",
+            "--async_form={form}",
+            "--time.compute=stragglers:0.01,0.25,4",
+            "--time.availability=markov:0.2,0.5",
+        ),
+        "asynchronous execution under churn: offline nodes lose their steps and are not chosen as partners",
+        static_graph=True,
+        forms=lambda info: info.execution.form_names,
+    ),
+    Feature(
         "byzantine_nodes", ("--byzantine.nodes=1",), "one attacker drawn from the data seed, metrics over honest nodes"
     ),
     Feature("byzantine_ids", ("--byzantine.ids=0", "--byzantine.attack=signflip"), "an attacker by id"),

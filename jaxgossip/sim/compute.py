@@ -84,6 +84,7 @@ jax.tree_util.register_dataclass(
     Compute, data_fields=["seconds", "fraction", "slowdown", "sigma", "trace"], meta_fields=["kind"]
 )
 
+
 def _spec_numbers(spec: str, text: str, count: int, rule: str) -> list[float]:
     parts = text.split(",") if text else []
     if len(parts) != count:
@@ -167,6 +168,7 @@ def load_trace(prefix: str, path: str, vector: bool = False, shape: str = "[step
         raise ValueError(f"{prefix}: a trace must be a numeric {shape} array; got {arr.shape}")
     return arr.astype(np.float32)
 
+
 AVAILABILITY_KINDS = ("always", "markov", "trace")
 
 
@@ -218,6 +220,7 @@ def availability(spec: Any, num_rounds: int, num_nodes: int, seed: int) -> np.nd
             raise ValueError(f"{name}: no node is ever online (the trace holds only 0), so nothing would train")
         return arr.astype(np.float32)
     raise ValueError(f"{name}: unknown kind {kind!r}; known: always, markov:P_OFF,P_ON, trace:PATH")
+
 
 def _stragglers(compute: Compute, key: PRNGKey, n: int) -> Array:
     """``[N]`` bool: the ``round(F N)`` straggling nodes, drawn once from ``key``. With F traced the

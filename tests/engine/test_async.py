@@ -191,9 +191,7 @@ def _graph(rule):
 
 def _run(rule, problem, x0, spec, key, mode="parallel", lr=0.05, exchange="priced", **kw):
     topology = _graph(rule)
-    tm = timing.time_model(
-        topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode, exchange=exchange
-    )
+    tm = timing.time_model(topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, mode=mode, exchange=exchange)
     return asynchronous.run_async_optimization(
         problem, topology, x0, lr=lr, time=tm, num_rounds=ROUNDS, key=key, algorithm=rule, **kw
     )
@@ -346,7 +344,9 @@ def test_algorithm_names_and_execution_metadata():
             algorithms.register(
                 "other_gossip",
                 algorithms.gossip,
-                execution=algorithms.Execution(asynchronous=(algorithms.AsyncForm("stale_plugin", "delayed_push_sum"),)),
+                execution=algorithms.Execution(
+                    asynchronous=(algorithms.AsyncForm("stale_plugin", "delayed_push_sum"),)
+                ),
             )
     finally:
         algorithms.unregister("stale_gossip")
@@ -410,7 +410,11 @@ def test_uplink_arrivals_queue_in_serial_mode():
 
 
 # Churn (--time.availability with --execution=async, jaxgossip/engine/asynchronous/churn.py)
-CHURN_CASES = [("ad_psgd", STRAGGLERS, "parallel"), ("async_gossip", LOGNORMAL, "serial"), ("async_sgp", STRAGGLERS, "serial")]
+CHURN_CASES = [
+    ("ad_psgd", STRAGGLERS, "parallel"),
+    ("async_gossip", LOGNORMAL, "serial"),
+    ("async_sgp", STRAGGLERS, "serial"),
+]
 
 
 def _mask(spec="markov:0.3,0.5", seed=4):

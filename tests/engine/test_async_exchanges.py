@@ -82,6 +82,7 @@ def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None):
         start_row[i] = row
         heapq.heappush(heap, (np.float32(begin + dur[draw[i], i]), 1, i, i, step))
         draw[i] += 1
+
     booked, events, times, objs, cons, waited = 0, 0, [], [], [], 0
 
     def try_start(ex, now):

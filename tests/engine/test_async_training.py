@@ -208,7 +208,7 @@ def test_sync_is_the_default():
         (["--execution=async", "--time.compute=1", "--topology=random_matching"], "is drawn every round"),
         (["--execution=async", "--time.compute=1", "--algorithm_options.gamma=0.5"], "take no options"),
         (["--execution=async", "--time.compute=1", "--outer_optimizer=nesterov"], "outer_optimizer='nesterov'"),
-        (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1,0.5"], "availability"),
+        (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1"], "markov:P_OFF,P_ON"),
         (["--time.exchange=free"], "--time.exchange=free applies to --execution=async --async_form=ad_psgd only"),
         (["--execution=async", "--time.compute=1", "--time.exchange=free"], "messages always take their link time"),
         (["--execution=async", "--time.compute=1", "--time.exchange=cheap"], "--time.exchange='cheap' is unknown"),
@@ -222,6 +222,25 @@ def test_cli_refuses_bad_async_input(tmp_path, capsys, flags, message):
     err = capsys.readouterr().err
     assert re.search(message, err), err
     assert "Traceback" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("form", ["async_gossip", "ad_psgd"])
+def test_cli_trains_asynchronously_under_churn(tmp_path, form):
+    """``--time.availability`` with ``--execution=async``: nodes go off line, the run takes more
+    simulated time than with every node online, and it still learns."""
+
+    def last(*flags):
+        out = tmp_path / "_".join(f.split("=")[1] for f in flags)
+        argv = ["train", *TINY_FLAGS, "--execution=async", f"--async_form={form}", "--time.compute=1", *flags]
+        assert main([*argv, "--out", str(out)]) == 0
+        rows = json.loads((out / "metrics.json").read_text())["rows"]
+        assert all(np.isfinite(r["train_loss"]) for r in rows)
+        return rows[-1]
+
+    churn = last("--time.availability=markov:0.1,0.5")
+    always = last("--time.availability=always")
+    assert churn["sim_time"] > always["sim_time"]
+    assert churn["test_acc"] > 0.3
 
 
 def test_sweep_refuses_async(tmp_path, capsys):

@@ -368,8 +368,8 @@ def message_bits(rule: str, dim: int) -> float:
 
 def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
     """``[R, N]`` float64 bits each node sends in each round (N events) of ``plan``: an AD-PSGD
-    event swaps two models (node and partner send one each; none without an online neighbour); otherwise the node sends one message
-    per out-neighbour."""
+    event swaps two models (node and partner send one each; none without an online neighbour);
+    otherwise the node sends one message per out-neighbour."""
     sched, n = plan.schedule, num_nodes
     rounds = np.arange(sched.node.shape[0]) // n
     out = np.zeros((int(rounds[-1]) + 1, n), np.float64)

@@ -305,7 +305,7 @@ def run_async_optimization(
       x0: [N, D] float32 initial models.
       lr: the step size (may be traced).
       time: a :class:`jaxgossip.sim.timing.TimeModel` (compute, per-edge links and whether
-        AD-PSGD's exchanges are priced; no availability) or a :class:`jaxgossip.sim.compute.Compute`
+        AD-PSGD's exchanges are priced; availability under churn) or a :class:`jaxgossip.sim.compute.Compute`
         or ``--time.compute`` spec (then the default links of :class:`jaxgossip.sim.network.Network`,
         priced exchanges).
       num_rounds: R >= 1; the run processes E = R N events.

@@ -119,7 +119,7 @@ def make_async_train(
       algorithm: ``"ad_psgd"``, ``"async_gossip"``, ``"async_sgp"`` or a registered algorithm with
         an asynchronous form (``"gossip"``, ``"push_sum"``).
       time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, priced or free exchanges,
-        no availability), a :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
+        availability under churn), a :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
       key: the run's key (concrete): the schedule is drawn from its second half, as
         :meth:`Trainer.init` derives the run's keys (``key_init, key_run = split(key)``;
         the engine's keys come from ``key_run``). Pass the same key to ``init``.
