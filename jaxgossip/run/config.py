@@ -178,6 +178,7 @@ class TrainConfig:
     byzantine: dict[str, Any] = option_group(ByzantineOptions, "option")
     execution: str = "sync"
     async_form: str = "auto"
+    async_rate_compensation: bool = False
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -318,6 +319,9 @@ def train_field_help() -> dict[str, str]:
         "asynchronous form: gossip, push_sum)",
         "async_form": "with --execution=async, the asynchronous form of the algorithm: auto (its first: gossip -> "
         "async_gossip, push_sum -> async_sgp), async_gossip or ad_psgd (gossip), async_sgp (push_sum)",
+        "async_rate_compensation": "with --execution=async, scale node i's step by E[p_i] mean_j 1 / E[p_j] (its "
+        "expected step time over the mean one, from --time.compute) so that the run optimizes the uniform "
+        "objective rather than the event-rate-weighted one (docs/training.md)",
     }
 
 

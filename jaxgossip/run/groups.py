@@ -219,6 +219,8 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
     if config.execution == "sync":
         if config.async_form != "auto":
             raise ValueError(f"async_form={config.async_form!r} applies to --execution=async only")
+        if config.async_rate_compensation:
+            raise ValueError("async_rate_compensation=True applies to --execution=async only")
         if network.exchange != "priced":
             raise ValueError(free)
         return
@@ -231,6 +233,10 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
 
     if network.exchange != "priced" and not asynchronous.prices_exchanges(asynchronous.resolve_algorithm(form)):
         raise ValueError(free)
+    if config.async_rate_compensation:
+        why = asynchronous.compensates_rates(asynchronous.resolve_algorithm(form))
+        if why is not None:
+            raise ValueError(f"async_rate_compensation=True with --async_form={form}: {why}")
 
     try:
         asynchronous.check_async_graph(form, topo)

@@ -138,6 +138,7 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
             identical_init=config.identical_init,
             augment=augment,
             eval_chunk=min(config.eval_chunk, eval_size),
+            rate_compensation=config.async_rate_compensation,
         )
         return trainer, None
     trainer = make_train(

@@ -70,14 +70,16 @@ class _Online:
         return True, end
 
 
-def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None, serial=False, churn=None):
+def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None, serial=False, churn=None, scale=None):
     """One event at a time from a heap of (time, kind, node, step, tag): kind 0 a message arriving
     (before a step finishing at the same time), kind 1 a step finishing. ``serial``: a node's
     messages queue on its uplink, an event's leaving when the previous event's last one arrived.
     ``churn`` (:class:`_Online`): a step during which its node went offline is lost (the node
     starts again at its next online row, with its next step draw); AD-PSGD averages with a
-    neighbour online at the event (itself if none); messages to an offline node wait for it."""
+    neighbour online at the event (itself if none); messages to an offline node wait for it.
+    ``scale`` [N]: node i's step is ``scale_i`` times the plain one (rate compensation)."""
     n = x0.shape[0]
+    step_lr = lr * (np.ones(n) if scale is None else np.asarray(scale, np.float64))
     draw = [0] * n  # each node's step draws so far
     start_row = [0] * n
     a_mat, b_vec = np.asarray(problem.features, np.float64), np.asarray(problem.targets, np.float64)
@@ -132,17 +134,17 @@ def _reference(rule, problem, topology, x0, lr, dur, delay, num_rounds, u=None, 
                 j = nbrs[min(int(np.floor(np.float32(u[events]) * np.float32(len(nbrs)))), len(nbrs) - 1)]
             avg = 0.5 * (x[i] + x[j])
             x[j] = avg  # j == i (no neighbour online): the step alone
-            x[i] = avg - lr * grad(i, x_hat[i])
+            x[i] = avg - step_lr[i] * grad(i, x_hat[i])
             x_hat[i] = x[i]
         elif rule == "async_gossip":
-            new = w_mat[i, i] * x[i] - lr * grad(i, x[i])
+            new = w_mat[i, i] * x[i] - step_lr[i] * grad(i, x[i])
             for j in range(n):
                 if j != i and w_mat[i, j] != 0:
                     new = new + w_mat[i, j] * copies[(i, j)][1]
             x[i] = new
             messages = [(b, (i, k + 1, x[i].copy(), 0.0)) for b in out]
         else:
-            half = x[i] - lr * w[i] * grad(i, x[i] / w[i])  # z = x / w moves by lr g
+            half = x[i] - step_lr[i] * w[i] * grad(i, x[i] / w[i])  # z = x / w moves by lr g
             messages = [(b, (i, k + 1, w_mat[b, i] * half, w_mat[b, i] * w[i])) for b in out]
             x[i], w[i] = w_mat[i, i] * half + pending_x[i], w_mat[i, i] * w[i] + pending_w[i]
             pending_x[i], pending_w[i] = 0.0, 0.0
@@ -503,3 +505,76 @@ def test_a_node_offline_half_the_time_does_fewer_steps(problem, x0, tmp_path):
     assert counts[0] < 0.7 * counts[1:].min()
     with pytest.raises(ValueError, match="no node is ever online"):
         _churn_run("async_gossip", problem, x0, 1.0, jax.random.key(0), "parallel", np.zeros((ROUNDS, N)))
+
+
+# Rate compensation (rate_compensation=True, --async_rate_compensation=true)
+@pytest.mark.parametrize("rule, mode", [("ad_psgd", "parallel")])
+def test_rate_compensation_matches_heapq_reference(problem, x0, rule, mode):
+    key = jax.random.key(7)
+    res = _run(rule, problem, x0, STRAGGLERS, key, mode, exchange="free", rate_compensation=True)
+    dur = asynchronous.step_durations(parse_compute(STRAGGLERS), N, ROUNDS * N + 1, key)
+    expected = dur[0].astype(np.float64)  # a straggler's steps all take S C, the others' C
+    scale = expected * np.mean(1.0 / expected)
+    assert scale.max() > 2 * scale.min()
+    bits = 32.0 * D + (32.0 if rule == "async_sgp" else 0.0)
+    u = np.asarray(jax.random.uniform(jax.random.split(key)[0], (ROUNDS * N,)))
+    topology = _graph(rule)
+    z, times, objs, _, _ = _reference(
+        rule, problem, topology, x0, 0.05, dur, _delays(topology, bits, mode), ROUNDS, u, mode == "serial", None, scale
+    )
+    np.testing.assert_allclose(np.asarray(res.x), z, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(res.objective[1:]), objs, rtol=1e-4)
+    plain = _run(rule, problem, x0, STRAGGLERS, key, mode, exchange="free")
+    assert not np.allclose(np.asarray(plain.x), np.asarray(res.x))
+
+
+@pytest.mark.parametrize("spec", [LOGNORMAL, 1.0])
+def test_rate_compensation_with_equal_rates_is_the_plain_rule(problem, x0, spec):
+    """Equal expected step times give weights of exactly 1: the plain run, bit for bit."""
+    key = jax.random.key(7)
+    assert np.array_equal(asynchronous.rate_weights(parse_compute(spec), N, key), np.ones(N, np.float32))
+    for exchange in ("free", "priced"):
+        a = _run("ad_psgd", problem, x0, spec, key, exchange=exchange, rate_compensation=True)
+        b = _run("ad_psgd", problem, x0, spec, key, exchange=exchange)
+        for left, right in zip(jax.tree_util.tree_leaves(a.state), jax.tree_util.tree_leaves(b.state)):
+            np.testing.assert_array_equal(np.asarray(left), np.asarray(right))
+
+
+def test_rate_compensation_moves_towards_the_uniform_minimizer():
+    """Two nodes 4x slower, full-batch gradients, small steps: plain AD-PSGD settles near the
+    minimizer of the event-rate-weighted objective sum_i f_i / E[p_i], the compensated one near x*
+    of sum_i f_i. Asynchronous gossip and SGP settle near x* without it (why they refuse it)."""
+    problem = problems.least_squares(N, D, 8, heterogeneity=3.0, seed=2)
+    x0 = jnp.zeros((N, D), jnp.float32)
+    spec, key = "stragglers:1.0,0.25,4", jax.random.key(1)
+    expected = asynchronous.step_durations(parse_compute(spec), N, 1, key)[0].astype(np.float64)
+    a, b = np.asarray(problem.features, np.float64), np.asarray(problem.targets, np.float64)
+    rate = 1.0 / expected
+    x_rate = np.linalg.solve(np.einsum("n,nmd,nme->de", rate, a, a), np.einsum("n,nmd,nm->d", rate, a, b))
+    x_star = np.asarray(problem.x_star, np.float64)
+    assert np.linalg.norm(x_rate - x_star) > 1.0  # the two objectives differ
+
+    def final_mean(algorithm, compensate=False):
+        topology = _graph(algorithm)
+        tm = timing.time_model(topology, compute=spec, exchange="free")
+        res = asynchronous.run_async_optimization(
+            problem,
+            topology,
+            x0,
+            lr=0.005,
+            time=tm,
+            num_rounds=600,
+            key=key,
+            algorithm=algorithm,
+            rate_compensation=compensate,
+        )
+        return np.asarray(res.x, np.float64).mean(0)
+
+    plain, fair = final_mean("ad_psgd"), final_mean("ad_psgd", True)
+    assert np.linalg.norm(plain - x_rate) < 0.25 * np.linalg.norm(plain - x_star)
+    assert np.linalg.norm(fair - x_star) < 0.25 * np.linalg.norm(plain - x_star)
+    for algorithm in ("async_gossip", "async_sgp"):
+        mean = final_mean(algorithm)
+        assert np.linalg.norm(mean - x_star) < 0.25 * np.linalg.norm(mean - x_rate)
+        with pytest.raises(ValueError, match=f"rate_compensation=True with {algorithm}: .* already"):
+            final_mean(algorithm, True)

@@ -209,6 +209,11 @@ def test_sync_is_the_default():
         (["--execution=async", "--time.compute=1", "--algorithm_options.gamma=0.5"], "take no options"),
         (["--execution=async", "--time.compute=1", "--outer_optimizer=nesterov"], "outer_optimizer='nesterov'"),
         (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1"], "markov:P_OFF,P_ON"),
+        (["--async_rate_compensation=true"], "async_rate_compensation=True applies to --execution=async only"),
+        (
+            ["--execution=async", "--time.compute=1", "--async_rate_compensation=true"],
+            "async_rate_compensation=True with --async_form=async_gossip: .*weights every node equally",
+        ),
         (["--time.exchange=free"], "--time.exchange=free applies to --execution=async --async_form=ad_psgd only"),
         (["--execution=async", "--time.compute=1", "--time.exchange=free"], "messages always take their link time"),
         (["--execution=async", "--time.compute=1", "--time.exchange=cheap"], "--time.exchange='cheap' is unknown"),

@@ -6,6 +6,7 @@
   the schedule of events on the clock, link delays, the per-event tables of the waves, bits);
 * :mod:`~jaxgossip.engine.asynchronous.exchanges`: AD-PSGD's priced exchanges (busy nodes, the
   link time both ways);
+* :mod:`~jaxgossip.engine.asynchronous.churn`: the online mask on the clock (``--time.availability``);
 * :mod:`~jaxgossip.engine.asynchronous.waves`: stale versions, delayed messages and the packing of
   commuting events into waves;
 * :mod:`~jaxgossip.engine.asynchronous.training`: the asynchronous trainer (``make_async_train``,
