@@ -109,6 +109,8 @@ def algorithm_option_hints(values: dict) -> dict[str, Any]:
     if isinstance(compressor, str) and compressor in compress.REGISTRY:
         hints.update({f"compressor_options.{k}": h for k, h in factory_hints(compress.REGISTRY[compressor]).items()})
     return hints
+
+
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -377,9 +379,7 @@ def final_merge_value(value: Any) -> Any:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not (value == "exact" or (isinstance(value, int) and value >= 1)):
-        raise ValueError(
-            f"final_merge={value!r} must be null (no merge), a number of merge rounds >= 1, or 'exact'"
-        )
+        raise ValueError(f"final_merge={value!r} must be null (no merge), a number of merge rounds >= 1, or 'exact'")
     return value
 
 
