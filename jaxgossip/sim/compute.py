@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import check_number
+from jaxgossip.sim import traces
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = [
@@ -99,7 +100,8 @@ def parse_compute(spec: Any) -> Compute:
     """A :class:`Compute` from the ``--time.compute`` grammar (or a number, or a Compute).
 
     ``C`` | ``stragglers:C,F,S`` | ``lognormal:MEDIAN,SIGMA`` | ``exponential:MEAN`` | ``trace:PATH``
-    (a ``.npy`` or ``.csv`` of shape ``[steps, N]``, seconds).
+    (a ``.npy`` or ``.csv`` of shape ``[steps, N]``, seconds, or a device trace's
+    ``compute_seconds``, :mod:`jaxgossip.sim.traces`).
 
     Raises:
       ValueError: naming the spec and the rule it breaks.
@@ -131,7 +133,7 @@ def parse_compute(spec: Any) -> Compute:
         (mean,) = _spec_numbers(spec, args, 1, "exponential:MEAN (> 0 s)")
         return _checked(spec, "exponential", mean)
     if kind == "trace":
-        return _checked(spec, "trace", trace=load_trace(f"--time.compute={spec!r}", args))
+        return _checked(spec, "trace", trace=load_trace(f"--time.compute={spec!r}", args, column="compute_seconds"))
     raise ValueError(
         f"--time.compute={spec!r}: unknown kind {kind!r}; known: a number, stragglers:C,F,S, "
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH"
@@ -145,12 +147,23 @@ def _checked(spec: str, kind: str, seconds: Any = 0.0, **fields: Any) -> Compute
         raise ValueError(f"--time.compute={spec!r}: {err}") from None
 
 
-def load_trace(prefix: str, path: str, vector: bool = False, shape: str = "[steps, N]") -> np.ndarray:
-    """A numeric ``[rows, N]`` float32 array from a .npy or .csv file; errors start with ``prefix``
-    (the option). ``vector``: a 1-D ``.npy`` of N values is accepted as one row ``[1, N]`` (a
-    one-line .csv always is). ``shape`` names the expected shape in the errors."""
+def load_trace(
+    prefix: str, path: str, vector: bool = False, shape: str = "[steps, N]", column: str | None = None
+) -> np.ndarray:
+    """A numeric ``[rows, N]`` float32 array from a .npy or .csv file, or with ``column`` the
+    column of a device trace (a ``.npz`` or a ``.csv`` with a header, :mod:`jaxgossip.sim.traces`); errors
+    start with ``prefix`` (the option). ``vector``: a 1-D ``.npy`` of N values is accepted as one
+    row ``[1, N]`` (a one-line .csv always is). ``shape`` names the expected shape in the errors."""
     if not path or not os.path.isfile(path):
         raise ValueError(f"{prefix}: no trace file {path!r}")
+    if column is not None and traces.is_device_trace(path):
+        try:
+            values = getattr(traces.load_device_trace(path), column)
+        except ValueError as err:
+            raise ValueError(f"{prefix}: {err}") from None
+        if values is None:
+            raise ValueError(f"{prefix}: the device trace {path!r} has no {column} column")
+        return values
     try:
         if path.endswith(".npy"):
             arr = np.load(path, allow_pickle=False)
