@@ -159,53 +159,61 @@ def priced_exchanges(
             if not request(i, f32(first * period) if first < NEVER else math.inf, first):
                 return None
     heapq.heapify(pending)
-    blocks: dict[int, list[float]] = {}
-    end_, q_, node_, partner_, step_, request_, start_ = [], [], [], [], [], [], []
-    latest: list[tuple] = []  # max-heap of the E earliest events, (-a, -q)
-    q = 0
+    push, pop = heapq.heappush, heapq.heappop
+    cell = array("f", [0.0])  # float32 rounding inline (see _float32)
+    degrees = sorted({int(d) for d in degree})
+    slot_of: dict[int, dict[int, list[int]]] = {}  # block -> degree -> slot of each request (no churn)
+    uniform_of: dict[int, list[float]] = {}  # block -> uniforms (churn: the count varies)
+    ends: list[float] = []
+    done: list[tuple] = []  # (node, partner, step, request, start) per request, in request order
+    q, check_at = 0, num_events
     while pending:
-        c, i = pending[0]
-        if len(latest) == num_events and (c, q) >= (-latest[0][0], -latest[0][1]):
-            break  # every later request ends after the E earliest events
-        heapq.heappop(pending)
+        if q >= check_at:  # stop once every later request starts after the E-th earliest end
+            threshold = np.partition(np.array(ends), num_events - 1)[num_events - 1]
+            if pending[0][0] >= threshold:
+                break
+            check_at = q + max(n, 16)
+        c, i = pop(pending)
         block, index = divmod(q, num_events)
-        if block not in blocks:
-            blocks[block] = uniforms(block).astype(np.float64).tolist()
-        u = blocks[block][index]
         mine = nbrs[i]
-        if churn is not None:
+        if churn is None:
+            if block not in slot_of:
+                u32 = uniforms(block)
+                slot_of[block] = {
+                    d: np.minimum(np.floor(u32 * np.float32(d)).astype(np.int64), d - 1).tolist() for d in degrees
+                }
+            slot = slot_of[block][len(mine)][index]
+            j = mine[slot]
+        else:
+            if block not in uniform_of:
+                uniform_of[block] = uniforms(block).astype(np.float64).tolist()
             up = online[row[i] % cycle]
             slots = [k for k, j in enumerate(mine) if up[j]]
+            if slots:
+                cell[0] = uniform_of[block][index] * len(slots)
+                slot = slots[min(int(cell[0]), len(slots) - 1)]
+                j = mine[slot]
+            else:  # no neighbour online: the node's step alone
+                j = i
+        fi, fj = free[i], free[j]
+        start = c if c >= fi and c >= fj else (fi if fi >= fj else fj)
+        if j != i:
+            cell[0] = start + sec[i][slot]
+            end = cell[0]
         else:
-            slots = None
-        count = len(mine) if slots is None else len(slots)
-        if count:
-            k = min(math.floor(f32(u * count)), count - 1)
-            slot = k if slots is None else slots[k]
-            j = mine[slot]
-            start = max(c, free[i], free[j])
-            end = f32(start + sec[i][slot])
-        else:  # no neighbour online: the node's step alone
-            j = i
-            end = start = max(c, free[i])
+            end = start
         free[i] = free[j] = end
-        end_.append(end)
-        q_.append(q)
-        node_.append(i)
-        partner_.append(j)
-        step_.append(step[i])
-        request_.append(c)
-        start_.append(start)
-        heapq.heappush(latest, (-end, -q))
-        if len(latest) > num_events:
-            heapq.heappop(latest)
+        ends.append(end)
+        done.append((i, j, step[i], c, start))
         step[i] += 1
         q += 1
         if churn is None:
-            if draw[i] >= steps:
+            k = draw[i]
+            if k >= steps:
                 return None
-            heapq.heappush(pending, (f32(end + dur[i][draw[i]]), i))
-            draw[i] += 1
+            cell[0] = end + dur[i][k]
+            push(pending, (cell[0], i))
+            draw[i] = k + 1
             continue
         end_row = max(row[i], math.floor(end / period))
         if online[end_row % cycle][i]:
@@ -215,13 +223,14 @@ def priced_exchanges(
             ok = request(i, f32(back * period) if back < NEVER else math.inf, back)
         if not ok:
             return None
-    end = np.array(end_, np.float32)
-    first = np.lexsort((np.array(q_, np.int64), end))[:num_events]
+    end = np.array(ends, np.float32)
+    first = np.lexsort((np.arange(end.shape[0]), end))[:num_events]
+    table_ = np.array(done, np.float64).reshape(-1, 5)[first]
     return PricedSchedule(
         end[first],
-        np.array(node_, np.int32)[first],
-        np.array(partner_, np.int32)[first],
-        np.array(step_, np.int32)[first],
-        np.array(request_, np.float32)[first],
-        np.array(start_, np.float32)[first],
+        table_[:, 0].astype(np.int32),
+        table_[:, 1].astype(np.int32),
+        table_[:, 2].astype(np.int32),
+        table_[:, 3].astype(np.float32),
+        table_[:, 4].astype(np.float32),
     )

@@ -151,13 +151,15 @@ def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarra
     """
     s, r, _, _ = _graph(topology, algorithm)
     n = topology.num_nodes
-    lists = [sorted(set(r[s == i].tolist())) for i in range(n)]
-    lonely = [i for i, nb in enumerate(lists) if not nb]
+    pairs = np.unique(np.stack([s, r], axis=1).astype(np.int64).reshape(-1, 2), axis=0)  # by sender, receiver
+    degree = np.bincount(pairs[:, 0], minlength=n)
+    lonely = np.flatnonzero(degree == 0).tolist()
     if lonely:
         raise ValueError(f"node(s) {lonely} of {topology.name} have no out-neighbour to average with")
-    width = max(len(nb) for nb in lists)
-    table = np.array([nb + [i] * (width - len(nb)) for i, nb in enumerate(lists)], np.int32)
-    return table, np.array([len(nb) for nb in lists], np.int32)
+    rank = np.arange(pairs.shape[0]) - np.r_[0, np.cumsum(degree)[:-1]][pairs[:, 0]]
+    table = np.repeat(np.arange(n)[:, None], degree.max(), axis=1)  # padded with the node itself
+    table[pairs[:, 0], rank] = pairs[:, 1]
+    return table.astype(np.int32), degree.astype(np.int32)
 
 
 def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) -> dict[tuple[int, int], float]:
@@ -178,18 +180,18 @@ def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) ->
         )
     s = np.asarray(topology.senders)[0]
     r = np.asarray(topology.receivers)[0]
-    real = np.asarray(links.real)[0]
+    real = np.flatnonzero(np.asarray(links.real)[0])
     lat = np.asarray(links.latency, np.float64)[0]
     bw = np.asarray(links.bandwidth, np.float64)[0]
-    delays: dict[tuple[int, int], float] = {}
-    for sender in range(topology.num_nodes):
-        edges = sorted((int(r[e]), e) for e in np.flatnonzero(real & (s == sender)))
-        sent = 0.0
-        for receiver, e in edges:
-            transfer = lat[e] + bits / bw[e]
-            sent = sent + transfer if links.mode == "serial" and not one else transfer
-            delays[(sender, receiver)] = sent
-    return delays
+    edges = real[np.lexsort((real, r[real], s[real]))]  # by sender, then receiver, then edge
+    sent = lat[edges] + bits / bw[edges]
+    if links.mode == "serial" and not one:  # running sums per sender, added in order (float64)
+        first = np.r_[True, s[edges][1:] != s[edges][:-1]]
+        rank = np.arange(edges.size) - np.maximum.accumulate(np.where(first, np.arange(edges.size), 0))
+        for k in range(1, int(rank.max(initial=0)) + 1):
+            at = np.flatnonzero(rank == k)
+            sent[at] = sent[at - 1] + sent[at]
+    return dict(zip(zip(s[edges].tolist(), r[edges].tolist()), sent.tolist()))
 
 
 def _slot_table(pairs: list[list[tuple[int, float]]], n: int):
@@ -586,5 +588,6 @@ def plan_async(
         int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], host.slots
     )
     s, r, _, _ = _graph(topology, form.name)
-    out_degree = np.array([len(set(r[s == i].tolist())) for i in range(n)], np.int64)
+    pairs = np.unique(np.stack([s, r], axis=1).astype(np.int64).reshape(-1, 2), axis=0)
+    out_degree = np.bincount(pairs[:, 0], minlength=n).astype(np.int64)
     return AsyncPlan(form, sched, tables, plan, stats, int(host.slots), host.flight, out_degree)
