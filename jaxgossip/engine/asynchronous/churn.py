@@ -21,7 +21,8 @@ is online in every row from the one it started in to the one of c. Otherwise the
 offline during the step: the work is lost (no event, the next draw of the node's step times is
 used) and i starts again at the start of its next online row. After an event the node starts its
 next step at once (at the event's time: it is online then). Events are in the order of
-``(time, node, step)``; a node never online has no events.
+``(time, node, step)``; a node never online has no events, nor has one whose online stretches are
+all shorter than its steps (it keeps losing them).
 
 * AD-PSGD draws its partner among the out-neighbours online in the row of its request (node i's
   gradient done at c): slot ``floor(u c_i)`` of the ``c_i`` online ones in ascending order (all

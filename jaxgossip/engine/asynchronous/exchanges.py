@@ -136,23 +136,32 @@ def priced_exchanges(
         to_on, to_off = churn.to_on.tolist(), churn.to_off.tolist()
         cycle, period = len(online), churn.period
 
+        retry: list = [None] * n  # (start, row) of a node's next step after a lost one
+
         def request(i: int, start: float, start_row: int) -> bool:
-            """Pushes i's next request (its first step from ``start`` that it stays online for);
-            False when it needs more than K draws."""
-            while start_row < NEVER:
-                if draw[i] >= steps:
-                    return False
-                c = f32(start + dur[i][draw[i]])
-                draw[i] += 1
-                c_row = max(start_row, math.floor(c / period))
-                off = start_row + to_off[start_row % cycle][i]
-                if off > c_row:
-                    row[i] = c_row
-                    heapq.heappush(pending, (c, i))
-                    return True
-                start_row = off + to_on[off % cycle][i]  # offline during the step: lost
-                start = f32(start_row * period) if start_row < NEVER else math.inf
-            return True  # never online again: no more requests
+            """Pushes i's next step from ``start``: its request when it stays online for it, else
+            (the step lost) a retry at the start of its next online row, processed in time order
+            like the requests (a node whose online stretches are all shorter than its steps
+            retries for ever, which only the stopping point ends); False when it needs more than
+            K draws."""
+            if start_row >= NEVER:
+                return True  # never online again: no more requests
+            if draw[i] >= steps:
+                return False
+            c = f32(start + dur[i][draw[i]])
+            draw[i] += 1
+            c_row = max(start_row, math.floor(c / period))
+            off = start_row + to_off[start_row % cycle][i]
+            if off > c_row:
+                row[i] = c_row
+                heapq.heappush(pending, (c, i))
+                return True
+            back = off + to_on[off % cycle][i]  # offline during the step: lost
+            if back < NEVER:
+                restart = f32(back * period)
+                retry[i] = (restart, back)
+                heapq.heappush(pending, (restart, i))
+            return True
 
         for i in range(n):
             first = to_on[0][i]
@@ -174,6 +183,12 @@ def priced_exchanges(
                 break
             check_at = q + max(n, 16)
         c, i = pop(pending)
+        if churn is not None and retry[i] is not None:  # a lost step: the node starts again
+            restart, restart_row = retry[i]
+            retry[i] = None
+            if not request(i, restart, restart_row):
+                return None
+            continue
         block, index = divmod(q, num_events)
         mine = nbrs[i]
         if churn is None:
