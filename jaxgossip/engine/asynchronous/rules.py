@@ -61,7 +61,7 @@ objective's gradient, at the mean rate. The rates are those of the compute model
 lognormal, exponential compute) give ``c = 1`` and the plain rule bit for bit. A straggler S times
 slower gets a weight about S times the others'. Asynchronous gossip and SGP refuse the option:
 their fixed points weight the nodes equally already
-(:func:`~jaxgossip.engine.asynchronous.planning.compensates_rates`).
+(:func:`~jaxgossip.engine.asynchronous.rates.compensates_rates`).
 
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
@@ -102,14 +102,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgossip.engine.asynchronous.planning import (
-    AsyncSchedule,
-    WaveStats,
-    compensates_rates,
-    plan_async,
-    rate_weights,
-    resolve_algorithm,
-)
+from jaxgossip.engine.asynchronous.planning import AsyncSchedule, WaveStats, plan_async, resolve_algorithm
+from jaxgossip.engine.asynchronous.rates import compensates_rates, rate_weights
 from jaxgossip.sim.compute import parse_compute
 from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import Array, PRNGKey
@@ -185,7 +179,7 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         taken at (``lambda g, rows, points: (-lr * g, rows)`` is plain SGD).
       key_grad: the gradients' key; n: N.
       scale: None, or ``[N]`` weights ``c_i`` of the rate-compensated rule: node i's step is
-        ``c_i u`` (:func:`~jaxgossip.engine.asynchronous.planning.rate_weights`).
+        ``c_i u`` (:func:`~jaxgossip.engine.asynchronous.rates.rate_weights`).
 
     ``opt`` is a pytree of node-local state with leaves ``[N, ...]`` (``()``: none); an event
     reads and writes only its own node's rows. ``loss`` is the sum of the wave's event losses.

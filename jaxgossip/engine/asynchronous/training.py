@@ -50,7 +50,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jaxgossip.checks import is_concrete, positive_int
-from jaxgossip.engine.asynchronous import planning, rules
+from jaxgossip.engine.asynchronous import planning, rates, rules
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, batched_eval, cross_entropy_loss
 from jaxgossip.models.adapters import as_model_fns
 from jaxgossip.ops.mixing import consensus_distance, node_mean
@@ -134,7 +134,7 @@ def make_async_train(
       max_width: at most this many events per wave (None: no limit).
       rate_compensation: node i's step ``u`` scaled by ``c_i = E[p_i] mean_j (1 / E[p_j])``, so
         that the expected update is the uniform objective's
-        (:func:`jaxgossip.engine.asynchronous.planning.rate_weights`; docs/training.md).
+        (:func:`jaxgossip.engine.asynchronous.rates.rate_weights`; docs/training.md).
 
     Returns:
       A :class:`jaxgossip.engine.training.Trainer` (``local_steps = 1``). Its state is a
@@ -183,11 +183,11 @@ def make_async_train(
     bits = np.cumsum(np.r_[np.zeros((1, n)), planning.event_bits(plan, dim, n)], axis=0).astype(np.float32)
     scale = None
     if rate_compensation:
-        why = planning.compensates_rates(plan.form)
+        why = rates.compensates_rates(plan.form)
         if why is not None:
             raise ValueError(f"rate_compensation=True with {plan.form.name}: {why}")
         compute = time.compute if isinstance(time, timing.TimeModel) else parse_compute(time)
-        scale = jnp.asarray(planning.rate_weights(compute, n, key_run))
+        scale = jnp.asarray(rates.rate_weights(compute, n, key_run))
     tables = AsyncTables(
         jax.tree_util.tree_map(jnp.asarray, plan.tables),
         jnp.asarray(start),
