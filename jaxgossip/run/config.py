@@ -331,13 +331,14 @@ def train_field_help() -> dict[str, str]:
 #: that takes them shows these).
 TIME_HELP = {
     "time.compute": "seconds per local step: SECONDS, or stragglers:C,F,S (round(F N) nodes S times slower), "
-    "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0",
+    "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv, or a device trace .npz / "
+    "headed .csv: its compute_seconds); default 0",
     "time.latency": "seconds per message: SECONDS for every link (default 1e-4: 100 us, an assumed LAN / "
     "data-centre TCP message), or per node (its uplink): constant:V, stragglers:F,S (round(F N) nodes drawn "
     "from --seed, S times the default), lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
     "time.bandwidth": "bit/s: BITS_PER_S for every link (default 1e9: 1 Gbit/s Ethernet), or per node (its "
     "uplink): constant:V, stragglers:F,S (round(F N) nodes drawn from --seed, 1/S of the default), "
-    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
+    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled; or a device trace's uplink_bps)",
     "time.mode": "serial: a node's messages of a round share its uplink one after another (default); "
     "parallel: they go out at once on independent links",
     "time.exchange": "priced: an asynchronous pairwise average (AD-PSGD) takes its link time both ways and keeps "
@@ -345,7 +346,8 @@ TIME_HELP = {
     "time.allreduce_model": "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one "
     "model-sized message per node",
     "time.availability": "always|markov:P_OFF,P_ON|trace:PATH: offline nodes neither compute nor send; a round "
-    "waits only for online nodes (default always)",
+    "waits only for online nodes (with --execution=async, row r covers simulated time [r P, (r + 1) P), P the "
+    "expected time of a round; a step interrupted by going offline is lost) (default always)",
 }
 
 
