@@ -95,6 +95,7 @@ class Method(NamedTuple):
     options: dict
     execution: str = "sync"
     async_form: str = "auto"
+    rate_compensation: bool = False
 
 
 METHODS_A = {
@@ -102,6 +103,8 @@ METHODS_A = {
     "dpsgd": Method("D-PSGD (sync gossip, ring)", "gossip", "ring", {}),
     "sgp": Method("SGP (sync push-sum, 1-peer exp)", "push_sum", "one_peer_exponential", {}),
     "ad_psgd": Method("AD-PSGD (async, ring)", "gossip", "ring", {}, "async", "ad_psgd"),
+    # AD-PSGD with each node's step scaled by E[p_i] mean_j 1 / E[p_j] (--async_rate_compensation=true)
+    "ad_psgd_rc": Method("AD-PSGD (async, ring, rate-compensated)", "gossip", "ring", {}, "async", "ad_psgd", True),
     "async_gossip": Method("async gossip (ring)", "gossip", "ring", {}, "async", "async_gossip"),
     # Asynchronous nodes share no round to switch graphs on: the static exponential graph.
     "async_sgp": Method("async SGP (exponential)", "push_sum", "exponential", {}, "async", "async_sgp"),
@@ -174,6 +177,8 @@ def _method_config(base: TrainConfig, key: str, method: Method, timing: dict) ->
     changes = {}
     if method.execution != "sync":
         changes = {"execution": method.execution, "async_form": method.async_form}
+        if method.rate_compensation:
+            changes["async_rate_compensation"] = True
     return base.replace(
         name=key,
         algorithm=method.algorithm,

@@ -109,6 +109,8 @@ def algorithm_option_hints(values: dict) -> dict[str, Any]:
     if isinstance(compressor, str) and compressor in compress.REGISTRY:
         hints.update({f"compressor_options.{k}": h for k, h in factory_hints(compress.REGISTRY[compressor]).items()})
     return hints
+
+
 #: optimizer -> its optimizer_options and their defaults (sgd takes momentum/nesterov as fields).
 OPTIMIZERS = {
     "sgd": {},
@@ -178,6 +180,7 @@ class TrainConfig:
     byzantine: dict[str, Any] = option_group(ByzantineOptions, "option")
     execution: str = "sync"
     async_form: str = "auto"
+    async_rate_compensation: bool = False
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -318,6 +321,9 @@ def train_field_help() -> dict[str, str]:
         "asynchronous form: gossip, push_sum)",
         "async_form": "with --execution=async, the asynchronous form of the algorithm: auto (its first: gossip -> "
         "async_gossip, push_sum -> async_sgp), async_gossip or ad_psgd (gossip), async_sgp (push_sum)",
+        "async_rate_compensation": "with --execution=async, scale node i's step by E[p_i] mean_j 1 / E[p_j] (its "
+        "expected step time over the mean one, from --time.compute) so that the run optimizes the uniform "
+        "objective rather than the event-rate-weighted one (docs/training.md)",
     }
 
 
@@ -325,13 +331,14 @@ def train_field_help() -> dict[str, str]:
 #: that takes them shows these).
 TIME_HELP = {
     "time.compute": "seconds per local step: SECONDS, or stragglers:C,F,S (round(F N) nodes S times slower), "
-    "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv); default 0",
+    "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH ([steps, N] .npy/.csv, or a device trace .npz / "
+    "headed .csv: its compute_seconds); default 0",
     "time.latency": "seconds per message: SECONDS for every link (default 1e-4: 100 us, an assumed LAN / "
     "data-centre TCP message), or per node (its uplink): constant:V, stragglers:F,S (round(F N) nodes drawn "
     "from --seed, S times the default), lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
     "time.bandwidth": "bit/s: BITS_PER_S for every link (default 1e9: 1 Gbit/s Ethernet), or per node (its "
     "uplink): constant:V, stragglers:F,S (round(F N) nodes drawn from --seed, 1/S of the default), "
-    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
+    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled; or a device trace's uplink_bps)",
     "time.mode": "serial: a node's messages of a round share its uplink one after another (default); "
     "parallel: they go out at once on independent links",
     "time.exchange": "priced: an asynchronous pairwise average (AD-PSGD) takes its link time both ways and keeps "
@@ -339,7 +346,8 @@ TIME_HELP = {
     "time.allreduce_model": "cost of an all-reduce round: the bandwidth-optimal ring all-reduce (default) or one "
     "model-sized message per node",
     "time.availability": "always|markov:P_OFF,P_ON|trace:PATH: offline nodes neither compute nor send; a round "
-    "waits only for online nodes (default always)",
+    "waits only for online nodes (with --execution=async, row r covers simulated time [r P, (r + 1) P), P the "
+    "expected time of a round; a step interrupted by going offline is lost) (default always)",
 }
 
 
@@ -373,9 +381,7 @@ def final_merge_value(value: Any) -> Any:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not (value == "exact" or (isinstance(value, int) and value >= 1)):
-        raise ValueError(
-            f"final_merge={value!r} must be null (no merge), a number of merge rounds >= 1, or 'exact'"
-        )
+        raise ValueError(f"final_merge={value!r} must be null (no merge), a number of merge rounds >= 1, or 'exact'")
     return value
 
 

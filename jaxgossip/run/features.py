@@ -53,6 +53,30 @@ FEATURES: tuple[Feature, ...] = (
         forms=lambda info: info.execution.form_names,
     ),
     Feature(
+        "async_churn",
+        (
+            "--execution=async",
+            "--async_form={form}",
+            "--time.compute=stragglers:0.01,0.25,4",
+            "--time.availability=markov:0.2,0.5",
+        ),
+        "asynchronous execution under churn: offline nodes lose their steps and are not chosen as partners",
+        static_graph=True,
+        forms=lambda info: info.execution.form_names,
+    ),
+    Feature(
+        "async_rates",
+        (
+            "--execution=async",
+            "--async_form={form}",
+            "--time.compute=stragglers:0.01,0.25,4",
+            "--async_rate_compensation=true",
+        ),
+        "asynchronous steps weighted by each node's expected step time (the forms that are biased to fast nodes)",
+        static_graph=True,
+        forms=lambda info: tuple(f.name for f in info.execution.asynchronous if _compensable(f)),
+    ),
+    Feature(
         "byzantine_nodes", ("--byzantine.nodes=1",), "one attacker drawn from the data seed, metrics over honest nodes"
     ),
     Feature("byzantine_ids", ("--byzantine.ids=0", "--byzantine.attack=signflip"), "an attacker by id"),
@@ -155,6 +179,12 @@ PLAIN_FIELDS: dict[str, str] = {
     "node_batch": "a platform choice of the same program",
     "tensorboard": "an extra writer of the same rows",
 }
+
+
+def _compensable(form) -> bool:
+    from jaxgossip.engine.asynchronous import compensates_rates
+
+    return compensates_rates(form) is None
 
 
 def graph_for(info: AlgorithmInfo, static: bool = False) -> str:

@@ -101,8 +101,10 @@ def byzantine_args(config: TrainConfig) -> dict | None:
             "--byzantine.nodes and --byzantine.ids: give one of them (K drawn by the data seed, or the ids)"
         )
     if not isinstance(values["attack_options"], dict):
-        raise ValueError(f"--byzantine.attack_options={values['attack_options']!r} must be a mapping, e.g. "
-                         "--byzantine.attack_options.sigma=10")
+        raise ValueError(
+            f"--byzantine.attack_options={values['attack_options']!r} must be a mapping, e.g. "
+            "--byzantine.attack_options.sigma=10"
+        )
     for key, value in values["attack_options"].items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"--byzantine.attack_options.{key}={value!r} must be a number")
@@ -158,25 +160,43 @@ def async_form_of(config: TrainConfig) -> str:
 
 def _async_refusals(config: TrainConfig, network: Network) -> list[tuple[str, str]]:
     """(option=value, why) of every option set that an asynchronous run does not model."""
-    availability = network.availability
     checks = [
-        (config.local_steps != 1, f"local_steps={config.local_steps}",
-         "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1"),
-        (bool(config.algorithm_options), f"algorithm_options={dict(config.algorithm_options)}",
-         "the asynchronous forms mix or push with the graph's weights and take no options (no compression)"),
-        (config.outer_optimizer != "none", f"outer_optimizer={config.outer_optimizer!r}",
-         "an outer step needs a common round; use --outer_optimizer=none"),
-        (byzantine_args(config) is not None, f"byzantine={dict(config.byzantine)}",
-         "attackers are modelled in synchronous rounds only"),
-        (config.final_merge is not None, f"final_merge={config.final_merge!r}",
-         "the merge runs synchronous rounds on the synchronous algorithm's state"),
-        (config.ordering != "atc", f"ordering={config.ordering!r}",
-         "the asynchronous rules fix where each gradient is taken; use --ordering=atc"),
-        (config.message_dtype != "fp32", f"message_dtype={config.message_dtype!r}",
-         "asynchronous messages are float32 models"),
+        (
+            config.local_steps != 1,
+            f"local_steps={config.local_steps}",
+            "a round is N node events of one local step each (num_rounds counts them); use --local_steps=1",
+        ),
+        (
+            bool(config.algorithm_options),
+            f"algorithm_options={dict(config.algorithm_options)}",
+            "the asynchronous forms mix or push with the graph's weights and take no options (no compression)",
+        ),
+        (
+            config.outer_optimizer != "none",
+            f"outer_optimizer={config.outer_optimizer!r}",
+            "an outer step needs a common round; use --outer_optimizer=none",
+        ),
+        (
+            byzantine_args(config) is not None,
+            f"byzantine={dict(config.byzantine)}",
+            "attackers are modelled in synchronous rounds only",
+        ),
+        (
+            config.final_merge is not None,
+            f"final_merge={config.final_merge!r}",
+            "the merge runs synchronous rounds on the synchronous algorithm's state",
+        ),
+        (
+            config.ordering != "atc",
+            f"ordering={config.ordering!r}",
+            "the asynchronous rules fix where each gradient is taken; use --ordering=atc",
+        ),
+        (
+            config.message_dtype != "fp32",
+            f"message_dtype={config.message_dtype!r}",
+            "asynchronous messages are float32 models",
+        ),
         (config.devices != 1, f"devices={config.devices}", "asynchronous runs are planned for one device"),
-        (availability != "always", f"time.availability={availability!r}",
-         "availability is not modelled (a node is always computing)"),
     ]
     return [(what, why) for bad, what, why in checks if bad]
 
@@ -199,6 +219,8 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
     if config.execution == "sync":
         if config.async_form != "auto":
             raise ValueError(f"async_form={config.async_form!r} applies to --execution=async only")
+        if config.async_rate_compensation:
+            raise ValueError("async_rate_compensation=True applies to --execution=async only")
         if network.exchange != "priced":
             raise ValueError(free)
         return
@@ -211,6 +233,10 @@ def check_execution_options(config: TrainConfig, topo, network: Network) -> None
 
     if network.exchange != "priced" and not asynchronous.prices_exchanges(asynchronous.resolve_algorithm(form)):
         raise ValueError(free)
+    if config.async_rate_compensation:
+        why = asynchronous.compensates_rates(asynchronous.resolve_algorithm(form))
+        if why is not None:
+            raise ValueError(f"async_rate_compensation=True with --async_form={form}: {why}")
 
     try:
         asynchronous.check_async_graph(form, topo)

@@ -120,7 +120,9 @@ def check_run(config: TrainConfig) -> Checked:
     network = network_of(config)
     topo = check_topology(config.topology, config.num_nodes, config.resolved_data_seed)
     available = network.online(config.num_rounds, config.num_nodes, config.seed)  # the graph's and the clock's
-    if available is not None:  # offline nodes drop out of the graph: the algorithm must accept failures
+    # Offline nodes drop out of a synchronous round's graph (the algorithm must accept failures); an
+    # asynchronous run keeps its fixed graph and plans the mask into its events.
+    if available is not None and config.execution != "async":
         topo = topology.with_availability(topo, available)
     alg = check_algorithm(config.algorithm, dict(config.algorithm_options), topo, trainer_defaults=True)
     if available is not None and alg.gradient is not None:

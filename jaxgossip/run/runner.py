@@ -70,6 +70,7 @@ def load_config(path: str | None, overrides: dict | None = None) -> TrainConfig:
         config = config_from_dict(overrides, config)
     return config
 
+
 class Built(NamedTuple):
     """A configured run: the resolved objects, the trainer and what reports need.
 
@@ -138,6 +139,7 @@ def make_trainer(config: TrainConfig, resolved: Resolved) -> tuple[Trainer, Any]
             identical_init=config.identical_init,
             augment=augment,
             eval_chunk=min(config.eval_chunk, eval_size),
+            rate_compensation=config.async_rate_compensation,
         )
         return trainer, None
     trainer = make_train(
@@ -186,9 +188,7 @@ def _for_point(config: TrainConfig, resolved: Resolved) -> Resolved:
     )
 
 
-def build(
-    config: TrainConfig | Resolved, dataset: data.Dataset | None = None, platform: str | None = None
-) -> Built:
+def build(config: TrainConfig | Resolved, dataset: data.Dataset | None = None, platform: str | None = None) -> Built:
     """The run of ``config`` (resolved here, :func:`jaxgossip.run.resolve.resolve`, unless already a
     :class:`Resolved`) with its trainer for ``platform`` (None: the backend JAX runs on; another
     platform's build lowers and exports, e.g. ``jax.export`` for ``"cuda"``, but runs only there)."""

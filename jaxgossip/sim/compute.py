@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import check_number
+from jaxgossip.sim import traces
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "parse_compute",
     "availability",
     "compute_seconds",
+    "expected_seconds",
     "load_trace",
 ]
 
@@ -83,6 +85,7 @@ jax.tree_util.register_dataclass(
     Compute, data_fields=["seconds", "fraction", "slowdown", "sigma", "trace"], meta_fields=["kind"]
 )
 
+
 def _spec_numbers(spec: str, text: str, count: int, rule: str) -> list[float]:
     parts = text.split(",") if text else []
     if len(parts) != count:
@@ -97,7 +100,8 @@ def parse_compute(spec: Any) -> Compute:
     """A :class:`Compute` from the ``--time.compute`` grammar (or a number, or a Compute).
 
     ``C`` | ``stragglers:C,F,S`` | ``lognormal:MEDIAN,SIGMA`` | ``exponential:MEAN`` | ``trace:PATH``
-    (a ``.npy`` or ``.csv`` of shape ``[steps, N]``, seconds).
+    (a ``.npy`` or ``.csv`` of shape ``[steps, N]``, seconds, or a device trace's
+    ``compute_seconds``, :mod:`jaxgossip.sim.traces`).
 
     Raises:
       ValueError: naming the spec and the rule it breaks.
@@ -129,7 +133,7 @@ def parse_compute(spec: Any) -> Compute:
         (mean,) = _spec_numbers(spec, args, 1, "exponential:MEAN (> 0 s)")
         return _checked(spec, "exponential", mean)
     if kind == "trace":
-        return _checked(spec, "trace", trace=load_trace(f"--time.compute={spec!r}", args))
+        return _checked(spec, "trace", trace=load_trace(f"--time.compute={spec!r}", args, column="compute_seconds"))
     raise ValueError(
         f"--time.compute={spec!r}: unknown kind {kind!r}; known: a number, stragglers:C,F,S, "
         "lognormal:MEDIAN,SIGMA, exponential:MEAN, trace:PATH"
@@ -143,12 +147,23 @@ def _checked(spec: str, kind: str, seconds: Any = 0.0, **fields: Any) -> Compute
         raise ValueError(f"--time.compute={spec!r}: {err}") from None
 
 
-def load_trace(prefix: str, path: str, vector: bool = False, shape: str = "[steps, N]") -> np.ndarray:
-    """A numeric ``[rows, N]`` float32 array from a .npy or .csv file; errors start with ``prefix``
-    (the option). ``vector``: a 1-D ``.npy`` of N values is accepted as one row ``[1, N]`` (a
-    one-line .csv always is). ``shape`` names the expected shape in the errors."""
+def load_trace(
+    prefix: str, path: str, vector: bool = False, shape: str = "[steps, N]", column: str | None = None
+) -> np.ndarray:
+    """A numeric ``[rows, N]`` float32 array from a .npy or .csv file, or with ``column`` the
+    column of a device trace (a ``.npz`` or a ``.csv`` with a header, :mod:`jaxgossip.sim.traces`); errors
+    start with ``prefix`` (the option). ``vector``: a 1-D ``.npy`` of N values is accepted as one
+    row ``[1, N]`` (a one-line .csv always is). ``shape`` names the expected shape in the errors."""
     if not path or not os.path.isfile(path):
         raise ValueError(f"{prefix}: no trace file {path!r}")
+    if column is not None and traces.is_device_trace(path):
+        try:
+            values = getattr(traces.load_device_trace(path), column)
+        except ValueError as err:
+            raise ValueError(f"{prefix}: {err}") from None
+        if values is None:
+            raise ValueError(f"{prefix}: the device trace {path!r} has no {column} column")
+        return values
     try:
         if path.endswith(".npy"):
             arr = np.load(path, allow_pickle=False)
@@ -165,6 +180,7 @@ def load_trace(prefix: str, path: str, vector: bool = False, shape: str = "[step
     if arr.ndim != 2 or arr.size == 0 or arr.dtype.kind not in "iuf":
         raise ValueError(f"{prefix}: a trace must be a numeric {shape} array; got {arr.shape}")
     return arr.astype(np.float32)
+
 
 AVAILABILITY_KINDS = ("always", "markov", "trace")
 
@@ -218,6 +234,7 @@ def availability(spec: Any, num_rounds: int, num_nodes: int, seed: int) -> np.nd
         return arr.astype(np.float32)
     raise ValueError(f"{name}: unknown kind {kind!r}; known: always, markov:P_OFF,P_ON, trace:PATH")
 
+
 def _stragglers(compute: Compute, key: PRNGKey, n: int) -> Array:
     """``[N]`` bool: the ``round(F N)`` straggling nodes, drawn once from ``key``. With F traced the
     set is the first ``round(F N)`` of one random order, so sweeping F nests the sets."""
@@ -253,3 +270,25 @@ def compute_seconds(compute: Compute, key: PRNGKey, step: Any, n: int) -> Array:
     if trace.shape[1] != n:
         raise ValueError(f"a compute trace of shape {trace.shape} does not fit N = {n} nodes: it must be [steps, {n}]")
     return trace[jnp.asarray(step, jnp.int32) % trace.shape[0]]
+
+
+def expected_seconds(compute: Compute, key: PRNGKey, n: int) -> np.ndarray:
+    """``E[p_i]``: ``[N]`` float64 expected seconds of one local step of each node (host), as
+    :func:`compute_seconds` draws them with the clock's key ``key``: C (constant), C or S C
+    (stragglers: the set drawn from ``key``), ``M exp(sigma^2 / 2)`` (lognormal), the mean
+    (exponential), the mean of node i's column (trace). Node i finishes steps at the rate
+    ``1 / E[p_i]`` when it runs free."""
+    seconds = float(np.asarray(compute.seconds))
+    if compute.kind == "constant":
+        return np.full(n, seconds)
+    if compute.kind == "stragglers":
+        slow = np.asarray(_stragglers(compute, key, n))
+        return np.where(slow, float(np.asarray(compute.slowdown)) * seconds, seconds)
+    if compute.kind == "lognormal":
+        return np.full(n, seconds * np.exp(float(np.asarray(compute.sigma)) ** 2 / 2))
+    if compute.kind == "exponential":
+        return np.full(n, seconds)
+    trace = np.asarray(compute.trace, np.float64)
+    if trace.shape[1] != n:
+        raise ValueError(f"a compute trace of shape {trace.shape} does not fit N = {n} nodes: it must be [steps, {n}]")
+    return trace.mean(axis=0)

@@ -10,7 +10,8 @@ its uplink, the messages it sends (:mod:`jaxgossip.sim.network`):
 * ``lognormal:MEDIAN,SIGMA``: ``v_i = MEDIAN exp(SIGMA z_i)``, ``z_i ~ N(0, 1)`` drawn once per
   node from the run's seed;
 * ``trace:PATH``: a ``.npy`` / ``.csv`` of per-node values ``[N]`` (or one row), or ``[R, N]``:
-  round r uses row ``r mod R``.
+  round r uses row ``r mod R``; or a device trace (:mod:`jaxgossip.sim.traces`: ``.npz`` or a
+  ``.csv`` with a header), whose ``uplink_bps`` (bandwidth) or ``latency_s`` (latency) it reads.
 
 The draws are on the host (NumPy, from the seed and a stream per option), so the clock inside a
 compiled run, :func:`jaxgossip.sim.cost.simulate` and the asynchronous planner all see the same
@@ -129,7 +130,8 @@ def parse_link(field: str, spec: str, default: float) -> float | np.ndarray | Li
             raise ValueError(f"{name}: expected lognormal:MEDIAN,SIGMA with MEDIAN > 0 and SIGMA > 0")
         return LinkSpec(field, spec, kind, (median, sigma), None)
     if kind == "trace":
-        trace = load_trace(name, args, vector=True, shape="[N] or [rounds, N]")
+        column = "uplink_bps" if field == "bandwidth" else "latency_s"
+        trace = load_trace(name, args, vector=True, shape="[N] or [rounds, N]", column=column)
         check_number(f"{name}: the trace", trace, minimum=0.0, strict=strict)
         return LinkSpec(field, spec, kind, (), trace)
     raise ValueError(f"{name}: unknown kind {kind!r}; expected a number or {_GRAMMAR}")

@@ -13,7 +13,7 @@ from jaxgossip import topology as T
 from jaxgossip.engine import asynchronous, problems
 from jaxgossip.run.runner import run_training
 from jaxgossip.sim import timing
-from jaxgossip.sim.compute import parse_compute
+from jaxgossip.sim.compute import availability, parse_compute
 from jaxgossip.sim.network import Network
 
 N, D, ROUNDS = 8, 3, 15  # 120 events
@@ -43,11 +43,17 @@ def _uniform_blocks(key, num_events):
     return block
 
 
-def _reference(problem, topology, x0, lr, dur, block, num_rounds):
+def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None):
     """Priced AD-PSGD one happening at a time from a heap of (time, kind, order, ...): kind 0 an
     exchange ending, kind 1 a node's gradient done (it books an exchange in both nodes' queues).
-    An exchange starts when it heads both queues; the average and the step apply at its end."""
+    An exchange starts when it heads both queues; the average and the step apply at its end.
+    ``churn`` (tests/engine/test_async.py's ``_Online``): a gradient during which its node went
+    offline is lost; the partner is drawn among the neighbours online at the request (none: the
+    node's step alone, no link time); the next gradient starts at the exchange's end, or when the
+    node is next online."""
     n = x0.shape[0]
+    draw = [1] * n
+    start_row = [0] * n
     a_mat, b_vec = np.asarray(problem.features, np.float64), np.asarray(problem.targets, np.float64)
 
     def grad(i, v):
@@ -63,8 +69,20 @@ def _reference(problem, topology, x0, lr, dur, block, num_rounds):
     x_hat = x.copy()
     queues = [[] for _ in range(n)]  # booked exchanges per node, in booking order
     busy = [False] * n
-    heap = [(np.float32(dur[0, i]), 1, i, i, 0) for i in range(n)]
+    heap = []
+    for i in range(n):
+        first = 0 if churn is None else churn.next_up(0, i)
+        if first is not None:
+            start_row[i] = first
+            begin = np.float32(0) if churn is None else churn.begin(first)
+            heap.append((np.float32(begin + dur[0, i]), 1, i, i, 0))
     heapq.heapify(heap)
+
+    def next_gradient(i, begin, row, step):  # i starts a gradient at begin (in row)
+        start_row[i] = row
+        heapq.heappush(heap, (np.float32(begin + dur[draw[i], i]), 1, i, i, step))
+        draw[i] += 1
+
     booked, events, times, objs, cons, waited = 0, 0, [], [], [], 0
 
     def try_start(ex, now):
@@ -76,24 +94,45 @@ def _reference(problem, topology, x0, lr, dur, block, num_rounds):
     while events < num_rounds * n:
         t, kind, order, i, extra = heapq.heappop(heap)
         if kind == 1:  # node i's gradient is done: book an exchange with a drawn neighbour
+            up = nbrs[i]
+            if churn is not None:
+                alive, row = churn.survives(start_row[i], t, i)
+                if not alive:
+                    back = churn.next_up(row, i)
+                    if back is not None:
+                        next_gradient(i, churn.begin(back), back, extra)
+                    continue
+                start_row[i] = row
+                up = [j for j in nbrs[i] if churn.up(row, j)]
             u = block(booked // (num_rounds * n))[booked % (num_rounds * n)]
-            j = nbrs[i][min(int(np.floor(u * np.float32(len(nbrs[i])))), len(nbrs[i]) - 1)]
-            ex = (booked, i, j, extra, np.float32(one_way(i) + one_way(j)))
+            j, seconds = i, np.float32(0)
+            if up:
+                j = up[min(int(np.floor(u * np.float32(len(up)))), len(up) - 1)]
+                seconds = np.float32(one_way(i) + one_way(j))
+            ex = (booked, i, j, extra, seconds)
             booked += 1
             queues[i].append(ex)
-            queues[j].append(ex)
+            if j != i:
+                queues[j].append(ex)
             waited += queues[i][0] is not ex or queues[j][0] is not ex
             try_start(ex, t)
             continue
         j = extra  # an exchange of i with j ends at t
         ex = queues[i].pop(0)
-        assert queues[j].pop(0) is ex and ex[1] == i
+        assert j == i or queues[j].pop(0) is ex and ex[1] == i
         busy[i] = busy[j] = False
         avg = 0.5 * (x[i] + x[j])
-        x[i], x[j] = avg - lr * grad(i, x_hat[i]), avg
+        x[j] = avg
+        x[i] = avg - lr * grad(i, x_hat[i])
         x_hat[i] = x[i]
         step = ex[3] + 1
-        heapq.heappush(heap, (np.float32(t + dur[step, i]), 1, i, i, step))
+        if churn is None:
+            next_gradient(i, t, 0, step)
+        else:
+            row = max(start_row[i], churn.row(t))
+            back = row if churn.up(row, i) else churn.next_up(row, i)
+            if back is not None:
+                next_gradient(i, t if back == row else churn.begin(back), back, step)
         for node in (i, j):
             if queues[node]:
                 try_start(queues[node][0], t)
@@ -206,3 +245,38 @@ def test_the_documented_ad_psgd_command_pays_for_slow_links(tmp_path):
     assert slow["test_acc"] > 0.85 and fast["test_acc"] > 0.85
     free = [last("--time.bandwidth=1e7", "--time.exchange=free"), last("--time.bandwidth=1e9", "--time.exchange=free")]
     assert free[0]["sim_time"] == free[1]["sim_time"] < fast["sim_time"]
+
+
+@pytest.mark.parametrize("spec", [STRAGGLERS, LOGNORMAL])
+def test_priced_exchanges_under_churn_match_the_queue_reference(problem, x0, spec):
+    from test_async import _Online, _period
+
+    key = jax.random.key(7)
+    mask = availability("markov:0.3,0.5", ROUNDS, N, 4)
+    topology = T.ring(N)
+    tm = timing.time_model(topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, available=mask)
+    res = asynchronous.run_async_optimization(
+        problem, topology, x0, lr=0.05, time=tm, num_rounds=ROUNDS, key=key, algorithm="ad_psgd"
+    )
+    dur = asynchronous.step_durations(parse_compute(spec), N, 4 * ROUNDS * N, key)
+    online = _Online(mask, _period(spec, dur))
+    z, times, objs, cons, waited = _reference(
+        problem, topology, x0, 0.05, dur, _uniform_blocks(key, ROUNDS * N), ROUNDS, online
+    )
+    sched = res.schedule
+    rows = np.floor(sched.request.astype(np.float64) / online.period).astype(int) % ROUNDS
+    assert np.all(mask[rows, sched.node] == 1) and not np.all(mask[rows] == 1)
+    assert waited > 5
+    np.testing.assert_allclose(np.asarray(res.sim_time[1:]), times, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(res.x), z, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(res.objective[1:]), objs, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(res.consensus[1:]), cons, rtol=1e-3, atol=1e-6)
+    ones = availability("markov:0.0,1.0", ROUNDS, N, 4)  # all online: the run without churn, bit for bit
+    tm = timing.time_model(topology, compute=spec, latency=LATENCY, bandwidth=BANDWIDTH, available=ones)
+    a = asynchronous.run_async_optimization(
+        problem, topology, x0, lr=0.05, time=tm, num_rounds=ROUNDS, key=key, algorithm="ad_psgd"
+    )
+    b = _run(problem, x0, spec, key)
+    for name in ("time", "node", "partner", "step", "request", "start"):
+        np.testing.assert_array_equal(getattr(a.schedule, name), getattr(b.schedule, name))
+    np.testing.assert_array_equal(np.asarray(a.x), np.asarray(b.x))

@@ -2,6 +2,7 @@
 run_async_optimization (itself checked against a heapq event-by-event reference in
 tests/engine/test_async.py) on a linear model, learning, rows, resume, and the command line's refusals."""
 
+import functools
 import json
 
 import jax
@@ -21,6 +22,7 @@ from jaxgossip.models.adapters import pure_model_fns
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.runner import run_training
 from jaxgossip.sim import timing
+from jaxgossip.sim.compute import availability
 
 N, F, C, B, ROUNDS = 8, 5, 3, 4, 14  # 112 events
 STRAGGLERS = "stragglers:1.0,0.25,4"
@@ -137,6 +139,52 @@ def test_trainer_equals_run_async_optimization(rule):
     np.testing.assert_allclose(np.asarray(second.bits)[-1], expected, rtol=1e-6)
 
 
+def test_trainer_under_churn_with_rate_compensation_equals_run_async_optimization():
+    """The trainer plans churn and weights the steps as run_async_optimization does (AD-PSGD,
+    priced exchanges, a Markov mask, stragglers)."""
+    shards, eval_data = _shards()
+    topology = _graph("ad_psgd")
+    mask = availability("markov:0.3,0.5", ROUNDS, N, 1)
+    tm = timing.time_model(topology, compute=STRAGGLERS, latency=0.05, bandwidth=500.0, available=mask)
+    key = jax.random.key(3)
+    trainer = async_training.make_async_train(
+        _linear(),
+        topology,
+        shards,
+        eval_data,
+        optax.sgd(0.2),
+        algorithm="ad_psgd",
+        time=tm,
+        key=key,
+        num_rounds=ROUNDS,
+        batch_size=B,
+        eval_every=ROUNDS,
+        eval_chunk=16,
+        rate_compensation=True,
+    )
+    state, metrics = trainer.run_chunk(trainer.init(key), 1)
+    x0, unravel = ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], trainer.init(key).params))
+    run = functools.partial(
+        asynchronous.run_async_optimization,
+        _Problem(shards, unravel),
+        topology,
+        jnp.broadcast_to(x0, (N, x0.size)),
+        lr=0.2,
+        time=tm,
+        num_rounds=ROUNDS,
+        key=jax.random.split(key)[1],
+        algorithm="ad_psgd",
+    )
+    res, plain = run(rate_compensation=True), run()
+    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(state.params)
+    np.testing.assert_allclose(np.asarray(flat), np.asarray(res.x), rtol=1e-5, atol=1e-6)
+    assert np.abs(np.asarray(res.x) - np.asarray(plain.x)).max() > 1e-3  # the weights matter
+    np.testing.assert_array_equal(np.asarray(metrics.sim_time)[-1], np.asarray(res.sim_time)[-1])
+    always = timing.time_model(topology, compute=STRAGGLERS, latency=0.05, bandwidth=500.0)
+    no_churn = asynchronous.plan_async(topology, always, ROUNDS, jax.random.split(key)[1], "ad_psgd", x0.size)
+    assert res.schedule.time[-1] > no_churn.schedule.time[-1]  # offline nodes slow the run down
+
+
 def test_refuses_batch_norm_and_a_traced_key():
     import flax.linen as nn
 
@@ -208,7 +256,12 @@ def test_sync_is_the_default():
         (["--execution=async", "--time.compute=1", "--topology=random_matching"], "is drawn every round"),
         (["--execution=async", "--time.compute=1", "--algorithm_options.gamma=0.5"], "take no options"),
         (["--execution=async", "--time.compute=1", "--outer_optimizer=nesterov"], "outer_optimizer='nesterov'"),
-        (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1,0.5"], "availability"),
+        (["--execution=async", "--time.compute=1", "--time.availability=markov:0.1"], "markov:P_OFF,P_ON"),
+        (["--async_rate_compensation=true"], "async_rate_compensation=True applies to --execution=async only"),
+        (
+            ["--execution=async", "--time.compute=1", "--async_rate_compensation=true"],
+            "async_rate_compensation=True with --async_form=async_gossip: .*weights every node equally",
+        ),
         (["--time.exchange=free"], "--time.exchange=free applies to --execution=async --async_form=ad_psgd only"),
         (["--execution=async", "--time.compute=1", "--time.exchange=free"], "messages always take their link time"),
         (["--execution=async", "--time.compute=1", "--time.exchange=cheap"], "--time.exchange='cheap' is unknown"),
@@ -222,6 +275,25 @@ def test_cli_refuses_bad_async_input(tmp_path, capsys, flags, message):
     err = capsys.readouterr().err
     assert re.search(message, err), err
     assert "Traceback" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("form", ["async_gossip", "ad_psgd"])
+def test_cli_trains_asynchronously_under_churn(tmp_path, form):
+    """``--time.availability`` with ``--execution=async``: nodes go off line, the run takes more
+    simulated time than with every node online, and it still learns."""
+
+    def last(*flags):
+        out = tmp_path / "_".join(f.split("=")[1] for f in flags)
+        argv = ["train", *TINY_FLAGS, "--execution=async", f"--async_form={form}", "--time.compute=1", *flags]
+        assert main([*argv, "--out", str(out)]) == 0
+        rows = json.loads((out / "metrics.json").read_text())["rows"]
+        assert all(np.isfinite(r["train_loss"]) for r in rows)
+        return rows[-1]
+
+    churn = last("--time.availability=markov:0.1,0.5")
+    always = last("--time.availability=always")
+    assert churn["sim_time"] > always["sim_time"]
+    assert churn["test_acc"] > 0.3
 
 
 def test_sweep_refuses_async(tmp_path, capsys):

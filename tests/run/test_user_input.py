@@ -67,7 +67,7 @@ def test_a_real_change_is_refused_naming_the_field_and_what_no_resume_deletes(fi
 
 def test_an_older_saved_config_without_the_newer_fields_resolves_the_same():
     current = TrainConfig(dataset="synthetic", model="mlp").to_dict()
-    older = {k: v for k, v in current.items() if k not in ("time", "byzantine", "execution", "async_form")}
+    older = {k: v for k, v in current.items() if k not in ("time", "byzantine", "execution", "async_form", "async_rate_compensation")}
     assert resolved_config(older) == resolved_config(current)
     saved = checkpoint.Saved(round=0, config=older, wall_time=0.0, walls=[])
     checkpoint.check_resume(saved, current, "ckpt")  # does not raise

@@ -34,10 +34,14 @@ References:
 from __future__ import annotations
 
 import heapq
+import math
+from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+
+from jaxgossip.engine.asynchronous.churn import NEVER, Churn
 
 __all__ = ["PricedSchedule", "pair_seconds", "priced_exchanges"]
 
@@ -80,6 +84,19 @@ def pair_seconds(table: np.ndarray, degree: np.ndarray, one_way: dict[tuple[int,
     return out.astype(np.float32)
 
 
+def _float32(cell: array) -> Callable[[float], float]:
+    """``x -> float32(x)`` as a Python float (a C cast through a one-slot ``array('f')``): a sum
+    or product of two float32 values computed in float64 and rounded once to float32 is the
+    float32 operation's result (float64 has more than 2 * 24 + 2 bits), so the loop below does
+    float32 arithmetic on Python floats, without NumPy scalars."""
+
+    def round32(x: float) -> float:
+        cell[0] = x
+        return cell[0]
+
+    return round32
+
+
 def priced_exchanges(
     durations: np.ndarray,
     uniforms: Callable[[int], np.ndarray],
@@ -87,55 +104,148 @@ def priced_exchanges(
     degree: np.ndarray,
     seconds: np.ndarray,
     num_events: int,
+    churn: Churn | None = None,
 ) -> PricedSchedule | None:
     """The first ``num_events`` (E) events (module docstring), or None when some node needs more
     than the K steps of ``durations`` (draw more and call again).
 
     Args:
-      durations: [K, N] float32 seconds of every node's first K local steps.
+      durations: [K, N] float32 seconds of every node's first K local steps (step draws, lost
+        ones included under churn).
       uniforms: ``block -> [E] float32`` uniforms of requests ``block E .. block E + E - 1``.
       table, degree: each node's out-neighbours (padded) and their count.
       seconds: [N, Dmax] float32 exchange seconds per neighbour slot (:func:`pair_seconds`).
+      churn: the online mask on the clock (:mod:`~jaxgossip.engine.asynchronous.churn`: lost
+        steps, partners drawn among online neighbours), or None (always online).
     """
     steps, n = durations.shape
-    free = np.zeros(n, np.float32)  # end of the last exchange booked on each node
-    pending = [(durations[0, i], i) for i in range(n)]  # (request time, node): one per node
+    f32 = _float32(array("f", [0.0]))
+    dur = durations.T.astype(np.float64).tolist()  # [N][K]: float32 values as Python floats
+    sec = seconds.astype(np.float64).tolist()
+    nbrs = [table[i, : int(degree[i])].tolist() for i in range(n)]
+    free = [0.0] * n  # end of the last exchange booked on each node
+    step = [0] * n  # events so far
+    draw = [0] * n  # step draws so far (lost ones included)
+    row = [0] * n  # under churn: the row each node's current step started in, then its request's row
+    pending = []  # (request time, node): one per node
+    if churn is None:
+        pending = [(dur[i][0], i) for i in range(n)]
+        draw = [1] * n
+    else:
+        online = churn.online.tolist()
+        to_on, to_off = churn.to_on.tolist(), churn.to_off.tolist()
+        cycle, period = len(online), churn.period
+
+        retry: list = [None] * n  # (start, row) of a node's next step after a lost one
+
+        def request(i: int, start: float, start_row: int) -> bool:
+            """Pushes i's next step from ``start``: its request when it stays online for it, else
+            (the step lost) a retry at the start of its next online row, processed in time order
+            like the requests (a node whose online stretches are all shorter than its steps
+            retries for ever, which only the stopping point ends); False when it needs more than
+            K draws."""
+            if start_row >= NEVER:
+                return True  # never online again: no more requests
+            if draw[i] >= steps:
+                return False
+            c = f32(start + dur[i][draw[i]])
+            draw[i] += 1
+            c_row = max(start_row, math.floor(c / period))
+            off = start_row + to_off[start_row % cycle][i]
+            if off > c_row:
+                row[i] = c_row
+                heapq.heappush(pending, (c, i))
+                return True
+            back = off + to_on[off % cycle][i]  # offline during the step: lost
+            if back < NEVER:
+                restart = f32(back * period)
+                retry[i] = (restart, back)
+                heapq.heappush(pending, (restart, i))
+            return True
+
+        for i in range(n):
+            first = to_on[0][i]
+            if not request(i, f32(first * period) if first < NEVER else math.inf, first):
+                return None
     heapq.heapify(pending)
-    step = np.zeros(n, np.int64)
-    blocks: dict[int, np.ndarray] = {}
-    done: list[tuple] = []  # (a, q, node, partner, step, request, start)
-    latest: list[tuple] = []  # max-heap of the E earliest events, (-a, -q)
-    q = 0
+    push, pop = heapq.heappush, heapq.heappop
+    cell = array("f", [0.0])  # float32 rounding inline (see _float32)
+    degrees = sorted({int(d) for d in degree})
+    slot_of: dict[int, dict[int, list[int]]] = {}  # block -> degree -> slot of each request (no churn)
+    uniform_of: dict[int, list[float]] = {}  # block -> uniforms (churn: the count varies)
+    ends: list[float] = []
+    done: list[tuple] = []  # (node, partner, step, request, start) per request, in request order
+    q, check_at = 0, num_events
     while pending:
-        c, i = pending[0]
-        if len(latest) == num_events and (c, q) >= (-latest[0][0], -latest[0][1]):
-            break  # every later request ends after the E earliest events
-        heapq.heappop(pending)
+        if q >= check_at:  # stop once every later request starts after the E-th earliest end
+            threshold = np.partition(np.array(ends), num_events - 1)[num_events - 1]
+            if pending[0][0] >= threshold:
+                break
+            check_at = q + max(n, 16)
+        c, i = pop(pending)
+        if churn is not None and retry[i] is not None:  # a lost step: the node starts again
+            restart, restart_row = retry[i]
+            retry[i] = None
+            if not request(i, restart, restart_row):
+                return None
+            continue
         block, index = divmod(q, num_events)
-        if block not in blocks:
-            blocks[block] = uniforms(block)
-        slot = min(int(np.floor(blocks[block][index] * np.float32(degree[i]))), int(degree[i]) - 1)
-        j = int(table[i, slot])
-        start = max(c, free[i], free[j])
-        end = np.float32(start + seconds[i, slot])
+        mine = nbrs[i]
+        if churn is None:
+            if block not in slot_of:
+                u32 = uniforms(block)
+                slot_of[block] = {
+                    d: np.minimum(np.floor(u32 * np.float32(d)).astype(np.int64), d - 1).tolist() for d in degrees
+                }
+            slot = slot_of[block][len(mine)][index]
+            j = mine[slot]
+        else:
+            if block not in uniform_of:
+                uniform_of[block] = uniforms(block).astype(np.float64).tolist()
+            up = online[row[i] % cycle]
+            slots = [k for k, j in enumerate(mine) if up[j]]
+            if slots:
+                cell[0] = uniform_of[block][index] * len(slots)
+                slot = slots[min(int(cell[0]), len(slots) - 1)]
+                j = mine[slot]
+            else:  # no neighbour online: the node's step alone
+                j = i
+        fi, fj = free[i], free[j]
+        start = c if c >= fi and c >= fj else (fi if fi >= fj else fj)
+        if j != i:
+            cell[0] = start + sec[i][slot]
+            end = cell[0]
+        else:
+            end = start
         free[i] = free[j] = end
-        done.append((end, q, i, j, int(step[i]), c, start))
-        heapq.heappush(latest, (-end, -q))
-        if len(latest) > num_events:
-            heapq.heappop(latest)
+        ends.append(end)
+        done.append((i, j, step[i], c, start))
         step[i] += 1
-        if step[i] >= steps:
-            return None
-        heapq.heappush(pending, (np.float32(end + durations[step[i], i]), i))
         q += 1
-    done.sort(key=lambda ev: (ev[0], ev[1]))
-    first = done[:num_events]
-    cols = list(zip(*first))
+        if churn is None:
+            k = draw[i]
+            if k >= steps:
+                return None
+            cell[0] = end + dur[i][k]
+            push(pending, (cell[0], i))
+            draw[i] = k + 1
+            continue
+        end_row = max(row[i], math.floor(end / period))
+        if online[end_row % cycle][i]:
+            ok = request(i, end, end_row)
+        else:
+            back = end_row + to_on[end_row % cycle][i]
+            ok = request(i, f32(back * period) if back < NEVER else math.inf, back)
+        if not ok:
+            return None
+    end = np.array(ends, np.float32)
+    first = np.lexsort((np.arange(end.shape[0]), end))[:num_events]
+    table_ = np.array(done, np.float64).reshape(-1, 5)[first]
     return PricedSchedule(
-        np.array(cols[0], np.float32),
-        np.array(cols[2], np.int32),
-        np.array(cols[3], np.int32),
-        np.array(cols[4], np.int32),
-        np.array(cols[5], np.float32),
-        np.array(cols[6], np.float32),
+        end[first],
+        table_[:, 0].astype(np.int32),
+        table_[:, 1].astype(np.int32),
+        table_[:, 2].astype(np.int32),
+        table_[:, 3].astype(np.float32),
+        table_[:, 4].astype(np.float32),
     )

@@ -28,8 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import is_concrete
+from jaxgossip.engine.asynchronous import churn as async_churn
 from jaxgossip.engine.asynchronous import exchanges as async_exchanges
 from jaxgossip.engine.asynchronous import waves as async_waves
+from jaxgossip.engine.asynchronous.rates import step_rates
 from jaxgossip.sim import timing
 from jaxgossip.sim.compute import Compute, compute_seconds, parse_compute
 from jaxgossip.sim.network import Links, Network
@@ -42,6 +44,7 @@ __all__ = [
     "neighbor_table",
     "step_durations",
     "async_schedule",
+    "churn_schedule",
     "priced_schedule",
     "WaveTables",
     "AsyncPlan",
@@ -146,13 +149,15 @@ def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarra
     """
     s, r, _, _ = _graph(topology, algorithm)
     n = topology.num_nodes
-    lists = [sorted(set(r[s == i].tolist())) for i in range(n)]
-    lonely = [i for i, nb in enumerate(lists) if not nb]
+    pairs = np.unique(np.stack([s, r], axis=1).astype(np.int64).reshape(-1, 2), axis=0)  # by sender, receiver
+    degree = np.bincount(pairs[:, 0], minlength=n)
+    lonely = np.flatnonzero(degree == 0).tolist()
     if lonely:
         raise ValueError(f"node(s) {lonely} of {topology.name} have no out-neighbour to average with")
-    width = max(len(nb) for nb in lists)
-    table = np.array([nb + [i] * (width - len(nb)) for i, nb in enumerate(lists)], np.int32)
-    return table, np.array([len(nb) for nb in lists], np.int32)
+    rank = np.arange(pairs.shape[0]) - np.r_[0, np.cumsum(degree)[:-1]][pairs[:, 0]]
+    table = np.repeat(np.arange(n)[:, None], degree.max(), axis=1)  # padded with the node itself
+    table[pairs[:, 0], rank] = pairs[:, 1]
+    return table.astype(np.int32), degree.astype(np.int32)
 
 
 def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) -> dict[tuple[int, int], float]:
@@ -173,18 +178,18 @@ def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) ->
         )
     s = np.asarray(topology.senders)[0]
     r = np.asarray(topology.receivers)[0]
-    real = np.asarray(links.real)[0]
+    real = np.flatnonzero(np.asarray(links.real)[0])
     lat = np.asarray(links.latency, np.float64)[0]
     bw = np.asarray(links.bandwidth, np.float64)[0]
-    delays: dict[tuple[int, int], float] = {}
-    for sender in range(topology.num_nodes):
-        edges = sorted((int(r[e]), e) for e in np.flatnonzero(real & (s == sender)))
-        sent = 0.0
-        for receiver, e in edges:
-            transfer = lat[e] + bits / bw[e]
-            sent = sent + transfer if links.mode == "serial" and not one else transfer
-            delays[(sender, receiver)] = sent
-    return delays
+    edges = real[np.lexsort((real, r[real], s[real]))]  # by sender, then receiver, then edge
+    sent = lat[edges] + bits / bw[edges]
+    if links.mode == "serial" and not one:  # running sums per sender, added in order (float64)
+        first = np.r_[True, s[edges][1:] != s[edges][:-1]]
+        rank = np.arange(edges.size) - np.maximum.accumulate(np.where(first, np.arange(edges.size), 0))
+        for k in range(1, int(rank.max(initial=0)) + 1):
+            at = np.flatnonzero(rank == k)
+            sent[at] = sent[at - 1] + sent[at]
+    return dict(zip(zip(s[edges].tolist(), r[edges].tolist()), sent.tolist()))
 
 
 def _slot_table(pairs: list[list[tuple[int, float]]], n: int):
@@ -243,12 +248,50 @@ def async_schedule(
     return AsyncSchedule(flat[order], node, partner, step_idx[order])
 
 
+def _draw_limit(num_events: int, num_nodes: int) -> int:
+    return 64 * (num_events + num_nodes)
+
+
+def churn_schedule(
+    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, churn, table=None, degree=None
+) -> AsyncSchedule:
+    """The first ``num_events`` (E) events of the run with key ``key`` under churn
+    (:mod:`~jaxgossip.engine.asynchronous.churn`: the steps a node stays online for), in the
+    order of ``(time, node, step)``; K step draws per node, doubled until no node can have an
+    event before the E-th. With ``table, degree`` each event gets its AD-PSGD partner among the
+    neighbours online at its time (free exchanges); otherwise the partner is the node itself.
+
+    Raises:
+      ValueError: fewer than E events within a bounded number of draws (nodes almost never online).
+    """
+    n = num_nodes
+    steps = 2 * -(-num_events // n) + 16
+    while True:
+        walk = async_churn.churn_walk(step_durations(compute, n, steps, key), churn)
+        order = np.lexsort((walk.step, walk.node, walk.time))[:num_events]
+        if order.size == num_events and np.all(walk.next_start > walk.time[order[-1]]):
+            break
+        if steps > _draw_limit(num_events, n):
+            raise ValueError(
+                f"--time.availability: fewer than {num_events} events in {steps} step draws per node; the "
+                "nodes are online too rarely for this run"
+            )
+        steps *= 2
+    node = walk.node[order]
+    partner = node.copy()
+    if table is not None:
+        key_sched, _ = jax.random.split(key)
+        u = np.asarray(jax.random.uniform(key_sched, (num_events,)), np.float32)
+        partner = async_churn.online_partners(node, walk.row[order], u, np.asarray(table), np.asarray(degree), churn)
+    return AsyncSchedule(walk.time[order], node, partner, walk.step[order])
+
+
 def priced_schedule(
-    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, table, degree, seconds
+    compute: Compute, num_nodes: int, num_events: int, key: PRNGKey, table, degree, seconds, churn=None
 ) -> AsyncSchedule:
     """The first ``num_events`` (E) AD-PSGD events of the run with key ``key`` when every exchange
     takes ``seconds [N, Dmax]`` (:func:`jaxgossip.engine.asynchronous.exchanges.priced_exchanges`;
-    K steps per node drawn, doubled until enough)."""
+    K steps per node drawn, doubled until enough), under ``churn`` when given."""
     key_sched, _ = jax.random.split(key)
 
     def uniforms(block):  # block 0 is the free schedule's draw: zero delays give its partners
@@ -258,9 +301,14 @@ def priced_schedule(
     steps = 2 * -(-num_events // num_nodes) + 16
     while True:
         durations = step_durations(compute, num_nodes, steps, key)
-        sched = async_exchanges.priced_exchanges(durations, uniforms, table, degree, seconds, num_events)
+        sched = async_exchanges.priced_exchanges(durations, uniforms, table, degree, seconds, num_events, churn)
         if sched is not None:
             return AsyncSchedule(sched.time, sched.node, sched.partner, sched.step, sched.request, sched.start)
+        if steps > _draw_limit(num_events, num_nodes):
+            raise ValueError(
+                f"--time.availability: fewer than {num_events} events in {steps} step draws per node; the "
+                "nodes are online too rarely for this run"
+            )
         steps *= 2
 
 
@@ -314,15 +362,16 @@ def message_bits(rule: str, dim: int) -> float:
 
 def event_bits(plan: AsyncPlan, dim: int, num_nodes: int) -> np.ndarray:
     """``[R, N]`` float64 bits each node sends in each round (N events) of ``plan``: an AD-PSGD
-    event swaps two models (node and partner send one each); otherwise the node sends one message
-    per out-neighbour."""
+    event swaps two models (node and partner send one each; none without an online neighbour);
+    otherwise the node sends one message per out-neighbour."""
     sched, n = plan.schedule, num_nodes
     rounds = np.arange(sched.node.shape[0]) // n
     out = np.zeros((int(rounds[-1]) + 1, n), np.float64)
     per = message_bits(plan.form.rule, dim)
-    if plan.form.rule == "pairwise_averaging":
-        np.add.at(out, (rounds, sched.node), per)
-        np.add.at(out, (rounds, sched.partner), per)
+    if plan.form.rule == "pairwise_averaging":  # no exchange when no neighbour was online (partner = node)
+        swap = sched.partner != sched.node
+        np.add.at(out, (rounds[swap], sched.node[swap]), per)
+        np.add.at(out, (rounds[swap], sched.partner[swap]), per)
     else:
         np.add.at(out, (rounds, sched.node), per * plan.out_degree[sched.node])
     return out
@@ -409,13 +458,12 @@ def check_async_graph(algorithm: str, topology: Any) -> AsyncForm:
     return form
 
 
-def _split_time(topology: Any, time: Any) -> tuple[Compute, Links, str]:
+def _split_time(topology: Any, time: Any) -> tuple[Compute, Links, str, Any]:
+    """``(compute, links, exchange, available [R, N] or None)`` of ``time``."""
     if isinstance(time, timing.TimeModel):
-        if time.available is not None:
-            raise ValueError("asynchronous runs do not model availability (time.available); give None")
-        return time.compute, time.links, time.exchange
+        return time.compute, time.links, time.exchange, time.available
     network = Network()  # the default links
-    return parse_compute(time), network.links(topology), network.exchange
+    return parse_compute(time), network.links(topology), network.exchange, None
 
 
 def plan_async(
@@ -445,18 +493,27 @@ def plan_async(
     if not is_concrete(key):
         raise ValueError("key must be concrete: the schedule is drawn and planned on the host")
     n = topology.num_nodes
-    compute, links, exchange = _split_time(topology, time)
+    compute, links, exchange, available = _split_time(topology, time)
     num_events = int(num_rounds) * n
+    churn = None
+    if available is not None:
+        churn = async_churn.make_churn(available, step_rates(compute, n, key))
     if not prices_exchanges(form):
-        sched = async_schedule(compute, n, num_events, key)
+        if churn is None:
+            sched = async_schedule(compute, n, num_events, key)
+        else:
+            sched = churn_schedule(compute, n, num_events, key, churn)
     else:
         table, degree = neighbor_table(topology, form.name)
         if exchange == "free":
-            sched = async_schedule(compute, n, num_events, key, table, degree)
+            if churn is None:
+                sched = async_schedule(compute, n, num_events, key, table, degree)
+            else:
+                sched = churn_schedule(compute, n, num_events, key, churn, table, degree)
         else:
             one_way = _edge_delays(links, topology, message_bits(form.rule, dim), one=True)
             seconds = async_exchanges.pair_seconds(table, degree, one_way)
-            sched = priced_schedule(compute, n, num_events, key, table, degree, seconds)
+            sched = priced_schedule(compute, n, num_events, key, table, degree, seconds, churn)
     host = _plan(form, topology, sched, dim, links, max_width)
     plan = host.plan
     valid = plan.events >= 0
@@ -473,5 +530,6 @@ def plan_async(
         int(plan.events.shape[0]), int(plan.events.shape[1]), num_events / plan.events.shape[0], host.slots
     )
     s, r, _, _ = _graph(topology, form.name)
-    out_degree = np.array([len(set(r[s == i].tolist())) for i in range(n)], np.int64)
+    pairs = np.unique(np.stack([s, r], axis=1).astype(np.int64).reshape(-1, 2), axis=0)
+    out_degree = np.bincount(pairs[:, 0], minlength=n).astype(np.int64)
     return AsyncPlan(form, sched, tables, plan, stats, int(host.slots), host.flight, out_degree)

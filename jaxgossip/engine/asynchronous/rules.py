@@ -49,6 +49,20 @@ started (right after its previous event):
   paper takes whenever ``w_i = 1`` (regular graphs with uniform weights, its experiments), and
   leaves the push-sum of ``(x, w)`` and its conservation unchanged.
 
+**Rate compensation** (``rate_compensation=True``, ``--async_rate_compensation=true``; AD-PSGD
+only). Node i finishes steps at the rate ``1 / E[p_i]`` (its expected step time,
+:func:`jaxgossip.sim.compute.expected_seconds`). AD-PSGD's averages keep the node mean, which
+moves by the sum of the steps, so its expected drift is ``sum_i grad f_i / E[p_i]``: it optimizes
+the event-rate-weighted objective, and a straggler's data counts less. The compensated rule scales
+node i's step ``u`` by ``c_i = E[p_i] mean_j (1 / E[p_j])`` (mean rate over its rate;
+``x_i <- avg + c_i u``), which makes the drift ``mean_j (1 / E[p_j]) sum_i grad f_i``: the uniform
+objective's gradient, at the mean rate. The rates are those of the compute model alone
+(availability and waiting for exchanges are not in them); equal expected times (constant,
+lognormal, exponential compute) give ``c = 1`` and the plain rule bit for bit. A straggler S times
+slower gets a weight about S times the others'. Asynchronous gossip and SGP refuse the option:
+their fixed points weight the nodes equally already
+(:func:`~jaxgossip.engine.asynchronous.rates.compensates_rates`).
+
 **Waves.** The schedule depends only on the time model and the key, never on model values: it is
 drawn first (a small jit: the ``[K, N]`` step durations; the float32 running sums, the order and
 the partners on the host), then every event's stale version or delayed messages and the waves
@@ -89,6 +103,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxgossip.engine.asynchronous.planning import AsyncSchedule, WaveStats, plan_async, resolve_algorithm
+from jaxgossip.engine.asynchronous.rates import compensates_rates, rate_weights
+from jaxgossip.sim.compute import parse_compute
+from jaxgossip.sim.timing import TimeModel
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = [
@@ -149,7 +166,7 @@ class AsyncResult(NamedTuple):
     in_flight: Any = None
 
 
-def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n: int):
+def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n: int, scale: Any = None):
     """The function ``state, opt, tables -> state, opt, loss`` of one wave of the event rule ``rule``
     (one of :data:`~jaxgossip.types.ASYNC_RULES`, an :class:`~jaxgossip.types.AsyncForm`'s ``rule``;
     update rules in the module docstring with ``- lr g`` replaced by ``u``).
@@ -161,6 +178,8 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         events from their gradients, their nodes' rows of ``opt`` and the points the gradients were
         taken at (``lambda g, rows, points: (-lr * g, rows)`` is plain SGD).
       key_grad: the gradients' key; n: N.
+      scale: None, or ``[N]`` weights ``c_i`` of the rate-compensated rule: node i's step is
+        ``c_i u`` (:func:`~jaxgossip.engine.asynchronous.rates.rate_weights`).
 
     ``opt`` is a pytree of node-local state with leaves ``[N, ...]`` (``()``: none); an event
     reads and writes only its own node's rows. ``loss`` is the sum of the wave's event losses.
@@ -172,6 +191,8 @@ def make_wave(rule: str, value_and_grad: Any, update: Any, key_grad: PRNGKey, n:
         loss, g = jax.vmap(value_and_grad)(points, gi, keys)
         rows = jax.tree_util.tree_map(lambda a: a[gi], opt)
         u, rows = update(g, rows, points)
+        if scale is not None:
+            u = scale[gi][:, None] * u
         opt = jax.tree_util.tree_map(lambda a, r: a.at[i].set(r, mode="drop"), opt, rows)
         return u, opt, jnp.sum(jnp.where(i < n, loss, jnp.zeros_like(loss)))
 
@@ -249,10 +270,11 @@ def _models(rule, state, n):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key):
+def _run_waves(rule, loss_fn, full_loss_fn, state0, tables, lr, key, scale):
     n = jax.tree_util.tree_leaves(state0)[0].shape[0]
     _, key_grad = jax.random.split(key)
-    wave = make_wave(rule, jax.value_and_grad(loss_fn), lambda g, rows, points: (-lr * g, rows), key_grad, n)
+    sgd = lambda g, rows, points: (-lr * g, rows)  # noqa: E731
+    wave = make_wave(rule, jax.value_and_grad(loss_fn), sgd, key_grad, n, scale)
     nodes = jnp.arange(n, dtype=jnp.int32)
 
     def metrics(state):
@@ -294,6 +316,7 @@ def run_async_optimization(
     key: PRNGKey,
     algorithm: str = "ad_psgd",
     max_width: int | None = None,
+    rate_compensation: bool = False,
 ) -> AsyncResult:
     """An asynchronous algorithm (module docstring) on a :class:`jaxgossip.engine.problems.Problem`.
 
@@ -305,7 +328,7 @@ def run_async_optimization(
       x0: [N, D] float32 initial models.
       lr: the step size (may be traced).
       time: a :class:`jaxgossip.sim.timing.TimeModel` (compute, per-edge links and whether
-        AD-PSGD's exchanges are priced; no availability) or a :class:`jaxgossip.sim.compute.Compute`
+        AD-PSGD's exchanges are priced; availability under churn) or a :class:`jaxgossip.sim.compute.Compute`
         or ``--time.compute`` spec (then the default links of :class:`jaxgossip.sim.network.Network`,
         priced exchanges).
       num_rounds: R >= 1; the run processes E = R N events.
@@ -314,6 +337,8 @@ def run_async_optimization(
         algorithm with one (``"gossip"`` runs ``async_gossip``, ``"push_sum"`` runs ``async_sgp``),
         whose graph requirements (:func:`jaxgossip.algorithms.check_graph`) are checked too.
       max_width: at most this many events per wave (None: no limit; 1: one event per scan step).
+      rate_compensation: node i's step scaled by ``c_i = E[p_i] mean_j (1 / E[p_j])`` (module
+        docstring, "Rate compensation"), so that the expected update is the uniform objective's.
 
     Raises:
       ValueError: an unknown algorithm or one without an asynchronous mode (with the reason), a bad
@@ -330,7 +355,14 @@ def run_async_optimization(
     rule = form.rule
     tables = async_plan.tables
     state0 = init_async_state(rule, x0, async_plan.slots)
-    state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key)
+    scale = None
+    if rate_compensation:
+        why = compensates_rates(form)
+        if why is not None:
+            raise ValueError(f"rate_compensation=True with {form.name}: {why}")
+        compute = time.compute if isinstance(time, TimeModel) else parse_compute(time)
+        scale = jnp.asarray(rate_weights(compute, n, key))
+    state, first, records = _run_waves(rule, problem.loss_fn, problem.full_loss_fn, state0, tables, lr, key, scale)
     at_end = records[jnp.asarray(plan.boundary)]
     times = sched.time.reshape(int(num_rounds), n)[:, -1]
     in_flight = None

@@ -50,11 +50,12 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jaxgossip.checks import is_concrete, positive_int
-from jaxgossip.engine.asynchronous import planning, rules
+from jaxgossip.engine.asynchronous import planning, rates, rules
 from jaxgossip.engine.training import Metrics, Trainer, TrainState, batched_eval, cross_entropy_loss
 from jaxgossip.models.adapters import as_model_fns
 from jaxgossip.ops.mixing import consensus_distance, node_mean
 from jaxgossip.sim import timing
+from jaxgossip.sim.compute import parse_compute
 from jaxgossip.types import Array, PRNGKey
 
 __all__ = ["AsyncTables", "make_async_train"]
@@ -68,12 +69,14 @@ class AsyncTables(NamedTuple):
       round_start: [R + 1] int32, the first wave of each round (and M at the end).
       sim_time: [R + 1] float32, the time of the last event of each round (0 first).
       bits: [R + 1, N] float32 cumulative bits each node sent after each round (0 first).
+      scale: [N] float32 step weights of the rate-compensated rule, or None (the plain rule).
     """
 
     waves: Any
     round_start: Array
     sim_time: Array
     bits: Array
+    scale: Any = None
 
 
 class _Bound(NamedTuple):
@@ -105,6 +108,7 @@ def make_async_train(
     eval_chunk: int = 500,
     loss_fn: Callable[[Array, Array], Array] | None = None,
     max_width: int | None = None,
+    rate_compensation: bool = False,
 ) -> Trainer:
     """An asynchronous training run (module docstring) with the interface of
     :func:`jaxgossip.engine.training.make_train`.
@@ -119,7 +123,7 @@ def make_async_train(
       algorithm: ``"ad_psgd"``, ``"async_gossip"``, ``"async_sgp"`` or a registered algorithm with
         an asynchronous form (``"gossip"``, ``"push_sum"``).
       time: a :class:`jaxgossip.sim.timing.TimeModel` (per-edge links, priced or free exchanges,
-        no availability), a :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
+        availability under churn), a :class:`jaxgossip.sim.compute.Compute` or a ``--time.compute`` spec.
       key: the run's key (concrete): the schedule is drawn from its second half, as
         :meth:`Trainer.init` derives the run's keys (``key_init, key_run = split(key)``;
         the engine's keys come from ``key_run``). Pass the same key to ``init``.
@@ -128,6 +132,9 @@ def make_async_train(
       eval_every: rounds between evaluation points.
       identical_init, augment, eval_chunk, loss_fn: as :func:`jaxgossip.engine.training.make_train`.
       max_width: at most this many events per wave (None: no limit).
+      rate_compensation: node i's step ``u`` scaled by ``c_i = E[p_i] mean_j (1 / E[p_j])``, so
+        that the expected update is the uniform objective's
+        (:func:`jaxgossip.engine.asynchronous.rates.rate_weights`; docs/training.md).
 
     Returns:
       A :class:`jaxgossip.engine.training.Trainer` (``local_steps = 1``). Its state is a
@@ -174,8 +181,19 @@ def make_async_train(
     start = np.r_[0, plan.waves.boundary + 1].astype(np.int32)
     times = np.r_[np.float32(0), plan.schedule.time.reshape(int(num_rounds), n)[:, -1]].astype(np.float32)
     bits = np.cumsum(np.r_[np.zeros((1, n)), planning.event_bits(plan, dim, n)], axis=0).astype(np.float32)
+    scale = None
+    if rate_compensation:
+        why = rates.compensates_rates(plan.form)
+        if why is not None:
+            raise ValueError(f"rate_compensation=True with {plan.form.name}: {why}")
+        compute = time.compute if isinstance(time, timing.TimeModel) else parse_compute(time)
+        scale = jnp.asarray(rates.rate_weights(compute, n, key_run))
     tables = AsyncTables(
-        jax.tree_util.tree_map(jnp.asarray, plan.tables), jnp.asarray(start), jnp.asarray(times), jnp.asarray(bits)
+        jax.tree_util.tree_map(jnp.asarray, plan.tables),
+        jnp.asarray(start),
+        jnp.asarray(times),
+        jnp.asarray(bits),
+        scale,
     )
     clock_key = timing.init_clock(key_run).key
     node_loss = cross_entropy_loss(model, loss_fn)
@@ -243,7 +261,7 @@ def make_async_train(
 
     def chunk_impl(state: TrainState, num_evals: int, tabs: AsyncTables) -> tuple[TrainState, Metrics]:
         key_grad = jax.random.split(jax.random.wrap_key_data(state.key))[1]
-        wave = rules.make_wave(rule, value_and_grad, update, key_grad, n)
+        wave = rules.make_wave(rule, value_and_grad, update, key_grad, n, tabs.scale)
 
         def one_round(carry, _):
             engine, opt, r = carry
