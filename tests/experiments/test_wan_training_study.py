@@ -28,6 +28,8 @@ def test_every_method_does_the_same_local_steps(study):
             assert config.time == {"compute": 1e-4, "latency": tier.latency, "bandwidth": tier.bandwidth}
     lm = study.WORKLOADS["lm"]
     assert study.method_config(lm, 8, "demo_complete", 0.0).algorithm_options["lr"] == study.DEMO_LR["lm"]
+    assert study.method_config(lm, 8, "allreduce_lr1e-2", 0.0).lr == 1e-2  # the control: only the lr differs
+    assert study.method_config(lm, 8, "allreduce", 0.0).lr == lm.config["lr"] and "allreduce_lr1e-2" not in study.ALL
     streaming = study.method_config(lm, 8, "streaming_diloco", 0.0)
     assert (streaming.outer_fragments, streaming.outer_overlap, streaming.outer_message_bits) == (2, 1, 4)
     with pytest.raises(ValueError, match="multiple of local_steps=10"):
