@@ -6,6 +6,9 @@ learned from the nodes' label distributions.
   :class:`Design`;
 * :mod:`~jaxgossip.design.support`: the undirected support of a graph and the classical
   weightings on it (Metropolis-Hastings, max-degree, best constant), ``slem``;
+* :mod:`~jaxgossip.design.schedule`: ``consensus_weights``, the weights of a T-periodic schedule
+  (or of one static graph) of least consensus error after R rounds, by gradient through the rounds
+  (a :class:`ScheduleDesign`);
 * :mod:`~jaxgossip.design.heterogeneity`: ``learn_topology``, a doubly stochastic graph of
   in-degree at most d whose neighbourhoods see the global label distribution (a
   :class:`LearnedTopology`).
@@ -20,6 +23,7 @@ from jaxgossip.design.heterogeneity import (
     learn_topology,
     neighbourhood_heterogeneity,
 )
+from jaxgossip.design.schedule import ScheduleDesign, consensus_weights, schedule_error, schedule_supports
 from jaxgossip.design.support import (
     best_constant_weights,
     laplacian,
@@ -45,6 +49,10 @@ __all__ = [
     "best_constant_weights",
     "weighted_topology",
     "symmetric_weights",
+    "ScheduleDesign",
+    "consensus_weights",
+    "schedule_error",
+    "schedule_supports",
     "LearnedTopology",
     "learn_topology",
     "label_proportions",
