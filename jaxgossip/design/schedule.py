@@ -144,7 +144,7 @@ def schedule_supports(supports: Any, what: str = "consensus_weights") -> _Suppor
     if isinstance(supports, Topology):
         graphs = [supports]
     else:
-        graphs = list(supports) if isinstance(supports, Sequence) else None
+        graphs = list(supports) if isinstance(supports, (Sequence, np.ndarray)) else None
     if not graphs:
         raise ValueError(f"{what} needs a Topology or a non-empty sequence of graphs, got {type(supports).__name__}")
     patterns, n = [], None
