@@ -32,6 +32,7 @@ from jaxgossip.design.support import (
     mixing_matrix,
     slem,
     symmetric_weights,
+    topology_slem,
     undirected_edges,
     weighted_topology,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "best_constant_weights",
     "weighted_topology",
     "symmetric_weights",
+    "topology_slem",
     "ScheduleDesign",
     "consensus_weights",
     "schedule_error",

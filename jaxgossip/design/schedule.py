@@ -23,8 +23,9 @@ averaging after R rounds (the one-peer exponential graph for N = 2^k, the Base-(
   and ``e = ||X_R - J||_F^2``: exact, O(R E N) per evaluation and no dense matrix product. With
   ``probes=D`` the rounds act on D fixed Gaussian columns instead, ``e ~ (1/D) ||(X_R - J) Z||_F^2``
   (Hutchinson's estimator, unbiased), O(R E D): matrix-free, for large N.
-* **Optimizer.** L-BFGS (``optax.lbfgs``, zoom line search) on the logits, gradients by JAX
-  through the unrolled Sinkhorn iterations and the R rounds, in float64.
+* **Optimizer.** L-BFGS (``optax.lbfgs``, zoom line search) on ``log e`` as a function of the
+  logits (the error falls like ``rate^(2R)``: in the logarithm every decade costs the same), with
+  gradients by JAX through the unrolled Sinkhorn iterations and the R rounds, in float64.
 * **A static weighting** (P = 1, R rounds) minimizes ``||W^R - J||_F^2 = sum_k lambda_k^{2R}`` over
   the non-unit eigenvalues of a symmetric W: a smooth surrogate of the SLEM, the ``2R``-norm of the
   spectrum instead of its max, which tends to ``SLEM^{2R}`` as R grows. It is a surrogate, not the
@@ -259,7 +260,9 @@ def consensus_weights(
       probes: None for the exact error (X_0 = I [N, N]); D >= 1 Gaussian probe columns for the
         matrix-free estimate (large N).
       max_steps: L-BFGS steps at most (>= 1).
-      tol: stop when the relative error ``e / (N - 1)`` falls below it.
+      tol: stop when the relative error ``e / (N - 1)`` falls below it (0: run until the
+        objective stalls or ``max_steps``; for a static SLEM surrogate, whose error after R rounds
+        may start below any fixed tolerance).
       seed: None starts from the Sinkhorn scaling of the all-ones pattern; an int from random
         logits (standard normal) drawn from it. Also seeds the probes.
       name: display name of the returned topology.
@@ -270,15 +273,15 @@ def consensus_weights(
 
     Raises:
       ValueError: bad supports (:func:`schedule_supports`), rounds, probes or max_steps below 1,
-        tol not a positive number.
+        tol not a number >= 0.
     """
     support = schedule_supports(supports)
     period, n = support.senders.shape[0], support.num_nodes
     rounds = period if rounds is None else check_int("rounds", rounds, 1)
     probes = None if probes is None else check_int("probes", probes, 1)
     max_steps = check_int("max_steps", max_steps, 1)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol={tol!r} must be a finite number > 0")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol={tol!r} must be a finite number >= 0")
     if seed is not None:
         seed = check_int("seed", seed, 0)
     rng = np.random.default_rng(0 if seed is None else seed)
@@ -299,7 +302,9 @@ def consensus_weights(
         scale = 1.0 / (n - 1)
 
         def objective(theta):
-            return scale * _run_error(template, _sinkhorn(support, theta, _INNER_SWEEPS), start, rounds)
+            # the logarithm: the error spans many decades (it falls like rate^(2R)), and L-BFGS
+            # then takes steps of the same quality at 1e-2 and at 1e-10
+            return jnp.log(scale * _run_error(template, _sinkhorn(support, theta, _INNER_SWEEPS), start, rounds))
 
         solver = optax.lbfgs()
         value_and_grad = optax.value_and_grad_from_state(objective)
@@ -312,12 +317,12 @@ def consensus_weights(
 
         theta = jnp.asarray(theta0)
         state = solver.init(theta)
-        history = [float(jax.jit(objective)(theta))]
+        history = [float(np.exp(jax.jit(objective)(theta)))]
         for k in range(max_steps):
             if history[-1] < tol:
                 break
             theta, state = step(theta, state)
-            history.append(float(optax.tree.get(state, "value")))
+            history.append(float(np.exp(optax.tree.get(state, "value"))))
             if progress is not None:
                 progress(k + 1, history[-1])
             if not np.isfinite(history[-1]):

@@ -123,7 +123,8 @@ def test_static_design_after_r_rounds_beats_metropolis_and_is_deterministic():
         (dict(rounds=0), "rounds"),
         (dict(probes=0), "probes"),
         (dict(max_steps=0), "max_steps"),
-        (dict(tol=0.0), "tol=0.0 must be a finite number > 0"),
+        (dict(tol=-1.0), "tol=-1.0 must be a finite number >= 0"),
+        (dict(tol=float("nan")), "must be a finite number >= 0"),
         (dict(seed=-1), "seed"),
     ],
 )
