@@ -6,9 +6,16 @@ Boyd, Diaconis, Xiao 2004 as ``norm(I - L(w) - J, 2)``), their relative differen
 Metropolis SLEM for scale. Both solve the same convex problem, so the SLEMs should agree to the SDP
 solver's tolerance.
 
+``--growth`` measures instead how design time grows with N on sparse random graphs (mean degree
+about max(4, 1.2 ln N), so that they are connected): the exact barrier method up to
+``--exact-max`` nodes, and the matrix-free surrogate (``consensus_weights`` on the static graph,
+``--rounds`` rounds, ``--probes`` Gaussian probes) at every size, each with its SLEM (Lanczos above
+512 nodes) next to Metropolis's.
+
 Timings need a quiet machine; ``--smoke`` runs tiny sizes to check the script end to end.
 
     PYTHONPATH=. python experiments/bench/design_vs_sdp.py --sizes 16,32,64,128,256 --out OUT
+    PYTHONPATH=. python experiments/bench/design_vs_sdp.py --growth --sizes 256,1024,4096 --out OUT
     PYTHONPATH=. python experiments/bench/design_vs_sdp.py --smoke --out OUT
 """
 
@@ -77,16 +84,54 @@ def row(n: int, seed: int, nonnegative: bool, with_sdp: bool) -> dict:
     return out
 
 
+def growth_row(n: int, seed: int, exact_max: int, rounds: int, probes: int) -> dict:
+    """Design time and SLEM of the exact method (N <= exact_max) and of the matrix-free surrogate."""
+    p = min(1.0, max(4.0, 1.2 * np.log(n)) / (n - 1))
+    topo = jg.topology.erdos_renyi(n, p, seed=seed)
+    out = {"num_nodes": n, "num_edges": int((topo.matrix() != 0).sum() - n) // 2 if n <= 4096 else None}
+    out["metropolis_slem"] = jg.design.topology_slem(topo)
+    if n <= exact_max:
+        start = time.perf_counter()
+        design = jg.design.fastest_mixing(topo)
+        out.update(exact_seconds=time.perf_counter() - start, exact_slem=design.slem, gap_bound=design.gap_bound)
+    start = time.perf_counter()
+    surrogate = jg.design.consensus_weights(topo, rounds=rounds, probes=probes, tol=0, max_steps=300)
+    out.update(
+        surrogate_seconds=time.perf_counter() - start,
+        surrogate_slem=jg.design.topology_slem(surrogate.topology),
+        surrogate_steps=int(surrogate.history.size - 1),
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,32,64,128")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-sdp", action="store_true", help="time fastest_mixing alone (no cvxpy)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the script")
+    parser.add_argument("--growth", action="store_true", help="design time against N, exact and matrix-free")
+    parser.add_argument("--exact-max", type=int, default=1024, help="--growth: largest N for the exact method")
+    parser.add_argument("--rounds", type=int, default=30, help="--growth: rounds R of the surrogate")
+    parser.add_argument("--probes", type=int, default=32, help="--growth: Gaussian probes of the surrogate")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     sizes = [8, 12] if args.smoke else [int(s) for s in args.sizes.split(",")]
     info = machine_info()
+    if args.growth:
+        sizes = [16, 24] if args.smoke else sizes
+        rows = [growth_row(n, args.seed, args.exact_max, args.rounds, args.probes) for n in sizes]
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "design_growth.json"), "w") as f:
+            json.dump({"machine": info, "smoke": args.smoke, "rows": rows}, f, indent=1)
+        print(header_line(info))
+        for r in rows:
+            exact = f"exact {r['exact_slem']:.6f} in {r['exact_seconds']:.2f}s  " if "exact_slem" in r else ""
+            print(
+                f"N={r['num_nodes']:5d}: {exact}surrogate {r['surrogate_slem']:.6f} in {r['surrogate_seconds']:.2f}s "
+                f"({r['surrogate_steps']} steps)  metropolis {r['metropolis_slem']:.6f}"
+            )
+        return
     rows = [row(n, args.seed, nonneg, not args.no_sdp) for n in sizes for nonneg in (True, False)]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "design_vs_sdp.json"), "w") as f:

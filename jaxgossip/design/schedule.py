@@ -298,7 +298,9 @@ def consensus_weights(
             start = jnp.eye(n)
         else:
             z = rng.normal(size=(n, probes))
-            start = jnp.asarray(z - z.mean(axis=0)) / np.sqrt(probes)
+            # not centred: the target J Z is then non-zero, so a W that loses mass (rows of an
+            # unfinished Sinkhorn scaling summing below 1) is penalized instead of rewarded
+            start = jnp.asarray(z) / np.sqrt(probes)
         scale = 1.0 / (n - 1)
 
         def objective(theta):
