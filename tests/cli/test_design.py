@@ -148,3 +148,40 @@ def test_heterogeneity_design_learns_from_the_partition_and_trains(tmp_path, cap
     run = tmp_path / "train"
     topology = f"--topology=file:{out / 'topology.npz'}"
     assert main(["train", *flags, "--num_nodes=8", topology, "--no-progress", "--out", str(run)]) == 0
+
+
+def bad_design_files():
+    ring = jg.topology.ring(8).matrix()
+    shift = np.roll(np.eye(8), 1, axis=1)
+    signed_directed = 1.2 * np.eye(8) - 0.2 * shift  # rows and columns sum to 1, not symmetric
+    return {
+        "wrong_shape": ({"matrix": np.ones((3, 4)) / 4}, "got shape (3, 4)"),
+        "not_stochastic": ({"matrix": ring * 0.9}, "not stochastic"),
+        "negative": ({"matrix": signed_directed}, "negative weight"),
+        "disconnected": ({"matrix": np.kron(np.eye(2), np.full((4, 4), 0.25))}, "not strongly connected"),
+        "other_node_count": ({"matrix": jg.topology.ring(6).matrix()}, "graph of 6 nodes, but num_nodes=8"),
+    }
+
+
+@pytest.mark.parametrize("objective", ["slem", "consensus:4", "heterogeneity:2"])
+@pytest.mark.parametrize("name", list(bad_design_files()))
+def test_bad_topology_files_exit_2_naming_the_problem(tmp_path, capsys, name, objective):
+    arrays, message = bad_design_files()[name]
+    path = tmp_path / f"{name}.npz"
+    np.savez(path, **arrays)
+    argv = ["design", f"--topology=file:{path}", "--num_nodes=8", f"--objective={objective}", "--dataset=synthetic"]
+    assert main([*argv, "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_directed_schedule_file_is_refused_by_the_symmetric_design_and_designed_by_consensus(tmp_path, capsys):
+    path = tmp_path / "schedule.npz"
+    np.savez(path, matrix=jg.topology.one_peer_exponential(8).matrices())
+    argv = ["design", f"--topology=file:{path}", "--num_nodes=8", "--no-progress"]
+    assert main([*argv, "--objective=slem", "--out", str(tmp_path / "slem")]) == 2
+    assert "needs a static graph" in capsys.readouterr().err
+    assert main([*argv, "--objective=consensus:3", "--out", str(tmp_path / "consensus")]) == 0
+    saved = json.loads((tmp_path / "consensus" / "design.json").read_text())
+    assert saved["error"] < 1e-9
