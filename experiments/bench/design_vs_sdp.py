@@ -1,13 +1,14 @@
 """Fastest-mixing weights: jaxgossip.design.fastest_mixing against a semidefinite solver (cvxpy).
 
-For each N, one random graph of mean degree about 4 (Erdos-Renyi, resampled until connected):
+For each N, one random graph of mean degree about max(4, 1.2 ln N) (Erdos-Renyi, resampled until
+connected; a mean degree of 4 leaves graphs of a few hundred nodes disconnected):
 the barrier method's SLEM and wall time, the SDP solver's (cvxpy with Clarabel, the problem of
 Boyd, Diaconis, Xiao 2004 as ``norm(I - L(w) - J, 2)``), their relative difference, and the
 Metropolis SLEM for scale. Both solve the same convex problem, so the SLEMs should agree to the SDP
 solver's tolerance.
 
 ``--growth`` measures instead how design time grows with N on sparse random graphs (mean degree
-about max(4, 1.2 ln N), so that they are connected): the exact barrier method up to
+as above): the exact barrier method up to
 ``--exact-max`` nodes, and the matrix-free surrogate (``consensus_weights`` on the static graph,
 ``--rounds`` rounds, ``--probes`` Gaussian probes) at every size, each with its SLEM (Lanczos above
 512 nodes) next to Metropolis's.
@@ -61,8 +62,12 @@ def sdp_slem(edges: np.ndarray, n: int, nonnegative: bool) -> float:
     return float(problem.value)
 
 
+def random_graph(n: int, seed: int):
+    return jg.topology.erdos_renyi(n, min(1.0, max(4.0, 1.2 * np.log(n)) / (n - 1)), seed=seed)
+
+
 def row(n: int, seed: int, nonnegative: bool, with_sdp: bool) -> dict:
-    topo = jg.topology.erdos_renyi(n, min(1.0, 4.0 / (n - 1)), seed=seed)
+    topo = random_graph(n, seed)
     start = time.perf_counter()
     design = jg.design.fastest_mixing(topo, nonnegative=nonnegative)
     ours = time.perf_counter() - start
@@ -86,9 +91,8 @@ def row(n: int, seed: int, nonnegative: bool, with_sdp: bool) -> dict:
 
 def growth_row(n: int, seed: int, exact_max: int, rounds: int, probes: int) -> dict:
     """Design time and SLEM of the exact method (N <= exact_max) and of the matrix-free surrogate."""
-    p = min(1.0, max(4.0, 1.2 * np.log(n)) / (n - 1))
-    topo = jg.topology.erdos_renyi(n, p, seed=seed)
-    out = {"num_nodes": n, "num_edges": int((topo.matrix() != 0).sum() - n) // 2 if n <= 4096 else None}
+    topo = random_graph(n, seed)
+    out = {"num_nodes": n, "num_edges": len(jg.design.undirected_edges(topo))}
     out["metropolis_slem"] = jg.design.topology_slem(topo)
     if n <= exact_max:
         start = time.perf_counter()
