@@ -8,6 +8,9 @@ learned from the nodes' label distributions.
   weightings on it (Metropolis-Hastings, max-degree, best constant), ``slem``;
 * :mod:`~jaxgossip.design.hyperparameters`: ``tune_by_gradient``, gamma, step-size schedules or
   mixing weights that minimise a scalar of a run, by differentiating through it;
+* :mod:`~jaxgossip.design.schedule`: ``consensus_weights``, the weights of a T-periodic schedule
+  (or of one static graph) of least consensus error after R rounds, by gradient through the rounds
+  (a :class:`ScheduleDesign`);
 * :mod:`~jaxgossip.design.heterogeneity`: ``learn_topology``, a doubly stochastic graph of
   in-degree at most d whose neighbourhoods see the global label distribution (a
   :class:`LearnedTopology`).
@@ -23,6 +26,7 @@ from jaxgossip.design.heterogeneity import (
     neighbourhood_heterogeneity,
 )
 from jaxgossip.design.hyperparameters import HyperparameterFit, tune_by_gradient
+from jaxgossip.design.schedule import ScheduleDesign, consensus_weights, schedule_error, schedule_supports
 from jaxgossip.design.support import (
     best_constant_weights,
     laplacian,
@@ -31,6 +35,7 @@ from jaxgossip.design.support import (
     mixing_matrix,
     slem,
     symmetric_weights,
+    topology_slem,
     undirected_edges,
     weighted_topology,
 )
@@ -48,6 +53,11 @@ __all__ = [
     "best_constant_weights",
     "weighted_topology",
     "symmetric_weights",
+    "topology_slem",
+    "ScheduleDesign",
+    "consensus_weights",
+    "schedule_error",
+    "schedule_supports",
     "LearnedTopology",
     "learn_topology",
     "label_proportions",

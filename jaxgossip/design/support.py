@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
+import scipy.sparse.linalg
 
 from jaxgossip.topology import Topology
 
@@ -37,6 +38,7 @@ __all__ = [
     "best_constant_weights",
     "weighted_topology",
     "symmetric_weights",
+    "topology_slem",
 ]
 
 
@@ -155,3 +157,24 @@ def symmetric_weights(edges: np.ndarray, w, num_nodes: int):
     w = jnp.asarray(w)
     degree = jnp.zeros(num_nodes, w.dtype).at[edges[:, 0]].add(w).at[edges[:, 1]].add(w)
     return jnp.concatenate([1.0 - degree, w, w])[None]
+
+
+def topology_slem(topology: Topology, dense_up_to: int = 512) -> float:
+    """``||W - J||_2`` of a static symmetric doubly stochastic graph: dense ``eigvalsh`` up to
+    ``dense_up_to`` nodes, above it Lanczos (``scipy.sparse.linalg.eigsh``, largest magnitude) on
+    the sparse W with the mean removed, O(E) per iteration and no [N, N] matrix."""
+    n = topology.num_nodes
+    if n <= dense_up_to:
+        return slem(topology.matrix())
+    w = scipy.sparse.csr_matrix(
+        (np.asarray(topology.weights[0], np.float64), (topology.receivers[0], topology.senders[0])), shape=(n, n)
+    )
+
+    def centred(x):
+        y = w @ x
+        return y - y.mean(axis=0)
+
+    operator = scipy.sparse.linalg.LinearOperator((n, n), matvec=centred, dtype=np.float64)
+    start = np.random.default_rng(0).normal(size=n)
+    value = scipy.sparse.linalg.eigsh(operator, k=1, which="LM", v0=start - start.mean(), tol=1e-12)[0]
+    return float(np.abs(value[0]))

@@ -16,6 +16,7 @@ __all__ = [
     "LOSS_PANELS",
     "plot_consensus",
     "plot_topology",
+    "plot_design_curves",
     "plot_sweep",
     "plot_topology_sweep",
     "plot_topology_training",
@@ -272,6 +273,33 @@ def plot_design(design, path: str, title: str = "") -> str:
     ax.legend(fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def plot_design_curves(
+    history, history_label: str, curves: Mapping[str, np.ndarray], path: str, title: str = ""
+) -> str:
+    """Two panels: the design's objective after every optimizer step (``history``), and the
+    relative squared consensus error per round of each weighting (``curves``: label -> [R + 1])."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    history = np.asarray(history, dtype=np.float64)
+    left.plot(np.arange(history.size), history, color="black")
+    if np.all(history > 0):
+        left.set_yscale("log")
+    left.set_xlabel("design step")
+    left.set_ylabel(history_label)
+    left.grid(alpha=0.3)
+    for label, curve in curves.items():
+        curve = np.maximum(np.asarray(curve, dtype=np.float64), 1e-30)
+        right.semilogy(np.arange(curve.size), curve, label=label)
+    right.axhline(1e-6, ls=":", color="grey")
+    right.set_xlabel("round")
+    right.set_ylabel("consensus error / start")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
     return _save(fig, path)
 
 
