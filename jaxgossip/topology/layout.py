@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from jaxgossip.topology.edges import is_canonical
+from jaxgossip.topology.edges import TransposeCheck, is_canonical
 
 __all__ = [
     "KERNELS",
@@ -26,6 +26,12 @@ __all__ = [
     "gather_free",
     "flip_terms",
     "FlipTerms",
+    "regular_rows",
+    "RegularRound",
+    "round_moves",
+    "shift_terms",
+    "ShiftTerms",
+    "slot_transpose_check",
     "MAX_GATHER_SLOTS",
     "circulant_shift",
     "circulant_shifts",
@@ -82,18 +88,26 @@ def slot_layout(
         live = w != 0
         if not live.all():
             s, r, w = s[live], r[live], w[live]
-        regular = _regular_rows(s, r, w, n)
+        regular = regular_rows(s, r, w, n)
         rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
     k = max([1] + [order.width for order in rounds])
     if max_entries is not None and period * n * k > max_entries:
         return SlotLayout(None, None, k)
-    nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
-    slot_w = np.zeros((period, n, k), dtype=weights.dtype)
+    if all(isinstance(order, RegularRound) and order.width == k for order in rounds):
+        # Every slot of every round holds an edge: nothing to pre-fill.
+        nbr = np.empty((period, n, k), dtype=np.int32)
+        slot_w = np.empty((period, n, k), dtype=weights.dtype)
+    else:
+        nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
+        slot_w = np.zeros((period, n, k), dtype=weights.dtype)
     for t, order in enumerate(rounds):
-        if isinstance(order, _RegularRound):
+        shifted = _circulant_slots(order, n) if isinstance(order, RegularRound) else None
+        if shifted is not None:
+            nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
+        elif isinstance(order, RegularRound):
             # Row i in sender order is its offset order rotated by the count of senders below i.
-            slot = np.arange(order.width)[None, :] + order.below[:, None]
-            slot -= order.width * (slot >= order.width)
+            slot = np.arange(order.width, dtype=np.int32)[None, :] + order.below.astype(np.int32)[:, None]
+            np.subtract(slot, order.width, out=slot, where=slot >= order.width)
             nbr[t, :, : order.width] = np.take_along_axis(order.senders, slot, axis=1)
             slot_w[t, :, : order.width] = np.take_along_axis(order.weights, slot, axis=1)
         else:
@@ -102,7 +116,7 @@ def slot_layout(
     return SlotLayout(nbr, slot_w, k)
 
 
-class _RegularRound(NamedTuple):
+class RegularRound(NamedTuple):
     """A canonical round with the same number of live edges into every node, self-loops included."""
 
     senders: np.ndarray  # [N, K] each row ascending
@@ -114,27 +128,46 @@ class _RegularRound(NamedTuple):
         return int(self.senders.shape[1])
 
 
-def _regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _RegularRound | None:
+def regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> RegularRound | None:
     """The round as rows ``[N, K]`` if its live edges are canonical (sorted by receiver, then
     sender, no duplicate) with K edges into every node, its self-loop among them; else None.
-    A few O(E) passes, one column at a time, no sort."""
-    if s.size == 0 or s.size % n:
+    A few O(E) passes, no sort: in canonical order the rows are regular when each row's first and
+    last receiver is its node, and a row holds its self-loop at most once."""
+    if s.size == 0 or s.size % n or not is_canonical(s, r):
         return None
     k = s.size // n
-    rows, into = s.reshape(n, k), r.reshape(n, k)
-    nodes = np.arange(n, dtype=into.dtype)
-    below = np.zeros(n, dtype=np.int64)
-    has_self = np.zeros(n, dtype=bool)
-    for j in range(k):
-        if not np.array_equal(into[:, j], nodes):
-            return None
-        if j and not np.all(rows[:, j] > rows[:, j - 1]):
-            return None
-        below += rows[:, j] < nodes
-        has_self |= rows[:, j] == nodes
-    if not has_self.all():
+    nodes = np.arange(n, dtype=r.dtype)
+    if not (np.array_equal(r[::k], nodes) and np.array_equal(r[k - 1 :: k], nodes)):
         return None
-    return _RegularRound(rows, w.reshape(n, k), below)
+    own = np.flatnonzero(s == r)
+    if own.size != n:
+        return None
+    # The self-loop's place in row i is the number of its senders below i.
+    return RegularRound(s.reshape(n, k), w.reshape(n, k), own - k * np.arange(n))
+
+
+def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The slot table ``[N, K]`` of a regular round that is circulant with one weight per offset,
+    else None. Row 0 lists the offsets ``c`` ascending (self first) and their weights; the round is
+    that circulant when every block of rows between two wrap points ``N - c`` is the broadcast sum
+    of its nodes and the rotated offsets (as :func:`jaxgossip.topology.edges.circulant_round`
+    writes them). Then slot k of node i is ``(i + c_k) mod N`` at weight ``w_k``: broadcasts, no
+    gather."""
+    rows, weights = order.senders, order.weights
+    k = order.width
+    c = rows[0].astype(np.int64)
+    w0 = weights[0]
+    bounds = np.unique(np.concatenate([[0, n], n - c[c > 0]]))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        unwrapped = int(np.searchsorted(c, n - lo))
+        order_k = np.concatenate([np.arange(unwrapped, k), np.arange(unwrapped)])
+        add = c[order_k] - n * (np.arange(k) < k - unwrapped)
+        block = np.arange(lo, hi, dtype=rows.dtype)[:, None] + add.astype(rows.dtype)[None, :]
+        if not (np.array_equal(rows[lo:hi], block) and bool(np.all(weights[lo:hi] == w0[order_k][None, :]))):
+            return None
+    nbr = np.arange(n, dtype=np.int32)[:, None] + c.astype(np.int32)[None, :]
+    nbr -= np.int32(n) * (nbr >= n)
+    return nbr, np.broadcast_to(w0, (n, k))
 
 
 class _SlotOrder(NamedTuple):
@@ -197,7 +230,7 @@ def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
         s, r, w = senders[t][live], receivers[t][live], weights[t][live]
         own = s == r
         out[t, r[own]] = live[own][:, None]
-        regular = _regular_rows(s, r, w, n)
+        regular = regular_rows(s, r, w, n)
         if regular is not None:
             slot = np.arange(regular.width)[None, :] + regular.below[:, None]
             slot -= regular.width * (slot >= regular.width)
@@ -259,26 +292,67 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     m = mask if every else mask[live]
     if m.size == 0 or np.any(m <= 0) or np.any(m & (m - 1)):
         return None
-    bits = np.frexp(m.astype(np.float64))[1] - 1  # log2 of a power of two, exactly
-    counts = np.bincount(bits.ravel())
-    present = np.flatnonzero(counts)
-    slot_of = (np.cumsum(counts > 0) - 1)[bits]
+    # The bits present are those of the OR of all masks (each a power of two); the bit of a mask
+    # is the exponent field of its float32 value (exact for powers of two below 2^31).
+    union = int(np.bitwise_or.reduce(m, axis=None))
+    present = np.flatnonzero([(union >> b) & 1 for b in range(n.bit_length())])
+    rank = np.zeros(max(n.bit_length(), 1), dtype=np.int64)
+    rank[present] = np.arange(present.size)
+    bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
+    slot_of = rank[bits] if present.size != present[-1] + 1 else bits
     out = np.zeros((present.size, n), dtype=weights.dtype)
     # A node's neighbours differ, so each (bit, node) is written once.
     if every:
-        out[slot_of, np.arange(n)[:, None]] = w
+        flat = slot_of.astype(np.int64) * n + np.arange(n)[:, None]
+        out.ravel()[flat.ravel()] = w.ravel()
     else:
         out[slot_of, np.nonzero(live)[0]] = w[live]
     return FlipTerms(tuple(int(1 << b) for b in present), out)
 
 
-def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
+class ShiftTerms(NamedTuple):
+    """One round of a slot table whose every slot column is a shift of the node axis:
+    ``(W x)_i = sum_k weights[i, k] x_{(i + shifts[k]) mod N}`` (:func:`shift_terms`)."""
+
+    shifts: np.ndarray  # [K] int64 in [0, N), distinct
+    weights: np.ndarray  # [N, K]
+
+
+def shift_terms(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | None:
+    """Round ``neighbors, weights [N, K]`` as distinct shifts when every slot is live and each
+    column is one shift ``(i + c_k) mod N``; else None. One pass per column, O(N K)."""
+    n = neighbors.shape[0]
+    if not bool(np.all(weights != 0)):
+        return None
+    nodes = np.arange(n, dtype=np.int64)
+    shifts = np.empty(neighbors.shape[1], dtype=np.int64)
+    for k in range(neighbors.shape[1]):
+        gap = neighbors[:, k] - nodes
+        c = int(gap[0]) % n
+        if not bool(np.all((gap == c) | (gap == c - n))):
+            return None
+        shifts[k] = c
+    if np.unique(shifts).size != shifts.size:
+        return None
+    return ShiftTerms(shifts, weights)
+
+
+def round_moves(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | FlipTerms | None:
+    """Round ``neighbors, weights [N, K]`` of a slot table as full distinct shifts
+    (:func:`shift_terms`) or else as bit flips (:func:`flip_terms`); None when it is neither."""
+    shifts = shift_terms(neighbors, weights)
+    return shifts if shifts is not None else flip_terms(neighbors, weights)
+
+
+def gather_free(neighbors: np.ndarray, weights: np.ndarray, moves=None) -> bool:
     """Whether every round of a slot table ``[T, N, K]`` is circulant (each slot column one shift
     over its live nodes) or bit flips (:func:`flip_terms`): the rounds the slot kernel mixes with
-    shifts and flips only."""
+    shifts and flips only. ``moves``: the rounds' :func:`round_moves` if already known."""
     n = neighbors.shape[1]
     nodes = np.arange(n, dtype=np.int64)[:, None]
-    for nbr, w in zip(neighbors, weights):
+    for t, (nbr, w) in enumerate(zip(neighbors, weights)):
+        if (moves[t] if moves is not None else shift_terms(nbr, w)) is not None:
+            continue
         live = w != 0
         offsets = nbr - nodes  # in (-N, N); the shift is this mod N
         offsets += n * (offsets < 0)
@@ -287,6 +361,32 @@ def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
         if not circulant and flip_terms(nbr, w) is None:
             return False
     return True
+
+
+def slot_transpose_check(
+    neighbors: np.ndarray, weights: np.ndarray, moves: ShiftTerms | FlipTerms, atol: float = 1e-6
+) -> TransposeCheck:
+    """:func:`jaxgossip.topology.edges.transpose_check` of one round from its slot table
+    ``[N, K]`` and its :func:`round_moves`, in O(N K) elementwise passes. The round's live edges
+    must be canonical (no edge twice), as those ``from_edges`` stores are. Entry ``W[i, i + c]``
+    meets its transpose ``W[i + c, i]`` in the column of shift ``-c``, rolled by c; entry
+    ``W[i, i XOR m]`` meets ``W[i XOR m, i]`` in the flip's own weights, reversed."""
+    n = neighbors.shape[0]
+    if isinstance(moves, ShiftTerms):
+        column = {int(c): k for k, c in enumerate(moves.shifts)}
+        if any((n - c) % n not in column for c in column):
+            return TransposeCheck(False, False)
+        close = all(
+            np.allclose(np.roll(weights[:, column[(n - c) % n]], -c), weights[:, k], atol=atol)
+            for c, k in column.items()
+        )
+        return TransposeCheck(True, close)
+    pattern, close = True, True
+    for mask, w in zip(moves.masks, moves.weights):
+        mirrored = w.reshape(n // (2 * mask), 2, mask)[:, ::-1].ravel()  # w[i XOR mask]
+        pattern = pattern and bool(np.array_equal(mirrored != 0, w != 0))
+        close = close and bool(np.allclose(mirrored, w, atol=atol))
+    return TransposeCheck(pattern, pattern and close)
 
 
 def circulant_shift(column: np.ndarray) -> int | None:
