@@ -43,6 +43,7 @@ def host_facts(
     neighbors: np.ndarray | None = None,
     slot_weights: np.ndarray | None = None,
     moves: Sequence[Any] | None = None,
+    regular: Sequence[Any] = (),
     atol: float = 1e-6,
 ) -> HostFacts:
     """The facts of tables ``senders, receivers, weights [T, E]``.
@@ -58,6 +59,7 @@ def host_facts(
       neighbors, slot_weights: the slot table ``[T, N, K]``, or None.
       moves: per round, its :func:`jaxgossip.topology.layout.round_moves` (or None); with the slot
         table it lets a canonical round compare itself with its transpose by rolls and reversals.
+      regular: per round, its :func:`jaxgossip.topology.layout.regular_rows` if already known.
       atol: tolerance of the symmetry of the weights.
     """
     n = num_nodes
@@ -69,19 +71,19 @@ def host_facts(
         s, r, w = senders[t], receivers[t], weights[t]
         live = w != 0
         ls, lr, lw = (s, r, w) if live.all() else (s[live], r[live], w[live])
-        regular = regular_rows(ls, lr, lw, n)
-        canonical = regular is not None or is_canonical(ls, lr)
+        regular_t = regular[t] if regular else regular_rows(ls, lr, lw, n)
+        canonical = regular_t is not None or is_canonical(ls, lr)
         move = moves[t] if moves is not None and canonical else None
         if move is not None:
             check = slot_transpose_check(neighbors[t], slot_weights[t], move, atol)
         else:
             check = transpose_check(s, r, w, n, atol=atol)
         symmetric = symmetric and all(check)
-        if regular is not None:
+        if regular_t is not None:
             # K live edges into every node, one of them its self-loop.
-            in_degree[t] = regular.width - 1
-            row_sums[t] = regular.weights.sum(axis=1)
-            diagonal[t] = regular.weights[np.arange(n), regular.below] + 0.0
+            in_degree[t] = regular_t.width - 1
+            row_sums[t] = regular_t.weights.sum(axis=1)
+            diagonal[t] = regular_t.weights[np.arange(n), regular_t.below] + 0.0
         else:
             own = ls == lr
             if canonical:

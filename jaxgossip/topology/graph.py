@@ -136,7 +136,7 @@ class Topology:
         slots = slot_layout(senders, receivers, weights, self.num_nodes, max_entries=cap)
         nbr, slot_w = slots.neighbors, slots.weights
         moves = None if nbr is None else [round_moves(a, b) for a, b in zip(nbr, slot_w)]
-        facts = host_facts(senders, receivers, weights, self.num_nodes, nbr, slot_w, moves, atol=_TOL)
+        facts = host_facts(senders, receivers, weights, self.num_nodes, nbr, slot_w, moves, slots.regular, _TOL)
         layout = self.kernel
         if layout == "auto":
             max_edges = int((weights != 0).sum(axis=1).max())
@@ -152,8 +152,8 @@ class Topology:
             neighbors=nbr,
             slot_weights=slot_w,
             layout=layout,
-            row_stochastic=bool(np.allclose(facts.row_sums, 1.0, atol=_TOL)),
-            column_stochastic=bool(np.allclose(facts.col_sums, 1.0, atol=_TOL)),
+            row_stochastic=_all_one(facts.row_sums),
+            column_stochastic=_all_one(facts.col_sums),
         )
         for field, value in derived.items():
             object.__setattr__(self, field, value)
@@ -485,6 +485,11 @@ class TopologyKey:
     @classmethod
     def of(cls, topology: Topology) -> TopologyKey:
         return cls(topology.value_key(), topology)
+
+
+def _all_one(sums: np.ndarray) -> bool:
+    """``np.allclose(sums, 1.0, atol=_TOL)`` (rtol 1e-5) in three passes; NaN fails."""
+    return bool(np.max(np.abs(sums - 1.0)) <= _TOL + 1e-5)
 
 
 def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> bool:

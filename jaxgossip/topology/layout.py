@@ -39,6 +39,11 @@ __all__ = [
 ]
 
 KERNELS = ("auto", "slots", "dense", "segment")
+# Rows per block where a table is rearranged row by row: index arrays of a block stay in cache.
+_ROW_BLOCK = 1 << 14
+# Up to this many columns a table is written column by column (NumPy's inner loop then runs over
+# the nodes, not over a row of a few entries); wider tables by broadcast rows.
+_NARROW = 8
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
 # measured on XLA:CPU (experiments/bench_mixing.py): 0.86x copy bandwidth at K=3, 0.65x at K=9.
 _MAX_SLOTS = 16
@@ -68,6 +73,7 @@ class SlotLayout(NamedTuple):
     neighbors: np.ndarray | None  # [T, N, K] int32
     weights: np.ndarray | None  # [T, N, K]
     width: int  # K
+    regular: tuple = ()  # per round, its RegularRound (regular_rows) or None
 
 
 def slot_layout(
@@ -92,7 +98,7 @@ def slot_layout(
         rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
     k = max([1] + [order.width for order in rounds])
     if max_entries is not None and period * n * k > max_entries:
-        return SlotLayout(None, None, k)
+        return SlotLayout(None, None, k, tuple(o if isinstance(o, RegularRound) else None for o in rounds))
     if all(isinstance(order, RegularRound) and order.width == k for order in rounds):
         # Every slot of every round holds an edge: nothing to pre-fill.
         nbr = np.empty((period, n, k), dtype=np.int32)
@@ -106,14 +112,18 @@ def slot_layout(
             nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
         elif isinstance(order, RegularRound):
             # Row i in sender order is its offset order rotated by the count of senders below i.
-            slot = np.arange(order.width, dtype=np.int32)[None, :] + order.below.astype(np.int32)[:, None]
-            np.subtract(slot, order.width, out=slot, where=slot >= order.width)
-            nbr[t, :, : order.width] = np.take_along_axis(order.senders, slot, axis=1)
-            slot_w[t, :, : order.width] = np.take_along_axis(order.weights, slot, axis=1)
+            # A block of rows at a time, so that the index arrays stay in cache.
+            width = order.width
+            for lo in range(0, n, _ROW_BLOCK):
+                hi = min(n, lo + _ROW_BLOCK)
+                slot = np.arange(width)[None, :] + order.below[lo:hi, None]
+                slot -= width * (slot >= width)
+                nbr[t, lo:hi, :width] = np.take_along_axis(order.senders[lo:hi], slot, axis=1)
+                slot_w[t, lo:hi, :width] = np.take_along_axis(order.weights[lo:hi], slot, axis=1)
         else:
             nbr[t, order.receivers, order.position] = order.senders
             slot_w[t, order.receivers, order.position] = order.weights
-    return SlotLayout(nbr, slot_w, k)
+    return SlotLayout(nbr, slot_w, k, tuple(o if isinstance(o, RegularRound) else None for o in rounds))
 
 
 class RegularRound(NamedTuple):
@@ -162,11 +172,27 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
         unwrapped = int(np.searchsorted(c, n - lo))
         order_k = np.concatenate([np.arange(unwrapped, k), np.arange(unwrapped)])
         add = c[order_k] - n * (np.arange(k) < k - unwrapped)
-        block = np.arange(lo, hi, dtype=rows.dtype)[:, None] + add.astype(rows.dtype)[None, :]
-        if not (np.array_equal(rows[lo:hi], block) and bool(np.all(weights[lo:hi] == w0[order_k][None, :]))):
+        nodes = np.arange(lo, hi, dtype=rows.dtype)
+        if k <= _NARROW:
+            same = all(
+                np.array_equal(rows[lo:hi, j], nodes + rows.dtype.type(add[j]))
+                and bool(np.all(weights[lo:hi, j] == w0[order_k[j]]))
+                for j in range(k)
+            )
+        else:
+            block = nodes[:, None] + add.astype(rows.dtype)[None, :]
+            same = np.array_equal(rows[lo:hi], block) and bool(np.all(weights[lo:hi] == w0[order_k][None, :]))
+        if not same:
             return None
-    nbr = np.arange(n, dtype=np.int32)[:, None] + c.astype(np.int32)[None, :]
-    nbr -= np.int32(n) * (nbr >= n)
+    nodes = np.arange(n, dtype=np.int32)
+    if k <= _NARROW:
+        nbr = np.empty((n, k), dtype=np.int32)
+        for j in range(k):
+            np.add(nodes, np.int32(c[j]), out=nbr[:, j])
+            nbr[n - int(c[j]) :, j] -= np.int32(n)  # (i + c) mod N: nodes from N - c on wrap
+    else:
+        nbr = nodes[:, None] + c.astype(np.int32)[None, :]
+        nbr -= np.int32(n) * (nbr >= n)
     return nbr, np.broadcast_to(w0, (n, k))
 
 
@@ -303,8 +329,9 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     out = np.zeros((present.size, n), dtype=weights.dtype)
     # A node's neighbours differ, so each (bit, node) is written once.
     if every:
-        flat = slot_of.astype(np.int64) * n + np.arange(n)[:, None]
-        out.ravel()[flat.ravel()] = w.ravel()
+        nodes = np.arange(n)
+        for k in range(slot_of.shape[1]):
+            out[slot_of[:, k], nodes] = w[:, k]
     else:
         out[slot_of, np.nonzero(live)[0]] = w[live]
     return FlipTerms(tuple(int(1 << b) for b in present), out)
@@ -376,16 +403,16 @@ def slot_transpose_check(
         column = {int(c): k for k, c in enumerate(moves.shifts)}
         if any((n - c) % n not in column for c in column):
             return TransposeCheck(False, False)
-        close = all(
-            np.allclose(np.roll(weights[:, column[(n - c) % n]], -c), weights[:, k], atol=atol)
-            for c, k in column.items()
-        )
+        close = True
+        for c, k in column.items():
+            mirrored, own = np.roll(weights[:, column[(n - c) % n]], -c), weights[:, k]
+            close = close and (np.array_equal(mirrored, own) or bool(np.allclose(mirrored, own, atol=atol)))
         return TransposeCheck(True, close)
     pattern, close = True, True
     for mask, w in zip(moves.masks, moves.weights):
         mirrored = w.reshape(n // (2 * mask), 2, mask)[:, ::-1].ravel()  # w[i XOR mask]
         pattern = pattern and bool(np.array_equal(mirrored != 0, w != 0))
-        close = close and bool(np.allclose(mirrored, w, atol=atol))
+        close = close and (np.array_equal(mirrored, w) or bool(np.allclose(mirrored, w, atol=atol)))
     return TransposeCheck(pattern, pattern and close)
 
 
