@@ -311,30 +311,33 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     n = neighbors.shape[0]
     if n & (n - 1) or neighbors.shape[1] < 2:
         return None
-    mask = neighbors[:, 1:] ^ np.arange(n, dtype=neighbors.dtype)[:, None]
-    w = weights[:, 1:]
-    live = w != 0
-    every = bool(live.all())
-    m = mask if every else mask[live]
-    if m.size == 0 or np.any(m <= 0) or np.any(m & (m - 1)):
+    by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
+    union = 0
+    # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
+    # node's neighbours differ.
+    for lo in range(0, n, _ROW_BLOCK):
+        hi = min(n, lo + _ROW_BLOCK)
+        nodes = np.arange(lo, hi, dtype=neighbors.dtype)
+        mask = neighbors[lo:hi, 1:] ^ nodes[:, None]
+        w = weights[lo:hi, 1:]
+        live = w != 0
+        every = bool(live.all())
+        m = mask if every else mask[live]
+        if np.any(m <= 0) or np.any(m & (m - 1)):
+            return None
+        if m.size == 0:
+            continue
+        union |= int(np.bitwise_or.reduce(m, axis=None))
+        # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
+        bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
+        if every:
+            by_bit[bits, nodes[:, None]] = w
+        else:
+            by_bit[bits, np.broadcast_to(nodes[:, None], live.shape)[live]] = w[live]
+    if union == 0:
         return None
-    # The bits present are those of the OR of all masks (each a power of two); the bit of a mask
-    # is the exponent field of its float32 value (exact for powers of two below 2^31).
-    union = int(np.bitwise_or.reduce(m, axis=None))
-    present = np.flatnonzero([(union >> b) & 1 for b in range(n.bit_length())])
-    rank = np.zeros(max(n.bit_length(), 1), dtype=np.int64)
-    rank[present] = np.arange(present.size)
-    bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
-    slot_of = rank[bits] if present.size != present[-1] + 1 else bits
-    out = np.zeros((present.size, n), dtype=weights.dtype)
-    # A node's neighbours differ, so each (bit, node) is written once.
-    if every:
-        nodes = np.arange(n)
-        for k in range(slot_of.shape[1]):
-            out[slot_of[:, k], nodes] = w[:, k]
-    else:
-        out[slot_of, np.nonzero(live)[0]] = w[live]
-    return FlipTerms(tuple(int(1 << b) for b in present), out)
+    present = [b for b in range(n.bit_length()) if (union >> b) & 1]
+    return FlipTerms(tuple(1 << b for b in present), by_bit[present])
 
 
 class ShiftTerms(NamedTuple):
