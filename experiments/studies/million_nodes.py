@@ -143,8 +143,16 @@ def training_part(log) -> dict:
 
     config = TrainConfig(dataset="digits", num_nodes=64, topology="exponential", model="mlp", batch_size=1)
     plan = plan_memory(config, (("24 GB", GiB24),))
-    log(f"memory plan: {plan}")
-    return {"plan": repr(plan)}
+    fit = plan.fits[0]
+    log(f"memory plan: {fit}")
+    return {
+        "num_nodes": fit.num_nodes,
+        "bytes": fit.bytes,
+        "predicted_nodes": fit.predicted,
+        "limited_by": fit.limited_by,
+        "rule": plan.rule,
+        "measured": {str(k): v for k, v in plan.measured.items()},
+    }
 
 
 def markdown(args, consensus, spectral, training) -> str:
@@ -204,12 +212,22 @@ def markdown(args, consensus, spectral, training) -> str:
         )
     lines += ["", "## Training: the largest digits MLP run in 24 GB", ""]
     if training:
-        lines.append(f"Memory planner: `{training['plan']}`.")
+        measured = ", ".join(f"N = {n}: {b / 1e9:.3g} GB" for n, b in training["measured"].items())
+        lines += [
+            "`jaxgossip.run.plan.plan_memory` of the default digits MLP (gossip on exponential(N), batch 1 per "
+            f"node, compiled for cuda): largest N in 24 GB = {training['num_nodes']} "
+            f"({(training['bytes'] or 0) / 1e9:.3g} GB compiled), limited by: {training['limited_by']} "
+            f"({training['rule']}); the memory line alone predicts {training['predicted_nodes']:.0f} nodes. "
+            f"Compiled sizes: {measured}.",
+            "",
+            "The training run at that N is not run here (it needs the accelerator): `jaxgossip train --dataset "
+            f"digits --model mlp --num_nodes {training['num_nodes']} --topology exponential --batch_size 1`.",
+        ]
     else:
         lines.append(
             "Not run. The planner's estimate: `PYTHONPATH=. python experiments/studies/million_nodes.py --parts "
             "training`; the run at that N needs a 24 GB accelerator: `jaxgossip plan` for the config, then "
-            "`jaxgossip train --dataset digits --model mlp --num-nodes N --topology exponential`."
+            "`jaxgossip train --dataset digits --model mlp --num_nodes N --topology exponential --batch_size 1`."
         )
     return "\n".join(lines) + "\n"
 
