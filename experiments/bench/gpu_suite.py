@@ -29,6 +29,12 @@ timed on its own, then one warm-up call is excluded and the median of ``reps`` c
   sequences per node: ms/round, tokens/s, peak memory.
 * ``many_nodes``: 1,024 nodes of the default MLP on the embedded digits (batch 1 per node), gossip on
   ``one_peer_exponential(1024)``: a run whose node axis, not its model, is large.
+* ``million_nodes``: the rounds of ``experiments/bench/million_nodes.py`` (``jaxgossip.mix`` of a
+  stochastic graph's fresh draw or W(t mod T), D = 4, 20 rounds in one ``fori_loop``) at N = 2^20,
+  2^22, 2^24, 2^26 for ring, exponential, hypercube, one_peer_exponential and random_matching, with
+  the host build time, a copy-like loop and the floor (E D 4 bytes read, N D 4 written, at the
+  copy's bandwidth). Sizes that would not fit half the free device memory or half the host memory,
+  or would pass the budget, are listed as skipped. Alone: ``--sections million_nodes --budget 300``.
 
 A time budget guards the lent machine (``--budget``, default 420 s of the script's own time): before
 each section its estimated cost is compared with the time left, and a section that would overrun is
@@ -85,7 +91,8 @@ from jaxgossip.run.cost_report import step_flops_and_memory  # noqa: E402
 from jaxgossip.run.resolve import resolve  # noqa: E402
 from jaxgossip.run.runner import TrainConfig, make_trainer  # noqa: E402
 
-SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus", "transformer", "many_nodes")
+SECTIONS = ("training", "mix_bandwidth", "compressed", "consensus", "transformer", "many_nodes", "million_nodes")
+MILLION_FAMILIES = ("ring", "exponential", "hypercube", "one_peer_exponential", "random_matching")
 BYTES = 4  # float32
 
 
@@ -111,6 +118,9 @@ class Sizes(NamedTuple):
     lm_rounds: int
     many_nodes: int  # the small-model run with many nodes
     many_rounds: int
+    million_log2: tuple  # log2 N of the million_nodes section
+    million_dim: int
+    million_rounds: int
     reps: int
     estimate_s: dict  # section -> seconds it is expected to take (compile included), for the budget
 
@@ -135,6 +145,9 @@ FULL = Sizes(
     lm_rounds=20,
     many_nodes=1024,
     many_rounds=50,
+    million_log2=(20, 22, 24, 26),
+    million_dim=4,
+    million_rounds=20,
     reps=5,
     # Design estimates for one H200 (compile dominates); not measured yet.
     estimate_s={
@@ -144,6 +157,7 @@ FULL = Sizes(
         "consensus": 40.0,
         "transformer": 60.0,
         "many_nodes": 40.0,
+        "million_nodes": 120.0,
     },
 )
 
@@ -167,6 +181,9 @@ SMOKE = Sizes(
     lm_rounds=2,
     many_nodes=16,
     many_rounds=2,
+    million_log2=(6, 8),
+    million_dim=4,
+    million_rounds=2,
     reps=2,
     estimate_s={
         "training": 5.0,
@@ -175,6 +192,7 @@ SMOKE = Sizes(
         "consensus": 1.0,
         "transformer": 5.0,
         "many_nodes": 3.0,
+        "million_nodes": 5.0,
     },
 )
 
@@ -479,6 +497,33 @@ def section_consensus(s: Sizes) -> dict:
 # ---- report ----------------------------------------------------------------------------------------
 
 
+def section_million_nodes(s: Sizes, deadline: float) -> dict:
+    """The rounds of experiments/bench/million_nodes.py on the device, N = 2^20 .. 2^26 for
+    :data:`MILLION_FAMILIES`; sizes beyond half the free device memory, half the host memory or
+    the time left before ``deadline`` are listed as skipped (million_nodes.device_rows)."""
+    import million_nodes
+
+    device_bytes = None
+    try:
+        stats = jax.devices()[0].memory_stats()
+        if stats and stats.get("bytes_limit"):
+            device_bytes = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    except Exception:  # noqa: BLE001 - not every backend reports memory
+        pass
+    host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    rows = million_nodes.device_rows(
+        MILLION_FAMILIES,
+        s.million_log2,
+        s.million_dim,
+        s.million_rounds,
+        lambda fn, args: timed(fn, args, s.reps),
+        deadline,
+        device_bytes,
+        host_bytes,
+    )
+    return {"dim": s.million_dim, "rounds_per_call": s.million_rounds, "device_free_bytes": device_bytes, "rows": rows}
+
+
 def environment() -> dict:
     """Machine, devices and versions (the report's header)."""
     info = machine_info()
@@ -591,6 +636,26 @@ def markdown(report: dict) -> str:
             )
         elif name == "many_nodes":
             lines += _table([r], ["nodes", "topology", "params_per_node", "ms_per_round", "peak_MB", "compile_s"])
+        elif name == "million_nodes":
+            lines.append(
+                f"x [N, {r['dim']}] float32, {r['rounds_per_call']} rounds per call; floor = E D 4 + N D 4 bytes at the copy bandwidth."
+            )
+            lines += _table(
+                r["rows"],
+                [
+                    "family",
+                    "log2_nodes",
+                    "edges",
+                    "kernel",
+                    "build_s",
+                    "compile_s",
+                    "ms_per_round",
+                    "copy_ms",
+                    "floor_ms",
+                    "times_floor",
+                    "skipped",
+                ],
+            )
     lines += ["", "Notes:"] + [f"- {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -650,6 +715,8 @@ def run_suite(out: str, *, smoke: bool, budget_s: float, sections=SECTIONS, reps
         "consensus": lambda: section_consensus(sizes),
         "transformer": lambda: section_transformer(sizes),
         "many_nodes": lambda: section_many_nodes(sizes),
+        # Its own sizes stop at the suite's budget (minus a margin for the report).
+        "million_nodes": lambda: section_million_nodes(sizes, start + budget_s - 10.0),
     }
     for name in sections:
         elapsed = time.perf_counter() - start

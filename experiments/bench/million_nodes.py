@@ -80,16 +80,106 @@ def csr_of(graph) -> scipy.sparse.csr_matrix:
     return scipy.sparse.csr_matrix((w[live].astype(np.float32), (r[live], s[live])), shape=(n, n))
 
 
-def jaxgossip_round(graph, x, rounds: int, key, reps: int) -> float:
+def round_loop(graph, rounds: int, key):
+    """``x -> x`` after ``rounds`` gossip rounds in one ``lax.fori_loop``: round t mixes with
+    W(t mod T), a stochastic graph's round t drawn from ``fold_in(key, t)``."""
+
     def run(x):
         def body(t, x):
             return jg.mix(graph.draw(jax.random.fold_in(key, t), t).graph, x, t)
 
         return jax.lax.fori_loop(0, rounds, body, x)
 
-    fn = jax.jit(run)
+    return run
+
+
+def jaxgossip_round(graph, x, rounds: int, key, reps: int) -> float:
+    fn = jax.jit(round_loop(graph, rounds, key))
     jax.block_until_ready(fn(x))
     return median_seconds(lambda: fn(x), reps) / rounds
+
+
+# Slot width K of a family at N (self included) and its period T, for the memory estimates of
+# the accelerator section (a family not listed: K = 3, T = 1).
+def _width_period(spec: str, n: int) -> tuple[int, int]:
+    log2 = max(1, (n - 1).bit_length())
+    return {
+        "exponential": (log2 + 1, 1),
+        "hypercube": (log2 + 1, 1),
+        "one_peer_exponential": (2, log2),
+        "random_matching": (2, 1),
+    }.get(spec, (3, 1))
+
+
+# Host bytes per edge of a build, measured on the CPU (experiments/bench/million_nodes.py
+# builds at N = 2^20: 80 to 100 bytes per edge at the peak); taken with a margin.
+HOST_BYTES_PER_EDGE = 160
+
+
+def device_rows(
+    families, log2_sizes, dim: int, rounds: int, timed, deadline: float, device_bytes: float | None, host_bytes: float
+) -> list[dict]:
+    """The accelerator section of ``experiments/bench/gpu_suite.py``: for every family and N, the
+    build (host) and ``rounds`` rounds of :func:`round_loop` on x ``[N, dim]`` float32 on the
+    default device, next to a copy-like loop ``x * (1 + 1e-7 t)`` (one read, one write).
+
+    A size is skipped (a row with ``skipped``) when its estimated memory exceeds half of
+    ``device_bytes`` (four copies of x and the slot table in float32 and int32) or of ``host_bytes``
+    (:data:`HOST_BYTES_PER_EDGE`), or when the time of the previous size of the family, times the
+    growth of E, would pass ``deadline`` (``time.perf_counter`` seconds).
+
+    Args:
+      timed: ``timed(fn, args)`` compiles and times ``jax.jit(fn)`` on ``args`` (the suite's
+        timer), returning an object with ``compile_s`` and ``median_s``.
+    """
+    rows = []
+    key = jax.random.key(0)
+    for spec in families:
+        last = None  # (seconds, edges) of the previous size of this family
+        for log2 in log2_sizes:
+            n = 2**log2
+            k, period = _width_period(spec, n)
+            edges = n * k * period
+            need_device = 4 * n * dim * 4 + 8 * n * k * period
+            row = {"family": spec, "log2_nodes": log2, "num_nodes": n, "dim": dim}
+            reason = None
+            if device_bytes is not None and need_device > device_bytes / 2:
+                reason = f"needs ~{need_device / 2**30:.1f} GiB of device memory, half of the free memory is less"
+            elif edges * HOST_BYTES_PER_EDGE > host_bytes / 2:
+                reason = f"needs ~{edges * HOST_BYTES_PER_EDGE / 2**30:.1f} GiB of host memory to build"
+            elif last is not None and time.perf_counter() + last[0] * edges / last[1] > deadline:
+                reason = "would pass the time budget"
+            elif time.perf_counter() > deadline:
+                reason = "time budget spent"
+            if reason is not None:
+                rows.append(dict(row, skipped=reason))
+                continue
+            start = time.perf_counter()
+            graph, build_s = build(spec, n)
+            x = jax.random.normal(jax.random.key(1), (n, dim), jnp.float32)
+            mix = timed(round_loop(graph, rounds, key), (x,))
+            copy = timed(
+                lambda x: jax.lax.fori_loop(0, rounds, lambda t, x: x * (1.0 + 1e-7 * t.astype(x.dtype)), x), (x,)
+            )
+            mix_s, copy_s = mix.median_s / rounds, copy.median_s / rounds
+            bandwidth = 2 * n * dim * 4 / copy_s
+            e = graph.num_edges
+            floor_s = (e * dim * 4 + n * dim * 4) / bandwidth
+            row.update(
+                edges=e,
+                period=graph.period,
+                kernel=graph.resolved_kernel,
+                build_s=build_s,
+                compile_s=mix.compile_s,
+                ms_per_round=mix_s * 1e3,
+                copy_ms=copy_s * 1e3,
+                floor_ms=floor_s * 1e3,
+                times_floor=mix_s / floor_s,
+            )
+            rows.append(row)
+            last = (time.perf_counter() - start, edges)
+            del graph, x
+    return rows
 
 
 def measure(spec: str, n: int, dims: list[int], rounds: int, reps: int) -> dict:

@@ -16,6 +16,9 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
+# Up to this many offsets a circulant round is written column by column, wider ones by rows.
+_NARROW = 8
+
 __all__ = [
     "Round",
     "edge_codes",
@@ -109,8 +112,15 @@ def circulant_round(n: int, offsets, weights) -> Round:
         unwrapped = int(np.searchsorted(uniq, n - lo))  # offsets c < N - i for every i in the block
         order = np.concatenate([np.arange(unwrapped, k), np.arange(unwrapped)])
         add = uniq[order] - n * (np.arange(k) < k - unwrapped)  # wrapped ones come back by N
-        senders[lo:hi] = np.arange(lo, hi, dtype=index)[:, None] + add.astype(index)[None, :]
-        weights_out[lo:hi] = per_offset[order][None, :]
+        if k <= _NARROW:
+            # Column by column: NumPy's inner loop then runs over the nodes, not over k entries.
+            nodes = np.arange(lo, hi, dtype=index)
+            for j in range(k):
+                np.add(nodes, index(add[j]), out=senders[lo:hi, j])
+                weights_out[lo:hi, j] = per_offset[order[j]]
+        else:
+            senders[lo:hi] = np.arange(lo, hi, dtype=index)[:, None] + add.astype(index)[None, :]
+            weights_out[lo:hi] = per_offset[order][None, :]
     return Round(senders.ravel(), np.repeat(np.arange(n, dtype=index), k), weights_out.ravel())
 
 

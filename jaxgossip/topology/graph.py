@@ -35,7 +35,9 @@ import numpy as np
 
 from jaxgossip.checks import is_concrete
 from jaxgossip.topology.edges import transpose_check
-from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, slot_layout, slot_table
+from jaxgossip.topology.facts import HostFacts, count_at, host_facts
+from jaxgossip.topology.facts import self_weights as diagonal_weights
+from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, round_moves, slot_layout, slot_table
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
@@ -133,12 +135,13 @@ class Topology:
         cap = None if self.kernel == "slots" else max(_MAX_SLOT_ENTRIES, 8 * weights.size)
         slots = slot_layout(senders, receivers, weights, self.num_nodes, max_entries=cap)
         nbr, slot_w = slots.neighbors, slots.weights
-        rows, cols = _row_col_sums(senders, receivers, weights, self.num_nodes)
+        moves = None if nbr is None else [round_moves(a, b) for a, b in zip(nbr, slot_w)]
+        facts = host_facts(senders, receivers, weights, self.num_nodes, nbr, slot_w, moves, slots.regular, _TOL)
         layout = self.kernel
         if layout == "auto":
             max_edges = int((weights != 0).sum(axis=1).max())
             layout = choose_kernel(self.num_nodes, max_edges, slots.width)
-            if layout == "segment" and nbr is not None and gather_free(nbr, slot_w):
+            if layout == "segment" and nbr is not None and gather_free(nbr, slot_w, moves):
                 layout = choose_kernel(self.num_nodes, max_edges, slots.width, gather_free=True)
         if layout == "slots" and nbr is None:
             nbr, slot_w = slot_layout(senders, receivers, weights, self.num_nodes)[:2]
@@ -149,15 +152,15 @@ class Topology:
             neighbors=nbr,
             slot_weights=slot_w,
             layout=layout,
-            row_stochastic=bool(np.allclose(rows, 1.0, atol=_TOL)),
-            column_stochastic=bool(np.allclose(cols, 1.0, atol=_TOL)),
+            row_stochastic=_all_one(facts.row_sums),
+            column_stochastic=_all_one(facts.col_sums),
         )
         for field, value in derived.items():
             object.__setattr__(self, field, value)
         # The per-node tables and the symmetry of a host graph, computed once here and kept on the
         # instance (not pytree data: a graph rebuilt from its leaves, e.g. a traced one, derives
         # them from its tables on access).
-        object.__setattr__(self, "_host_facts", _host_facts(senders, receivers, weights, self.num_nodes))
+        object.__setattr__(self, "_host_facts", facts)
 
     @classmethod
     def from_tables(cls, tables: dict[str, Any], **facts: Any) -> Topology:
@@ -440,13 +443,13 @@ class Topology:
         if facts is not None:
             return facts.self_weights
         if self.host_tables:
-            return _self_weights(self.senders, self.receivers, self.weights, self.num_nodes)
+            return diagonal_weights(self.senders, self.receivers, self.weights, self.num_nodes)
         n = self.num_nodes
         own = jnp.where(self.senders == self.receivers, self.weights, 0).astype(jnp.float32)
         per_round = jax.vmap(lambda r, w: jax.ops.segment_sum(w, r, num_segments=n))
         return per_round(jnp.reshape(self.receivers, (-1, self.num_edges)), jnp.reshape(own, (-1, self.num_edges)))
 
-    def _facts(self) -> _HostFacts | None:
+    def _facts(self) -> HostFacts | None:
         """The facts ``__post_init__`` derived from host tables still held; None for a graph built
         from its leaves (stacks, traced tables, stochastic graphs)."""
         return self.__dict__.get("_host_facts")
@@ -484,23 +487,9 @@ class TopologyKey:
         return cls(topology.value_key(), topology)
 
 
-class _HostFacts(NamedTuple):
-    """What ``Topology.__post_init__`` derives from host tables besides the layout."""
-
-    symmetric: bool
-    out_degree: np.ndarray  # [T, N] int64
-    in_degree: np.ndarray  # [T, N] int64
-    self_weights: np.ndarray  # [T, N] float64
-
-
-def _host_facts(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int) -> _HostFacts:
-    real = (weights != 0) & (senders != receivers)
-    return _HostFacts(
-        _is_symmetric(senders, receivers, weights, num_nodes),
-        _host_count(senders, real, num_nodes),
-        _host_count(receivers, real, num_nodes),
-        _self_weights(senders, receivers, weights, num_nodes),
-    )
+def _all_one(sums: np.ndarray) -> bool:
+    """``np.allclose(sums, 1.0, atol=_TOL)`` (rtol 1e-5) in three passes; NaN fails."""
+    return bool(np.max(np.abs(sums - 1.0)) <= _TOL + 1e-5)
 
 
 def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> bool:
@@ -511,44 +500,15 @@ def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarra
     return True
 
 
-def _per_round_bincount(nodes: np.ndarray, keep: np.ndarray | None, n: int, weights=None) -> np.ndarray:
-    """[T, N]: ``np.bincount`` of every round's ``nodes [T, E]`` (where ``keep``), one pass over all
-    rounds; float64 sums add in edge order, as ``np.add.at`` does."""
-    period = nodes.shape[0]
-    flat = nodes if period == 1 else nodes.astype(np.int64) + n * np.arange(period)[:, None]
-    if keep is not None:
-        flat = flat[keep]
-        weights = None if weights is None else weights[keep]
-    elif weights is not None:
-        weights = weights.ravel()
-    return np.bincount(flat.ravel(), weights=weights, minlength=period * n).reshape(period, n)
-
-
-def _self_weights(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
-    """[T, N] float64: the diagonal of every W(t) (self-loops summed in edge order)."""
-    return _per_round_bincount(receivers, senders == receivers, n, weights).astype(np.float64)
-
-
-def _host_count(endpoint: np.ndarray, real: np.ndarray, n: int) -> np.ndarray:
-    """[T, N] int64: the real edges per node at ``endpoint`` (senders or receivers)."""
-    return _per_round_bincount(endpoint, real, n).astype(np.int64)
-
-
-def _row_col_sums(senders, receivers, weights, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row and column sums of every W(t), each [T, N] float64."""
-    return (
-        _per_round_bincount(receivers, None, num_nodes, weights),
-        _per_round_bincount(senders, None, num_nodes, weights),
-    )
-
-
 def _count_per_node(topology: Topology, endpoint: Any) -> Any:
     """[T, N]: real (weight != 0) non-self edges per node, counted at ``endpoint`` (senders or
     receivers). NumPy for host tables; for traced tables a ``segment_sum`` per round."""
     real = (topology.weights != 0) & (topology.senders != topology.receivers)
     n = topology.num_nodes
     if topology.host_tables:
-        return _host_count(endpoint, real, n)
+        shape = endpoint.shape
+        ends, keep = endpoint.reshape(-1, shape[-1]), real.reshape(-1, shape[-1])
+        return np.stack([count_at(e, k, n) for e, k in zip(ends, keep)]).reshape(shape[:-1] + (n,))
     shape = jnp.shape(endpoint)
     count = jax.vmap(lambda ends, keep: jax.ops.segment_sum(keep.astype(jnp.int32), ends, num_segments=n))
     deg = count(jnp.reshape(endpoint, (-1, shape[-1])), jnp.reshape(real, (-1, shape[-1])))

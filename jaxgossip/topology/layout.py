@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from jaxgossip.topology.edges import is_canonical
+from jaxgossip.topology.edges import TransposeCheck, is_canonical
 
 __all__ = [
     "KERNELS",
@@ -26,6 +26,12 @@ __all__ = [
     "gather_free",
     "flip_terms",
     "FlipTerms",
+    "regular_rows",
+    "RegularRound",
+    "round_moves",
+    "shift_terms",
+    "ShiftTerms",
+    "slot_transpose_check",
     "MAX_GATHER_SLOTS",
     "circulant_shift",
     "circulant_shifts",
@@ -33,6 +39,11 @@ __all__ = [
 ]
 
 KERNELS = ("auto", "slots", "dense", "segment")
+# Rows per block where a table is rearranged row by row: index arrays of a block stay in cache.
+_ROW_BLOCK = 1 << 14
+# Up to this many columns a table is written column by column (NumPy's inner loop then runs over
+# the nodes, not over a row of a few entries); wider tables by broadcast rows.
+_NARROW = 8
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
 # measured on XLA:CPU (experiments/bench_mixing.py): 0.86x copy bandwidth at K=3, 0.65x at K=9.
 _MAX_SLOTS = 16
@@ -62,6 +73,7 @@ class SlotLayout(NamedTuple):
     neighbors: np.ndarray | None  # [T, N, K] int32
     weights: np.ndarray | None  # [T, N, K]
     width: int  # K
+    regular: tuple = ()  # per round, its RegularRound (regular_rows) or None
 
 
 def slot_layout(
@@ -82,27 +94,39 @@ def slot_layout(
         live = w != 0
         if not live.all():
             s, r, w = s[live], r[live], w[live]
-        regular = _regular_rows(s, r, w, n)
+        regular = regular_rows(s, r, w, n)
         rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
     k = max([1] + [order.width for order in rounds])
     if max_entries is not None and period * n * k > max_entries:
-        return SlotLayout(None, None, k)
-    nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
-    slot_w = np.zeros((period, n, k), dtype=weights.dtype)
+        return SlotLayout(None, None, k, tuple(o if isinstance(o, RegularRound) else None for o in rounds))
+    if all(isinstance(order, RegularRound) and order.width == k for order in rounds):
+        # Every slot of every round holds an edge: nothing to pre-fill.
+        nbr = np.empty((period, n, k), dtype=np.int32)
+        slot_w = np.empty((period, n, k), dtype=weights.dtype)
+    else:
+        nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
+        slot_w = np.zeros((period, n, k), dtype=weights.dtype)
     for t, order in enumerate(rounds):
-        if isinstance(order, _RegularRound):
+        shifted = _circulant_slots(order, n) if isinstance(order, RegularRound) else None
+        if shifted is not None:
+            nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
+        elif isinstance(order, RegularRound):
             # Row i in sender order is its offset order rotated by the count of senders below i.
-            slot = np.arange(order.width)[None, :] + order.below[:, None]
-            slot -= order.width * (slot >= order.width)
-            nbr[t, :, : order.width] = np.take_along_axis(order.senders, slot, axis=1)
-            slot_w[t, :, : order.width] = np.take_along_axis(order.weights, slot, axis=1)
+            # A block of rows at a time, so that the index arrays stay in cache.
+            width = order.width
+            for lo in range(0, n, _ROW_BLOCK):
+                hi = min(n, lo + _ROW_BLOCK)
+                slot = np.arange(width)[None, :] + order.below[lo:hi, None]
+                slot -= width * (slot >= width)
+                nbr[t, lo:hi, :width] = np.take_along_axis(order.senders[lo:hi], slot, axis=1)
+                slot_w[t, lo:hi, :width] = np.take_along_axis(order.weights[lo:hi], slot, axis=1)
         else:
             nbr[t, order.receivers, order.position] = order.senders
             slot_w[t, order.receivers, order.position] = order.weights
-    return SlotLayout(nbr, slot_w, k)
+    return SlotLayout(nbr, slot_w, k, tuple(o if isinstance(o, RegularRound) else None for o in rounds))
 
 
-class _RegularRound(NamedTuple):
+class RegularRound(NamedTuple):
     """A canonical round with the same number of live edges into every node, self-loops included."""
 
     senders: np.ndarray  # [N, K] each row ascending
@@ -114,27 +138,62 @@ class _RegularRound(NamedTuple):
         return int(self.senders.shape[1])
 
 
-def _regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _RegularRound | None:
+def regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> RegularRound | None:
     """The round as rows ``[N, K]`` if its live edges are canonical (sorted by receiver, then
     sender, no duplicate) with K edges into every node, its self-loop among them; else None.
-    A few O(E) passes, one column at a time, no sort."""
-    if s.size == 0 or s.size % n:
+    A few O(E) passes, no sort: in canonical order the rows are regular when each row's first and
+    last receiver is its node, and a row holds its self-loop at most once."""
+    if s.size == 0 or s.size % n or not is_canonical(s, r):
         return None
     k = s.size // n
-    rows, into = s.reshape(n, k), r.reshape(n, k)
-    nodes = np.arange(n, dtype=into.dtype)
-    below = np.zeros(n, dtype=np.int64)
-    has_self = np.zeros(n, dtype=bool)
-    for j in range(k):
-        if not np.array_equal(into[:, j], nodes):
-            return None
-        if j and not np.all(rows[:, j] > rows[:, j - 1]):
-            return None
-        below += rows[:, j] < nodes
-        has_self |= rows[:, j] == nodes
-    if not has_self.all():
+    nodes = np.arange(n, dtype=r.dtype)
+    if not (np.array_equal(r[::k], nodes) and np.array_equal(r[k - 1 :: k], nodes)):
         return None
-    return _RegularRound(rows, w.reshape(n, k), below)
+    own = np.flatnonzero(s == r)
+    if own.size != n:
+        return None
+    # The self-loop's place in row i is the number of its senders below i.
+    return RegularRound(s.reshape(n, k), w.reshape(n, k), own - k * np.arange(n))
+
+
+def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The slot table ``[N, K]`` of a regular round that is circulant with one weight per offset,
+    else None. Row 0 lists the offsets ``c`` ascending (self first) and their weights; the round is
+    that circulant when every block of rows between two wrap points ``N - c`` is the broadcast sum
+    of its nodes and the rotated offsets (as :func:`jaxgossip.topology.edges.circulant_round`
+    writes them). Then slot k of node i is ``(i + c_k) mod N`` at weight ``w_k``: broadcasts, no
+    gather."""
+    rows, weights = order.senders, order.weights
+    k = order.width
+    c = rows[0].astype(np.int64)
+    w0 = weights[0]
+    bounds = np.unique(np.concatenate([[0, n], n - c[c > 0]]))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        unwrapped = int(np.searchsorted(c, n - lo))
+        order_k = np.concatenate([np.arange(unwrapped, k), np.arange(unwrapped)])
+        add = c[order_k] - n * (np.arange(k) < k - unwrapped)
+        nodes = np.arange(lo, hi, dtype=rows.dtype)
+        if k <= _NARROW:
+            same = all(
+                np.array_equal(rows[lo:hi, j], nodes + rows.dtype.type(add[j]))
+                and bool(np.all(weights[lo:hi, j] == w0[order_k[j]]))
+                for j in range(k)
+            )
+        else:
+            block = nodes[:, None] + add.astype(rows.dtype)[None, :]
+            same = np.array_equal(rows[lo:hi], block) and bool(np.all(weights[lo:hi] == w0[order_k][None, :]))
+        if not same:
+            return None
+    nodes = np.arange(n, dtype=np.int32)
+    if k <= _NARROW:
+        nbr = np.empty((n, k), dtype=np.int32)
+        for j in range(k):
+            np.add(nodes, np.int32(c[j]), out=nbr[:, j])
+            nbr[n - int(c[j]) :, j] -= np.int32(n)  # (i + c) mod N: nodes from N - c on wrap
+    else:
+        nbr = nodes[:, None] + c.astype(np.int32)[None, :]
+        nbr -= np.int32(n) * (nbr >= n)
+    return nbr, np.broadcast_to(w0, (n, k))
 
 
 class _SlotOrder(NamedTuple):
@@ -197,7 +256,7 @@ def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
         s, r, w = senders[t][live], receivers[t][live], weights[t][live]
         own = s == r
         out[t, r[own]] = live[own][:, None]
-        regular = _regular_rows(s, r, w, n)
+        regular = regular_rows(s, r, w, n)
         if regular is not None:
             slot = np.arange(regular.width)[None, :] + regular.below[:, None]
             slot -= regular.width * (slot >= regular.width)
@@ -252,33 +311,78 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     n = neighbors.shape[0]
     if n & (n - 1) or neighbors.shape[1] < 2:
         return None
-    mask = neighbors[:, 1:] ^ np.arange(n, dtype=neighbors.dtype)[:, None]
-    w = weights[:, 1:]
-    live = w != 0
-    every = bool(live.all())
-    m = mask if every else mask[live]
-    if m.size == 0 or np.any(m <= 0) or np.any(m & (m - 1)):
+    by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
+    union = 0
+    # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
+    # node's neighbours differ.
+    for lo in range(0, n, _ROW_BLOCK):
+        hi = min(n, lo + _ROW_BLOCK)
+        nodes = np.arange(lo, hi, dtype=neighbors.dtype)
+        mask = neighbors[lo:hi, 1:] ^ nodes[:, None]
+        w = weights[lo:hi, 1:]
+        live = w != 0
+        every = bool(live.all())
+        m = mask if every else mask[live]
+        if np.any(m <= 0) or np.any(m & (m - 1)):
+            return None
+        if m.size == 0:
+            continue
+        union |= int(np.bitwise_or.reduce(m, axis=None))
+        # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
+        bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
+        if every:
+            by_bit[bits, nodes[:, None]] = w
+        else:
+            by_bit[bits, np.broadcast_to(nodes[:, None], live.shape)[live]] = w[live]
+    if union == 0:
         return None
-    bits = np.frexp(m.astype(np.float64))[1] - 1  # log2 of a power of two, exactly
-    counts = np.bincount(bits.ravel())
-    present = np.flatnonzero(counts)
-    slot_of = (np.cumsum(counts > 0) - 1)[bits]
-    out = np.zeros((present.size, n), dtype=weights.dtype)
-    # A node's neighbours differ, so each (bit, node) is written once.
-    if every:
-        out[slot_of, np.arange(n)[:, None]] = w
-    else:
-        out[slot_of, np.nonzero(live)[0]] = w[live]
-    return FlipTerms(tuple(int(1 << b) for b in present), out)
+    present = [b for b in range(n.bit_length()) if (union >> b) & 1]
+    return FlipTerms(tuple(1 << b for b in present), by_bit[present])
 
 
-def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
+class ShiftTerms(NamedTuple):
+    """One round of a slot table whose every slot column is a shift of the node axis:
+    ``(W x)_i = sum_k weights[i, k] x_{(i + shifts[k]) mod N}`` (:func:`shift_terms`)."""
+
+    shifts: np.ndarray  # [K] int64 in [0, N), distinct
+    weights: np.ndarray  # [N, K]
+
+
+def shift_terms(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | None:
+    """Round ``neighbors, weights [N, K]`` as distinct shifts when every slot is live and each
+    column is one shift ``(i + c_k) mod N``; else None. One pass per column, O(N K)."""
+    n = neighbors.shape[0]
+    if not bool(np.all(weights != 0)):
+        return None
+    nodes = np.arange(n, dtype=np.int64)
+    shifts = np.empty(neighbors.shape[1], dtype=np.int64)
+    for k in range(neighbors.shape[1]):
+        gap = neighbors[:, k] - nodes
+        c = int(gap[0]) % n
+        if not bool(np.all((gap == c) | (gap == c - n))):
+            return None
+        shifts[k] = c
+    if np.unique(shifts).size != shifts.size:
+        return None
+    return ShiftTerms(shifts, weights)
+
+
+def round_moves(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | FlipTerms | None:
+    """Round ``neighbors, weights [N, K]`` of a slot table as full distinct shifts
+    (:func:`shift_terms`) or else as bit flips (:func:`flip_terms`); None when it is neither."""
+    shifts = shift_terms(neighbors, weights)
+    return shifts if shifts is not None else flip_terms(neighbors, weights)
+
+
+def gather_free(neighbors: np.ndarray, weights: np.ndarray, moves=None) -> bool:
     """Whether every round of a slot table ``[T, N, K]`` is circulant (each slot column one shift
     over its live nodes) or bit flips (:func:`flip_terms`): the rounds the slot kernel mixes with
-    shifts and flips only."""
+    shifts and flips only. ``moves``: the rounds' :func:`round_moves` if already known."""
     n = neighbors.shape[1]
     nodes = np.arange(n, dtype=np.int64)[:, None]
-    for nbr, w in zip(neighbors, weights):
+    for t, (nbr, w) in enumerate(zip(neighbors, weights)):
+        if (moves[t] if moves is not None else shift_terms(nbr, w)) is not None:
+            continue
         live = w != 0
         offsets = nbr - nodes  # in (-N, N); the shift is this mod N
         offsets += n * (offsets < 0)
@@ -287,6 +391,32 @@ def gather_free(neighbors: np.ndarray, weights: np.ndarray) -> bool:
         if not circulant and flip_terms(nbr, w) is None:
             return False
     return True
+
+
+def slot_transpose_check(
+    neighbors: np.ndarray, weights: np.ndarray, moves: ShiftTerms | FlipTerms, atol: float = 1e-6
+) -> TransposeCheck:
+    """:func:`jaxgossip.topology.edges.transpose_check` of one round from its slot table
+    ``[N, K]`` and its :func:`round_moves`, in O(N K) elementwise passes. The round's live edges
+    must be canonical (no edge twice), as those ``from_edges`` stores are. Entry ``W[i, i + c]``
+    meets its transpose ``W[i + c, i]`` in the column of shift ``-c``, rolled by c; entry
+    ``W[i, i XOR m]`` meets ``W[i XOR m, i]`` in the flip's own weights, reversed."""
+    n = neighbors.shape[0]
+    if isinstance(moves, ShiftTerms):
+        column = {int(c): k for k, c in enumerate(moves.shifts)}
+        if any((n - c) % n not in column for c in column):
+            return TransposeCheck(False, False)
+        close = True
+        for c, k in column.items():
+            mirrored, own = np.roll(weights[:, column[(n - c) % n]], -c), weights[:, k]
+            close = close and (np.array_equal(mirrored, own) or bool(np.allclose(mirrored, own, atol=atol)))
+        return TransposeCheck(True, close)
+    pattern, close = True, True
+    for mask, w in zip(moves.masks, moves.weights):
+        mirrored = w.reshape(n // (2 * mask), 2, mask)[:, ::-1].ravel()  # w[i XOR mask]
+        pattern = pattern and bool(np.array_equal(mirrored != 0, w != 0))
+        close = close and (np.array_equal(mirrored, w) or bool(np.allclose(mirrored, w, atol=atol)))
+    return TransposeCheck(pattern, pattern and close)
 
 
 def circulant_shift(column: np.ndarray) -> int | None:

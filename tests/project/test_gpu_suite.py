@@ -148,6 +148,18 @@ def test_smoke_runs_every_section(suite, smoke_run):
     for key in ("params_per_node", "ms_per_round", "peak_MB", "compile_s"):
         _positive(many[key], key)
 
+    million = report["sections"]["million_nodes"]["result"]
+    rows = million["rows"]
+    assert [(r["family"], r["log2_nodes"]) for r in rows] == [
+        (f, log2) for f in suite.MILLION_FAMILIES for log2 in suite.SMOKE.million_log2
+    ]
+    for row in rows:
+        assert "skipped" not in row, row  # the smoke sizes fit anywhere
+        assert row["edges"] >= row["num_nodes"]
+        for key in ("build_s", "compile_s", "ms_per_round", "copy_ms", "floor_ms", "times_floor"):
+            _positive(row[key], key)
+    assert "## million_nodes: ok" in md
+
 
 def test_budget_guard_skips_and_still_writes_the_report(suite, tmp_path):
     report = suite.run_suite(str(tmp_path), smoke=True, budget_s=1e-3, log=lambda message: None)

@@ -1,0 +1,270 @@
+"""Graphs of up to millions of nodes: how fast every family reaches consensus, what its spectral
+tools cost, and the largest digits-MLP run that fits a 24 GB accelerator; writes
+``experiments/studies/million_nodes.md``.
+
+Parts (``--parts``, comma list):
+
+* ``consensus``: for every family of ``experiments/bench/million_nodes.py`` and N in
+  ``--log2-sizes``, gossip ``x <- W(t) x`` (``jaxgossip.mix``, a stochastic graph drawn every
+  round from the key) from x0 ~ N(0, 1) ``[N, 1]`` float32 until the relative consensus error
+  ``||x - mean|| / ||x0 - mean||`` is at most ``--tol`` (1e-6; push-sum graphs: of ``x / w``), in one jitted ``lax.while_loop``
+  capped at ``--max-rounds``; the table gives the rounds (or "> cap"), the bytes of the graph's
+  arrays and of x, and the time per round of ``experiments/bench/million_nodes.json`` (D = 1) where
+  that file has the row (measured there on a quiet machine; nothing is timed here).
+* ``spectral``: ``jaxgossip.topology.spectral_gap`` of every family at increasing N until one call
+  passes ``--spectral-seconds`` (60) or N reaches ``--spectral-max-log2``; its wall time is printed
+  only to say where the tool stops being practical.
+* ``training``: the memory planner's estimate (``jaxgossip.run.plan.plan_memory``) of the largest N
+  of the default digits MLP that fits 24 GB. The training run at that N needs the accelerator and is
+  listed with its command.
+
+    PYTHONPATH=. python experiments/studies/million_nodes.py --log2-sizes 10,12,14,16 --parts consensus
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxgossip as jg
+from jaxgossip import topology
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+from million_nodes import FAMILIES  # noqa: E402
+
+BENCH_JSON = os.path.join(HERE, "..", "bench", "million_nodes.json")
+GiB24 = 24 * 10**9
+
+
+def graph_bytes(graph) -> int:
+    """Bytes of the graph's arrays (edge tables, slot table); a graph with failures counts its
+    support's, a graph drawn from scratch every round (random_matching, random_out) none."""
+    held = graph.support if graph.stochastic and graph.support is not None else graph
+    return int(sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(held)))
+
+
+def rounds_to_tol(graph, n: int, tol: float, max_rounds: int, seed: int = 0) -> tuple[int, float]:
+    """(rounds until the relative consensus error is <= tol, that error), or (max_rounds, error).
+
+    A column-stochastic graph (push-sum: random_out) mixes the values and a weight column of
+    ones together and measures the ratio ``x / w``, whose consensus is the average."""
+    key = jax.random.key(seed)
+    x0 = jax.random.normal(jax.random.key(seed + 1), (n, 1), jnp.float32)
+    push_sum = not graph.is_row_stochastic
+    if push_sum:
+        x0 = jnp.concatenate([x0, jnp.ones_like(x0)], axis=1)
+
+    def error(x, scale):
+        values = x[:, :1] / x[:, 1:] if push_sum else x
+        return jnp.linalg.norm(values - jnp.mean(x0[:, :1], axis=0)) / scale
+
+    @jax.jit
+    def run(x0):
+        scale = jnp.linalg.norm(x0[:, :1] - jnp.mean(x0[:, :1], axis=0))
+
+        def cond(carry):
+            t, _, err = carry
+            return (t < max_rounds) & (err > tol)
+
+        def body(carry):
+            t, x, _ = carry
+            x = jg.mix(graph.draw(jax.random.fold_in(key, t), t).graph, x, t)
+            return t + 1, x, error(x, scale)
+
+        t, _, err = jax.lax.while_loop(cond, body, (jnp.int32(0), x0, jnp.float32(1.0)))
+        return t, err
+
+    t, err = run(x0)
+    return int(t), float(err)
+
+
+def bench_round_ms(rows: list[dict], family: str, n: int) -> float | None:
+    for row in rows:
+        if row["family"] == family and row["num_nodes"] == n and "1" in row["dims"]:
+            return row["dims"]["1"]["jaxgossip_round_s"] * 1e3
+    return None
+
+
+def consensus_part(families, log2_sizes, tol, max_rounds, log) -> list[dict]:
+    bench = json.load(open(BENCH_JSON))["rows"] if os.path.exists(BENCH_JSON) else []
+    rows = []
+    for spec in families:
+        for log2 in log2_sizes:
+            n = 2**log2
+            graph = topology.make(spec, n)
+            rounds, err = rounds_to_tol(graph, n, tol, max_rounds)
+            row = {
+                "family": spec,
+                "log2_nodes": log2,
+                "rounds": rounds if err <= tol else None,
+                "error": err,
+                "graph_bytes": graph_bytes(graph),
+                "x_bytes": n * 4,
+                "round_ms": bench_round_ms(bench, spec, n),
+            }
+            rows.append(row)
+            log(f"{spec:30s} N=2^{log2}: rounds {rounds if err <= tol else f'> {max_rounds}'} (error {err:.2e})")
+    return rows
+
+
+def spectral_part(families, max_log2, seconds, log) -> list[dict]:
+    rows = []
+    for spec in families:
+        for log2 in range(6, max_log2 + 1, 2):
+            n = 2**log2
+            graph = topology.make(spec, n)
+            start = time.perf_counter()
+            try:
+                gap = float(topology.spectral_gap(graph))
+            except Exception as err:  # noqa: BLE001 - not doubly stochastic (push-sum), or no convergence
+                note = f"{type(err).__name__}: {str(err)[:90]}"
+                rows.append({"family": spec, "log2_nodes": log2, "gap": None, "note": note})
+                log(f"{spec:30s} N=2^{log2}: {note}")
+                break
+            wall = time.perf_counter() - start
+            rows.append({"family": spec, "log2_nodes": log2, "gap": gap, "seconds": wall})
+            log(f"{spec:30s} N=2^{log2}: gap {gap:.3e} in {wall:.1f} s")
+            if wall > seconds:
+                break
+    return rows
+
+
+def training_part(log) -> dict:
+    from jaxgossip.run.plan import plan_memory
+    from jaxgossip.run.runner import TrainConfig
+
+    config = TrainConfig(dataset="digits", num_nodes=64, topology="exponential", model="mlp", batch_size=1)
+    plan = plan_memory(config, (("24 GB", GiB24),))
+    fit = plan.fits[0]
+    log(f"memory plan: {fit}")
+    return {
+        "num_nodes": fit.num_nodes,
+        "bytes": fit.bytes,
+        "predicted_nodes": fit.predicted,
+        "limited_by": fit.limited_by,
+        "rule": plan.rule,
+        "measured": {str(k): v for k, v in plan.measured.items()},
+    }
+
+
+def markdown(args, consensus, spectral, training) -> str:
+    lines = [
+        "# Million-node graphs: consensus, spectral tools, memory",
+        "",
+        f"Written by `experiments/studies/million_nodes.py` (`--log2-sizes {args.log2_sizes} --tol {args.tol} "
+        f"--max-rounds {args.max_rounds}`). Gossip x <- W(t) x from x0 ~ N(0, 1) [N, 1] float32; rounds until "
+        "||x - mean|| / ||x0 - mean|| <= tol. Time per round: `experiments/bench/million_nodes.json` (D = 1) "
+        "where it has the row, else blank; nothing here is timed.",
+        "",
+        "## Consensus",
+        "",
+        "| family | log2 N | rounds to tol | graph MB | x MB | ms per round (bench) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in consensus:
+        rounds = r["rounds"] if r["rounds"] is not None else f"> {args.max_rounds} (error {r['error']:.1e})"
+        ms = "" if r["round_ms"] is None else f"{r['round_ms']:.3g}"
+        lines.append(
+            f"| {r['family']} | {r['log2_nodes']} | {rounds} | {r['graph_bytes'] / 1e6:.3g} | "
+            f"{r['x_bytes'] / 1e6:.3g} | {ms} |"
+        )
+    lines += [
+        "",
+        "x is float32: a round rounds every entry to about 6e-8 relative, so a slowly mixing graph can stall "
+        "near 1e-6 (an error just above tol after the cap is that floor, not slow mixing).",
+    ]
+    done = sorted({r["log2_nodes"] for r in consensus})
+    missing = [s for s in range(10, 23, 2) if s not in done]
+    if missing:
+        lines += [
+            "",
+            f"Not run: N = {', '.join(f'2^{s}' for s in missing)} (minutes to hours on a 2-core CPU). Command: "
+            f"`PYTHONPATH=. python experiments/studies/million_nodes.py --parts consensus --log2-sizes "
+            f"{','.join(map(str, missing))}`.",
+        ]
+    lines += ["", "## Spectral gap", ""]
+    if spectral:
+        lines += [
+            "`jaxgossip.topology.spectral_gap` per family from N = 2^6 up, by 4x, until one call passes "
+            f"{args.spectral_seconds:.0f} s, N passes 2^{args.spectral_max_log2} or the tool fails (the failure is "
+            "the last row). Seconds: wall time of the call on a loaded 2-core CPU, only to tell where the tool "
+            "stops being practical.",
+            "",
+            "| family | log2 N | gap | seconds |",
+            "|---|---|---|---|",
+        ]
+        for r in spectral:
+            gap = r.get("note", "n/a") if r["gap"] is None else f"{r['gap']:.4g}"
+            seconds = "" if "seconds" not in r else f"{r['seconds']:.2g}"
+            lines.append(f"| {r['family']} | {r['log2_nodes']} | {gap} | {seconds} |")
+    else:
+        lines.append(
+            "Not run. Command: `PYTHONPATH=. python experiments/studies/million_nodes.py --parts spectral` "
+            "(each family up to the N where one `spectral_gap` call passes 60 s)."
+        )
+    lines += ["", "## Training: the largest digits MLP run in 24 GB", ""]
+    if training:
+        measured = ", ".join(f"N = {n}: {b / 1e9:.3g} GB" for n, b in training["measured"].items())
+        lines += [
+            "`jaxgossip.run.plan.plan_memory` of the default digits MLP (gossip on exponential(N), batch 1 per "
+            f"node, compiled for cuda): largest N in 24 GB = {training['num_nodes']} "
+            f"({(training['bytes'] or 0) / 1e9:.3g} GB compiled), limited by: {training['limited_by']} "
+            f"({training['rule']}); the memory line alone predicts {training['predicted_nodes']:.0f} nodes. "
+            f"Compiled sizes: {measured}.",
+            "",
+            "The training run at that N is not run here (it needs the accelerator): `jaxgossip train --dataset "
+            f"digits --model mlp --num_nodes {training['num_nodes']} --topology exponential --batch_size 1`.",
+        ]
+    else:
+        lines.append(
+            "Not run. The planner's estimate: `PYTHONPATH=. python experiments/studies/million_nodes.py --parts "
+            "training`; the run at that N needs a 24 GB accelerator: `jaxgossip plan` for the config, then "
+            "`jaxgossip train --dataset digits --model mlp --num_nodes N --topology exponential --batch_size 1`."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log2-sizes", default="10,12,14,16,18,20,22")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--parts", default="consensus,spectral,training")
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--max-rounds", type=int, default=10_000)
+    parser.add_argument("--spectral-seconds", type=float, default=60.0)
+    parser.add_argument("--spectral-max-log2", type=int, default=22)
+    parser.add_argument("--out", default=os.path.join(HERE, "million_nodes.md"))
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    families = args.families.split(",")
+    sizes = [int(v) for v in args.log2_sizes.split(",")]
+    # Parts run earlier (another --parts) are kept in the JSON beside the page and shown again.
+    saved_path = os.path.splitext(args.out)[0] + ".json"
+    saved = json.load(open(saved_path)) if os.path.exists(saved_path) else {}
+    if "consensus" in parts:
+        saved["consensus"] = consensus_part(families, sizes, args.tol, args.max_rounds, print)
+        saved["consensus_args"] = {"log2_sizes": args.log2_sizes, "tol": args.tol, "max_rounds": args.max_rounds}
+    if "spectral" in parts:
+        saved["spectral"] = spectral_part(families, args.spectral_max_log2, args.spectral_seconds, print)
+    if "training" in parts:
+        saved["training"] = training_part(print)
+    with open(saved_path, "w") as f:
+        json.dump(saved, f, indent=1)
+    if "consensus_args" in saved:
+        args = argparse.Namespace(**{**vars(args), **saved["consensus_args"]})
+    text = markdown(args, saved.get("consensus", []), saved.get("spectral", []), saved.get("training"))
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Per-node facts of a graph built on the host, derived once from its tables in O(E) NumPy passes
+per round (no loop over nodes or edges, no dense [N, N] matrix): symmetry, degrees, the diagonal
+and the row and column sums of every W(t).
+
+Each fact has a general path (one ``np.bincount`` or one CSR-to-CSC conversion per round) and a
+shortcut where the round's structure makes it exact in fewer passes: canonical edges (sorted by
+receiver, then sender, no edge twice; what ``from_edges`` stores) count in-degrees by searching
+the sorted receivers, and a round whose slot table is full shifts or bit flips
+(:func:`jaxgossip.topology.layout.slot_transpose_check`) compares itself with its transpose by
+rolls and reversals. Every shortcut gives the general path's result bit for bit. Host-side, not
+jittable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from jaxgossip.topology.edges import is_canonical, transpose_check
+from jaxgossip.topology.layout import ShiftTerms, regular_rows, slot_transpose_check
+
+__all__ = ["HostFacts", "host_facts", "self_weights", "count_at"]
+
+
+class HostFacts(NamedTuple):
+    """What a host graph derives from its tables besides the layout (:func:`host_facts`)."""
+
+    symmetric: bool
+    out_degree: np.ndarray  # [T, N] int64
+    in_degree: np.ndarray  # [T, N] int64
+    self_weights: np.ndarray  # [T, N] float64
+    row_sums: np.ndarray  # [T, N] float64
+    col_sums: np.ndarray  # [T, N] float64
+
+
+def host_facts(
+    senders: np.ndarray,
+    receivers: np.ndarray,
+    weights: np.ndarray,
+    num_nodes: int,
+    neighbors: np.ndarray | None = None,
+    slot_weights: np.ndarray | None = None,
+    moves: Sequence[Any] | None = None,
+    regular: Sequence[Any] = (),
+    atol: float = 1e-6,
+) -> HostFacts:
+    """The facts of tables ``senders, receivers, weights [T, E]``.
+
+    ``symmetric``: every W(t) equals its transpose to ``atol``; degrees count the real edges
+    (weight != 0, not a self-loop) per node; ``self_weights`` sums the self-loops in edge order
+    (``0.0 + w_1 + ...``); the row and column sums are for the stochasticity checks (to a
+    tolerance, so their order of summation is free).
+
+    Args:
+      senders, receivers, weights: [T, E] host tables (weight-0 edges are padding).
+      num_nodes: N.
+      neighbors, slot_weights: the slot table ``[T, N, K]``, or None.
+      moves: per round, its :func:`jaxgossip.topology.layout.round_moves` (or None); with the slot
+        table it lets a canonical round compare itself with its transpose by rolls and reversals.
+      regular: per round, its :func:`jaxgossip.topology.layout.regular_rows` if already known.
+      atol: tolerance of the symmetry of the weights.
+    """
+    n = num_nodes
+    period = senders.shape[0]
+    out_degree, in_degree = np.empty((period, n), np.int64), np.empty((period, n), np.int64)
+    diagonal, row_sums, col_sums = (np.empty((period, n)) for _ in range(3))
+    symmetric = True
+    for t in range(period):
+        s, r, w = senders[t], receivers[t], weights[t]
+        live = w != 0
+        ls, lr, lw = (s, r, w) if live.all() else (s[live], r[live], w[live])
+        regular_t = regular[t] if regular else regular_rows(ls, lr, lw, n)
+        canonical = regular_t is not None or is_canonical(ls, lr)
+        move = moves[t] if moves is not None and canonical else None
+        if move is not None:
+            check = slot_transpose_check(neighbors[t], slot_weights[t], move, atol)
+        else:
+            check = transpose_check(s, r, w, n, atol=atol)
+        symmetric = symmetric and all(check)
+        if regular_t is not None:
+            # K live edges into every node, one of them its self-loop.
+            in_degree[t] = regular_t.width - 1
+            row_sums[t] = regular_t.weights.sum(axis=1)
+            diagonal[t] = regular_t.weights[np.arange(n), regular_t.below] + 0.0
+        else:
+            own = ls == lr
+            if canonical:
+                # Sorted receivers: row i is the slice between the first edges into i and into i + 1.
+                counts = np.diff(np.searchsorted(lr, np.arange(n + 1)))
+                in_degree[t] = counts - np.bincount(lr[own], minlength=n)
+            else:
+                in_degree[t] = count_at(lr, ~own, n)
+            row_sums[t] = np.bincount(lr, weights=lw, minlength=n)
+            diagonal[t] = _round_self_weights(lr[own], lw[own], n)
+        if isinstance(move, ShiftTerms):
+            # Full distinct shifts: each column is a permutation, so every node sends once per
+            # column that is not the self-loop's.
+            out_degree[t] = int(np.count_nonzero(move.shifts))
+        elif canonical and check.pattern:
+            # No edge twice and a symmetric pattern: a node sends to those it receives from.
+            out_degree[t] = in_degree[t]
+        else:
+            out_degree[t] = count_at(ls, ls != lr, n)
+        col_sums[t] = np.bincount(ls, weights=lw, minlength=n)
+    return HostFacts(symmetric, out_degree, in_degree, diagonal, row_sums, col_sums)
+
+
+def count_at(endpoint: np.ndarray, keep: np.ndarray, n: int) -> np.ndarray:
+    """[N] int64: how many of the kept edges have each node as ``endpoint``."""
+    return np.bincount(endpoint if keep.all() else endpoint[keep], minlength=n).astype(np.int64)
+
+
+def _round_self_weights(r: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """[N] float64: one round's self-loops ``r, w`` (weight != 0) summed per node in edge order.
+    Loops into distinct nodes are written, not summed: ``0.0 + w`` is ``w + 0.0``."""
+    if r.size < 2 or bool(np.all(r[1:] > r[:-1])):
+        out = np.zeros(n)
+        out[r] = w.astype(np.float64) + 0.0
+        return out
+    return np.bincount(r, weights=w, minlength=n).astype(np.float64)
+
+
+def self_weights(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """[T, N] float64: the diagonal of every W(t) of host tables ``[T, E]`` (self-loops summed in
+    edge order)."""
+    out = np.empty((senders.shape[0], n))
+    for t, (s, r, w) in enumerate(zip(senders, receivers, weights)):
+        own = (s == r) & (w != 0)
+        out[t] = _round_self_weights(r[own], w[own], n)
+    return out
