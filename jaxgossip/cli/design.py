@@ -359,8 +359,7 @@ def _design_heterogeneity(ctx: Invocation, config: DesignConfig, data_options, t
         labels, classes = data.partition_labels(dataset)
         parts = data.partition(labels, config.num_nodes, train.partition, seed=train.resolved_data_seed)
         node_of = np.zeros(labels.shape[0], dtype=np.int64)
-        for node, idx in enumerate(parts):
-            node_of[idx] = node
+        node_of[np.concatenate(parts)] = np.repeat(np.arange(len(parts)), [len(idx) for idx in parts])
         proportions = label_proportions(labels, node_of, config.num_nodes, classes)
         learned = learn_topology(proportions, degree, lam=float(config.lam), name=f"learned(d={degree})")
     except ValueError as err:

@@ -219,12 +219,12 @@ def kept_mask(x: Array, k: Any) -> Array:
     fully sorted (used under differentiation only)."""
     d = x.shape[-1]
     if isinstance(k, (int, np.integer)):
-        order = jax.lax.top_k(jnp.abs(x), int(k))[1]
-        hit = jnp.ones(order.shape, x.dtype)
-    else:
-        order = jax.lax.top_k(jnp.abs(x), d)[1]
-        rank = jnp.arange(d, dtype=jnp.int32)
-        hit = (rank < jnp.asarray(k, jnp.int32)[..., None]).astype(x.dtype)
+        if k == 0:
+            return jnp.zeros(x.shape, x.dtype)
+        return top_k_mask(jnp.abs(x), int(k)).astype(x.dtype)
+    order = jax.lax.top_k(jnp.abs(x), d)[1]
+    rank = jnp.arange(d, dtype=jnp.int32)
+    hit = (rank < jnp.asarray(k, jnp.int32)[..., None]).astype(x.dtype)
     rows = order.reshape(-1, order.shape[-1])
     mask = jax.vmap(lambda idx, h: jnp.zeros([d], x.dtype).at[idx].set(h))(rows, hit.reshape(rows.shape))
     return mask.reshape(x.shape)
