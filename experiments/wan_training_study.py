@@ -593,7 +593,43 @@ def parse_plan(specs, methods) -> tuple:
     return tuple(plan)
 
 
-def run(plan=PLAN, quick: bool = False, out: str = RESULTS, log=print, methods=None) -> dict:
+def _same_settings(old: dict, new: dict) -> list[str]:
+    """Settings keys whose values differ between an existing report and this run's.
+
+    The plan is excluded, methods added since are allowed, and a key absent from the old report
+    equals a ``None`` one (fields added with a default that keeps old results valid).
+    """
+
+    def canon(value):
+        value = json.loads(json.dumps(jsonable(value, digits=None)))
+
+        def drop_none(v):
+            if isinstance(v, dict):
+                return {k: drop_none(x) for k, x in v.items() if x is not None}
+            return v
+
+        return drop_none(value)
+
+    differ = []
+    for key in new:
+        if key == "plan":
+            continue
+        a, b = canon(old.get(key)), canon(new[key])
+        if key == "methods" and isinstance(a, dict):
+            b = {k: v for k, v in b.items() if k in a}
+        if a != b:
+            differ.append(key)
+    return differ
+
+
+def run(
+    plan=PLAN, quick: bool = False, out: str = RESULTS, log=print, methods=None, extend: dict | None = None
+) -> dict:
+    """Train every (workload, N, seeds, methods) entry of ``plan``; write after each method.
+
+    ``extend``: a report this script wrote earlier with the same settings; its groups are kept, a plan
+    entry matching a group (workload, N, seeds) adds only the methods that group lacks.
+    """
     workloads = QUICK if quick else WORKLOADS
     report = {
         "settings": {
@@ -609,17 +645,31 @@ def run(plan=PLAN, quick: bool = False, out: str = RESULTS, log=print, methods=N
         "groups": [],
         "machine": machine(),
     }
+    if extend is not None:
+        differ = _same_settings(extend["settings"], report["settings"])
+        if differ:
+            raise ValueError(f"--extend: the existing report was made with other settings: {differ}")
+        report["settings"]["plan"] = extend["settings"]["plan"] + report["settings"]["plan"]
+        report["groups"] = extend["groups"]
     for workload_name, num_nodes, seeds, keys in plan:
         workload = workloads[workload_name]
-        group = {
-            "workload": workload_name,
-            "num_nodes": num_nodes,
-            "seeds": list(seeds),
-            "steps": workload.steps,
-            "methods": {},
-        }
-        report["groups"].append(group)
+        where = (workload_name, num_nodes, list(seeds), workload.steps)
+        found = [g for g in report["groups"] if (g["workload"], g["num_nodes"], g["seeds"], g["steps"]) == where]
+        if found:
+            group = found[0]
+        else:
+            group = {
+                "workload": workload_name,
+                "num_nodes": num_nodes,
+                "seeds": list(seeds),
+                "steps": workload.steps,
+                "methods": {},
+            }
+            report["groups"].append(group)
         for key in methods or keys:
+            if key in group["methods"]:
+                log(f"{workload_name} N={num_nodes} {key}: kept from the existing report")
+                continue
             m = run_method(workload, num_nodes, seeds, key)
             group["methods"][key] = m
             metric, node_metric, _ = quality(workload_name)
@@ -640,6 +690,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--plan", action="append", help="WORKLOAD:N:SEEDS (repeatable); default: the study's plan")
     parser.add_argument("--methods", default=None, help=f"comma-separated subset of {list(METHODS)}")
     parser.add_argument("--out", default=None, help=f"output folder (default {RESULTS}; --quick: {QUICK_OUT})")
+    parser.add_argument(
+        "--extend",
+        action="store_true",
+        help="keep OUT/wan_training.json's groups and add the planned methods they lack (same settings only)",
+    )
     parser.add_argument(
         "--retable", default=None, help="a wan_training.json: rewrite its tables and plots, no training"
     )
@@ -668,9 +723,16 @@ def main(argv=None) -> dict:
     if args.quick and not args.plan:
         plan = (("digits", 4, (0,), ALL),)
     out = args.out or (QUICK_OUT if args.quick else RESULTS)
+    extend = None
+    if args.extend:
+        with open(os.path.join(out, "wan_training.json")) as f:
+            extend = json.load(f)
     start = time.time()
-    report = run(plan, quick=args.quick, out=out, methods=methods)
-    report["settings"]["seconds"] = round(time.time() - start, 1)
+    try:
+        report = run(plan, quick=args.quick, out=out, methods=methods, extend=extend)
+    except ValueError as err:
+        parser.error(str(err))
+    report["settings"]["seconds"] = round(time.time() - start + (extend or {}).get("settings", {}).get("seconds", 0), 1)
     write(report, out)
     print(report_text(report))
     print(f"total {time.time() - start:.1f} s; wrote {out}")

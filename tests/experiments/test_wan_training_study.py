@@ -110,3 +110,28 @@ def test_quick_mode_writes_priced_rows(study, tmp_path):
     assert (tmp_path / "digits_n4_bits.png").stat().st_size > 0
     assert (tmp_path / "digits_n4_time.png").stat().st_size > 0
     assert "| all-reduce | 40 |" in (tmp_path / "wan_training.md").read_text()
+
+
+def test_extend_runs_only_the_methods_a_group_lacks_and_refuses_other_settings(study, monkeypatch):
+    trained = []
+
+    def fake_run_method(workload, num_nodes, seeds, key):
+        trained.append((workload.name, num_nodes, key))
+        row = {"test_acc": 0.5, "node_acc_mean": 0.5, "MB_per_node": 1.0}
+        return {"label": key, "runs": [{"rows": [row]} for _ in seeds], "seconds": 1.0}
+
+    monkeypatch.setattr(study, "run_method", fake_run_method)
+    monkeypatch.setattr(study, "write", lambda report, out: None)
+    monkeypatch.setattr(study, "plot", lambda group, out: [])
+    quiet = dict(out="unused", log=lambda *a: None)
+    first = study.run((("digits", 4, (0, 1), ("allreduce", "gossip_ring")),), **quiet)
+    first = json.loads(json.dumps(study.jsonable(first, digits=None)))  # as read back from the file
+    trained.clear()
+    plan = (("digits", 4, (0, 1), ("allreduce", "choco_ring")), ("digits", 8, (0,), ("allreduce",)))
+    both = study.run(plan, extend=first, **quiet)
+    assert trained == [("digits", 4, "choco_ring"), ("digits", 8, "allreduce")]
+    assert [list(g["methods"]) for g in both["groups"]] == [["allreduce", "gossip_ring", "choco_ring"], ["allreduce"]]
+    assert len(both["settings"]["plan"]) == 3
+    first["settings"]["device_flops"] *= 2
+    with pytest.raises(ValueError, match="other settings.*device_flops"):
+        study.run(plan, extend=first, **quiet)
