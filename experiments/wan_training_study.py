@@ -622,6 +622,12 @@ def _same_settings(old: dict, new: dict) -> list[str]:
     return differ
 
 
+def _order_methods(group: dict) -> None:
+    """Puts a group's methods in METHODS' order, whichever run added them (the tables' row order)."""
+    rank = {key: i for i, key in enumerate(METHODS)}
+    group["methods"] = dict(sorted(group["methods"].items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
 def run(
     plan=PLAN, quick: bool = False, out: str = RESULTS, log=print, methods=None, extend: dict | None = None
 ) -> dict:
@@ -672,6 +678,7 @@ def run(
                 continue
             m = run_method(workload, num_nodes, seeds, key)
             group["methods"][key] = m
+            _order_methods(group)
             metric, node_metric, _ = quality(workload_name)
             finals = [r["rows"][-1] for r in m["runs"]]
             log(
@@ -703,8 +710,9 @@ def main(argv=None) -> dict:
         with open(args.retable) as f:
             report = json.load(f)
         folder = os.path.dirname(os.path.abspath(args.retable))
-        with open(os.path.join(folder, "wan_training.md"), "w") as f:
-            f.write(report_text(report))
+        for group in report["groups"]:
+            _order_methods(group)
+        write(report, folder)
         for group in report["groups"]:
             if group["methods"]:
                 plot(group, folder)

@@ -468,6 +468,18 @@ def run_cli(*argv, env=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def call_cli(capsys, *argv):
+    """``jaxgossip ARGV`` in this process (``jaxgossip.cli.main``); returns ``(exit status, stdout,
+    stderr)``. The process-level exit (no traceback from ``python -m jaxgossip.cli``) is checked once per
+    command by tests/cli/test_cli_config.py."""
+    from jaxgossip.cli import main
+
+    capsys.readouterr()
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def assert_refused(rc, stderr, *parts):
     """Exit 2, no traceback, and one error line holding every one of ``parts``; returns that line."""
     assert rc == 2, stderr

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from _reference import assert_refused, one_line_error, run_cli
+from _reference import assert_refused, call_cli, one_line_error
 from tiny import TINY_FLAGS
 
 from jaxgossip import data
@@ -800,21 +800,21 @@ def test_load_npz_refuses_truncated_flipped_random_and_npy_files_naming_the_file
         datasets.load_npz(tmp_path / "array.npy")
 
 
-def test_truncated_npz_on_the_command_line_exits_2_naming_the_file(tmp_path):
+def test_truncated_npz_on_the_command_line_exits_2_naming_the_file(tmp_path, capsys):
     good = _npz(tmp_path / "good.npz")
     path = tmp_path / "cut.npz"
     path.write_bytes(good[: len(good) - 40])
     flags = [f for f in TINY_FLAGS if not f.startswith("--dataset")]
-    rc, _, err = run_cli("train", *flags, f"--dataset=npz:{path}", "--out", str(tmp_path / "run"))
+    rc, _, err = call_cli(capsys, "train", *flags, f"--dataset=npz:{path}", "--out", str(tmp_path / "run"))
     assert_refused(rc, err, str(path), "is not a .npz archive", "numpy.savez")
     assert not (tmp_path / "run").exists()
 
 
-def test_missing_mnist_without_download_leaves_an_empty_data_dir_empty(tmp_path):
+def test_missing_mnist_without_download_leaves_an_empty_data_dir_empty(tmp_path, capsys):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     flags = [f for f in TINY_FLAGS if not f.startswith("--dataset")]
-    rc, _, err = run_cli("train", *flags, "--dataset=mnist", f"--data_dir={data_dir}", "--out", str(tmp_path / "r"))
+    rc, _, err = call_cli(capsys, "train", *flags, "--dataset=mnist", f"--data_dir={data_dir}", "--out", str(tmp_path / "r"))
     assert_refused(rc, err, "mnist is not prepared", "raw_dir")
     assert _tree(data_dir) == []
 

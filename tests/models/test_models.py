@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _reference import RESNET20_MATRICES, assert_refused, run_cli
+from _reference import RESNET20_MATRICES, assert_refused, call_cli
 from flax import linen as nn
 from flax import nnx
 from tiny import TINY_FLAGS
@@ -350,13 +350,13 @@ def test_make_model_keeps_valid_sizes():
 
 
 @pytest.mark.parametrize("value", ["0", "abc", "-5", "1.5", "[8,0]"])
-def test_bad_hidden_exits_2_in_print_config(tmp_path, value):
-    rc, out, err = run_cli("train", *NO_HIDDEN, f"--model_options.hidden={value}", "--print-config")
+def test_bad_hidden_exits_2_in_print_config(capsys, value):
+    rc, out, err = call_cli(capsys, "train", *NO_HIDDEN, f"--model_options.hidden={value}", "--print-config")
     assert_refused(rc, err, "model_options=", "hidden=", "must be a positive integer or a list of positive integers")
     assert out == ""
 
 
-def test_hidden_0_in_a_run_exits_2_before_anything_is_written(tmp_path):
-    rc, _, err = run_cli("train", *NO_HIDDEN, "--model_options.hidden=0", "--out", str(tmp_path / "run"))
+def test_hidden_0_in_a_run_exits_2_before_anything_is_written(tmp_path, capsys):
+    rc, _, err = call_cli(capsys, "train", *NO_HIDDEN, "--model_options.hidden=0", "--out", str(tmp_path / "run"))
     assert_refused(rc, err, "hidden=(0,) must be a positive integer")
     assert not (tmp_path / "run").exists()
