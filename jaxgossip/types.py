@@ -243,14 +243,26 @@ class SweepFacts:
         ``jaxgossip tune-gamma`` sweeps; None if it has none.
       relaxation_gamma: its ``gamma`` is the relaxed step ``x + gamma (W - I) x``, whose stable
         range on a symmetric W is checked.
+      traced_options: its options, besides the axes every algorithm shares
+        (:data:`jaxgossip.engine.sweeps.SWEEPABLE`), that are traced values inside a run, so that
+        ``algorithm_options.<option>`` is a one-compile sweep axis of this algorithm (e.g.
+        SPARTA's ``fraction``).
     """
 
     shape_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
     step_size: str | None = None
     relaxation_gamma: bool = False
+    traced_options: tuple[str, ...] = ()
 
     def __post_init__(self):
         _check_mappings(self, ("shape_options",))
+        if not isinstance(self.traced_options, tuple) or not all(
+            isinstance(o, str) and o for o in self.traced_options
+        ):
+            raise TypeError(f"traced_options={self.traced_options!r} must be a tuple of option names")
+        clash = set(self.traced_options) & set(self.shape_options)
+        if clash:
+            raise ValueError(f"options {sorted(clash)} are both traced_options and shape_options")
         if self.step_size is not None and (not isinstance(self.step_size, str) or not self.step_size):
             raise TypeError(f"step_size={self.step_size!r} must be None or the name of an option, e.g. 'gamma'")
         _check_bools(self, ("relaxation_gamma",))

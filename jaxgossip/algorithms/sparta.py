@@ -163,7 +163,7 @@ def sparta_receive(topology: Topology, fraction: Any = 0.005, gamma: Any = 1.0):
 INFO = AlgorithmInfo(
     sparta,
     graph=GraphNeeds(mixing="doubly_stochastic", stackable=True, stochastic_graphs="any"),
-    sweep=SweepFacts(step_size="gamma", relaxation_gamma=True),
+    sweep=SweepFacts(step_size="gamma", relaxation_gamma=True, traced_options=("fraction",)),
     hooks=TrainerHooks(receive=sparta_receive),
     execution=Execution(reasons={"asynchronous": "its mask is drawn per synchronous round from a key all nodes share"}),
 )

@@ -54,8 +54,20 @@ def _help() -> dict[str, str]:
         **train_field_help(),
         "seeds": "a count S (seeds 0 .. S-1) or a list such as 0,5 or [0,5]",
         "sweep": "the grid axes, one per option: --sweep.lr=0.01,0.1 --sweep.algorithm_options.gamma=[0.1,0.3]; "
-        f"axes that share one compile: {', '.join(sweeps.SWEEPABLE)}",
+        f"axes that share one compile: {', '.join(sweeps.SWEEPABLE)}{_own_axes()}",
     }
+
+
+def _own_axes() -> str:
+    """The algorithms' own one-compile axes (their ``SweepFacts.traced_options``), for the help."""
+    from jaxgossip import algorithms
+
+    own = [
+        f"algorithm_options.{option} ({name})"
+        for name, info in algorithms.INFOS.items()
+        for option in info.sweep.traced_options
+    ]
+    return f"; and of one algorithm: {', '.join(own)}" if own else ""
 
 
 def command() -> Command:
@@ -147,23 +159,24 @@ def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[floa
     from jaxgossip.engine import sweeps
 
     axes = {}
+    allowed = sweeps.sweepable(algorithm)
     for name, values in _flatten(sweep or {}).items():
         values = list(values) if isinstance(values, (list, tuple)) else [values]
-        if name not in sweeps.SWEEPABLE:
+        if name not in allowed:
             names = _axis_names()
             plugin = isinstance(algorithm, str) and algorithm not in algorithms.REGISTRY
             if not _known_axis(name, names, plugin):
                 raise UsageError(
-                    f"--sweep.{name}: unknown sweep axis {name!r}{did_you_mean(name, [*sweeps.SWEEPABLE, *names])}; "
-                    f"axes that share one compile: {', '.join(sweeps.SWEEPABLE)}"
+                    f"--sweep.{name}: unknown sweep axis {name!r}{did_you_mean(name, [*allowed, *names])}; "
+                    f"axes that share one compile: {', '.join(allowed)}"
                 )
             try:
-                sweeps.check_axes({name: [0.0]})
+                sweeps.check_axes({name: [0.0]}, algorithm)
             except ValueError as err:  # names the reason (a static shape, ...) and the axes that work
                 raise UsageError(f"--sweep.{name}: {err}") from None
         if any(isinstance(v, str) for v in values):  # a spec (--time.bandwidth=stragglers:...): the reason
             try:
-                sweeps.check_axes({name: values})
+                sweeps.check_axes({name: values}, algorithm)
             except ValueError as err:
                 raise UsageError(f"--sweep.{name}: {err}") from None
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)

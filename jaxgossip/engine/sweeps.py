@@ -35,6 +35,7 @@ from jaxgossip.types import GossipAlgorithm, Params
 
 __all__ = [
     "SWEEPABLE",
+    "sweepable",
     "grid",
     "check_axes",
     "sweep_consensus",
@@ -102,16 +103,27 @@ def _option_reason(name: str) -> str | None:
     return None
 
 
-def check_axes(axes: Mapping[str, Sequence[Any]]) -> None:
-    """Raises ValueError for an axis that cannot be swept in one compile (the message names it)."""
+def sweepable(algorithm: str | None = None) -> tuple[str, ...]:
+    """The one-compile sweep axes of a run of ``algorithm``: :data:`SWEEPABLE` and the algorithm's
+    own traced options (its registry metadata, ``SweepFacts.traced_options``)."""
+    if not isinstance(algorithm, str) or algorithm not in algorithms.INFOS:
+        return SWEEPABLE
+    own = algorithms.INFOS[algorithm].sweep.traced_options
+    return SWEEPABLE + tuple(f"algorithm_options.{o}" for o in own if f"algorithm_options.{o}" not in SWEEPABLE)
+
+
+def check_axes(axes: Mapping[str, Sequence[Any]], algorithm: str | None = None) -> None:
+    """Raises ValueError for an axis that cannot be swept in one compile (the message names it);
+    ``algorithm`` (the run's registered name) adds its own traced options (:func:`sweepable`)."""
     if not axes:
         raise ValueError("a sweep needs at least one axis, e.g. {'lr': [0.01, 0.1]}")
+    allowed = sweepable(algorithm)
     for name, values in axes.items():
-        if name not in SWEEPABLE:
+        if name not in allowed:
             why = _SHAPE_REASONS.get(name) or _option_reason(name) or "it is not a traced value of the run"
             raise ValueError(
                 f"sweep axis {name!r} would change array shapes or program structure ({why}); sweep it "
-                f"with separate runs. Axes that share one compile: {list(SWEEPABLE)}"
+                f"with separate runs. Axes that share one compile: {list(allowed)}"
             )
         specs = [v for v in values if isinstance(v, str)] if isinstance(values, (list, tuple)) else []
         if specs:

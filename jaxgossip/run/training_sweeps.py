@@ -100,7 +100,7 @@ def sweep_program(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int
     """The program of :func:`sweep_training` (same arguments) built for ``platform`` (one of
     :data:`jaxgossip.ops.platforms.PLATFORMS`; None: the backend JAX runs on), not yet run: a
     :class:`SweepProgram`."""
-    check_axes(axes)
+    check_axes(axes, getattr(config, "config", config).algorithm)
     points = grid(axes)
     prep = config if isinstance(config, Resolved) else resolve(config, dataset, platform)
     config = prep.config

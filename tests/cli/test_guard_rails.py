@@ -133,6 +133,10 @@ def test_tune_gamma_refuses_bad_input():
         jg.tune_gamma("sparse_push", row_stochastic_only(), 10, options={"fraction": 0.5})
     with pytest.raises(TypeError, match="must be None or the name"):
         SweepFacts(step_size=3)
+    with pytest.raises(TypeError, match="must be a tuple of option names"):
+        SweepFacts(traced_options="fraction")
+    with pytest.raises(ValueError, match=r"\['k'\] are both traced_options and shape_options"):
+        SweepFacts(traced_options=("k",), shape_options={"k": "K is a shape"})
 
 
 def test_tune_gamma_cli_outputs_and_bad_input(tmp_path, capsys):

@@ -65,3 +65,21 @@ def test_sweep_refuses_an_algorithm_option_train_refuses(tmp_path, capsys):
     assert err.startswith("jaxgossip sweep: error: --sweep.algorithm_options.gamma=-1: ") and err.count("\n") == 1
     assert "gamma=-1.0 must be > 0" in err and "gamma=-1 must be > 0" in train_err  # the same rule as train
     assert not out.exists()
+
+
+def test_an_algorithms_own_traced_option_sweeps_for_it_and_is_refused_for_others(tmp_path, capsys):
+    """``algorithm_options.fraction`` is a one-compile axis of SPARTA (its metadata), checked by
+    train's rule; for Sparse-Push it fixes K and is refused with that reason."""
+    from tiny import TINY_FLAGS
+
+    out = tmp_path / "sw"
+    sparta = [*TINY_FLAGS, "--algorithm=sparta", "--no-progress"]
+    assert main(["sweep", *sparta, "--sweep.algorithm_options.fraction=0.5,1.5", "--out", str(out)]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith("jaxgossip sweep: error: --sweep.algorithm_options.fraction=1.5: ") and "fraction" in err
+    push = ["--algorithm=sparse_push", "--topology=one_peer_exponential"]
+    assert main(["sweep", *push, "--sweep.algorithm_options.fraction=0.1,0.2", "--out", str(out)]) == 2
+    assert "sweep axis 'algorithm_options.fraction' would change array shapes" in one_line_error(capsys)
+    assert not out.exists()
+    assert main(["sweep", *sparta, "--sweep.algorithm_options.fraction=0.25,1", "--out", str(out)]) == 0
+    assert "2 grid points" in capsys.readouterr().out and (out / "sweep.json").exists()

@@ -212,3 +212,23 @@ def test_sweeps_over_a_time_varying_graph_on_two_devices_equal_one_device(algori
     one, _ = training_sweeps.sweep_topologies_training(config, topos, seeds=[0, 1])
     two, _ = training_sweeps.sweep_topologies_training(config.replace(devices=2), topos, seeds=[0, 1])
     np.testing.assert_allclose(np.asarray(two[0].test_loss), np.asarray(one[0].test_loss), rtol=1e-5, atol=1e-6)
+
+
+def test_an_algorithms_own_traced_option_is_a_training_sweep_axis_of_that_algorithm_only():
+    """SPARTA declares ``fraction`` traced (SweepFacts.traced_options): one compile over p equals the
+    single runs; Sparse-Push's ``fraction`` (its K) and gossip's absent one are refused by name."""
+    config = _config(algorithm="sparta", algorithm_options={"fraction": 0.3})
+    assert "algorithm_options.fraction" in sweeps.sweepable("sparta")
+    assert "algorithm_options.fraction" not in sweeps.SWEEPABLE + sweeps.sweepable("sparse_push")
+    points, metrics = training_sweeps.sweep_training(config, {"algorithm_options.fraction": [0.1, 1.0]}, seeds=[0])
+    for g, fraction in enumerate(np.asarray(points["algorithm_options.fraction"])):
+        single = config.replace(algorithm_options={"fraction": float(fraction)}, data_seed=config.seed)
+        rows = run_training(single, None, progress=False, log=lambda s: None).rows
+        np.testing.assert_allclose(
+            np.asarray(metrics.test_loss)[g, 0], [r["test_loss"] for r in rows], rtol=1e-4, atol=1e-5
+        )
+        np.testing.assert_allclose(np.asarray(metrics.bits)[g, 0].mean(-1), [r["bits_mean"] for r in rows], rtol=1e-6)
+    # more coordinates averaged: closer models
+    assert np.asarray(metrics.consensus)[1, 0, -1] < np.asarray(metrics.consensus)[0, 0, -1]
+    with pytest.raises(ValueError, match="'algorithm_options.fraction' would change array shapes"):
+        sweeps.check_axes({"algorithm_options.fraction": [0.1, 0.2]}, "sparse_push")
