@@ -176,6 +176,8 @@ def priced_exchanges(
     ends: list[float] = []
     done: list[tuple] = []  # (node, partner, step, request, start) per request, in request order
     q, check_at = 0, num_events
+    block, index = 0, -1  # divmod(q, num_events), kept by counting
+    slots_now = None  # slot_of[block] (no churn)
     while pending:
         if q >= check_at:  # stop once every later request starts after the E-th earliest end
             threshold = np.partition(np.array(ends), num_events - 1)[num_events - 1]
@@ -189,15 +191,20 @@ def priced_exchanges(
             if not request(i, restart, restart_row):
                 return None
             continue
-        block, index = divmod(q, num_events)
+        index += 1
+        if index == num_events:
+            block, index = block + 1, 0
+            slots_now = None
         mine = nbrs[i]
         if churn is None:
-            if block not in slot_of:
-                u32 = uniforms(block)
-                slot_of[block] = {
-                    d: np.minimum(np.floor(u32 * np.float32(d)).astype(np.int64), d - 1).tolist() for d in degrees
-                }
-            slot = slot_of[block][len(mine)][index]
+            if slots_now is None:
+                if block not in slot_of:
+                    u32 = uniforms(block)
+                    slot_of[block] = {
+                        d: np.minimum(np.floor(u32 * np.float32(d)).astype(np.int64), d - 1).tolist() for d in degrees
+                    }
+                slots_now = slot_of[block]
+            slot = slots_now[len(mine)][index]
             j = mine[slot]
         else:
             if block not in uniform_of:
