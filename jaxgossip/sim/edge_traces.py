@@ -3,11 +3,11 @@
 Where ``trace:PATH`` gives a value per node (its uplink), an edge trace gives one per directed edge
 of the graph (a link i -> j of its own), cycled over rounds. Two layouts:
 
-* ``.csv`` with a header ``row,sender,receiver,value`` (or ``sender,receiver,value``: one row),
-  one line per (row, edge): every real edge of the graph (weight != 0, sender != receiver) in
-  every row 0 .. R - 1, e.g. ``row,sender,receiver,value`` / ``0,0,1,1e8`` / ``0,1,0,5e6`` / ...
-  On a time-varying graph (period T) an edge takes the value of its (sender, receiver) pair in
-  every graph it belongs to.
+* ``.csv`` with a header ``row,sender,receiver,value`` (or ``sender,receiver,value``: one row), one
+  line per (row, edge): every real edge of the graph (weight != 0, sender != receiver) in every
+  row 0 .. R - 1 (with R = T > 1, row t holds graph t's edges), e.g.
+  ``row,sender,receiver,value`` / ``0,0,1,1e8`` / ``0,1,0,5e6`` / ... On a time-varying graph
+  (period T) an edge takes the value of its (sender, receiver) pair in every graph it belongs to.
 * ``.npy`` of shape ``[P]`` or ``[R, P]``: the values of the P real edges of a static graph in
   ascending (sender, receiver) order.
 
@@ -35,7 +35,7 @@ class EdgeTrace(NamedTuple):
       path: the file (error messages).
       pairs: ``[P, 2]`` int64 (sender, receiver) of each column (a CSV), or None (a ``.npy``:
         the graph's real edges in ascending order).
-      values: ``[R, P]`` float64.
+      values: ``[R, P]`` float64 (NaN: the edge is not in that row of a CSV).
     """
 
     path: str
@@ -85,13 +85,10 @@ def _read_csv(name: str, path: str) -> EdgeTrace:
     rows = int(index[:, 0].max()) + 1
     seen = np.zeros([rows, pairs.shape[0]], np.int64)
     np.add.at(seen, (index[:, 0], column), 1)
-    if np.any(seen != 1):
-        r, p = np.argwhere(seen != 1)[0]
-        raise ValueError(
-            f"{name}: every edge must appear once in every row 0 .. {rows - 1}; edge {pairs[p, 0]} -> {pairs[p, 1]} "
-            f"appears {seen[r, p]} times in row {r}"
-        )
-    values = np.empty([rows, pairs.shape[0]], np.float64)
+    if np.any(seen > 1):
+        r, p = np.argwhere(seen > 1)[0]
+        raise ValueError(f"{name}: edge {pairs[p, 0]} -> {pairs[p, 1]} appears {seen[r, p]} times in row {r}")
+    values = np.full([rows, pairs.shape[0]], np.nan)  # NaN: not in that row (refused where a graph needs it)
     values[index[:, 0], column] = table[:, 3]
     return EdgeTrace(path, pairs, values)
 
@@ -152,7 +149,7 @@ def edge_values(name: str, trace: EdgeTrace, topology: Any) -> np.ndarray | PerR
             f"r mod {rows} and graph r mod {period}): give one row, or {period}"
         )
     out = np.ones([max(rows, period), np.shape(topology.senders)[1]], np.float64)
-    used = np.zeros(0 if trace.pairs is None else trace.pairs.shape[0], bool)
+    used = np.zeros(np.shape(trace.values), bool)  # the (row, edge) entries a graph priced
     for t in range(period):
         edges, pairs = _real_pairs(topology, t)
         if trace.pairs is None:
@@ -171,14 +168,20 @@ def edge_values(name: str, trace: EdgeTrace, topology: Any) -> np.ndarray | PerR
         keys = {(int(a), int(b)): k for k, (a, b) in enumerate(trace.pairs)}
         for e, (a, b) in zip(edges.tolist(), pairs.tolist()):
             k = keys.get((a, b))
-            if k is None:
-                raise ValueError(f"{name}: edge {a} -> {b} of {topology.name} (graph {t}) is missing from the file")
-            used[k] = True
+            need = slice(None) if period == 1 else slice(0 if rows == 1 else t, 1 if rows == 1 else t + 1)
+            gaps = None if k is None else np.isnan(trace.values[need, k])
+            if k is None or gaps.any():
+                where = "the file" if k is None else f"row {int(np.argmax(gaps)) + (need.start or 0)}"
+                raise ValueError(f"{name}: edge {a} -> {b} of {topology.name} (graph {t}) is missing from {where}")
+            used[need, k] = True
             if period == 1:
                 out[:, e] = trace.values[:, k]
             else:
-                out[t, e] = trace.values[0 if rows == 1 else t, k]
-    if not used.all() and trace.pairs is not None:
-        a, b = trace.pairs[np.argmin(used)]
-        raise ValueError(f"{name}: edge {a} -> {b} is not an edge of {topology.name}")
+                out[t, e] = trace.values[need, k][0]
+    unused = ~np.isnan(trace.values) & ~used
+    if trace.pairs is not None and unused.any():
+        r, k = np.argwhere(unused)[0]
+        a, b = trace.pairs[k]
+        graph = f"graph {r} of {topology.name} (row {r})" if rows == period > 1 else topology.name
+        raise ValueError(f"{name}: edge {a} -> {b} is not an edge of {graph}")
     return PerRoundEdge(out) if rows > 1 and period == 1 else out
