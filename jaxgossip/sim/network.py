@@ -23,8 +23,10 @@ inside a compiled run (:func:`jaxgossip.sim.timing.time_model`, :func:`jaxgossip
   another: it is busy receiving for ``D_j = I sum_{e: r(e)=j} B_{s(e)} / (I b^down_j)`` (the bits
   only: a message's latency is paid once, on its sender's side, while the downlink carries
   another message), and its communication time is ``c_j = max(U_j, D_j)``, ``U_j`` its uploads
-  below (each bounded by its receiver's downlink). Both limits are met by a schedule in which
-  every link is busy back to back, so ``c_j`` is the time of the busier side. An all-reduce step
+  below (each bounded by its receiver's downlink). Each side is one resource working back to
+  back, and the node is done when the busier side is; how one node's uplink waits on another's
+  downlink beyond the per-message ``min`` is not modelled (the round's max over nodes still waits
+  for the slowest downlink). An all-reduce step
   sends one chunk and receives one: it goes at ``min(b_i, b^down_i)``. A stochastic graph (drawn
   every round) does not say where a node's messages go, and is refused with a downlink. The
   asynchronous planner prices each message and exchange at ``min(b_e, b^down_receiver)``;
