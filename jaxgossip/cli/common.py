@@ -71,7 +71,7 @@ PROGRESS_FLAG = {
 
 _NUMERIC_COST = ("energy.flop", "energy.bit")
 # A link takes a number or a per-node spec (jaxgossip.sim.link_specs).
-_LINK_COST = ("time.bandwidth", "time.latency")
+_LINK_COST = ("time.bandwidth", "time.latency", "time.downlink")
 
 
 def cost_options(training: bool = False) -> list[tuple[str, Any, Any, str]]:

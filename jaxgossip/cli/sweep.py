@@ -36,7 +36,7 @@ def axis_hints(values: dict) -> dict[str, Any]:
     return {name: list[float | str] if name in _LINK_AXES else list[float] for name in _flatten(sweep)}
 
 
-_LINK_AXES = ("time.latency", "time.bandwidth")
+_LINK_AXES = ("time.latency", "time.bandwidth", "time.downlink")
 
 
 @dataclasses.dataclass(frozen=True)

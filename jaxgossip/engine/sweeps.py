@@ -58,6 +58,7 @@ SWEEPABLE = (
     # C, median or mean; a straggler fraction F and slowdown S)
     "time.latency",
     "time.bandwidth",
+    "time.downlink",
     "time.compute",
     "time.fraction",
     "time.slowdown",
@@ -84,6 +85,7 @@ _LINK_SPEC_REASON = (
 _SPEC_REASONS = {
     "time.latency": _LINK_SPEC_REASON,
     "time.bandwidth": _LINK_SPEC_REASON,
+    "time.downlink": _LINK_SPEC_REASON,
     "time.compute": "a spec's kind selects the program's structure; sweep its numbers (time.compute, time.fraction, "
     "time.slowdown)",
 }

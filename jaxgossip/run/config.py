@@ -335,10 +335,17 @@ TIME_HELP = {
     "headed .csv: its compute_seconds); default 0",
     "time.latency": "seconds per message: SECONDS for every link (default 1e-4: 100 us, an assumed LAN / "
     "data-centre TCP message), or per node (its uplink): constant:V, stragglers:F,S (round(F N) nodes drawn "
-    "from --seed, S times the default), lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled)",
+    "from --seed, S times the default), lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled), "
+    "or per edge: edge_trace:PATH (.csv row,sender,receiver,value, or .npy [P] / [rounds, P] over the "
+    "real edges in (sender, receiver) order)",
     "time.bandwidth": "bit/s: BITS_PER_S for every link (default 1e9: 1 Gbit/s Ethernet), or per node (its "
     "uplink): constant:V, stragglers:F,S (round(F N) nodes drawn from --seed, 1/S of the default), "
-    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled; or a device trace's uplink_bps)",
+    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N] .npy/.csv, cycled; or a device trace's uplink_bps), "
+    "or per edge: edge_trace:PATH (as --time.latency)",
+    "time.downlink": "bit/s of each node's downlink, which bounds every message it receives (and, with "
+    "--time.mode=serial, is shared by them): BITS_PER_S, or per node: constant:V, stragglers:F,S (1/S of 1e9), "
+    "lognormal:MEDIAN,SIGMA, trace:PATH ([N] or [rounds, N], cycled; or a device trace's downlink_bps); "
+    "default unlimited (not modelled); fixed graphs and all-reduces",
     "time.mode": "serial: a node's messages of a round share its uplink one after another (default); "
     "parallel: they go out at once on independent links",
     "time.exchange": "priced: an asynchronous pairwise average (AD-PSGD) takes its link time both ways and keeps "

@@ -46,6 +46,7 @@ LINK_OPTIONS = {
     for option, metavar in (
         ("time.bandwidth", "BIT/S"),
         ("time.latency", "S"),
+        ("time.downlink", "BIT/S"),
         ("time.mode", "serial|parallel"),
         ("time.allreduce_model", "ring|message"),
     )

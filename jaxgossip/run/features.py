@@ -113,8 +113,13 @@ FEATURES: tuple[Feature, ...] = (
     Feature("bf16", ("--precision=bf16", "--message_dtype=bf16"), "bfloat16 compute and 16-bit messages"),
     Feature(
         "clock",
-        ("--time.compute=stragglers:0.01,0.25,4", "--time.bandwidth=1e7", "--time.latency=0.001"),
-        "the simulated clock with a straggler and slow links",
+        (
+            "--time.compute=stragglers:0.01,0.25,4",
+            "--time.bandwidth=1e7",
+            "--time.latency=0.001",
+            "--time.downlink=5e6",
+        ),
+        "the simulated clock with a straggler, slow uplinks and slower downlinks",
     ),
     Feature("availability", ("--time.availability=markov:0.2,0.5",), "nodes going off and on line (Markov)"),
     Feature("local_steps", ("--local_steps=2",), "H = 2 local steps per round"),

@@ -51,10 +51,10 @@ def time_model_of(config: TrainConfig, topo, network: Network, available: np.nda
     # An asynchronous event sends one message per out-neighbour: no exchanges or all-reduce pricing.
     asynchronous = config.execution == "async"
     if asynchronous and network.round_varying:
-        field = next(f for f, spec in network.link_specs.items() if spec.kind == "trace" and spec.trace.shape[0] > 1)
+        field = network.round_varying_fields[0]
         raise ValueError(
             f"--time.{field}={getattr(network, field)!r} changes with the round (a [rounds, N] trace), but an "
-            "--execution=async run has events, not rounds: give a trace of one row [N]"
+            "--execution=async run has events, not rounds: give a trace of one row"
         )
     try:
         return timing.time_model(

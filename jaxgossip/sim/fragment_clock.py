@@ -14,7 +14,9 @@ than the steps it overlaps makes the node wait for the rest.
 
 With one fragment and no overlap the timeline is ``P_i + c_i`` and the round is
 :func:`jaxgossip.sim.timing.round_seconds`'s ``max_i (P_i + c_i)`` bit for bit. Like the
-synchronous model, a node's message is priced by its own links: it does not wait for its
+synchronous model, a node's message is priced by its own links (with downlinks, each message
+bounded by its receiver's downlink and, in serial mode, the node's link busy for the longer of its
+uploads and downloads: :func:`jaxgossip.sim.network.comm_seconds`): it does not wait for its
 neighbours to launch.
 
 Shapes: N nodes, F fragments; ``bits`` [F, N], arrivals [F, N] (seconds after the round's start).

@@ -1,17 +1,24 @@
-"""Heterogeneous links from a spec: the ``--time.latency`` / ``--time.bandwidth`` grammar.
+"""Heterogeneous links from a spec: the ``--time.latency`` / ``--time.bandwidth`` /
+``--time.downlink`` grammar.
 
-Besides a number (every link alike), either option takes a per-node spec; node i's value prices
-its uplink, the messages it sends (:mod:`jaxgossip.sim.network`):
+Besides a number (every link alike), each option takes a per-node spec; node i's latency and
+bandwidth price its uplink, the messages it sends, and its downlink the messages it receives
+(:mod:`jaxgossip.sim.network`):
 
 * ``constant:V``: every node V (the number V, bit for bit);
 * ``stragglers:F,S``: ``round(F N)`` nodes, drawn once from the run's seed, have S times lower
   bandwidth (``b / S``) or S times higher latency (``S l``) than the default link
-  (:data:`~jaxgossip.sim.network.DEFAULT_BANDWIDTH`, :data:`~jaxgossip.sim.network.DEFAULT_LATENCY`);
+  (:data:`~jaxgossip.sim.network.DEFAULT_BANDWIDTH`, :data:`~jaxgossip.sim.network.DEFAULT_LATENCY`;
+  a downlink's base is the default bandwidth too);
 * ``lognormal:MEDIAN,SIGMA``: ``v_i = MEDIAN exp(SIGMA z_i)``, ``z_i ~ N(0, 1)`` drawn once per
   node from the run's seed;
 * ``trace:PATH``: a ``.npy`` / ``.csv`` of per-node values ``[N]`` (or one row), or ``[R, N]``:
   round r uses row ``r mod R``; or a device trace (:mod:`jaxgossip.sim.traces`: ``.npz`` or a
-  ``.csv`` with a header), whose ``uplink_bps`` (bandwidth) or ``latency_s`` (latency) it reads.
+  ``.csv`` with a header), whose ``uplink_bps`` (bandwidth), ``downlink_bps`` (downlink) or
+  ``latency_s`` (latency) it reads;
+* ``edge_trace:PATH`` (latency and bandwidth only): a value per directed edge of the graph, cycled
+  over rounds (:mod:`jaxgossip.sim.edge_traces`; laid out on the graph by
+  :meth:`jaxgossip.sim.network.Network.links`).
 
 The draws are on the host (NumPy, from the seed and a stream per option), so the clock inside a
 compiled run, :func:`jaxgossip.sim.cost.simulate` and the asynchronous planner all see the same
@@ -26,24 +33,26 @@ import numpy as np
 
 from jaxgossip.checks import check_number
 from jaxgossip.sim.compute import load_trace
+from jaxgossip.sim.edge_traces import load_edge_trace
 
 __all__ = ["LINK_KINDS", "LinkSpec", "PerRound", "NodeLinks", "parse_link", "link_values"]
 
-LINK_KINDS = ("constant", "stragglers", "lognormal", "trace")
+LINK_KINDS = ("constant", "stragglers", "lognormal", "trace", "edge_trace")
 # Per-option streams of the seed, so that latency and bandwidth draws are independent.
-_STREAMS = {"latency": 0x1A7, "bandwidth": 0xBA2}
-_GRAMMAR = "constant:V, stragglers:F,S, lognormal:MEDIAN,SIGMA or trace:PATH"
+_STREAMS = {"latency": 0x1A7, "bandwidth": 0xBA2, "downlink": 0xD0E}
+_GRAMMAR = "constant:V, stragglers:F,S, lognormal:MEDIAN,SIGMA, trace:PATH or edge_trace:PATH"
 
 
 class LinkSpec(NamedTuple):
     """A parsed per-node link spec (:func:`parse_link`).
 
     Attributes:
-      field: ``"latency"`` or ``"bandwidth"``.
+      field: ``"latency"``, ``"bandwidth"`` or ``"downlink"``.
       text: the spec as given (error messages).
       kind: one of :data:`LINK_KINDS` but ``constant`` (which parses to a number).
       numbers: (F, S) for stragglers, (MEDIAN, SIGMA) for lognormal, () for a trace.
-      trace: ``[R, N]`` float32 values (trace), else None.
+      trace: ``[R, N]`` float32 values (trace), an
+        :class:`~jaxgossip.sim.edge_traces.EdgeTrace` (edge_trace), else None.
     """
 
     field: str
@@ -95,7 +104,7 @@ def parse_link(field: str, spec: str, default: float) -> float | np.ndarray | Li
     trace file is read here, once).
 
     Args:
-      field: ``"latency"`` (values >= 0 s) or ``"bandwidth"`` (values > 0 bit/s).
+      field: ``"latency"`` (values >= 0 s), ``"bandwidth"`` or ``"downlink"`` (values > 0 bit/s).
       spec: the option's text.
       default: the default link of ``field`` (the base of ``stragglers``).
 
@@ -103,7 +112,7 @@ def parse_link(field: str, spec: str, default: float) -> float | np.ndarray | Li
       ValueError: naming ``--time.FIELD`` and the rule the spec breaks.
     """
     unit = "s" if field == "latency" else "bit/s"
-    strict = field == "bandwidth"
+    strict = field != "latency"
     name = f"--time.{field}={spec!r}"
     text = spec.strip()
     if text.startswith("[") and text.endswith("]"):
@@ -130,9 +139,16 @@ def parse_link(field: str, spec: str, default: float) -> float | np.ndarray | Li
             raise ValueError(f"{name}: expected lognormal:MEDIAN,SIGMA with MEDIAN > 0 and SIGMA > 0")
         return LinkSpec(field, spec, kind, (median, sigma), None)
     if kind == "trace":
-        column = "uplink_bps" if field == "bandwidth" else "latency_s"
+        column = {"bandwidth": "uplink_bps", "downlink": "downlink_bps", "latency": "latency_s"}[field]
         trace = load_trace(name, args, vector=True, shape="[N] or [rounds, N]", column=column)
         check_number(f"{name}: the trace", trace, minimum=0.0, strict=strict)
+        return LinkSpec(field, spec, kind, (), trace)
+    if kind == "edge_trace":
+        if field == "downlink":
+            raise ValueError(f"{name}: a downlink is a node's (what it receives): give a number or a per-node spec")
+        trace = load_edge_trace(name, args)
+        given = trace.values[~np.isnan(trace.values)]  # NaN: an edge a CSV row leaves out
+        check_number(f"{name}: the trace", given, minimum=0.0, strict=strict)
         return LinkSpec(field, spec, kind, (), trace)
     raise ValueError(f"{name}: unknown kind {kind!r}; expected a number or {_GRAMMAR}")
 
@@ -151,6 +167,8 @@ def link_values(spec: LinkSpec, num_nodes: int, seed: int | None, default: float
       ValueError: a drawn spec without a seed; a trace that does not fit N.
     """
     n = int(num_nodes)
+    if spec.kind == "edge_trace":
+        raise ValueError(f"{spec.name} gives values per edge: lay it out on the graph (Network.links)")
     if spec.kind == "trace":
         if spec.trace.shape[1] != n:
             raise ValueError(
@@ -166,7 +184,7 @@ def link_values(spec: LinkSpec, num_nodes: int, seed: int | None, default: float
         fraction, slowdown = spec.numbers
         slow = np.zeros(n, bool)
         slow[rng.permutation(n)[: int(round(fraction * n))]] = True
-        factor = 1.0 / slowdown if spec.field == "bandwidth" else slowdown
+        factor = slowdown if spec.field == "latency" else 1.0 / slowdown
         return np.where(slow, default * factor, default)
     median, sigma = spec.numbers
     return median * np.exp(sigma * rng.standard_normal(n))

@@ -1,5 +1,6 @@
 """Device traces: one file of per-node, per-time compute and network capacity, read by
-``--time.compute=trace:PATH``, ``--time.bandwidth=trace:PATH`` and ``--time.latency=trace:PATH``.
+``--time.compute=trace:PATH``, ``--time.bandwidth=trace:PATH``, ``--time.downlink=trace:PATH`` and
+``--time.latency=trace:PATH``.
 
 **The layout** (:class:`DeviceTrace`), as ``.npz`` or as a long ``.csv`` with a header:
 
@@ -12,10 +13,9 @@
   fills its rows 0 .. R - 1 and is empty in later rows (columns may have different R; one row:
   the same values all the time).
 
-Each option takes its column (compute: ``compute_seconds``, bandwidth: ``uplink_bps``, latency:
-``latency_s``); a file without it is refused naming the column. ``downlink_bps`` is read and
-checked but not priced: the network prices a message on its sender's uplink only
-(:mod:`jaxgossip.sim.network`). A plain ``.npy`` / header-less ``.csv`` matrix is still one
+Each option takes its column (compute: ``compute_seconds``, bandwidth: ``uplink_bps``, downlink:
+``downlink_bps``, latency: ``latency_s``); a file without it is refused naming the column (how a
+downlink is priced: :mod:`jaxgossip.sim.network`). A plain ``.npy`` / header-less ``.csv`` matrix is still one
 option's values (:func:`jaxgossip.sim.compute.load_trace`).
 
 **FedScale devices** (:func:`from_fedscale`): FedScale's device profiles give per client a compute

@@ -43,14 +43,15 @@ def _uniform_blocks(key, num_events):
     return block
 
 
-def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None):
+def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None, downlink=None):
     """Priced AD-PSGD one happening at a time from a heap of (time, kind, order, ...): kind 0 an
     exchange ending, kind 1 a node's gradient done (it books an exchange in both nodes' queues).
     An exchange starts when it heads both queues; the average and the step apply at its end.
     ``churn`` (tests/engine/test_async.py's ``_Online``): a gradient during which its node went
     offline is lost; the partner is drawn among the neighbours online at the request (none: the
     node's step alone, no link time); the next gradient starts at the exchange's end, or when the
-    node is next online."""
+    node is next online. ``downlink`` [N]: each way goes at min(sender's uplink, receiver's
+    downlink)."""
     n = x0.shape[0]
     draw = [1] * n
     start_row = [0] * n
@@ -62,8 +63,8 @@ def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None):
     s, r, w = (np.asarray(a)[0] for a in (topology.senders, topology.receivers, topology.weights))
     nbrs = [sorted({int(b) for a, b, c in zip(s, r, w) if a == i and b != i and c != 0}) for i in range(n)]
 
-    def one_way(a):  # the sender's link carries the model (per-node links)
-        return LATENCY[a] + 32.0 * D / BANDWIDTH[a]
+    def one_way(a, b):  # the sender's link carries the model (per-node links), b's downlink bounds it
+        return LATENCY[a] + 32.0 * D / (BANDWIDTH[a] if downlink is None else min(BANDWIDTH[a], downlink[b]))
 
     x = np.asarray(x0, np.float64).copy()
     x_hat = x.copy()
@@ -108,7 +109,7 @@ def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None):
             j, seconds = i, np.float32(0)
             if up:
                 j = up[min(int(np.floor(u * np.float32(len(up)))), len(up) - 1)]
-                seconds = np.float32(one_way(i) + one_way(j))
+                seconds = np.float32(one_way(i, j) + one_way(j, i))
             ex = (booked, i, j, extra, seconds)
             booked += 1
             queues[i].append(ex)
@@ -144,9 +145,11 @@ def _reference(problem, topology, x0, lr, dur, block, num_rounds, churn=None):
     return x, np.array(times), np.array(objs), np.array(cons), waited
 
 
-def _run(problem, x0, spec, key, exchange="priced", latency=LATENCY, bandwidth=BANDWIDTH, **kw):
+def _run(problem, x0, spec, key, exchange="priced", latency=LATENCY, bandwidth=BANDWIDTH, downlink=None, **kw):
     topology = T.ring(N)
-    tm = timing.time_model(topology, compute=spec, latency=latency, bandwidth=bandwidth, exchange=exchange)
+    tm = timing.time_model(
+        topology, compute=spec, latency=latency, bandwidth=bandwidth, downlink=downlink, exchange=exchange
+    )
     return asynchronous.run_async_optimization(
         problem, topology, x0, lr=0.05, time=tm, num_rounds=ROUNDS, key=key, algorithm="ad_psgd", **kw
     )
@@ -174,6 +177,26 @@ def test_priced_exchanges_match_the_queue_reference(problem, x0, spec):
     single = _run(problem, x0, spec, key, max_width=1)  # the waves compute the sequential run
     np.testing.assert_allclose(np.asarray(res.x), np.asarray(single.x), rtol=1e-6, atol=1e-7)
     assert res.waves.mean_width > 1.5
+
+
+def test_a_slow_downlink_prices_each_exchange_at_the_slower_end(problem, x0):
+    """Two nodes with a downlink 10x slower than every uplink: each way of an exchange goes at
+    min(uplink of its sender, downlink of its receiver), as the queue reference says."""
+    key = jax.random.key(7)
+    downlink = np.full(N, 1e4)
+    downlink[[2, 5]] = 50.0
+    res = _run(problem, x0, STRAGGLERS, key, downlink=downlink)
+    dur = asynchronous.step_durations(parse_compute(STRAGGLERS), N, ROUNDS * N + 1, key)
+    z, times, objs, _, _ = _reference(
+        problem, T.ring(N), x0, 0.05, dur, _uniform_blocks(key, ROUNDS * N), ROUNDS, downlink=downlink
+    )
+    np.testing.assert_allclose(np.asarray(res.sim_time[1:]), times, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(res.x), z, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(res.objective[1:]), objs, rtol=1e-4)
+    fast = _run(problem, x0, STRAGGLERS, key, downlink=np.full(N, 1e4))  # above every uplink: no change
+    plain = _run(problem, x0, STRAGGLERS, key)
+    np.testing.assert_array_equal(np.asarray(fast.sim_time), np.asarray(plain.sim_time))
+    assert float(res.sim_time[-1]) > float(plain.sim_time[-1])
 
 
 def test_zero_delays_give_the_free_run_bit_for_bit(problem, x0):

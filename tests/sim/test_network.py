@@ -21,6 +21,7 @@ def test_defaults_and_the_option_group():
         "compute": 0.0,
         "latency": DEFAULT_LATENCY,
         "bandwidth": DEFAULT_BANDWIDTH,
+        "downlink": None,
         "mode": "serial",
         "exchange": "priced",
         "allreduce_model": "ring",

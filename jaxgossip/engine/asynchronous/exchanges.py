@@ -6,19 +6,20 @@ depends only on the step durations, the link delays and the key, never on model 
 
 **The rule.** Node i computes its k-th gradient for ``p_{k,i}`` seconds, from the end of its
 previous exchange (0 first), and *requests* an exchange at the end, ``c = start + p_{k,i}``, with
-the neighbour j it draws. The exchange is the model going to j and the average coming back
-(Lian et al. 2018, Section 5: an active worker sends its model, the passive one averages and
-replies), ``d_ij = (l_ij + B / b_ij) + (l_ji + B / b_ji)`` with B = 32 D bits (the reply priced on
-the edge j -> i, or on i -> j when the graph has no such edge). A node takes part in one exchange
-at a time (the paper's atomic averaging, with its cost): requests are served in the order they are
-made (time, then node), each after every exchange already booked on either node, so the exchange
-runs over ``[b, a]``, ``b = max(c, free_i, free_j)``, ``a = b + d_ij`` (float32), with ``free_x``
-the end of the last exchange booked on node x. The average and i's step take effect at ``a``, the
-*event*; i starts its next gradient at ``a``. The passive node j keeps computing while it serves
-(its communication runs beside its computation, as in the paper's implementation) and receives
-the average at ``a``. Events are in the order of ``(a, request)``: the exchanges of one node are
-disjoint and in request order, so this is the order in which every node sees them. With zero
-delays ``a = c`` and the schedule is the free one's (the events at the steps' ends).
+the neighbour j it draws. The exchange is the model going to j and the average coming back (Lian et
+al. 2018, Section 5: an active worker sends its model, the passive one averages and replies),
+``d_ij = (l_ij + B / b_ij) + (l_ji + B / b_ji)`` with B = 32 D bits (the reply priced on the edge j -> i,
+or on i -> j when the graph has no such edge); with downlinks each way goes at the slower of its two
+ends, ``b_ij = min(b_ij, b^down_j)`` and ``b_ji = min(b_ji, b^down_i)``. A node takes part in one
+exchange at a time (the paper's atomic averaging, with its cost): requests are served in the order
+they are made (time, then node), each after every exchange already booked on either node, so the
+exchange runs over ``[b, a]``, ``b = max(c, free_i, free_j)``, ``a = b + d_ij`` (float32), with
+``free_x`` the end of the last exchange booked on node x. The average and i's step take effect at
+``a``, the *event*; i starts its next gradient at ``a``. The passive node j keeps computing while it
+serves (its communication runs beside its computation, as in the paper's implementation) and
+receives the average at ``a``. Events are in the order of ``(a, request)``: the exchanges of one
+node are disjoint and in request order, so this is the order in which every node sees them. With
+zero delays ``a = c`` and the schedule is the free one's (the events at the steps' ends).
 
 Partner draws: request q (in the order requests are made) picks slot ``floor(u_q deg_i)`` with
 ``u_q`` entry ``q mod E`` of block ``q // E`` of uniforms (block 0: ``uniform(key_sched, [E])``,

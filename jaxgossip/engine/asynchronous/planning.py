@@ -163,13 +163,14 @@ def neighbor_table(topology: Any, algorithm: str = "ad_psgd") -> tuple[np.ndarra
 def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) -> dict[tuple[int, int], float]:
     """(sender, receiver) -> seconds a message of ``bits`` takes on graph 0's real edges (serial
     uplinks: the cumulative transfer of the sender's messages in ascending receiver order; ``one``:
-    a single message, ``latency + bits / bandwidth``)."""
+    a single message, ``latency + bits / bandwidth``), the bandwidth bounded by the receiver's
+    downlink when the links have one (``min(b_e, b^down_receiver)``; messages do not queue on it)."""
     if links.kind != "graph":
         raise ValueError(f"asynchronous runs need per-edge or per-node links on the graph, not {links.kind!r} links")
-    if links.cycled:
+    if links.cycled or links.edge_cycled:
         raise ValueError(
-            f"asynchronous runs need links fixed in time; the {' and '.join(links.cycled)} change with the round "
-            "(a [rounds, N] trace), but events are not rounds: give one row [N] per node"
+            f"asynchronous runs need links fixed in time; the {' and '.join(links.cycled + links.edge_cycled)} "
+            "change with the round (a trace of several rows), but events are not rounds: give a trace of one row"
         )
     if np.shape(links.senders) != np.shape(topology.senders):
         raise ValueError(
@@ -181,6 +182,8 @@ def _edge_delays(links: Links, topology: Any, bits: float, one: bool = False) ->
     real = np.flatnonzero(np.asarray(links.real)[0])
     lat = np.asarray(links.latency, np.float64)[0]
     bw = np.asarray(links.bandwidth, np.float64)[0]
+    if links.downlink is not None:
+        bw = np.minimum(bw, np.asarray(links.downlink, np.float64)[r])
     edges = real[np.lexsort((real, r[real], s[real]))]  # by sender, then receiver, then edge
     sent = lat[edges] + bits / bw[edges]
     if links.mode == "serial" and not one:  # running sums per sender, added in order (float64)

@@ -11,12 +11,13 @@ over waves with fixed-width tables.
 
 **Arrivals** (:func:`uplink_arrivals`). Every event of node j sends one message to each
 out-neighbour r. On independent links (``parallel``) the message arrives ``d_jr`` after the event
-(float32 sum; ``d_jr = latency + bits / bandwidth``). On a shared uplink (``serial``) the messages
-of an event leave one after another in ascending receiver order, ``d_jr`` being the cumulative
-transfer up to r's message, and they queue behind the previous event's: they start at
-``max(t, free_j)``, ``free_j`` the arrival of j's previous last message, so the message arrives at
-``max(t, free_j) + d_jr`` (float32). Messages on one link arrive in the order they were sent.
-Queued messages get older: when the uplink is slower than the node computes, the queue and the
+(float32 sum; ``d_jr = latency + bits / bandwidth``, the bandwidth bounded by r's downlink when the
+links have one: ``min(b_jr, b^down_r)``; messages do not queue on a downlink). On a shared uplink
+(``serial``) the messages of an event leave one after another in ascending receiver order, ``d_jr``
+being the cumulative transfer up to r's message, and they queue behind the previous event's: they
+start at ``max(t, free_j)``, ``free_j`` the arrival of j's previous last message, so the message
+arrives at ``max(t, free_j) + d_jr`` (float32). Messages on one link arrive in the order they were
+sent. Queued messages get older: when the uplink is slower than the node computes, the queue and the
 staleness grow with the run.
 
 **Stale versions** (:func:`read_versions`). Version 0 of node j is its initial model, known to
