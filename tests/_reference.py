@@ -632,3 +632,23 @@ def irregular_graph():
     for a, b in edges:
         adj[a, b] = adj[b, a] = 1
     return tp.from_adjacency(adj, name="irregular(10)")
+
+
+def clock_equals_simulate(topo, net, algorithm: str):
+    """Runs 6 rounds of consensus of ``algorithm`` on ``topo`` under ``net`` (the compiled float32
+    clock), asserts that cost.simulate of the run's recorded bits (float64, host) gives the same
+    per-round comm and round times, and returns that :class:`~jaxgossip.sim.cost` result."""
+    import jax
+
+    import jaxgossip as jg
+    from jaxgossip.sim import timing
+    from jaxgossip.sim.cost import simulate
+
+    alg = jg.algorithms.make(algorithm, topo)
+    time = timing.time_model(topo, net, algorithm=algorithm)
+    x0 = {"x": jax.random.normal(jax.random.key(0), (topo.num_nodes, 100))}
+    result = jg.run_consensus(alg, x0, 6, jax.random.key(1), time=time)
+    priced = simulate(np.asarray(result.node_bits, np.float64), topo, net, allreduce=algorithm == "allreduce")
+    np.testing.assert_allclose(np.asarray(result.comm_time)[1:], np.cumsum(priced.comm_time), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(result.sim_time)[1:], np.cumsum(priced.round_time), rtol=1e-6)
+    return priced

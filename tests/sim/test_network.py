@@ -5,12 +5,11 @@ reports that price only what the run did not (a final merge)."""
 import json
 import os
 
-import jax
 import numpy as np
 import pytest
+from _reference import clock_equals_simulate
 
 import jaxgossip as jg
-from jaxgossip.sim import timing
 from jaxgossip.sim.cost import simulate
 from jaxgossip.sim.network import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, Network
 
@@ -92,13 +91,7 @@ def test_the_clock_of_a_run_equals_simulate_of_its_bits(algorithm, mode):
     topo = jg.topology.erdos_renyi(8, 0.5, seed=1)
     rng = np.random.default_rng(0)
     net = Network(latency=rng.uniform(1e-4, 1e-3, 8), bandwidth=rng.uniform(1e6, 1e7, 8), mode=mode)
-    alg = jg.algorithms.make(algorithm, topo)
-    time = timing.time_model(topo, net, algorithm=algorithm)
-    x0 = {"x": jax.random.normal(jax.random.key(0), (8, 100))}
-    result = jg.run_consensus(alg, x0, 6, jax.random.key(1), time=time)
-    priced = simulate(np.asarray(result.node_bits, np.float64), topo, net, allreduce=algorithm == "allreduce")
-    np.testing.assert_allclose(np.asarray(result.comm_time)[1:], np.cumsum(priced.comm_time), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(result.sim_time)[1:], np.cumsum(priced.round_time), rtol=1e-6)
+    clock_equals_simulate(topo, net, algorithm)
 
 
 def test_simulate_counts_the_network_compute_of_each_local_step():
