@@ -204,7 +204,9 @@ def main() -> None:
             )
             sdp = f"sdp {r['sdp_slem']:.8f} in {r['sdp_seconds']:.2f}s  " if "sdp_slem" in r else ""
             surrogate = (
-                f"surrogate {r['surrogate_slem']:.6f} in {r['surrogate_seconds']:.2f}s  " if "surrogate_slem" in r else ""
+                f"surrogate {r['surrogate_slem']:.6f} in {r['surrogate_seconds']:.2f}s  "
+                if "surrogate_slem" in r
+                else ""
             )
             print(f"N={r['num_nodes']:5d}: {exact}{sdp}{surrogate}metropolis {r['metropolis_slem']:.6f}", flush=True)
         return
