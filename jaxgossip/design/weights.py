@@ -42,11 +42,10 @@ Cost of one Newton step, dense linear algebra on the host in float64:
   (``O(M N + M^2)`` memory traffic, no products), and one Cholesky solve (``M^3 / 3`` flops);
 * the SLEM of the iterate for ``history``: dense up to 256 nodes, Lanczos on the sparse W above.
 
-so ``O(N^3 + M^3)`` per step. The number of steps is 30-60 on vertex-transitive graphs (tori,
-rings) and for FDLA; the chain on irregular graphs, whose optimum has many zero weights and
-saturated rows, needs more (about 230 at N = 128, 260 at N = 256 and 450 at N = 512 on
-Erdos-Renyi graphs of mean degree 5). Measured on a shared 2-core CPU with one BLAS thread
-(experiments/bench/design_vs_sdp.py --growth): a 1,024-node torus in well under a minute.
+so ``O(N^3 + M^3)`` per step. The number of steps is 30-60 on tori and for FDLA; the chain on
+irregular graphs, whose optimum has many zero weights and saturated rows, needs more (137, 139 and
+202 steps at N = 128, 256 and 512 on Erdos-Renyi graphs of mean degree 5). Measured on a shared
+2-core CPU (experiments/bench/design_growth_*.md): a 1,024-node torus in under a minute.
 
 Why a barrier method and not a first-order one: the SLEM is non-smooth exactly at the optimum
 (its extreme eigenvalues are typically multiple there), where subgradient methods crawl and
@@ -356,7 +355,7 @@ def fastest_mixing(
 
     Solved exactly by a structured primal barrier method (see the module docstring): the result
     is within ``gap_bound <= tol`` of the optimum. Cost per Newton step ``O(N^3 + M^3)``; 30-60
-    steps on regular graphs and for FDLA, a few hundred for the chain on irregular graphs.
+    steps on tori and for FDLA, 100-200 for the chain on irregular random graphs.
 
     Args:
       topology: a fixed, static graph with an undirected, connected support (the pairs with a
