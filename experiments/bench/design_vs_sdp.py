@@ -177,6 +177,9 @@ def main() -> None:
     parser.add_argument("--no-surrogate", action="store_true", help="--growth: skip the matrix-free surrogate")
     parser.add_argument("--rounds", type=int, default=30, help="--growth: rounds R of the surrogate")
     parser.add_argument("--probes", type=int, default=32, help="--growth: Gaussian probes of the surrogate")
+    parser.add_argument(
+        "--resume", action="store_true", help="--growth: keep the rows of an earlier run's JSON for the sizes it has"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     sizes = [8, 12] if args.smoke else [int(s) for s in args.sizes.split(",")]
@@ -184,17 +187,25 @@ def main() -> None:
     info["openblas_num_threads"] = os.environ.get("OPENBLAS_NUM_THREADS")
     if args.growth:
         sizes = [16, 24] if args.smoke else sizes
-        rows = []
         os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"design_growth_{args.graph}.json")
+        done = {}
+        if args.resume and os.path.exists(path):
+            with open(path) as f:
+                done = {r["num_nodes"]: r for r in json.load(f)["rows"]}
+        rows = []
         print(header_line(info))
         for n in sizes:
-            rows.append(growth_row(n, args))
+            rows.append(done[n] if n in done else growth_row(n, args))
             r = rows[-1]
             # written after every size, so that a long series leaves its finished rows behind
-            with open(os.path.join(args.out, f"design_growth_{args.graph}.json"), "w") as f:
+            with open(path, "w") as f:
                 json.dump({"machine": info, "smoke": args.smoke, "rows": rows}, f, indent=1)
             with open(os.path.join(args.out, f"design_growth_{args.graph}.md"), "w") as f:
                 f.write(f"{header_line(info)}, OPENBLAS_NUM_THREADS={info['openblas_num_threads']}\n\n")
+                kept = sorted(set(done) & set(sizes))
+                if kept:
+                    f.write(f"Rows kept from an earlier run of the same code (--resume): N = {kept}.\n\n")
                 f.write(growth_table(rows))
             exact = (
                 f"exact {r['exact_slem']:.8f} in {r['exact_seconds']:.2f}s wall {r['exact_cpu_seconds']:.2f}s CPU "
