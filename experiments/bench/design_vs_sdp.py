@@ -205,7 +205,7 @@ def main() -> None:
                 f.write(f"{header_line(info)}, OPENBLAS_NUM_THREADS={info['openblas_num_threads']}\n\n")
                 kept = sorted(set(done) & set(sizes))
                 if kept:
-                    f.write(f"Rows kept from an earlier run of the same code (--resume): N = {kept}.\n\n")
+                    f.write(f"Rows kept from an earlier run (--resume): N = {kept}.\n\n")
                 f.write(growth_table(rows))
             exact = (
                 f"exact {r['exact_slem']:.8f} in {r['exact_seconds']:.2f}s wall {r['exact_cpu_seconds']:.2f}s CPU "
