@@ -234,18 +234,23 @@ class Network:
         Raises:
           ValueError: naming the option: a drawn spec without a seed, a trace that does not fit N.
         """
-        out = []
-        for field in ("latency", "bandwidth"):
-            spec = self.link_specs.get(field)
-            value = getattr(self, field)
-            out.append(value if spec is None else link_values(spec, num_nodes, seed, _DEFAULTS[field]))
-        return NodeLinks(*out)
+        return NodeLinks(*(self._field_values(field, num_nodes, seed) for field in ("latency", "bandwidth")))
 
     def downlink_values(self, num_nodes: int, seed: int | None = None) -> Any:
         """:attr:`downlink` as :func:`make_links` takes it: None (not modelled), a number or array
         as given, or a spec's per-node values ``[N]`` (:class:`PerRound` ``[R, N]``) drawn from ``seed``."""
-        spec = self.link_specs.get("downlink")
-        return self.downlink if spec is None else link_values(spec, num_nodes, seed, _DEFAULTS["downlink"])
+        return self._field_values("downlink", num_nodes, seed)
+
+    def _field_values(self, field: str, num_nodes: int, seed: int | None, edges_of: tuple = ()) -> Any:
+        """One link field as :func:`make_links` takes it: the value as given, or a per-node spec's
+        values drawn from ``seed``; with ``edges_of=(topology,)`` an ``edge_trace`` is laid out on
+        that graph's edges (a None topology, an all-reduce's, refuses it)."""
+        spec = self.link_specs.get(field)
+        if spec is None:
+            return getattr(self, field)
+        if spec.kind == "edge_trace" and edges_of:
+            return edge_values(spec.name, spec.trace, edges_of[0])
+        return link_values(spec, num_nodes, seed, _DEFAULTS[field])
 
     def links(
         self,
@@ -262,15 +267,8 @@ class Network:
         n = num_nodes if topology is None else topology.num_nodes
         if n is None:
             raise ValueError("Network.links needs a topology or num_nodes")
-        values = []
-        for field in ("latency", "bandwidth"):
-            spec = self.link_specs.get(field)
-            if spec is not None and spec.kind == "edge_trace":  # laid out on the graph's edges
-                values.append(edge_values(spec.name, spec.trace, None if allreduce else topology))
-            elif spec is not None:
-                values.append(link_values(spec, n, seed, _DEFAULTS[field]))
-            else:
-                values.append(getattr(self, field))
+        graph = None if allreduce else topology
+        values = [self._field_values(field, n, seed, (graph,)) for field in ("latency", "bandwidth")]
         return make_links(
             None if allreduce else topology,
             *values,
