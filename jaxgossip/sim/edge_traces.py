@@ -165,19 +165,25 @@ def edge_values(name: str, trace: EdgeTrace, topology: Any) -> np.ndarray | PerR
                 )
             out[:, edges] = trace.values
             continue
-        keys = {(int(a), int(b)): k for k, (a, b) in enumerate(trace.pairs)}
-        for e, (a, b) in zip(edges.tolist(), pairs.tolist()):
-            k = keys.get((a, b))
-            need = slice(None) if period == 1 else slice(0 if rows == 1 else t, 1 if rows == 1 else t + 1)
-            gaps = None if k is None else np.isnan(trace.values[need, k])
-            if k is None or gaps.any():
-                where = "the file" if k is None else f"row {int(np.argmax(gaps)) + (need.start or 0)}"
-                raise ValueError(f"{name}: edge {a} -> {b} of {topology.name} (graph {t}) is missing from {where}")
-            used[need, k] = True
-            if period == 1:
-                out[:, e] = trace.values[:, k]
-            else:
-                out[t, e] = trace.values[need, k][0]
+        # the file's column of each graph edge, by (sender, receiver) key: the file's pairs are sorted
+        n = max(int(topology.num_nodes), int(trace.pairs.max()) + 1)  # keys unique even for unknown nodes
+        file_keys = trace.pairs[:, 0] * n + trace.pairs[:, 1]
+        edge_keys = pairs[:, 0] * n + pairs[:, 1]
+        k = np.minimum(np.searchsorted(file_keys, edge_keys), file_keys.size - 1)
+        found = file_keys[k] == edge_keys
+        need = slice(None) if period == 1 else slice(0 if rows == 1 else t, 1 if rows == 1 else t + 1)
+        gaps = np.isnan(trace.values[need][:, k])  # [rows needed, K]
+        bad = ~found | gaps.any(axis=0)
+        if bad.any():
+            first = int(np.argmax(bad))
+            a, b = pairs[first]
+            where = "the file" if not found[first] else f"row {int(np.argmax(gaps[:, first])) + (need.start or 0)}"
+            raise ValueError(f"{name}: edge {a} -> {b} of {topology.name} (graph {t}) is missing from {where}")
+        used[need, k] = True
+        if period == 1:
+            out[:, edges] = trace.values[:, k]
+        else:
+            out[t, edges] = trace.values[need][0, k]
     unused = ~np.isnan(trace.values) & ~used
     if trace.pairs is not None and unused.any():
         r, k = np.argwhere(unused)[0]
