@@ -307,7 +307,7 @@ def _barrier_method(problem: _Problem, w0: np.ndarray, tol: float, max_steps: in
     """Minimizes the SLEM from the strictly feasible ``w0``; returns ``(w, gap_bound, history)``."""
     n, m = problem.num_nodes, len(problem.u)
     nu = 2 * n + (m + n if problem.nonnegative else 0)
-    s0 = float(np.max(np.abs(np.linalg.eigvalsh(_centred(problem, w0))))) + 0.1
+    s0 = _slem(problem, w0) + 0.1
     point = _point(problem, w0, s0)
     # the last centering, once its decrement is at most _BETA, certifies gap_bound <= tol
     t, t_final = nu / s0, _gap_bound(nu, tol, _BETA)
