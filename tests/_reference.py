@@ -652,3 +652,27 @@ def clock_equals_simulate(topo, net, algorithm: str):
     np.testing.assert_allclose(np.asarray(result.comm_time)[1:], np.cumsum(priced.comm_time), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(result.sim_time)[1:], np.cumsum(priced.round_time), rtol=1e-6)
     return priced
+
+
+def timed_tiny_run(**time):
+    """tests/tiny.py's run on 8 nodes for 10 rounds with ``--time.*`` = ``time`` (compute 0.01 s
+    unless given): a :class:`jaxgossip.run.runner.RunResult`."""
+    from tiny import tiny_config
+
+    from jaxgossip.run.runner import run_training
+
+    config = tiny_config(num_nodes=8, num_rounds=10, time={"compute": 0.01, **time})
+    return run_training(config, progress=False, log=lambda _: None)
+
+
+def assert_only_the_clock_differs(fast, slow):
+    """``slow`` (a :func:`timed_tiny_run`) took longer in simulated time from the first round on,
+    while its iterates, losses and bits are ``fast``'s bit for bit: the clock never changes them."""
+    import jax
+
+    assert np.all(np.asarray(slow.metrics.sim_time)[1:] > np.asarray(fast.metrics.sim_time)[1:])
+    same = fast.state._replace(clock=None), slow.state._replace(clock=None)
+    for a, b in zip(*(jax.tree_util.tree_leaves(s) for s in same), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(fast.metrics.test_loss), np.asarray(slow.metrics.test_loss))
+    np.testing.assert_array_equal(np.asarray(fast.metrics.bits), np.asarray(slow.metrics.bits))

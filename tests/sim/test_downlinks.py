@@ -6,7 +6,7 @@ the refusals."""
 import jax
 import numpy as np
 import pytest
-from _reference import clock_equals_simulate
+from _reference import assert_only_the_clock_differs, clock_equals_simulate, timed_tiny_run
 
 import jaxgossip as jg
 from jaxgossip.sim.link_specs import PerRound
@@ -75,26 +75,12 @@ def test_all_reduce_steps_go_at_the_slower_side():
             np.testing.assert_allclose(np.asarray(comm_seconds(links, bits, 0)), want, rtol=1e-12)
 
 
-def _run(**time):
-    from tiny import tiny_config
-
-    from jaxgossip.run.runner import run_training
-
-    config = tiny_config(num_nodes=8, num_rounds=10, time={"compute": 0.01, **time})
-    return run_training(config, progress=False, log=lambda _: None)
-
-
 def test_an_unlimited_downlink_changes_nothing_and_a_slow_one_only_the_clock():
-    plain, unlimited, huge = _run(), _run(downlink="unlimited"), _run(downlink=1e30)
-    slow = _run(downlink="stragglers:0.25,100")
+    plain, unlimited, huge = timed_tiny_run(), timed_tiny_run(downlink="unlimited"), timed_tiny_run(downlink=1e30)
+    slow = timed_tiny_run(downlink="stragglers:0.25,100")
     for other in (unlimited, huge):
         np.testing.assert_array_equal(np.asarray(plain.metrics.sim_time), np.asarray(other.metrics.sim_time))
-    assert np.all(np.asarray(slow.metrics.sim_time)[1:] > np.asarray(plain.metrics.sim_time)[1:])
-    same = plain.state._replace(clock=None), slow.state._replace(clock=None)
-    for a, b in zip(*(jax.tree_util.tree_leaves(s) for s in same), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    np.testing.assert_array_equal(np.asarray(plain.metrics.test_loss), np.asarray(slow.metrics.test_loss))
-    np.testing.assert_array_equal(np.asarray(plain.metrics.bits), np.asarray(slow.metrics.bits))
+    assert_only_the_clock_differs(plain, slow)
 
 
 @pytest.mark.parametrize("algorithm, mode", [("gossip", "serial"), ("gossip", "parallel"), ("allreduce", "serial")])

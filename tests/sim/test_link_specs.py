@@ -5,6 +5,7 @@ clock and leaves the iterates alone, trace files cycled over rounds, and the err
 import jax
 import numpy as np
 import pytest
+from _reference import assert_only_the_clock_differs, timed_tiny_run
 
 import jaxgossip as jg
 from jaxgossip.sim import timing
@@ -125,25 +126,10 @@ def test_bad_specs_name_the_option(tmp_path):
             Network(**fields)
 
 
-def _run(**time):
-    from tiny import tiny_config
-
-    from jaxgossip.run.runner import run_training
-
-    config = tiny_config(num_nodes=8, num_rounds=10, time={"compute": 0.01, **time})
-    return run_training(config, progress=False, log=lambda _: None)
-
-
 def test_a_slow_uplink_slows_the_clock_and_leaves_the_iterates():
-    uniform, constant, slow = _run(), _run(bandwidth="constant:1e9"), _run(bandwidth="stragglers:0.125,10")
+    uniform, constant, slow = timed_tiny_run(), timed_tiny_run(bandwidth="constant:1e9"), timed_tiny_run(bandwidth="stragglers:0.125,10")
     np.testing.assert_array_equal(np.asarray(uniform.metrics.sim_time), np.asarray(constant.metrics.sim_time))
-    assert np.all(np.asarray(slow.metrics.sim_time)[1:] > np.asarray(uniform.metrics.sim_time)[1:])
-    # the clock never changes the iterates
-    same = uniform.state._replace(clock=None), slow.state._replace(clock=None)
-    for a, b in zip(*(jax.tree_util.tree_leaves(s) for s in same), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    np.testing.assert_array_equal(np.asarray(uniform.metrics.test_loss), np.asarray(slow.metrics.test_loss))
-    np.testing.assert_array_equal(np.asarray(uniform.metrics.bits), np.asarray(slow.metrics.bits))
+    assert_only_the_clock_differs(uniform, slow)
 
 
 def test_the_commands_take_specs_and_refuse_bad_ones(tmp_path, capsys):
