@@ -320,9 +320,9 @@ def run_method(workload: Workload, num_nodes: int, seeds, key: str) -> dict:
     if streaming:  # one run per tier, the (latency, bandwidth) pairs as sweep points
         axes = {"time.latency": [t.latency for t in TIERS], "time.bandwidth": [t.bandwidth for t in TIERS]}
         program = sweep_program(prep, axes, seeds)
-        keys, _ = program.args
+        keys, _, tables = program.args
         values = {k: np.asarray(v, np.float32) for k, v in axes.items()}
-        metrics = program.run(keys, values)
+        metrics = program.run(keys, values, tables)
     else:
         program = sweep_program(prep, {"weight_decay": [config.weight_decay]}, seeds)
         metrics = program.run(*program.args)

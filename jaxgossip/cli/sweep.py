@@ -20,6 +20,7 @@ from jaxgossip.run.parsing import Command, UsageError
 from jaxgossip.run.resolve import check_train_config
 from jaxgossip.run.validate import check_sync_only
 from jaxgossip.run.watchdog import check_divergence
+from jaxgossip.sim.link_specs import join_link_tokens
 
 __all__ = ["SweepOptions", "command", "run", "sweep_axes", "seed_list"]
 
@@ -32,10 +33,12 @@ def axis_hints(values: dict) -> dict[str, Any]:
     sweep = values.get("sweep")
     if not isinstance(sweep, dict):
         return {}
-    # A link axis lets a spec string through to sweep_axes, which says why it cannot be swept.
-    return {name: list[float | str] if name in _LINK_AXES else list[float] for name in _flatten(sweep)}
+    # a compute spec gets through to sweep_axes too, which says why it cannot be swept
+    spec_axes = (*_LINK_AXES, "time.compute")
+    return {name: list[float | str] if name in spec_axes else list[float] for name in _flatten(sweep)}
 
 
+# A link axis takes numbers and per-node or per-edge specs (jaxgossip.sim.link_tables).
 _LINK_AXES = ("time.latency", "time.bandwidth", "time.downlink")
 
 
@@ -174,11 +177,15 @@ def sweep_axes(sweep: dict, algorithm: str | None = None) -> dict[str, list[floa
                 sweeps.check_axes({name: [0.0]}, algorithm)
             except ValueError as err:  # names the reason (a static shape, ...) and the axes that work
                 raise UsageError(f"--sweep.{name}: {err}") from None
-        if any(isinstance(v, str) for v in values):  # a spec (--time.bandwidth=stragglers:...): the reason
+        if any(isinstance(v, str) for v in values):  # a spec (--time.bandwidth=stragglers:...)
+            if name in sweeps.LINK_AXES:  # the command line split the spec's own commas
+                values = join_link_tokens(values)
             try:
                 sweeps.check_axes({name: values}, algorithm)
             except ValueError as err:
                 raise UsageError(f"--sweep.{name}: {err}") from None
+            axes[name] = [v if isinstance(v, str) else float(v) for v in values]
+            continue
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
         if not values or not ok:
             raise UsageError(f"--sweep.{name}={values!r} {AXIS_VALUES}")
@@ -243,6 +250,12 @@ def _sweep(ctx: Invocation) -> int:
     target = common.target_acc(parsed.values)
     for message in _check_points(config, checked.topology, axes):
         common.warn("sweep", message)
+    from jaxgossip.run import training_sweeps
+
+    try:  # every link value drawn for every seed on this graph (a trace that does not fit, ...)
+        training_sweeps.link_tables(config, axes, seeds, checked.topology)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     common.warn_gamma("sweep", config, checked.topology)
     common.require_tensorboard(config)
     if config.tensorboard:
@@ -255,7 +268,7 @@ def _sweep(ctx: Invocation) -> int:
     import jax
 
     from jaxgossip.engine import sweeps
-    from jaxgossip.run import plots, training_sweeps
+    from jaxgossip.run import plots
     from jaxgossip.run.runner import consensus_watchdog
 
     start = time.perf_counter()
@@ -294,7 +307,7 @@ def _sweep(ctx: Invocation) -> int:
         if where is not None:
             for key in [k for k in row if k.startswith(("test_", "train_", "node_acc", "consensus"))]:
                 row[key] = None
-            point = ", ".join(f"{name}={points[name][g]:.4g}" for name in points)
+            point = ", ".join(f"{name}={_show(points[name][g])}" for name in points)
             message = f"grid point {point} diverged at round {where} (NaN/inf or blow-up); the others are kept"
             common.warn("sweep", message)
     columns = [(name, name.split(".")[-1], ".4g") for name in points]
@@ -340,6 +353,11 @@ def _sweep(ctx: Invocation) -> int:
     return 0
 
 
+def _show(value) -> str:
+    """A grid value in a message or label: a number to 4 digits, a link spec as given."""
+    return value if isinstance(value, str) else f"{value:.4g}"
+
+
 def _diverged_at(metrics, g: int, watched, rounds) -> int | None:
     """The first round at which any seed of grid point ``g`` is NaN/inf (``watched`` [K, S, M]) or
     blows up (:func:`jaxgossip.run.watchdog.check_divergence`, the model's norm against its first
@@ -372,7 +390,8 @@ def _write_tensorboard(out: str, points: dict, metrics) -> None:
     rounds = np.asarray(metrics.round)[:, 0]  # [G, M]
     bits = np.asarray(metrics.bits, np.float64)  # [G, S, M, N]
     for g in range(rounds.shape[0]):
-        label = ",".join(f"{name.split('.')[-1]}={points[name][g]:.4g}" for name in points)
+        label = ",".join(f"{name.split('.')[-1]}={_show(points[name][g])}" for name in points)
+        label = "".join(c if c.isalnum() or c in "=,.:+-_" else "_" for c in label)  # a folder name
         rows = []
         for m, r in enumerate(rounds[g]):
             row = {"round": int(r), "MB_per_node": float(bits[g, :, m].mean() / 8e6)}

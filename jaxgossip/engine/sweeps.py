@@ -35,6 +35,7 @@ from jaxgossip.types import GossipAlgorithm, Params
 
 __all__ = [
     "SWEEPABLE",
+    "LINK_AXES",
     "sweepable",
     "grid",
     "check_axes",
@@ -77,15 +78,10 @@ _SHAPE_REASONS = {
 }
 
 
-# Why a spec string cannot be a sweep value.
-_LINK_SPEC_REASON = (
-    "a per-node link spec is drawn on the host into its own table of links, a constant of the compiled "
-    "program, so each spec needs its own run; sweep numbers, or run one spec per run"
-)
+# Link axes take per-node or per-edge specs as values (drawn per seed into one table,
+# jaxgossip.sim.link_tables); the compute spec's kind selects the program's structure.
+LINK_AXES = ("time.latency", "time.bandwidth", "time.downlink")
 _SPEC_REASONS = {
-    "time.latency": _LINK_SPEC_REASON,
-    "time.bandwidth": _LINK_SPEC_REASON,
-    "time.downlink": _LINK_SPEC_REASON,
     "time.compute": "a spec's kind selects the program's structure; sweep its numbers (time.compute, time.fraction, "
     "time.slowdown)",
 }
@@ -128,6 +124,9 @@ def check_axes(axes: Mapping[str, Sequence[Any]], algorithm: str | None = None) 
                 f"with separate runs. Axes that share one compile: {list(allowed)}"
             )
         specs = [v for v in values if isinstance(v, str)] if isinstance(values, (list, tuple)) else []
+        if specs and name in LINK_AXES:
+            _check_link_values(name, values)
+            continue
         if specs:
             why = _SPEC_REASONS.get(name, "a string is not a number")
             raise ValueError(f"sweep axis {name!r} takes numbers, not {specs[0]!r}: {why}")
@@ -136,6 +135,18 @@ def check_axes(axes: Mapping[str, Sequence[Any]], algorithm: str | None = None) 
             raise ValueError(f"sweep axis {name!r} needs a non-empty list of numbers, got {values!r}")
         if not np.all(np.isfinite(values)):
             raise ValueError(f"sweep axis {name!r} has NaN or inf values")
+
+
+def _check_link_values(name: str, values: Sequence[Any]) -> None:
+    """Each value of link axis ``name`` is a finite number or a valid spec (ValueError naming it)."""
+    from jaxgossip.sim.network import Network
+
+    field = name.split(".", 1)[1]
+    for value in values:
+        if isinstance(value, str):
+            Network(**{field: value})  # parses the spec (reads a trace file once): errors name --time.FIELD
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise ValueError(f"sweep axis {name!r} takes finite numbers or link specs; got {value!r}")
 
 
 def grid(axes: Mapping[str, Sequence[Any]]) -> dict[str, np.ndarray]:
@@ -188,7 +199,8 @@ def summarize(points: Mapping[str, np.ndarray], metrics) -> list[dict]:
     }
     bits = np.asarray(metrics.bits)[:, :, -1]  # [G, S, N]
     for g in range(next(iter(points.values())).shape[0]):
-        row = {name: float(values[g]) for name, values in points.items()}
+        # a link spec's text stays as given (a sweep over links, jaxgossip.sim.link_tables)
+        row = {name: values[g] if isinstance(values[g], str) else float(values[g]) for name, values in points.items()}
         for name in ("test_acc", "test_loss", "node_acc_mean", "consensus", "train_loss"):
             row[name] = float(final[name][g].mean())
             row[name + "_std"] = float(final[name][g].std())

@@ -115,11 +115,11 @@ FEATURES: tuple[Feature, ...] = (
         "clock",
         (
             "--time.compute=stragglers:0.01,0.25,4",
-            "--time.bandwidth=1e7",
+            "--time.bandwidth=lognormal:1e7,0.5",
             "--time.latency=0.001",
             "--time.downlink=5e6",
         ),
-        "the simulated clock with a straggler, slow uplinks and slower downlinks",
+        "the simulated clock with a straggler, slow lognormal uplinks and slower downlinks",
     ),
     Feature("availability", ("--time.availability=markov:0.2,0.5",), "nodes going off and on line (Markov)"),
     Feature("local_steps", ("--local_steps=2",), "H = 2 local steps per round"),

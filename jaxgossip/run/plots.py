@@ -328,33 +328,46 @@ def plot_sweep(rows: Sequence[Mapping], axes: Sequence[str], path: str) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     first, rest = axes[0], list(axes[1:])
+    # an axis of link specs (text) is categorical: its values at 0, 1, ... in the order given
+    labels = list(dict.fromkeys(r[first] for r in rows))
+    categorical = any(isinstance(v, str) for v in labels)
+
+    def x(row):
+        return labels.index(row[first]) if categorical else row[first]
+
+    def show(value):
+        return value if isinstance(value, str) else f"{value:.3g}"
+
     groups: dict[tuple, list] = {}
     for row in rows:
         groups.setdefault(tuple(row[a] for a in rest), []).append(row)
     diverged = [r for r in rows if r.get("diverged_at_round") is not None]
     for key, group in groups.items():
-        group = sorted((r for r in group if r.get("diverged_at_round") is None), key=lambda r: r[first])
+        group = sorted((r for r in group if r.get("diverged_at_round") is None), key=x)
         if not group:
             continue
         ax.errorbar(
-            [r[first] for r in group],
+            [x(r) for r in group],
             [r["test_acc"] for r in group],
             yerr=[r["test_acc_std"] for r in group],
             marker="o",
             capsize=3,
-            label=", ".join(f"{a.split('.')[-1]}={v:.3g}" for a, v in zip(rest, key)) or None,
+            label=", ".join(f"{a.split('.')[-1]}={show(v)}" for a, v in zip(rest, key)) or None,
         )
     for r in diverged:  # marked at the bottom, not plotted as NaN
-        ax.scatter([r[first]], [0.0], marker="x", color="red")
+        ax.scatter([x(r)], [0.0], marker="x", color="red")
         ax.annotate(
             f"diverged at round {r['diverged_at_round']}",
-            (r[first], 0.0),
+            (x(r), 0.0),
             fontsize=7,
             rotation=90,
             xytext=(3, 3),
             textcoords="offset points",
         )
-    ax.set_xscale("log")
+    if categorical:
+        ax.set_xticks(range(len(labels)), [show(v) for v in labels], rotation=20, fontsize=8)
+    else:
+        ax.set_xscale("log")
     ax.set_xlabel(first.split(".")[-1])
     ax.set_ylabel("test accuracy (averaged model)")
     ax.grid(alpha=0.3)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxgossip.engine.sweeps import check_axes, grid, map_topologies
 from jaxgossip.ops import sharding
@@ -23,7 +24,14 @@ from jaxgossip.run.resolve import Resolved, resolve
 from jaxgossip.run.runner import make_trainer
 from jaxgossip.topology import Topology
 
-__all__ = ["SweepProgram", "sweep_training", "sweep_program", "sweep_topologies_training", "apply_point"]
+__all__ = [
+    "SweepProgram",
+    "sweep_training",
+    "sweep_program",
+    "sweep_topologies_training",
+    "apply_point",
+    "link_tables",
+]
 
 
 # Sweep axes that set a number of the --time.compute spec: axis -> field of jaxgossip.sim.compute.Compute.
@@ -85,9 +93,11 @@ class SweepProgram(NamedTuple):
     """The compiled-to-be program of :func:`sweep_training` and its arguments.
 
     Attributes:
-      points: name -> [G] grid values.
-      run: the jitted ``run(keys [S], values {name: [G]}) -> Metrics`` (leaves [G, S, ...]).
-      args: ``(keys, values)``: ``run(*args)`` is the sweep; ``jax.export.export(run, ...)(*args)``
+      points: name -> [G] grid values (a link axis with specs: the numbers and spec texts as given).
+      run: the jitted ``run(keys [S], values {name: [G]}, tables {field: [V, S, ...]}) -> Metrics``
+        (leaves [G, S, ...]); a link axis with specs gives in ``values`` the index v of its value
+        and its links in ``tables`` (:mod:`jaxgossip.sim.link_tables`).
+      args: ``(keys, values, tables)``: ``run(*args)`` is the sweep; ``jax.export.export(run, ...)(*args)``
         lowers it for another platform.
     """
 
@@ -96,24 +106,64 @@ class SweepProgram(NamedTuple):
     args: tuple
 
 
+def link_tables(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], topology) -> dict:
+    """The :class:`jaxgossip.sim.link_tables.LinkTable` of every link field of a sweep that needs
+    one (a spec among its axis's values, or a seed-drawn spec as its fixed value), by field.
+
+    Raises:
+      ValueError: naming ``--time.FIELD`` and the value (a trace that does not fit the graph, values
+        with no common layout).
+    """
+    from jaxgossip.run.cost_report import priced_as_allreduce
+    from jaxgossip.sim.link_tables import LINK_FIELDS, link_table, needs_table
+
+    time = dict(config.time or {})
+    graph = None if priced_as_allreduce(config.algorithm) else topology  # an all-reduce has no edges
+    tables = {}
+    for field in LINK_FIELDS:
+        swept = axes.get(f"time.{field}")
+        if needs_table(field, time.get(field), swept):
+            values = list(swept) if swept is not None else [time[field]]
+            tables[field] = link_table(field, values, topology=graph, num_nodes=config.num_nodes, seeds=seeds)
+    return tables
+
+
 def sweep_program(config, axes: Mapping[str, Sequence[Any]], seeds: Sequence[int], dataset=None, platform=None):
     """The program of :func:`sweep_training` (same arguments) built for ``platform`` (one of
     :data:`jaxgossip.ops.platforms.PLATFORMS`; None: the backend JAX runs on), not yet run: a
     :class:`SweepProgram`."""
     check_axes(axes, getattr(config, "config", config).algorithm)
-    points = grid(axes)
     prep = config if isinstance(config, Resolved) else resolve(config, dataset, platform)
     config = prep.config
+    tables = link_tables(config, axes, seeds, prep.topology)
+    # a link axis with specs is swept by the index of its value; its links are rows of its table
+    indexed = {name: (list(range(len(v))) if name.split(".")[-1] in tables else v) for name, v in axes.items()}
+    points = grid(indexed)
+    labels = {
+        name: np.asarray([tables[name.split(".")[-1]].labels[int(i)] for i in v], object)
+        if name.split(".")[-1] in tables
+        else v
+        for name, v in points.items()
+    }
 
-    def one(key, point):
+    def one(key, point, rows):
+        point = dict(point)
+        for field, table in tables.items():
+            index = point.pop(f"time.{field}").astype(jnp.int32) if f"time.{field}" in point else 0
+            point[f"time.{field}"] = table.links(rows[field][index])
         trainer, _ = make_trainer(apply_point(config, point), prep)
         return trainer.train(key)[1]
 
-    args = (jnp.stack([jax.random.key(int(s)) for s in seeds]), {k: jnp.asarray(v) for k, v in points.items()})
+    args = (
+        jnp.stack([jax.random.key(int(s)) for s in seeds]),
+        {k: jnp.asarray(v) for k, v in points.items()},
+        {field: jnp.asarray(table.values, jnp.result_type(float)) for field, table in tables.items()},
+    )
     if prep.mesh is not None:  # the program runs on the mesh's devices (sharding.replicate says why)
         args = sharding.replicate(args, prep.mesh)
-    run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
-    return SweepProgram(points, run, args)
+    # seeds inside (a table's axis 1 is the seed), grid points outside
+    run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None, 1)), in_axes=(None, 0, None)))
+    return SweepProgram(labels, run, args)
 
 
 def sweep_topologies_training(

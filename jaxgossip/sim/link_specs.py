@@ -35,11 +35,13 @@ from jaxgossip.checks import check_number
 from jaxgossip.sim.compute import load_trace
 from jaxgossip.sim.edge_traces import load_edge_trace
 
-__all__ = ["LINK_KINDS", "LinkSpec", "PerRound", "NodeLinks", "parse_link", "link_values"]
+__all__ = ["LINK_KINDS", "LinkSpec", "PerRound", "NodeLinks", "parse_link", "link_values", "join_link_tokens"]
 
 LINK_KINDS = ("constant", "stragglers", "lognormal", "trace", "edge_trace")
 # Per-option streams of the seed, so that latency and bandwidth draws are independent.
 _STREAMS = {"latency": 0x1A7, "bandwidth": 0xBA2, "downlink": 0xD0E}
+# How many comma-separated numbers a kind takes (a list of values split at every comma is joined back).
+_ARITY = {"constant": 1, "stragglers": 2, "lognormal": 2}
 _GRAMMAR = "constant:V, stragglers:F,S, lognormal:MEDIAN,SIGMA, trace:PATH or edge_trace:PATH"
 
 
@@ -188,3 +190,22 @@ def link_values(spec: LinkSpec, num_nodes: int, seed: int | None, default: float
         return np.where(slow, default * factor, default)
     median, sigma = spec.numbers
     return median * np.exp(sigma * rng.standard_normal(n))
+
+
+def join_link_tokens(tokens: list) -> list:
+    """A list of link values split at every comma (``1e9,stragglers:0.25,10`` on the command line
+    gives ``[1e9, "stragglers:0.25", 10.0]``) joined back by the grammar: a ``stragglers`` or
+    ``lognormal`` spec takes the numbers it still lacks from the tokens after it
+    (``[1e9, "stragglers:0.25,10"]``). Other tokens are kept as they are."""
+    out, rest = [], list(tokens)
+    while rest:
+        token = rest.pop(0)
+        if isinstance(token, str):
+            kind, colon, args = token.strip().partition(":")
+            missing = _ARITY.get(kind, 0) - len([a for a in args.split(",") if a.strip()]) if colon else 0
+            while missing > 0 and rest and isinstance(rest[0], (int, float)) and not isinstance(rest[0], bool):
+                number = repr(float(rest.pop(0)))
+                token += "," + (number[:-2] if number.endswith(".0") else number)
+                missing -= 1
+        out.append(token)
+    return out

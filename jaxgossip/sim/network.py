@@ -114,6 +114,11 @@ def _link_value(field: str, value: Any) -> Any:
         value = parse_link(field, value, _DEFAULTS[field])
         if isinstance(value, LinkSpec):
             return value
+    if isinstance(value, (PerRound, PerRoundEdge)):  # a row of a sweep's link table (make_links checks it)
+        if field == "downlink" and isinstance(value, PerRoundEdge):
+            raise ValueError(f"{name} is a node's: a scalar, [N] or per round [R, N]; got per-edge values")
+        check_number(name, value.values, minimum=0.0, strict=field != "latency")
+        return value
     elif isinstance(value, (list, tuple)):
         value = np.asarray(value, np.float64) if all(isinstance(v, (int, float)) for v in value) else value
     if isinstance(value, bool) or not (
@@ -137,8 +142,9 @@ class Network:
       compute: seconds per local step: a number, a ``--time.compute`` spec
         (``stragglers:C,F,S``, ``lognormal:MEDIAN,SIGMA``, ``exponential:MEAN``, ``trace:PATH``;
         :func:`jaxgossip.sim.compute.parse_compute`) or a :class:`~jaxgossip.sim.compute.Compute`.
-      latency: >= 0 s per message; scalar, ``[N]`` per node or ``[T, E]`` per edge, or a per-node
-        spec (``constant:V``, ``stragglers:F,S``, ``lognormal:MEDIAN,SIGMA``, ``trace:PATH``;
+      latency: >= 0 s per message; scalar, ``[N]`` per node or ``[T, E]`` per edge, a
+        :class:`PerRound` ``[R, N]`` or :class:`PerRoundEdge` ``[R, E]``, or a per-node spec
+        (``constant:V``, ``stragglers:F,S``, ``lognormal:MEDIAN,SIGMA``, ``trace:PATH``;
         :mod:`jaxgossip.sim.link_specs`), a node's value pricing its uplink.
       bandwidth: > 0 bit/s; same shapes and specs, and ``edge_trace:PATH`` (per edge, with
         latency too: :mod:`jaxgossip.sim.edge_traces`).

@@ -143,6 +143,6 @@ def test_the_commands_take_a_downlink_and_refuse_bad_ones(tmp_path, capsys):
     assert "--time.downlink=-1" in capsys.readouterr().err
     assert main([*consensus, "--time.downlink=stragglers:0.25,10"]) == 0
     sweep = ["sweep", *TINY_FLAGS, "--no-progress", "--out", str(tmp_path / "sweep"), "--time.compute=0.01"]
-    assert main([*sweep, "--sweep.time.downlink=stragglers:0.25,10"]) == 2
-    assert "--sweep.time.downlink: sweep axis 'time.downlink' takes numbers" in capsys.readouterr().err
+    assert main([*sweep, "--sweep.time.downlink=stragglers:0.25,0.5"]) == 2
+    assert "--time.downlink='stragglers:0.25,0.5': expected stragglers:F,S" in capsys.readouterr().err
     assert main([*sweep, "--sweep.time.downlink=1e5,1e9"]) == 0
