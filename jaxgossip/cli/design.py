@@ -30,6 +30,7 @@ from jaxgossip.run.config import TrainConfig, train_field_help
 from jaxgossip.run.parsing import Command, UsageError
 
 __all__ = [
+    "CONSENSUS_NOTE",
     "DesignConfig",
     "DesignData",
     "OBJECTIVES",
@@ -327,6 +328,7 @@ def _design_consensus(ctx: Invocation, config: DesignConfig, topo, rounds: int, 
         f"consensus error after {rounds} rounds on {topo.name}"
     )
     weightings = {"designed": design.topology, "given": topo, **design_report.classical_weightings(topo)}
+    notes = [CONSENSUS_NOTE.format(t=rounds)] if topo.period == 1 else []
     return _report(
         ctx,
         config,
@@ -338,7 +340,16 @@ def _design_consensus(ctx: Invocation, config: DesignConfig, topo, rounds: int, 
         f"||W(T-1)...W(0) - J||_F^2 / (N - 1), T = {rounds}",
         what,
         {"error": design.error, "start_error": design.start_error, "rounds": rounds, "probes": design.probes},
+        notes,
     )
+
+
+# What consensus:T on a static graph does not promise (jaxgossip.design.schedule, module docstring).
+CONSENSUS_NOTE = (
+    "note: consensus:{t} minimizes the consensus error after {t} rounds, not the SLEM: while {t} is short of "
+    "the mixing time 1 / (1 - SLEM), or with few probes, the designed SLEM can stay at (or above) the "
+    "classical weights' SLEM even where the error after {t} rounds falls; --objective=slem gives the least SLEM."
+)
 
 
 def _schedule_error(graph, rounds: int) -> float:
@@ -383,9 +394,9 @@ def _design_heterogeneity(ctx: Invocation, config: DesignConfig, data_options, t
     )
 
 
-def _report(ctx, config, out, designed, weightings, objective_of, history, history_label, what, extra) -> int:
+def _report(ctx, config, out, designed, weightings, objective_of, history, history_label, what, extra, notes=()) -> int:
     """Writes topology.npz, design.json, design.md and design.png of a consensus or heterogeneity
-    design: one row and one consensus curve per weighting."""
+    design: one row and one consensus curve per weighting, and ``notes`` under the table."""
     from jaxgossip.run import design_report, plots
     from jaxgossip.run.topology_files import save_topology
 
@@ -399,6 +410,8 @@ def _report(ctx, config, out, designed, weightings, objective_of, history, histo
         rows.append(design_report.weighting_row(label, graph, objective_of(graph), curve))
     print(what)
     print(plots.format_table(rows, design_report.COLUMNS))
+    for note in notes:
+        print(note)
     os.makedirs(out, exist_ok=True)
     save_topology(designed, os.path.join(out, "topology.npz"))
     common.write_json(
@@ -409,6 +422,7 @@ def _report(ctx, config, out, designed, weightings, objective_of, history, histo
             "topology": designed.name,
             "objective": config.objective,
             **extra,
+            "notes": list(notes),
             "rows": rows,
             "history": np.asarray(history).tolist(),
             "curves": {k: v.tolist() for k, v in curves.items()},
@@ -425,6 +439,7 @@ def _report(ctx, config, out, designed, weightings, objective_of, history, histo
             "`eff. neighbours`: the effective number of neighbours at decay 0.99 (Vogels et al. 2022); "
             f"`rounds to 1e-6`: the first round at which the squared consensus error, averaged over random starts, "
             f"is below 1e-6 of its start (simulated up to {max_rounds} rounds).",
+            *(f"- {note}" for note in notes),
         ],
     )
     title = f"{config.objective} on {config.topology}, N = {config.num_nodes}"

@@ -11,6 +11,7 @@ import pytest
 
 import jaxgossip as jg
 from jaxgossip.cli import main
+from jaxgossip.cli.design import CONSENSUS_NOTE
 from jaxgossip.run.validate import check_topology
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -185,3 +186,20 @@ def test_a_directed_schedule_file_is_refused_by_the_symmetric_design_and_designe
     assert main([*argv, "--objective=consensus:3", "--out", str(tmp_path / "consensus")]) == 0
     saved = json.loads((tmp_path / "consensus" / "design.json").read_text())
     assert saved["error"] < 1e-9
+
+
+def test_static_consensus_design_states_what_it_does_not_promise(tmp_path, capsys):
+    """consensus:T on a static graph prints, writes and records the note that the error after T
+    rounds is not the SLEM; a schedule's design has no SLEM and no note."""
+    out = tmp_path / "static"
+    argv = ["design", "--topology=ring", "--num_nodes=8", "--objective=consensus:3", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+    note = CONSENSUS_NOTE.format(t=3)
+    assert note in capsys.readouterr().out
+    assert note in (out / "design.md").read_text()
+    assert json.loads((out / "design.json").read_text())["notes"] == [note]
+    schedule = tmp_path / "schedule"
+    argv = ["design", "--topology=base:1", "--num_nodes=6", "--objective=consensus:4", "--no-progress"]
+    assert main([*argv, "--out", str(schedule)]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert json.loads((schedule / "design.json").read_text())["notes"] == []
