@@ -11,25 +11,32 @@ problems minimize the second-largest eigenvalue magnitude of W:
    \\quad \\text{(fastest mixing chain; FDLA drops both constraints)}
 
 a convex problem. Written with the epigraph variable ``s``, the objective is an SDP in ``(w, s)``:
-``-s I <= W - J <= s I``. This module solves it with the primal barrier method (Boyd and
-Vandenberghe, Convex Optimization, 2004, ch. 11), written for its structure instead of a general
-SDP solver:
+``-s I <= W - J <= s I``. This module solves it by interior-point methods written for its
+structure instead of a general SDP solver: the primal barrier method (Boyd and Vandenberghe,
+Convex Optimization, 2004, ch. 11) at both ends of the central path, and primal-dual steps in its
+middle:
 
 * barrier ``phi(w, s) = -log det(s I - W + J) - log det(s I + W - J) - sum_l log w_l
   - sum_i log(1 - L_ii)`` (the two last terms only for the chain);
 * each edge enters W as the rank-one term ``w_l a_l a_l^T``, ``a_l = e_u - e_v``, so with
   ``C = F^{-1}`` of each matrix inequality the Hessian entries are ``(a_k^T C a_l)^2`` and the
   gradient entries ``a_l^T C a_l``: no [M, N^2] matrices;
-* centering by Newton's method with a backtracking line search that keeps both matrices positive
-  definite (and, for the chain, starts below the largest step that keeps the linear constraints
-  strict), then ``t <- mu t``;
-* the certificate: at a point whose Newton decrement for ``t s + phi`` is ``lambda < 1``,
+* the first centering (``t = nu / s_0``) by Newton's method with a backtracking line search that
+  keeps both matrices positive definite (and, for the chain, starts below the largest step that
+  keeps the linear constraints strict);
+* then Mehrotra predictor-corrector steps of the primal-dual method (HKM direction,
+  :func:`jaxgossip.design.primal_dual.primal_dual`) with the multipliers ``X_b = F_b^{-1} / t``
+  of that centre, down to ``mu <= 4 / t_final``. Why: in the middle of the path the barrier method's centerings after
+  ``t <- 2 t`` take 10-20 Newton steps each on irregular graphs (the chain's weights on their way to
+  0), 600 in all on a 1,024-node Erdos-Renyi graph; the primal-dual steps keep a nearly constant
+  count (15-30, N = 64-1,024), each about twice a Newton step's work;
+* the last centerings, from ``t = 1 / mu`` doubling up to ``t_final``, give the certificate: at a
+  point whose Newton decrement for ``t s + phi`` is ``lambda < 1``,
   ``s - s* <= (nu + (lambda + sqrt(nu)) lambda / (1 - lambda)) / t`` (Nesterov, Introductory
   Lectures on Convex Optimization, 2004, Theorem 4.2.7), with ``nu`` the barrier parameter (2N
-  matrix rows, plus M + N linear constraints for the chain). Each centering therefore stops once
-  ``lambda <= 0.3``, not at full Newton convergence, and the last ``t`` is chosen so that this
-  bound is at most ``tol``: the method stops with a certified bound on the distance to the
-  optimum, not a heuristic stopping rule.
+  matrix rows, plus M + N linear constraints for the chain). Each centering stops once
+  ``lambda <= 0.3``, and ``t_final`` is chosen so that this bound is at most ``tol``: the method
+  stops with a certified bound on the distance to the optimum, not a heuristic stopping rule.
 
 Cost of one Newton step, dense linear algebra on the host in float64:
 
@@ -42,17 +49,16 @@ Cost of one Newton step, dense linear algebra on the host in float64:
   (``O(M N + M^2)`` memory traffic, no products), and one Cholesky solve (``M^3 / 3`` flops);
 * the SLEM of the iterate for ``history`` (dense ``eigvalsh``, ``O(N^3)`` with a small constant).
 
-so ``O(N^3 + M^3)`` per step. The number of steps is 30-60 on tori and for FDLA; the chain on
-irregular graphs, whose optimum has many zero weights and saturated rows, needs more (137, 139 and
-202 steps at N = 128, 256 and 512 on Erdos-Renyi graphs of mean degree 5). Measured on a shared
-2-core CPU (experiments/bench/design_growth_*.md): a 1,024-node torus in under a minute.
+A primal-dual step adds the Gram matrices of the two multipliers, four dense [N, N] products
+(``X dS S^{-1}`` for the predictor and the corrector) and the Cholesky tests of its step length,
+so ``O(N^3 + M^3)`` per step either way.
 
-Why a barrier method and not a first-order one: the SLEM is non-smooth exactly at the optimum
+Why interior points and not a first-order method: the SLEM is non-smooth exactly at the optimum
 (its extreme eigenvalues are typically multiple there), where subgradient methods crawl and
-smoothed objectives trade accuracy for conditioning; Newton steps on the barrier reach 1e-8 and
-need no step-size tuning. For graphs beyond a few thousand nodes, where the dense [N, N] and
-[M, M] matrices no longer fit, :func:`jaxgossip.design.consensus_weights` designs the weights
-matrix-free (a surrogate of the SLEM, no certificate).
+smoothed objectives trade accuracy for conditioning; Newton steps reach 1e-8 and need no step-size
+tuning. For graphs beyond a few thousand nodes, where the dense [N, N] and [M, M] matrices no
+longer fit, :func:`jaxgossip.design.consensus_weights` designs the weights matrix-free (a
+surrogate of the SLEM, no certificate).
 
 References:
   Boyd, Diaconis, Xiao, "Fastest mixing Markov chain on a graph", SIAM Review 46(4), 2004.
@@ -73,6 +79,16 @@ import scipy.sparse
 import threadpoolctl
 
 from jaxgossip.checks import check_int, check_number
+from jaxgossip.design.primal_dual import primal_dual
+from jaxgossip.design.sdp import (
+    Point,
+    Problem,
+    feasible_point,
+    gram_rows,
+    iterate_slem,
+    problem_of,
+    symmetric_inverse,
+)
 from jaxgossip.design.support import (
     best_constant_weights,
     max_degree_weights,
@@ -95,6 +111,9 @@ _MU = 2.0
 # and full Newton convergence inside every centering only adds steps (measured: 0.3 saves 10-15%
 # of the steps of 0.1, the bound grows by 0.43 sqrt(nu) / t, which the last t absorbs).
 _BETA = 0.3
+# The primal-dual phase stops at mu <= _SWITCH / t_final: the barrier method's last centerings
+# (from t = 1 / mu, two doublings) then give the certificate.
+_SWITCH = 4.0
 # Newton steps per centering at most.
 _STEPS_PER_CENTERING = 100
 # Armijo fraction and backtracking factor of the line search.
@@ -115,7 +134,8 @@ class Design(NamedTuple):
         weights on the same support.
       gap_bound: the method's certified bound on ``slem - optimum`` (Nesterov's bound at the last
         point; inf when its Newton decrement is not below 1, e.g. ``max_steps`` ran out).
-      history: [steps] float64, the SLEM after every Newton step (the objective during the design).
+      history: [steps] float64, the SLEM after every step, Newton or primal-dual (the objective during
+        the design).
       nonnegative: whether the weights were constrained to a Markov chain (``w >= 0``,
         ``diag L <= 1``).
     """
@@ -132,98 +152,24 @@ class Design(NamedTuple):
     nonnegative: bool
 
 
-class _Problem(NamedTuple):
-    """What the barrier method needs about the graph (host constants)."""
-
-    u: np.ndarray  # [M] first endpoint of each edge
-    v: np.ndarray  # [M] second endpoint
-    incidence: scipy.sparse.csr_matrix  # [N, M] |A|, 1 where node i is an endpoint of edge l
-    num_nodes: int
-    nonnegative: bool
-
-
-class _Point(NamedTuple):
-    """A strictly feasible point with the Cholesky factors of its two barrier matrices."""
-
-    w: np.ndarray  # [M]
-    s: float
-    factors: tuple  # two [N, N] lower Cholesky factors, of s I - W + J and of s I + W - J
-    logdet: float  # log det of both matrices, summed
-    slack: np.ndarray  # [N] 1 - L_ii (chain only; ones otherwise)
-
-
-def _centred(problem: _Problem, w: np.ndarray) -> np.ndarray:
-    """``W - J = I - L(w) - 11^T / N`` [N, N], dense."""
-    n, u, v = problem.num_nodes, problem.u, problem.v
-    centred = np.full((n, n), -1.0 / n)
-    centred[u, v] += w
-    centred[v, u] += w
-    centred[np.diag_indices(n)] += 1.0 - problem.incidence @ w
-    return centred
-
-
-def _point(problem: _Problem, w: np.ndarray, s: float) -> _Point | None:
-    """The point ``(w, s)``, or None when it is not strictly feasible: two Cholesky factorizations
-    (``N^3 / 3`` flops each) decide it and give the log-determinants; the inverses are formed
-    from them only for an accepted point."""
-    n = problem.num_nodes
-    slack = 1.0 - problem.incidence @ w if problem.nonnegative else np.ones(n)
-    if problem.nonnegative and (np.any(w <= 0) or np.any(slack <= 0)):
-        return None
-    centred = _centred(problem, w)
-    factors, logdet = [], 0.0
-    for sign in (-1.0, 1.0):
-        matrix = sign * centred
-        matrix[np.diag_indices(n)] += s
-        factor, info = scipy.linalg.lapack.dpotrf(matrix, lower=1, overwrite_a=1)
-        if info != 0:
-            return None
-        logdet += 2.0 * float(np.sum(np.log(np.diag(factor))))
-        factors.append(factor)
-    return _Point(w, float(s), tuple(factors), logdet, slack)
-
-
-def _inverse(factor: np.ndarray) -> np.ndarray:
-    """The symmetric inverse [N, N] from a lower Cholesky factor (LAPACK potri, ``2 N^3 / 3``
-    flops: a sixth of a symmetric eigendecomposition's, which measured 6x slower at N = 1024)."""
-    inverse, info = scipy.linalg.lapack.dpotri(factor, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError("singular barrier matrix")
-    upper = np.triu_indices_from(inverse, 1)
-    inverse[upper] = inverse.T[upper]
-    return inverse
-
-
-def _slem(problem: _Problem, w: np.ndarray) -> float:
-    """The SLEM of ``I - L(w)`` by dense ``eigvalsh`` (about a tenth of a Newton step at N = 1024).
-    Not Lanczos: near the optimum the extreme eigenvalues are multiple and of both signs, where
-    ARPACK measured no convergence in 5,000 iterations (Erdos-Renyi, N = 512)."""
-    return float(np.max(np.abs(np.linalg.eigvalsh(_centred(problem, w)))))
-
-
-def _value(problem: _Problem, point: _Point, t: float) -> float:
+def _value(problem: Problem, point: Point, t: float) -> float:
     value = t * point.s - point.logdet
     if problem.nonnegative:
         value -= np.sum(np.log(point.w)) + np.sum(np.log(point.slack))
     return float(value)
 
 
-def _newton_step(problem: _Problem, point: _Point, t: float) -> tuple[np.ndarray, np.ndarray]:
+def _newton_step(problem: Problem, point: Point, t: float) -> tuple[np.ndarray, np.ndarray]:
     """Gradient and Newton direction of ``t s + phi`` at ``point``, both [M + 1] (w, then s)."""
-    u, v, m = problem.u, problem.v, len(problem.u)
+    m = len(problem.u)
     grad = np.zeros(m + 1)
     hess = np.zeros((m + 1, m + 1))
     hess_ww = hess[:m, :m]  # a view: the products below accumulate in place
     grad[m] = t
     # d/dw_l of the upper matrix s I - W + J is +a a^T, of the lower one s I + W - J is -a a^T.
     for factor, sign in zip(point.factors, (1.0, -1.0)):
-        inverse = _inverse(factor)  # C
-        # row gathers only (contiguous in memory; column gathers measured 3x slower at N = 1024)
-        c_a = np.take(inverse, u, axis=0)  # [M, N], row l is (C a_l)^T
-        c_a -= np.take(inverse, v, axis=0)
-        c_a_t = np.ascontiguousarray(c_a.T)  # [N, M]
-        gram = np.take(c_a_t, u, axis=0)  # [M, M], a_k^T C a_l
-        gram -= np.take(c_a_t, v, axis=0)
+        inverse = symmetric_inverse(factor)  # C
+        c_a, gram = gram_rows(problem, inverse)
         grad[:m] -= sign * np.diag(gram)
         gram *= gram
         hess_ww += gram
@@ -255,7 +201,7 @@ def _solve_psd(hess: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return np.full_like(rhs, np.nan)
 
 
-def _max_step(problem: _Problem, point: _Point, step: np.ndarray) -> float:
+def _max_step(problem: Problem, point: Point, step: np.ndarray) -> float:
     """The largest step length along ``step`` that keeps the linear constraints (w > 0, slack > 0)
     strict, scaled by 0.99; 1 when it is above 1 (the matrix constraints are left to the line
     search)."""
@@ -267,7 +213,7 @@ def _max_step(problem: _Problem, point: _Point, step: np.ndarray) -> float:
     return min(1.0, 0.99 * float(ratios.min())) if ratios.size else 1.0
 
 
-def _center(problem: _Problem, point: _Point, t: float, history: list, max_steps: int):
+def _center(problem: Problem, point: Point, t: float, history: list, max_steps: int):
     """Newton's method on ``t s + phi`` from a strictly feasible point until the Newton decrement
     ``lambda`` is at most ``_BETA``; returns the point, the Newton steps taken (each one's SLEM
     appended to ``history``) and the last ``lambda``."""
@@ -282,14 +228,14 @@ def _center(problem: _Problem, point: _Point, t: float, history: list, max_steps
         alpha = _max_step(problem, point, step)
         while alpha > 1e-12:
             w, s = point.w + alpha * step[:-1], point.s + alpha * step[-1]
-            trial = _point(problem, w, s)
+            trial = feasible_point(problem, w, s)
             if trial is not None and _value(problem, trial, t) <= value - _ARMIJO * alpha * decrement**2:
                 break
             alpha *= _BACKTRACK
         else:  # no progress possible at this precision: the point is as centred as it gets
             return point, steps, decrement
         point = trial
-        history.append(_slem(problem, point.w))
+        history.append(iterate_slem(problem, point.w))
     grad, step = _newton_step(problem, point, t)
     return point, max_steps, np.sqrt(max(-float(grad @ step), 0.0))
 
@@ -303,21 +249,28 @@ def _gap_bound(nu: int, t: float, decrement: float) -> float:
     return (nu + (decrement + np.sqrt(nu)) * decrement / (1.0 - decrement)) / t
 
 
-def _barrier_method(problem: _Problem, w0: np.ndarray, tol: float, max_steps: int):
+def _barrier_method(problem: Problem, w0: np.ndarray, tol: float, max_steps: int):
     """Minimizes the SLEM from the strictly feasible ``w0``; returns ``(w, gap_bound, history)``."""
     n, m = problem.num_nodes, len(problem.u)
     nu = 2 * n + (m + n if problem.nonnegative else 0)
-    s0 = _slem(problem, w0) + 0.1
-    point = _point(problem, w0, s0)
+    s0 = iterate_slem(problem, w0) + 0.1
+    point = feasible_point(problem, w0, s0)
     # the last centering, once its decrement is at most _BETA, certifies gap_bound <= tol
     t, t_final = nu / s0, _gap_bound(nu, tol, _BETA)
-    history, used = [], 0
+    history, used, middle = [], 0, True
     while True:
         point, steps, decrement = _center(problem, point, t, history, min(_STEPS_PER_CENTERING, max_steps - used))
         used += steps
         gap = _gap_bound(nu, t, decrement)
         if gap <= tol or used >= max_steps or (t >= t_final and steps == 0):
             return point.w, gap, np.asarray(history)
+        if middle:  # the middle of the path by primal-dual steps, then the last centerings certify
+            middle = False
+            point, iterations, mu = primal_dual(problem, point, t, _SWITCH / t_final, history, max_steps - used)
+            used += iterations
+            if iterations:
+                t = min(max(1.0 / mu, t), t_final)
+                continue
         t = min(_MU * t, t_final)
 
 
@@ -334,16 +287,16 @@ def fastest_mixing(
 
     .. math::  \\min_w \\|I - L(w) - 11^T / N\\|_2, \\qquad L(w) = \\sum_l w_l a_l a_l^T
 
-    Solved exactly by a structured primal barrier method (see the module docstring): the result
-    is within ``gap_bound <= tol`` of the optimum. Cost per Newton step ``O(N^3 + M^3)``; 30-60
-    steps on tori and for FDLA, 100-200 for the chain on irregular random graphs.
+    Solved exactly by structured interior-point steps (barrier centerings at both ends of the
+    path, primal-dual steps in its middle; see the module docstring): the result is within
+    ``gap_bound <= tol`` of the optimum. Cost per step ``O(N^3 + M^3)``; 20-50 steps.
 
     Args:
       topology: a fixed, static graph with an undirected, connected support (the pairs with a
         non-zero weight; the weights themselves are ignored).
       nonnegative: True for the fastest-mixing chain, False for FDLA.
       tol: the certified bound on ``SLEM - optimum`` at which the method stops (> 0).
-      max_steps: the most Newton steps in all (the method stops early with ``gap_bound`` above
+      max_steps: the most steps in all, Newton and primal-dual (the method stops early with ``gap_bound`` above
         ``tol`` if it runs out).
       kernel: the mixing kernel of the returned topology (``"auto"``, ``"slots"``, ...).
 
@@ -368,9 +321,7 @@ def fastest_mixing(
     what = "fastest_mixing" if nonnegative else "fastest_mixing(nonnegative=False)"
     edges = undirected_edges(topology, what)
     n = topology.num_nodes
-    m = len(edges)
-    incidence = scipy.sparse.csr_matrix((np.ones(2 * m), (edges.T.ravel(), np.tile(np.arange(m), 2))), shape=(n, m))
-    problem = _Problem(edges[:, 0], edges[:, 1], incidence, n, bool(nonnegative))
+    problem = problem_of(edges, n, bool(nonnegative))
     deg = np.bincount(edges.ravel(), minlength=n)
     # Strictly inside the chain's constraints (w > 0, L_ii = d_i / (d_max + 1) < 1); also a fine
     # start for FDLA.
