@@ -110,9 +110,18 @@ def slot_layout(
         shifted = _circulant_slots(order, n) if isinstance(order, RegularRound) else None
         if shifted is not None:
             nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
+        elif isinstance(order, RegularRound) and order.width <= _NARROW:
+            # Row i in sender order is its offset order rotated by the count of senders below i:
+            # slot j takes column (j + below) mod K, an elementwise choice among K columns.
+            width = order.width
+            for j in range(width):
+                pick = order.below + j
+                pick -= width * (pick >= width)
+                nbr[t, :, j] = np.choose(pick, [order.senders[:, k] for k in range(width)])
+                slot_w[t, :, j] = np.choose(pick, [order.weights[:, k] for k in range(width)])
         elif isinstance(order, RegularRound):
-            # Row i in sender order is its offset order rotated by the count of senders below i.
-            # A block of rows at a time, so that the index arrays stay in cache.
+            # As above, for wide rows by a gather; a block of rows at a time, so that the index
+            # arrays stay in cache.
             width = order.width
             for lo in range(0, n, _ROW_BLOCK):
                 hi = min(n, lo + _ROW_BLOCK)
@@ -311,6 +320,9 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     n = neighbors.shape[0]
     if n & (n - 1) or neighbors.shape[1] < 2:
         return None
+    single = _single_flip(neighbors, weights)
+    if single is not None:
+        return single
     by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
     union = 0
     # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
@@ -338,6 +350,22 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
         return None
     present = [b for b in range(n.bit_length()) if (union >> b) & 1]
     return FlipTerms(tuple(1 << b for b in present), by_bit[present])
+
+
+def _single_flip(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
+    """:func:`flip_terms` of a round ``[N, 2]`` (N a power of two) whose second slot is live
+    everywhere and holds ``i XOR m`` for one m: one comparison of that column, mirrored along the
+    flipped axis, with the node ids (no per-entry mask or bit). None when it is not one, to let
+    the general path decide."""
+    n = neighbors.shape[0]
+    m = int(neighbors[0, 1])
+    if neighbors.shape[1] != 2 or m <= 0 or m & (m - 1) or not bool(np.all(weights[:, 1] != 0)):
+        return None
+    shape = (n // (2 * m), 2, m)
+    # column[i] == i XOR m for all i, i.e. column[i XOR m] == i: the column with its flipped axis reversed.
+    if not np.array_equal(neighbors[:, 1].reshape(shape)[:, ::-1], np.arange(n, dtype=neighbors.dtype).reshape(shape)):
+        return None
+    return FlipTerms((m,), weights[:, 1][None].copy())
 
 
 class ShiftTerms(NamedTuple):
