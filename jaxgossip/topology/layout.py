@@ -112,13 +112,15 @@ def slot_layout(
             nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
         elif isinstance(order, RegularRound) and order.width <= _NARROW:
             # Row i in sender order is its offset order rotated by the count of senders below i:
-            # slot j takes column (j + below) mod K, an elementwise choice among K columns.
+            # slot j takes entry (j + below) mod K of its row: one flat take per slot column.
             width = order.width
+            starts = np.arange(0, n * width, width)
             for j in range(width):
                 pick = order.below + j
                 pick -= width * (pick >= width)
-                nbr[t, :, j] = np.choose(pick, [order.senders[:, k] for k in range(width)])
-                slot_w[t, :, j] = np.choose(pick, [order.weights[:, k] for k in range(width)])
+                pick += starts
+                nbr[t, :, j] = order.senders.reshape(-1).take(pick)
+                slot_w[t, :, j] = order.weights.reshape(-1).take(pick)
         elif isinstance(order, RegularRound):
             # As above, for wide rows by a gather; a block of rows at a time, so that the index
             # arrays stay in cache.
