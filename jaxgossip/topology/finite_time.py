@@ -73,6 +73,12 @@ def hyper_hypercube_factors(m: int, k: int) -> list[int]:
     return sorted(factors)
 
 
+def _node_ids(n: int) -> np.ndarray:
+    """[N] node ids in the tables' int32 (int64 beyond it): every round's index arrays then take
+    half the memory of int64, and from_edges stores the same values."""
+    return np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+
+
 def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list[tuple]:
     """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one (s, r, w) per factor."""
     m = nodes.size
@@ -155,7 +161,7 @@ def _simple_rounds(nodes: np.ndarray, k: int) -> list[_Round]:
 
 def _factored_rounds(n: int, k: int) -> list[_Round]:
     """The Base-(k+1) schedule of n nodes (see the module docstring)."""
-    nodes = np.arange(n)
+    nodes = _node_ids(n)
     simple = _simple_rounds(nodes, k)
     smooth = smooth_part(n, k)
     rest = n // smooth
@@ -197,7 +203,7 @@ def base_graph(n: int, max_degree: int = 1) -> Topology:
     """
     n = check_int("n", n, 2)
     k = check_int("max_degree", max_degree, 1)
-    nodes = np.arange(n)
+    nodes = _node_ids(n)
     out = []
     for parts in _factored_rounds(n, k):
         busy = np.zeros(n, dtype=bool)
