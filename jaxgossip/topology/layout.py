@@ -384,12 +384,13 @@ def shift_terms(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | None
     n = neighbors.shape[0]
     if not bool(np.all(weights != 0)):
         return None
-    nodes = np.arange(n, dtype=np.int64)
+    nodes = np.arange(n, dtype=neighbors.dtype)
     shifts = np.empty(neighbors.shape[1], dtype=np.int64)
     for k in range(neighbors.shape[1]):
-        gap = neighbors[:, k] - nodes
-        c = int(gap[0]) % n
-        if not bool(np.all((gap == c) | (gap == c - n))):
+        # Column k is shift c = column[0] when it reads nodes c.. N-1, then 0.. c-1 (ids lie in [0, N)).
+        column = neighbors[:, k]
+        c = int(column[0])
+        if not (np.array_equal(column[: n - c], nodes[c:]) and np.array_equal(column[n - c :], nodes[:c])):
             return None
         shifts[k] = c
     if np.unique(shifts).size != shifts.size:
@@ -438,8 +439,10 @@ def slot_transpose_check(
             return TransposeCheck(False, False)
         close = True
         for c, k in column.items():
-            mirrored, own = np.roll(weights[:, column[(n - c) % n]], -c), weights[:, k]
-            close = close and (np.array_equal(mirrored, own) or bool(np.allclose(mirrored, own, atol=atol)))
+            other, own = weights[:, column[(n - c) % n]], weights[:, k]
+            # other rolled back by c, compared in its two slices before any copy is made.
+            same = np.array_equal(other[c:], own[: n - c]) and np.array_equal(other[:c], own[n - c :])
+            close = close and (same or bool(np.allclose(np.roll(other, -c), own, atol=atol)))
         return TransposeCheck(True, close)
     pattern, close = True, True
     for mask, w in zip(moves.masks, moves.weights):
