@@ -69,7 +69,7 @@ def merge_round(senders, receivers, weights, n: int) -> Round:
     """
     s, r, w = (np.asarray(a).ravel() for a in (senders, receivers, weights))
     if is_canonical(s, r):
-        return Round(s, r, w.astype(np.float64) + 0.0)
+        return Round(s, r, np.add(w, 0.0, dtype=np.float64))  # one pass, one new array
     codes = edge_codes(s, r, n)
     # A counting sort by receiver and a sort within each row (scipy, O(E) plus the rows' sorts);
     # exact when no edge repeats: every weight then stands alone.

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxgossip.topology.edges import is_canonical, transpose_check
-from jaxgossip.topology.layout import ShiftTerms, regular_rows, slot_transpose_check
+from jaxgossip.topology.layout import FlipTerms, ShiftTerms, regular_rows, slot_transpose_check
 
-__all__ = ["HostFacts", "host_facts", "self_weights", "count_at"]
+__all__ = ["HostFacts", "host_facts", "self_weights", "count_at", "regular_sums"]
 
 
 class HostFacts(NamedTuple):
@@ -69,9 +69,15 @@ def host_facts(
     symmetric = True
     for t in range(period):
         s, r, w = senders[t], receivers[t], weights[t]
-        live = w != 0
-        ls, lr, lw = (s, r, w) if live.all() else (s[live], r[live], w[live])
-        regular_t = regular[t] if regular else regular_rows(ls, lr, lw, n)
+        regular_t = regular[t] if regular else None
+        if regular_t is not None and regular_t.senders.size == s.size:
+            # The regular rows hold every edge: all are live, no mask to form.
+            ls, lr, lw = s, r, w
+        else:
+            live = w != 0
+            ls, lr, lw = (s, r, w) if live.all() else (s[live], r[live], w[live])
+            if not regular:
+                regular_t = regular_rows(ls, lr, lw, n)
         canonical = regular_t is not None or is_canonical(ls, lr)
         move = moves[t] if moves is not None and canonical else None
         if move is not None:
@@ -82,8 +88,12 @@ def host_facts(
         if regular_t is not None:
             # K live edges into every node, one of them its self-loop.
             in_degree[t] = regular_t.width - 1
-            row_sums[t] = regular_t.weights.sum(axis=1)
-            diagonal[t] = regular_t.weights[np.arange(n), regular_t.below] + 0.0
+            regular_sums(regular_t.weights, out=row_sums[t])
+            if neighbors is not None:
+                np.add(slot_weights[t, :, 0], 0.0, out=diagonal[t])  # slot 0 holds the self-loop
+            else:
+                own = np.arange(n) * regular_t.width + regular_t.below
+                np.add(regular_t.weights.reshape(-1).take(own), 0.0, out=diagonal[t])
         else:
             own = ls == lr
             if canonical:
@@ -103,8 +113,46 @@ def host_facts(
             out_degree[t] = in_degree[t]
         else:
             out_degree[t] = count_at(ls, ls != lr, n)
-        col_sums[t] = np.bincount(ls, weights=lw, minlength=n)
+        if regular_t is None or not _pair_column_sums(slot_weights, t, move, regular_t.width, col_sums[t]):
+            col_sums[t] = np.bincount(ls, weights=lw, minlength=n)
     return HostFacts(symmetric, out_degree, in_degree, diagonal, row_sums, col_sums)
+
+
+def regular_sums(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``rows.sum(axis=1)`` of ``rows [N, K]`` into ``out [N]``, bit for bit. Rows of at most two
+    entries, none of them zero, add one column to the other (two terms sum alike in any order;
+    NumPy's reduction of short rows costs a pass per row); wider rows take ``np.sum``."""
+    if rows.shape[1] > 2 or rows.dtype != out.dtype:
+        out[...] = np.sum(rows, axis=1)
+        return out
+    np.copyto(out, rows[:, 0])
+    if rows.shape[1] == 2:
+        out += rows[:, 1]
+    return out
+
+
+def _pair_column_sums(slot_weights, t: int, move, width: int, out: np.ndarray) -> bool:
+    """Writes the column sums of round t into ``out`` when its rows are a self-loop and one
+    partner along one shift or one bit flip (K = 2): node j sends ``w_self[j]`` and the partner
+    weight of the node it feeds, ``w_1[j - c]`` or ``w_1[j XOR m]``. Two terms add alike in any
+    order, so this equals ``np.bincount`` bit for bit. False (nothing written) otherwise."""
+    if width != 2 or slot_weights is None or slot_weights.dtype != np.float64:
+        return False
+    own, other = slot_weights[t, :, 0], slot_weights[t, :, 1]
+    n = own.shape[0]
+    if isinstance(move, ShiftTerms) and int(move.shifts[0]) == 0:
+        c = int(move.shifts[1])
+        # Node j feeds node j - c (mod N): other rolled forward by c.
+        np.add(own[c:], other[: n - c], out=out[c:])
+        np.add(own[:c], other[n - c :], out=out[:c])
+        return True
+    if isinstance(move, FlipTerms) and len(move.masks) == 1:
+        m = move.masks[0]
+        # Node j feeds node j XOR m: one axis of the [N / 2m, 2, m] view reversed.
+        mirrored = other.reshape(n // (2 * m), 2, m)[:, ::-1]
+        np.add(own.reshape(mirrored.shape), mirrored, out=out.reshape(mirrored.shape))
+        return True
+    return False
 
 
 def count_at(endpoint: np.ndarray, keep: np.ndarray, n: int) -> np.ndarray:

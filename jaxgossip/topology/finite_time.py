@@ -73,15 +73,28 @@ def hyper_hypercube_factors(m: int, k: int) -> list[int]:
     return sorted(factors)
 
 
+def _node_ids(n: int) -> np.ndarray:
+    """[N] node ids in the tables' int32 (int64 beyond it): every round's index arrays then take
+    half the memory of int64, and from_edges stores the same values."""
+    return np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+
+
 def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list[tuple]:
     """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one (s, r, w) per factor."""
-    idx = np.arange(nodes.size)
+    m = nodes.size
+    # Consecutive ids (the whole graph, or one block of it): member j of a clique is an offset
+    # from the first node, no gather.
+    consecutive = m > 0 and int(nodes[-1]) - int(nodes[0]) == m - 1 and bool(np.all(nodes[1:] > nodes[:-1]))
     rounds, stride = [], 1
     for f in factors:
-        digit = (idx // stride) % f
-        first = idx - digit * stride  # the clique member with digit 0
-        members = first[:, None] + stride * np.arange(f)[None, :]  # [m, f]
-        rounds.append((nodes[members].ravel(), np.repeat(nodes, f), np.full(nodes.size * f, 1.0 / f)))
+        # Node a f stride + d stride + b (digit d) averages with a f stride + j stride + b, j < f:
+        # the table [m, f] as a broadcast over (a, d, b, j), in node order.
+        block = f * stride
+        first = np.arange(0, m, block)[:, None, None, None] + np.arange(stride)[None, None, :, None]
+        members = np.broadcast_to(first + stride * np.arange(f)[None, None, None, :], (m // block, f, stride, f))
+        members = members.reshape(-1)
+        senders = (members + nodes[0]).astype(nodes.dtype, copy=False) if consecutive else nodes[members]
+        rounds.append((senders, np.repeat(nodes, f), np.full(m * f, 1.0 / f)))
         stride *= f
     return rounds
 
@@ -148,7 +161,7 @@ def _simple_rounds(nodes: np.ndarray, k: int) -> list[_Round]:
 
 def _factored_rounds(n: int, k: int) -> list[_Round]:
     """The Base-(k+1) schedule of n nodes (see the module docstring)."""
-    nodes = np.arange(n)
+    nodes = _node_ids(n)
     simple = _simple_rounds(nodes, k)
     smooth = smooth_part(n, k)
     rest = n // smooth
@@ -190,13 +203,16 @@ def base_graph(n: int, max_degree: int = 1) -> Topology:
     """
     n = check_int("n", n, 2)
     k = check_int("max_degree", max_degree, 1)
-    nodes = np.arange(n)
+    nodes = _node_ids(n)
     out = []
     for parts in _factored_rounds(n, k):
         busy = np.zeros(n, dtype=bool)
         for _, r, _ in parts:
             busy[r] = True
         idle = nodes[~busy]
+        if len(parts) == 1 and idle.size == 0:
+            out.append(parts[0])  # one part over every node: its arrays as they are
+            continue
         s = np.concatenate([p[0] for p in parts] + [idle])
         r = np.concatenate([p[1] for p in parts] + [idle])
         w = np.concatenate([p[2] for p in parts] + [np.ones(idle.size)])

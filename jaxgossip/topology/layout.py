@@ -110,9 +110,20 @@ def slot_layout(
         shifted = _circulant_slots(order, n) if isinstance(order, RegularRound) else None
         if shifted is not None:
             nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
+        elif isinstance(order, RegularRound) and order.width <= _NARROW:
+            # Row i in sender order is its offset order rotated by the count of senders below i:
+            # slot j takes entry (j + below) mod K of its row: one flat take per slot column.
+            width = order.width
+            starts = np.arange(0, n * width, width)
+            for j in range(width):
+                pick = order.below + j
+                pick -= width * (pick >= width)
+                pick += starts
+                nbr[t, :, j] = order.senders.reshape(-1).take(pick)
+                slot_w[t, :, j] = order.weights.reshape(-1).take(pick)
         elif isinstance(order, RegularRound):
-            # Row i in sender order is its offset order rotated by the count of senders below i.
-            # A block of rows at a time, so that the index arrays stay in cache.
+            # As above, for wide rows by a gather; a block of rows at a time, so that the index
+            # arrays stay in cache.
             width = order.width
             for lo in range(0, n, _ROW_BLOCK):
                 hi = min(n, lo + _ROW_BLOCK)
@@ -311,6 +322,9 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     n = neighbors.shape[0]
     if n & (n - 1) or neighbors.shape[1] < 2:
         return None
+    single = _single_flip(neighbors, weights)
+    if single is not None:
+        return single
     by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
     union = 0
     # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
@@ -340,6 +354,22 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     return FlipTerms(tuple(1 << b for b in present), by_bit[present])
 
 
+def _single_flip(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
+    """:func:`flip_terms` of a round ``[N, 2]`` (N a power of two) whose second slot is live
+    everywhere and holds ``i XOR m`` for one m: one comparison of that column, mirrored along the
+    flipped axis, with the node ids (no per-entry mask or bit). None when it is not one, to let
+    the general path decide."""
+    n = neighbors.shape[0]
+    m = int(neighbors[0, 1])
+    if neighbors.shape[1] != 2 or m <= 0 or m & (m - 1) or not bool(np.all(weights[:, 1] != 0)):
+        return None
+    shape = (n // (2 * m), 2, m)
+    # column[i] == i XOR m for all i, i.e. column[i XOR m] == i: the column with its flipped axis reversed.
+    if not np.array_equal(neighbors[:, 1].reshape(shape)[:, ::-1], np.arange(n, dtype=neighbors.dtype).reshape(shape)):
+        return None
+    return FlipTerms((m,), weights[:, 1][None].copy())
+
+
 class ShiftTerms(NamedTuple):
     """One round of a slot table whose every slot column is a shift of the node axis:
     ``(W x)_i = sum_k weights[i, k] x_{(i + shifts[k]) mod N}`` (:func:`shift_terms`)."""
@@ -354,12 +384,13 @@ def shift_terms(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | None
     n = neighbors.shape[0]
     if not bool(np.all(weights != 0)):
         return None
-    nodes = np.arange(n, dtype=np.int64)
+    nodes = np.arange(n, dtype=neighbors.dtype)
     shifts = np.empty(neighbors.shape[1], dtype=np.int64)
     for k in range(neighbors.shape[1]):
-        gap = neighbors[:, k] - nodes
-        c = int(gap[0]) % n
-        if not bool(np.all((gap == c) | (gap == c - n))):
+        # Column k is shift c = column[0] when it reads nodes c.. N-1, then 0.. c-1 (ids lie in [0, N)).
+        column = neighbors[:, k]
+        c = int(column[0])
+        if not (np.array_equal(column[: n - c], nodes[c:]) and np.array_equal(column[n - c :], nodes[:c])):
             return None
         shifts[k] = c
     if np.unique(shifts).size != shifts.size:
@@ -408,8 +439,10 @@ def slot_transpose_check(
             return TransposeCheck(False, False)
         close = True
         for c, k in column.items():
-            mirrored, own = np.roll(weights[:, column[(n - c) % n]], -c), weights[:, k]
-            close = close and (np.array_equal(mirrored, own) or bool(np.allclose(mirrored, own, atol=atol)))
+            other, own = weights[:, column[(n - c) % n]], weights[:, k]
+            # other rolled back by c, compared in its two slices before any copy is made.
+            same = np.array_equal(other[c:], own[: n - c]) and np.array_equal(other[:c], own[n - c :])
+            close = close and (same or bool(np.allclose(np.roll(other, -c), own, atol=atol)))
         return TransposeCheck(True, close)
     pattern, close = True, True
     for mask, w in zip(moves.masks, moves.weights):

@@ -1,0 +1,107 @@
+"""The shortcuts of a graph's construction against the general path, bit for bit: every family at
+N = 8, 64 and 1024 rebuilt from its own edges by the slow reference (tests/topology/_reference_builders.py),
+the facts from the slot table and the rounds' moves against the facts from the edges alone and
+against the plain per-round sums, and the one-flip recognition against the general bit-flip pass."""
+
+import _reference_builders as ref
+import numpy as np
+import pytest
+
+import jaxgossip.topology as T
+from jaxgossip.topology import facts, layout
+
+FAMILIES = (
+    "ring",
+    "directed_ring",
+    "torus",
+    "hypercube",
+    "exponential",
+    "one_peer_exponential",
+    "star",
+    "chain",
+    "binary_tree",
+    "base:1",
+    "base:2",
+    "base:3",
+    "d_equistatic",
+    "u_equistatic",
+    "d_equistatic:2",
+    "u_equistatic:3",
+)
+SIZES = (8, 64, 1024)
+
+
+def _rounds(topo):
+    return [(topo.senders[t], topo.receivers[t], topo.weights[t]) for t in range(topo.period)]
+
+
+def _same_bits(got, want, what):
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    assert got.tobytes() == want.tobytes(), what
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("spec", FAMILIES)
+def test_every_table_and_fact_equals_the_reference_build(spec, n):
+    topo = T.make(spec, n)
+    want = ref.from_edges(n, _rounds(topo), directed=topo.directed)
+    for field in ("senders", "receivers", "weights", "neighbors", "slot_weights"):
+        _same_bits(getattr(topo, field), getattr(want, field), (topo.name, field))
+    assert topo.is_symmetric == want.symmetric
+    np.testing.assert_array_equal(topo.out_degree, want.out_degree)
+    np.testing.assert_array_equal(topo.in_degree, want.in_degree)
+    _same_bits(topo.self_weights, want.self_weights, (topo.name, "self_weights"))
+    mats = topo.matrices()
+    assert topo.row_stochastic == bool(np.allclose(mats.sum(axis=2), 1.0, atol=1e-6))
+    assert topo.column_stochastic == bool(np.allclose(mats.sum(axis=1), 1.0, atol=1e-6))
+
+
+def _plain_sums(s, r, w, n):
+    """Row and column sums of one round as the general path forms them: a regular round's rows
+    summed by ``np.sum``, any other round's by ``np.bincount``; columns by ``np.bincount``."""
+    live = w != 0
+    s, r, w = s[live], r[live], w[live]
+    regular = layout.regular_rows(s, r, w, n)
+    rows = np.sum(regular.weights, axis=1) if regular is not None else np.bincount(r, weights=w, minlength=n)
+    return rows, np.bincount(s, weights=w, minlength=n)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("spec", FAMILIES)
+def test_facts_from_the_slot_table_equal_the_facts_from_the_edges(spec, n):
+    topo = T.make(spec, n)
+    s, r, w = topo.senders, topo.receivers, topo.weights
+    slots = layout.slot_layout(s, r, w, n)
+    moves = [layout.round_moves(a, b) for a, b in zip(slots.neighbors, slots.weights)]
+    fast = facts.host_facts(s, r, w, n, slots.neighbors, slots.weights, moves, slots.regular)
+    plain = facts.host_facts(s, r, w, n)
+    assert fast.symmetric == plain.symmetric
+    for field in ("out_degree", "in_degree", "self_weights", "row_sums", "col_sums"):
+        _same_bits(getattr(fast, field), getattr(plain, field), (topo.name, field))
+    for t in range(topo.period):
+        rows, cols = _plain_sums(s[t], r[t], w[t], n)
+        _same_bits(fast.row_sums[t], rows, (topo.name, t, "row_sums"))
+        _same_bits(fast.col_sums[t], cols, (topo.name, t, "col_sums"))
+
+
+@pytest.mark.parametrize("spec", ["base:1", "hypercube", "one_peer_exponential"])
+def test_one_flip_rounds_equal_the_general_bit_flip_pass(spec):
+    n = 1024
+    nbr, slot_w = T.make(spec, n).slots
+    for a, b in zip(nbr, slot_w):
+        got = layout.flip_terms(a, b)
+        # A third, empty slot takes the round off the one-flip shortcut.
+        wide = layout.flip_terms(
+            np.concatenate([a, np.arange(n, dtype=a.dtype)[:, None]], axis=1),
+            np.concatenate([b, np.zeros((n, 1))], axis=1),
+        )
+        assert (got is None) == (wide is None)
+        if got is not None:
+            assert got.masks == wide.masks
+            _same_bits(got.weights, wide.weights, spec)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 9])
+def test_regular_sums_equal_numpy_row_sums(k):
+    rows = np.random.default_rng(k).standard_normal((1000, k))
+    _same_bits(facts.regular_sums(rows, np.empty(1000)), np.sum(rows, axis=1), k)
