@@ -4,6 +4,8 @@ and seed bit for bit (per-node, per-round, per-edge layouts), a seed-drawn spec 
 is drawn per seed, the command line joins a spec's own commas, and values with no common layout or
 that do not fit the graph exit 2 naming them."""
 
+import functools
+
 import numpy as np
 import pytest
 from tiny import TINY_FLAGS, tiny_config
@@ -87,37 +89,20 @@ def test_link_table_layouts_and_refusals(tmp_path):
         np.testing.assert_array_equal(table.values[1, s], expected)
     np.save(tmp_path / "r3.npy", np.full((3, 4), 1e6))
     np.save(tmp_path / "r5.npy", np.full((5, 4), 1e6))
-    rounds = link_table("bandwidth", [2e6, f"trace:{tmp_path / 'r3.npy'}"], topology=topo, num_nodes=4, seeds=[0])
+    one_seed = functools.partial(link_table, topology=topo, num_nodes=4, seeds=[0])
+    rounds = one_seed("bandwidth", [2e6, f"trace:{tmp_path / 'r3.npy'}"])
     assert rounds.layout == "node_rounds" and rounds.values.shape == (2, 1, 3, 4)
     np.testing.assert_array_equal(rounds.values[0, 0], np.full((3, 4), 2e6))
     with pytest.raises(ValueError, match=r"r3.npy.*\(3 rows\) and .*r5.npy.*\(5 rows\)"):
-        link_table(
-            "bandwidth",
-            [f"trace:{tmp_path / 'r3.npy'}", f"trace:{tmp_path / 'r5.npy'}"],
-            topology=topo,
-            num_nodes=4,
-            seeds=[0],
-        )
+        one_seed("bandwidth", [f"trace:{tmp_path / 'r3.npy'}", f"trace:{tmp_path / 'r5.npy'}"])
     np.save(tmp_path / "edges.npy", np.full(8, 1e-3))
-    edge = link_table(
-        "latency",
-        [1e-3, "stragglers:0.25,10", f"edge_trace:{tmp_path / 'edges.npy'}"],
-        topology=topo,
-        num_nodes=4,
-        seeds=[0],
-    )
+    edge = one_seed("latency", [1e-3, "stragglers:0.25,10", f"edge_trace:{tmp_path / 'edges.npy'}"])
     assert edge.layout == "edge" and edge.values.shape == (3, 1) + np.shape(topo.senders)
     # a node's value prices its sender's edges, as make_links lays it out
     node = link_values(parse_link("latency", "stragglers:0.25,10", 1e-4), 4, 0, 1e-4)
     np.testing.assert_array_equal(edge.values[1, 0], node[np.asarray(topo.senders)])
     with pytest.raises(ValueError, match="no common layout"):
-        link_table(
-            "latency",
-            [f"trace:{tmp_path / 'r3.npy'}", f"edge_trace:{tmp_path / 'edges.npy'}"],
-            topology=topo,
-            num_nodes=4,
-            seeds=[0],
-        )
+        one_seed("latency", [f"trace:{tmp_path / 'r3.npy'}", f"edge_trace:{tmp_path / 'edges.npy'}"])
     with pytest.raises(ValueError, match="an all-reduce has none"):
         link_table("latency", [f"edge_trace:{tmp_path / 'edges.npy'}"], topology=None, num_nodes=4, seeds=[0])
 
