@@ -55,11 +55,13 @@ def primal_dual(problem: Problem, point: Point, t: float, mu_stop: float, histor
       ``g_i = sum_b <F_bi, S_b^{-1}>`` (the barrier gradient), ``k`` Mehrotra's second-order term;
     * ``dX_b = sigma mu S_b^{-1} - X_b - sym(X_b dS_b S_b^{-1}) - sym(dX_b' dS_b' S_b^{-1})`` (primes:
       the affine predictor, ``sigma = 0``), ``sigma = (mu' / mu)^3``;
-    * one step length for both sides, 0.95 of the largest that keeps every block positive
-      definite (Cholesky tests on a grid of factors 0.8).
+    * one step length for both sides (separate ones drifted off the central path: 146 against 19
+      steps on a 256-node Erdos-Renyi chain), 0.95 of the largest that keeps every block positive
+      definite (:func:`_step_length`).
 
-    Dual feasibility is exact (S is computed from y); the multipliers start feasible at the
-    barrier's centre (``X_b = S_b^{-1} / t``). Where the barrier method needs 10-20 Newton steps per
+    Dual feasibility is exact (S is computed from y); the multipliers start at the barrier's
+    centre for ``t`` (``X_b = S_b^{-1} / t``), feasible up to its Newton decrement, and their
+    residual shrinks by ``1 - alpha`` per step. Where the barrier method needs 10-20 Newton steps per
     centering in the middle of the path (weights on their way to 0 on irregular graphs), these steps
     keep a nearly constant count (15-30 in all, N = 64-1,024). Returns ``(point, iterations, mu)``;
     the barrier method's last centerings then certify the result.
