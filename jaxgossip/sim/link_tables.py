@@ -26,8 +26,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgossip.sim.edge_traces import PerRoundEdge, edge_values
-from jaxgossip.sim.link_specs import LinkSpec, PerRound, link_values, parse_link
+from jaxgossip.sim.edge_traces import PerRoundEdge
+from jaxgossip.sim.link_specs import PerRound
+from jaxgossip.sim.network import Network
 
 __all__ = ["LINK_FIELDS", "LinkTable", "link_table", "needs_table"]
 
@@ -64,24 +65,21 @@ def needs_table(field: str, value: Any, swept: Sequence[Any] | None) -> bool:
     whose draw differs from seed to seed."""
     if swept is not None:
         return any(isinstance(v, str) for v in swept)
-    if not isinstance(value, str):
-        return False
-    from jaxgossip.sim.network import DEFAULT_BANDWIDTH, DEFAULT_LATENCY
-
-    parsed = parse_link(field, value, DEFAULT_LATENCY if field == "latency" else DEFAULT_BANDWIDTH)
-    return isinstance(parsed, LinkSpec) and parsed.seeded
+    spec = Network(**{field: value}).link_specs.get(field) if isinstance(value, str) else None
+    return spec is not None and spec.seeded
 
 
-def _draw(field: str, value: Any, topology: Any, num_nodes: int, seed: int, default: float) -> Any:
-    """One value's links: ``[N]``, :class:`PerRound` ``[R, N]``, ``[T, E]`` or :class:`PerRoundEdge`."""
-    parsed = parse_link(field, value, default) if isinstance(value, str) else value
-    if isinstance(parsed, LinkSpec):
-        if parsed.kind == "edge_trace":
-            return edge_values(parsed.name, parsed.trace, topology)
-        return link_values(parsed, num_nodes, seed, default)
-    if np.ndim(parsed) not in (0, 1) or np.size(parsed) not in (1, num_nodes):
+def _draw(field: str, value: Any, topology: Any, num_nodes: int, seed: int) -> Any:
+    """One value's links, as a run with ``--time.FIELD=value`` and this seed lays them out
+    (:meth:`~jaxgossip.sim.network.Network.field_values`): ``[N]``, :class:`PerRound` ``[R, N]``,
+    ``[T, E]`` or :class:`PerRoundEdge`."""
+    network = Network(**{field: value})  # parsed and checked as --time.FIELD is
+    if field in network.link_specs:
+        return network.field_values(field, num_nodes, seed, (topology,))
+    given = getattr(network, field)
+    if given is None or np.ndim(given) > 1 or np.size(given) not in (1, num_nodes):
         raise ValueError(f"--time.{field}={value!r}: a sweep value is a number, [N] = [{num_nodes}] values or a spec")
-    return np.broadcast_to(np.asarray(parsed, np.float64), (num_nodes,)).copy()
+    return np.broadcast_to(np.asarray(given, np.float64), (num_nodes,)).copy()
 
 
 def _kind(drawn: Any) -> tuple[str, int]:
@@ -115,12 +113,9 @@ def link_table(
       ValueError: naming ``--time.FIELD`` and the value: a bad spec, a trace that does not fit,
         values that cannot share a layout (module docstring).
     """
-    from jaxgossip.sim.network import DEFAULT_BANDWIDTH, DEFAULT_LATENCY
-
     if field not in LINK_FIELDS:
         raise ValueError(f"link field {field!r} is unknown; known: {', '.join(LINK_FIELDS)}")
-    default = DEFAULT_LATENCY if field == "latency" else DEFAULT_BANDWIDTH
-    drawn = [[_draw(field, v, topology, num_nodes, int(s), default) for s in seeds] for v in values]
+    drawn = [[_draw(field, v, topology, num_nodes, int(s)) for s in seeds] for v in values]
     kinds = {v: _kind(d[0]) for v, d in zip(values, drawn)}
     edge = any(k[0].startswith("edge") for k in kinds.values())
     rows = {v: r for v, (k, r) in kinds.items() if k.endswith("rounds")}

@@ -240,14 +240,14 @@ class Network:
         Raises:
           ValueError: naming the option: a drawn spec without a seed, a trace that does not fit N.
         """
-        return NodeLinks(*(self._field_values(field, num_nodes, seed) for field in ("latency", "bandwidth")))
+        return NodeLinks(*(self.field_values(field, num_nodes, seed) for field in ("latency", "bandwidth")))
 
     def downlink_values(self, num_nodes: int, seed: int | None = None) -> Any:
         """:attr:`downlink` as :func:`make_links` takes it: None (not modelled), a number or array
         as given, or a spec's per-node values ``[N]`` (:class:`PerRound` ``[R, N]``) drawn from ``seed``."""
-        return self._field_values("downlink", num_nodes, seed)
+        return self.field_values("downlink", num_nodes, seed)
 
-    def _field_values(self, field: str, num_nodes: int, seed: int | None, edges_of: tuple = ()) -> Any:
+    def field_values(self, field: str, num_nodes: int, seed: int | None, edges_of: tuple = ()) -> Any:
         """One link field as :func:`make_links` takes it: the value as given, or a per-node spec's
         values drawn from ``seed``; with ``edges_of=(topology,)`` an ``edge_trace`` is laid out on
         that graph's edges (a None topology, an all-reduce's, refuses it)."""
@@ -274,7 +274,7 @@ class Network:
         if n is None:
             raise ValueError("Network.links needs a topology or num_nodes")
         graph = None if allreduce else topology
-        values = [self._field_values(field, n, seed, (graph,)) for field in ("latency", "bandwidth")]
+        values = [self.field_values(field, n, seed, (graph,)) for field in ("latency", "bandwidth")]
         return make_links(
             None if allreduce else topology,
             *values,
@@ -335,6 +335,7 @@ jax.tree_util.register_dataclass(
     data_fields=["latency", "bandwidth", "senders", "real", "degree", "downlink", "receivers"],
     meta_fields=["kind", "mode", "exchanges", "num_nodes", "cycled", "edge_cycled"],
 )
+
 
 def _as_node_array(name: str, value: Any, num_nodes: int):
     arr = jnp.asarray(value, jnp.result_type(float))
@@ -453,9 +454,7 @@ def make_links(
             return jnp.asarray(value, jnp.result_type(float))
         if np.ndim(value) == 2:
             if np.shape(value) != np.shape(senders):
-                raise ValueError(
-                    f"{name} per edge must have shape [T, E] = {np.shape(senders)}; got {np.shape(value)}"
-                )
+                raise ValueError(f"{name} per edge must have shape [T, E] = {np.shape(senders)}; got {np.shape(value)}")
             return jnp.asarray(value, jnp.result_type(float))
         return _as_node_array(name, value, n)[senders]
 
