@@ -220,10 +220,11 @@ def _step_length(problem, point, dual, slacks, step: _Step, precise: bool = True
     for x, dx in pairs:
         if x is not None and np.any(dx < 0):
             top = min(top, float(np.min(x[dx < 0] / -dx[dx < 0])))
-    matrices = list(zip(dual[:2], step.dual[:2])) + list(zip(slacks[:2], step.slacks[:2]))
+    # the slacks' steps are sparse: made dense once, not at every test
+    matrices = [(a, _dense(d)) for a, d in zip((*dual[:2], *slacks[:2]), (*step.dual[:2], *step.slacks[:2]))]
 
     def inside(alpha):
-        return _all_definite(a + alpha * _dense(d) for a, d in matrices)
+        return _all_definite(a + alpha * d for a, d in matrices)
 
     if inside(top):
         return min(1.0, 0.95 * top)
