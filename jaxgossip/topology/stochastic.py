@@ -1,7 +1,8 @@
 """Stochastic graphs: a fresh graph every round, drawn inside the compiled run from the round's key.
 
-* :func:`random_matching`: a uniformly random perfect (N even) or maximal (N odd) matching per
-  round, ``W = (I + P) / 2``; doubly stochastic and symmetric (randomized pairwise gossip).
+* :func:`random_matching`: a random perfect (N even) or maximal (N odd) matching per round,
+  ``W = (I + P) / 2``; doubly stochastic and symmetric (randomized pairwise gossip). Uniform by
+  default (a sort per round), or pseudo-random in O(N) with ``draw="feistel"``.
 * :func:`random_out`: every node pushes to s distinct uniformly random other nodes per round,
   weight ``1 / (s + 1)`` each, self included; column stochastic, for push-sum methods (the
   Epidemic Learning setting).
@@ -34,6 +35,7 @@ import numpy as np
 
 from jaxgossip.checks import any_traced, check_int, is_concrete
 from jaxgossip.topology.edges import is_canonical
+from jaxgossip.topology.feistel import feistel_matching
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import choose_kernel, slot_edges
 from jaxgossip.topology.random_spectra import ExchangeableGram, SparseGram
@@ -64,11 +66,15 @@ def _one_round(tables: dict, n: int, name: str, layout: str, directed: bool, row
 @dataclasses.dataclass(frozen=True)
 class _MatchingSampler:
     """Round t: a random permutation pi, pairs (pi_0, pi_1), (pi_2, pi_3), ...; N odd leaves the
-    last node unmatched. Every perfect matching is equally likely (each arises from the same number
-    of permutations). Slot layout ``[N, 2]``: self, partner."""
+    last node unmatched. ``method="sort"``: pi is ``jax.random.permutation`` and every perfect
+    matching is equally likely (each arises from the same number of permutations);
+    ``method="feistel"``: pi is the keyed Feistel permutation of
+    :func:`~jaxgossip.topology.feistel.feistel_matching` (O(N), pseudo-random). Slot layout
+    ``[N, 2]``: self, partner."""
 
     n: int
     name: str
+    method: str = "sort"
     period: int = 1
     symmetric: bool = True
     support: Any = None
@@ -87,11 +93,14 @@ class _MatchingSampler:
     def draw(self, key, t, draw_args=None):
         del t, draw_args
         n = self.n
-        perm = jax.random.permutation(key, n)
-        half = n // 2
-        partner = jnp.arange(n, dtype=jnp.int32)
-        first, second = perm[: 2 * half : 2], perm[1 : 2 * half : 2]
-        partner = partner.at[first].set(second.astype(jnp.int32)).at[second].set(first.astype(jnp.int32))
+        if self.method == "feistel":
+            partner = feistel_matching(key, n)
+        else:
+            perm = jax.random.permutation(key, n)
+            half = n // 2
+            partner = jnp.arange(n, dtype=jnp.int32)
+            first, second = perm[: 2 * half : 2], perm[1 : 2 * half : 2]
+            partner = partner.at[first].set(second.astype(jnp.int32)).at[second].set(first.astype(jnp.int32))
         nodes = jnp.arange(n, dtype=jnp.int32)
         matched = partner != nodes
         self_w = jnp.where(matched, 0.5, 1.0).astype(jnp.float32)
@@ -105,8 +114,9 @@ class _MatchingSampler:
         }
         return GraphRound(_one_round(tables, n, self.name, "slots", False, True, True))
 
-    def exact_gram(self, draw_args=None) -> ExchangeableGram:
-        """``E[W^T W]`` in closed form. ``W = (I + P) / 2`` with P a symmetric involution, so
+    def exact_gram(self, draw_args=None) -> ExchangeableGram | None:
+        """``E[W^T W]`` in closed form for ``method="sort"`` (None for the pseudo-random Feistel
+        draw, whose pairing law is only close to uniform). ``W = (I + P) / 2`` with P a symmetric involution, so
         ``W^T W = W^2 = (I + 2P + P^2) / 4 = W`` and ``E[W^T W] = E[W] = (I + E[P]) / 2``. N even:
         node i is paired with each other node with probability ``1 / (N - 1)``, so
         ``E[W] = I / 2 + (J - I) / (2 (N - 1))`` and ``perp = 1/2 - 1 / (2 (N - 1))``. N odd:
@@ -115,34 +125,56 @@ class _MatchingSampler:
         ``perp = 1/2`` exactly."""
         del draw_args
         n = self.n
+        if self.method != "sort":
+            return None
         if n % 2 == 0:
             return ExchangeableGram(n, 0.5, 0.5 / (n - 1))
         return ExchangeableGram(n, 0.5 + 0.5 / n, 0.5 / n)
 
 
-def random_matching(n: int) -> Topology:
-    """A fresh uniformly random matching every round: ``W(t) = (I + P(t)) / 2``.
+def random_matching(n: int, draw: str = "sort") -> Topology:
+    """A fresh random matching every round: ``W(t) = (I + P(t)) / 2``.
 
-    Every node is paired with one other node (N even: a perfect matching; N odd: one node, uniformly
-    chosen, sits out with ``W_ii = 1``) and the two average their models. Every ``W(t)`` is doubly
-    stochastic and symmetric, so gossip, DeepSqueeze and push-sum run on it; each node sends one
-    message per round (randomized pairwise gossip, Boyd et al., 2006).
+    Every node is paired with one other node (N even: a perfect matching; N odd: one node sits out
+    with ``W_ii = 1``) and the two average their models. Every ``W(t)`` is doubly stochastic and
+    symmetric, so gossip, DeepSqueeze and push-sum run on it; each node sends one message per round
+    (randomized pairwise gossip, Boyd et al., 2006).
 
-    .. math::  W(t) = \\tfrac12 (I + P(t)), \\quad P(t) \\text{ a random involution (matching)}
+    .. math::  W(t) = \\tfrac12 (I + P(t)), \\quad P(t)_{i, \\pi(\\pi^{-1}(i) \\oplus 1)} = 1
+
+    with pi round t's permutation of the nodes: positions ``(2m, 2m + 1)`` of pi are paired.
+
+    ``draw`` picks how pi is drawn:
+
+    * ``"sort"`` (default): ``jax.random.permutation``, uniform over all permutations, so every
+      matching is equally likely (N odd: the node that sits out is uniform). It sorts N random keys
+      every round, which dominates the round at large N (hundreds of ms at N = 2^20 on a CPU).
+    * ``"feistel"``: a keyed Feistel permutation (:mod:`jaxgossip.topology.feistel`), each node's
+      partner computed on its own in O(1), no sort: O(N) per round. It gives up exact uniformity:
+      pi is one of at most ``2^(32 R)`` keyed bijections (R = 4 rounds for N > 2^11, more below),
+      so the matchings are pseudo-random, close to uniform in their pairing frequencies but not
+      exactly uniform over matchings, and the rounds differ from ``"sort"``'s for the same key.
+      ``exact_gram`` has no closed form for it (the spectral tools sample it).
 
     Args:
       n: number of nodes N >= 2.
+      draw: ``"sort"`` or ``"feistel"``.
 
     Returns:
       A stochastic :class:`Topology` (slot layout, K = 2; E = 2N per round).
 
     References:
       Boyd, Ghosh, Prabhakar, Shah, "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006.
+      Luby, Rackoff, "How to Construct Pseudorandom Permutations from Pseudorandom Functions",
+      SIAM J. Comput. 1988; Black, Rogaway, "Ciphers with Arbitrary Finite Domains", CT-RSA 2002
+      (cycle walking).
     """
     n = check_int("n", n, 2)
-    name = f"random_matching({n})"
+    if draw not in ("sort", "feistel"):
+        raise ValueError(f"random_matching draw={draw!r}: use 'sort' (uniform) or 'feistel' (O(N), pseudo-random)")
+    name = f"random_matching({n})" if draw == "sort" else f"random_matching({n}, draw=feistel)"
     return Topology.from_sampler(
-        _MatchingSampler(n, name),
+        _MatchingSampler(n, name, draw),
         name=name,
         num_nodes=n,
         directed=False,
