@@ -287,6 +287,11 @@ def random_out(n: int, s: int = 1) -> Topology:
 # ---- failures ------------------------------------------------------------------------------------
 
 
+def _known_zero(probability: Any) -> bool:
+    """Whether a failure probability is a concrete 0 (not traced), so that its draw can be skipped."""
+    return is_concrete(probability) and np.ndim(probability) == 0 and float(probability) == 0.0
+
+
 def _check_drop(name: str, value: Any) -> Any:
     """A failure probability as a float32 scalar. A concrete value must lie in [0, 1); a traced
     one (``with_failures`` called inside ``jax.vmap`` or ``jit``) cannot be checked here, only its
@@ -397,15 +402,20 @@ class _FailureSampler:
         n = base.num_nodes
         link_drop, node_drop = draw_args["link_drop"], draw_args["node_drop"]
         key_link, key_node, key_base = jax.random.split(key, 3)
-        alive = jax.random.uniform(key_node, (n,)) >= node_drop
+        # A probability known to be 0 at trace time draws nothing: a uniform in [0, 1) is always
+        # >= 0, so skipping its draw (and the gathers of its all-true mask) leaves every bit as is.
+        all_alive = _known_zero(node_drop)
+        alive = jnp.ones((n,), bool) if all_alive else jax.random.uniform(key_node, (n,)) >= node_drop
         available = draw_args.get("available")
         if available is not None:  # the nodes online in round t (with_availability), row t mod R
             alive = alive & (jnp.asarray(available)[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0)
+            all_alive = False
         if base.stochastic:
             inner = base.sampler.draw(key_base, t, base.draw_args)
             graph, idx = inner.graph, 0
             if inner.alive is not None:
                 alive = alive & inner.alive
+                all_alive = False
         else:
             graph = base
             idx = 0 if base.period == 1 else jnp.asarray(t, jnp.int32) % base.period
@@ -416,7 +426,10 @@ class _FailureSampler:
         senders, receivers = row(graph.senders, jnp.int32), row(graph.receivers, jnp.int32)
         weights = row(graph.weights, jnp.float32)
         real = (senders != receivers) & (weights != 0)
-        if self.unit is not None:
+        if _known_zero(link_drop):
+            coins = jnp.ones((self.num_units,), bool)
+            edge_up = jnp.ones(senders.shape, bool)
+        elif self.unit is not None:
             coins = jax.random.uniform(key_link, (self.num_units,)) >= link_drop
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
@@ -425,21 +438,34 @@ class _FailureSampler:
             edge_up = draw_code(codes) >= link_drop
         else:
             edge_up = jax.random.uniform(key_link, senders.shape) >= link_drop
-        keep = jnp.where(real, edge_up & alive[senders] & alive[receivers], True)
+        up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]
+        keep = jnp.where(real, up, True)
         kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
         # Symmetric W: the receiver takes back the weight it put on the lost edge (row sums stay 1;
         # the reverse edge fails with it, so columns too). Column stochastic: the undelivered mass
         # stays with the sender (column sums stay 1).
-        owner = receivers if self.repair == "symmetric" else senders
-        repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
-        nodes = jnp.arange(n, dtype=jnp.int32)
-        edges = {"senders": jnp.concatenate([senders, nodes]), "receivers": jnp.concatenate([receivers, nodes])}
-        tables = dict(edges, weights=jnp.concatenate([kept, repair]))
-        lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
+        slot_w = sw = None
         if graph.resolved_kernel == "slots":
             slot_keep = keep[row(self.slot_edge, jnp.int32)]
             slot_w = row(graph.slot_weights, jnp.float32)
             sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
+        if sw is not None and self.repair == "symmetric":
+            # A receiver's lost weights lie in its own slot row: sum them there, in edge order (the
+            # order segment_sum adds them in, so the bits agree), instead of a scatter over E.
+            # Slots without an edge lose 0, wherever they fall in the order.
+            order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
+            ordered = jnp.take_along_axis(slot_w - sw, row(order, jnp.int32), axis=1)
+            repair = jnp.zeros((n,), jnp.float32)
+            for k in range(ordered.shape[1]):
+                repair = repair + ordered[:, k]
+        else:
+            owner = receivers if self.repair == "symmetric" else senders
+            repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
+        nodes = jnp.arange(n, dtype=jnp.int32)
+        edges = {"senders": jnp.concatenate([senders, nodes]), "receivers": jnp.concatenate([receivers, nodes])}
+        tables = dict(edges, weights=jnp.concatenate([kept, repair]))
+        lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
+        if sw is not None:
             tables["neighbors"] = lost["neighbors"] = row(graph.neighbors, jnp.int32)
             tables["slot_weights"] = sw.at[:, 0].add(repair)  # slot 0 is the node itself
             lost["slot_weights"] = (slot_w - sw).at[:, 0].add(-repair)
@@ -448,7 +474,7 @@ class _FailureSampler:
         pair_keep = None
         if self.pair_ends is not None:
             a, b = self.pair_ends
-            pair_keep = coins & alive[a] & alive[b]
+            pair_keep = coins if all_alive else coins & alive[a] & alive[b]
         return GraphRound(out, alive, pair_keep, _one_round(lost, *facts, False, False))
 
 
