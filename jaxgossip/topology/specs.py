@@ -93,7 +93,9 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
 
     ``torus`` without sides picks the most square ``rows x cols = num_nodes``; ``erdos_renyi`` and
     ``random_directed`` take their edge probability after the colon and use ``seed``;
-    ``random_out:S`` takes the out-degree s (default 1); ``random_matching`` takes nothing;
+    ``random_out:S`` takes the out-degree s (default 1); ``random_matching`` takes nothing (a uniform
+    draw) or ``random_matching:feistel`` (the O(N) pseudo-random draw of
+    :func:`~jaxgossip.topology.random_matching`);
     ``base:K`` is the Base-(K+1) graph of maximum degree K >= 1 (default 1);
     ``d_equistatic:M`` / ``u_equistatic:M`` take M >= 1 basis graphs (default ``ceil(log2 N)``) and
     use ``seed``; ``od_equidyn`` / ``ou_equidyn`` take an optional eta in (0, 1] (default 0.5);
@@ -131,6 +133,10 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
         except ValueError:
             raise ValueError(f"random_out spec {spec!r} must look like 'random_out:S' with S an int") from None
         return FAMILIES[name](num_nodes, s)
+    if name == "random_matching" and arg:
+        if arg != "feistel":
+            raise ValueError(f"random_matching spec {spec!r}: the only argument is 'feistel' (random_matching:feistel)")
+        return FAMILIES[name](num_nodes, draw="feistel")
     if name == "base":
         return FAMILIES[name](num_nodes, _int_arg(spec, arg, "K (the maximum degree)", default=1))
     if name in ("d_equistatic", "u_equistatic"):
@@ -210,6 +216,9 @@ def check_spec(spec: str) -> None:
             name, "M (the number of basis graphs)"
         )
         _int_arg(base, arg, what)
+    elif name == "random_matching":
+        if arg != "feistel":
+            raise ValueError(f"random_matching spec {spec!r}: the only argument is 'feistel' (random_matching:feistel)")
     elif name in ("od_equidyn", "ou_equidyn"):
         _check_range(base, arg, float, 0.0, 1.0, True, "ETA must lie in (0, 1]")
         if float(arg) == 0.0:

@@ -1,7 +1,8 @@
 """Stochastic graphs: a fresh graph every round, drawn inside the compiled run from the round's key.
 
-* :func:`random_matching`: a uniformly random perfect (N even) or maximal (N odd) matching per
-  round, ``W = (I + P) / 2``; doubly stochastic and symmetric (randomized pairwise gossip).
+* :func:`random_matching`: a random perfect (N even) or maximal (N odd) matching per round,
+  ``W = (I + P) / 2``; doubly stochastic and symmetric (randomized pairwise gossip). Uniform by
+  default (a sort per round), or pseudo-random in O(N) with ``draw="feistel"``.
 * :func:`random_out`: every node pushes to s distinct uniformly random other nodes per round,
   weight ``1 / (s + 1)`` each, self included; column stochastic, for push-sum methods (the
   Epidemic Learning setting).
@@ -34,6 +35,7 @@ import numpy as np
 
 from jaxgossip.checks import any_traced, check_int, is_concrete
 from jaxgossip.topology.edges import is_canonical
+from jaxgossip.topology.feistel import feistel_matching
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import choose_kernel, slot_edges
 from jaxgossip.topology.random_spectra import ExchangeableGram, SparseGram
@@ -64,11 +66,15 @@ def _one_round(tables: dict, n: int, name: str, layout: str, directed: bool, row
 @dataclasses.dataclass(frozen=True)
 class _MatchingSampler:
     """Round t: a random permutation pi, pairs (pi_0, pi_1), (pi_2, pi_3), ...; N odd leaves the
-    last node unmatched. Every perfect matching is equally likely (each arises from the same number
-    of permutations). Slot layout ``[N, 2]``: self, partner."""
+    last node unmatched. ``method="sort"``: pi is ``jax.random.permutation`` and every perfect
+    matching is equally likely (each arises from the same number of permutations);
+    ``method="feistel"``: pi is the keyed Feistel permutation of
+    :func:`~jaxgossip.topology.feistel.feistel_matching` (O(N), pseudo-random). Slot layout
+    ``[N, 2]``: self, partner."""
 
     n: int
     name: str
+    method: str = "sort"
     period: int = 1
     symmetric: bool = True
     support: Any = None
@@ -87,11 +93,14 @@ class _MatchingSampler:
     def draw(self, key, t, draw_args=None):
         del t, draw_args
         n = self.n
-        perm = jax.random.permutation(key, n)
-        half = n // 2
-        partner = jnp.arange(n, dtype=jnp.int32)
-        first, second = perm[: 2 * half : 2], perm[1 : 2 * half : 2]
-        partner = partner.at[first].set(second.astype(jnp.int32)).at[second].set(first.astype(jnp.int32))
+        if self.method == "feistel":
+            partner = feistel_matching(key, n)
+        else:
+            perm = jax.random.permutation(key, n)
+            half = n // 2
+            partner = jnp.arange(n, dtype=jnp.int32)
+            first, second = perm[: 2 * half : 2], perm[1 : 2 * half : 2]
+            partner = partner.at[first].set(second.astype(jnp.int32)).at[second].set(first.astype(jnp.int32))
         nodes = jnp.arange(n, dtype=jnp.int32)
         matched = partner != nodes
         self_w = jnp.where(matched, 0.5, 1.0).astype(jnp.float32)
@@ -105,8 +114,9 @@ class _MatchingSampler:
         }
         return GraphRound(_one_round(tables, n, self.name, "slots", False, True, True))
 
-    def exact_gram(self, draw_args=None) -> ExchangeableGram:
-        """``E[W^T W]`` in closed form. ``W = (I + P) / 2`` with P a symmetric involution, so
+    def exact_gram(self, draw_args=None) -> ExchangeableGram | None:
+        """``E[W^T W]`` in closed form for ``method="sort"`` (None for the pseudo-random Feistel
+        draw, whose pairing law is only close to uniform). ``W = (I + P) / 2`` with P a symmetric involution, so
         ``W^T W = W^2 = (I + 2P + P^2) / 4 = W`` and ``E[W^T W] = E[W] = (I + E[P]) / 2``. N even:
         node i is paired with each other node with probability ``1 / (N - 1)``, so
         ``E[W] = I / 2 + (J - I) / (2 (N - 1))`` and ``perp = 1/2 - 1 / (2 (N - 1))``. N odd:
@@ -115,34 +125,56 @@ class _MatchingSampler:
         ``perp = 1/2`` exactly."""
         del draw_args
         n = self.n
+        if self.method != "sort":
+            return None
         if n % 2 == 0:
             return ExchangeableGram(n, 0.5, 0.5 / (n - 1))
         return ExchangeableGram(n, 0.5 + 0.5 / n, 0.5 / n)
 
 
-def random_matching(n: int) -> Topology:
-    """A fresh uniformly random matching every round: ``W(t) = (I + P(t)) / 2``.
+def random_matching(n: int, draw: str = "sort") -> Topology:
+    """A fresh random matching every round: ``W(t) = (I + P(t)) / 2``.
 
-    Every node is paired with one other node (N even: a perfect matching; N odd: one node, uniformly
-    chosen, sits out with ``W_ii = 1``) and the two average their models. Every ``W(t)`` is doubly
-    stochastic and symmetric, so gossip, DeepSqueeze and push-sum run on it; each node sends one
-    message per round (randomized pairwise gossip, Boyd et al., 2006).
+    Every node is paired with one other node (N even: a perfect matching; N odd: one node sits out
+    with ``W_ii = 1``) and the two average their models. Every ``W(t)`` is doubly stochastic and
+    symmetric, so gossip, DeepSqueeze and push-sum run on it; each node sends one message per round
+    (randomized pairwise gossip, Boyd et al., 2006).
 
-    .. math::  W(t) = \\tfrac12 (I + P(t)), \\quad P(t) \\text{ a random involution (matching)}
+    .. math::  W(t) = \\tfrac12 (I + P(t)), \\quad P(t)_{i, \\pi(\\pi^{-1}(i) \\oplus 1)} = 1
+
+    with pi round t's permutation of the nodes: positions ``(2m, 2m + 1)`` of pi are paired.
+
+    ``draw`` picks how pi is drawn:
+
+    * ``"sort"`` (default): ``jax.random.permutation``, uniform over all permutations, so every
+      matching is equally likely (N odd: the node that sits out is uniform). It sorts N random keys
+      every round, which dominates the round at large N (hundreds of ms at N = 2^20 on a CPU).
+    * ``"feistel"``: a keyed Feistel permutation (:mod:`jaxgossip.topology.feistel`), each node's
+      partner computed on its own in O(1), no sort: O(N) per round. It gives up exact uniformity:
+      pi is one of at most ``2^(32 R)`` keyed bijections (R = 4 rounds for N > 2^11, more below),
+      so the matchings are pseudo-random, close to uniform in their pairing frequencies but not
+      exactly uniform over matchings, and the rounds differ from ``"sort"``'s for the same key.
+      ``exact_gram`` has no closed form for it (the spectral tools sample it).
 
     Args:
       n: number of nodes N >= 2.
+      draw: ``"sort"`` or ``"feistel"``.
 
     Returns:
       A stochastic :class:`Topology` (slot layout, K = 2; E = 2N per round).
 
     References:
       Boyd, Ghosh, Prabhakar, Shah, "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006.
+      Luby, Rackoff, "How to Construct Pseudorandom Permutations from Pseudorandom Functions",
+      SIAM J. Comput. 1988; Black, Rogaway, "Ciphers with Arbitrary Finite Domains", CT-RSA 2002
+      (cycle walking).
     """
     n = check_int("n", n, 2)
-    name = f"random_matching({n})"
+    if draw not in ("sort", "feistel"):
+        raise ValueError(f"random_matching draw={draw!r}: use 'sort' (uniform) or 'feistel' (O(N), pseudo-random)")
+    name = f"random_matching({n})" if draw == "sort" else f"random_matching({n}, draw=feistel)"
     return Topology.from_sampler(
-        _MatchingSampler(n, name),
+        _MatchingSampler(n, name, draw),
         name=name,
         num_nodes=n,
         directed=False,
@@ -255,6 +287,11 @@ def random_out(n: int, s: int = 1) -> Topology:
 # ---- failures ------------------------------------------------------------------------------------
 
 
+def _known_zero(probability: Any) -> bool:
+    """Whether a failure probability is a concrete 0 (not traced), so that its draw can be skipped."""
+    return is_concrete(probability) and np.ndim(probability) == 0 and float(probability) == 0.0
+
+
 def _check_drop(name: str, value: Any) -> Any:
     """A failure probability as a float32 scalar. A concrete value must lie in [0, 1); a traced
     one (``with_failures`` called inside ``jax.vmap`` or ``jit``) cannot be checked here, only its
@@ -365,15 +402,20 @@ class _FailureSampler:
         n = base.num_nodes
         link_drop, node_drop = draw_args["link_drop"], draw_args["node_drop"]
         key_link, key_node, key_base = jax.random.split(key, 3)
-        alive = jax.random.uniform(key_node, (n,)) >= node_drop
+        # A probability known to be 0 at trace time draws nothing: a uniform in [0, 1) is always
+        # >= 0, so skipping its draw (and the gathers of its all-true mask) leaves every bit as is.
+        all_alive = _known_zero(node_drop)
+        alive = jnp.ones((n,), bool) if all_alive else jax.random.uniform(key_node, (n,)) >= node_drop
         available = draw_args.get("available")
         if available is not None:  # the nodes online in round t (with_availability), row t mod R
             alive = alive & (jnp.asarray(available)[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0)
+            all_alive = False
         if base.stochastic:
             inner = base.sampler.draw(key_base, t, base.draw_args)
             graph, idx = inner.graph, 0
             if inner.alive is not None:
                 alive = alive & inner.alive
+                all_alive = False
         else:
             graph = base
             idx = 0 if base.period == 1 else jnp.asarray(t, jnp.int32) % base.period
@@ -384,7 +426,10 @@ class _FailureSampler:
         senders, receivers = row(graph.senders, jnp.int32), row(graph.receivers, jnp.int32)
         weights = row(graph.weights, jnp.float32)
         real = (senders != receivers) & (weights != 0)
-        if self.unit is not None:
+        if _known_zero(link_drop):
+            coins = jnp.ones((self.num_units,), bool)
+            edge_up = jnp.ones(senders.shape, bool)
+        elif self.unit is not None:
             coins = jax.random.uniform(key_link, (self.num_units,)) >= link_drop
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
@@ -393,21 +438,34 @@ class _FailureSampler:
             edge_up = draw_code(codes) >= link_drop
         else:
             edge_up = jax.random.uniform(key_link, senders.shape) >= link_drop
-        keep = jnp.where(real, edge_up & alive[senders] & alive[receivers], True)
+        up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]
+        keep = jnp.where(real, up, True)
         kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
         # Symmetric W: the receiver takes back the weight it put on the lost edge (row sums stay 1;
         # the reverse edge fails with it, so columns too). Column stochastic: the undelivered mass
         # stays with the sender (column sums stay 1).
-        owner = receivers if self.repair == "symmetric" else senders
-        repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
-        nodes = jnp.arange(n, dtype=jnp.int32)
-        edges = {"senders": jnp.concatenate([senders, nodes]), "receivers": jnp.concatenate([receivers, nodes])}
-        tables = dict(edges, weights=jnp.concatenate([kept, repair]))
-        lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
+        slot_w = sw = None
         if graph.resolved_kernel == "slots":
             slot_keep = keep[row(self.slot_edge, jnp.int32)]
             slot_w = row(graph.slot_weights, jnp.float32)
             sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
+        if sw is not None and self.repair == "symmetric":
+            # A receiver's lost weights lie in its own slot row: sum them there, in edge order (the
+            # order segment_sum adds them in, so the bits agree), instead of a scatter over E.
+            # Slots without an edge lose 0, wherever they fall in the order.
+            order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
+            ordered = jnp.take_along_axis(slot_w - sw, row(order, jnp.int32), axis=1)
+            repair = jnp.zeros((n,), jnp.float32)
+            for k in range(ordered.shape[1]):
+                repair = repair + ordered[:, k]
+        else:
+            owner = receivers if self.repair == "symmetric" else senders
+            repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
+        nodes = jnp.arange(n, dtype=jnp.int32)
+        edges = {"senders": jnp.concatenate([senders, nodes]), "receivers": jnp.concatenate([receivers, nodes])}
+        tables = dict(edges, weights=jnp.concatenate([kept, repair]))
+        lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
+        if sw is not None:
             tables["neighbors"] = lost["neighbors"] = row(graph.neighbors, jnp.int32)
             tables["slot_weights"] = sw.at[:, 0].add(repair)  # slot 0 is the node itself
             lost["slot_weights"] = (slot_w - sw).at[:, 0].add(-repair)
@@ -416,7 +474,7 @@ class _FailureSampler:
         pair_keep = None
         if self.pair_ends is not None:
             a, b = self.pair_ends
-            pair_keep = coins & alive[a] & alive[b]
+            pair_keep = coins if all_alive else coins & alive[a] & alive[b]
         return GraphRound(out, alive, pair_keep, _one_round(lost, *facts, False, False))
 
 
