@@ -15,14 +15,20 @@ import scipy.sparse
 from jaxgossip.design.sdp import (
     Point,
     Problem,
+    add_lower,
     centred_matrix,
+    cholesky_lower,
     feasible_point,
-    gram_rows,
     iterate_slem,
+    quadratic_forms,
+    schur_lower,
     symmetric_inverse,
 )
 
 __all__ = ["primal_dual"]
+
+# The step goes this fraction of the way to the boundary of the cone.
+_FRACTION = 0.95
 
 
 class _Dual(NamedTuple):
@@ -36,14 +42,16 @@ class _Dual(NamedTuple):
     rows: np.ndarray | None
 
 
-def _all_definite(matrices) -> bool:
-    """Whether every symmetric matrix is positive definite (a Cholesky factorization each)."""
-    return all(scipy.linalg.lapack.dpotrf(a, lower=1)[1] == 0 for a in matrices)
+def _definite(matrix: np.ndarray) -> bool:
+    """Whether a symmetric matrix is positive definite (one Cholesky factorization; of the
+    transpose, the same matrix in Fortran order, which LAPACK takes without a copy)."""
+    return scipy.linalg.lapack.dpotrf(matrix.T, lower=0, overwrite_a=1, clean=0)[1] == 0
 
 
 def primal_dual(problem: Problem, point: Point, t: float, mu_stop: float, history: list, max_iters: int):
     """Mehrotra predictor-corrector steps of the primal-dual interior-point method (HKM direction)
-    from the point centred for ``t``, until the duality measure ``mu`` is at most ``mu_stop``.
+    from a strictly feasible point and the barrier's multipliers there for ``t``, until the duality
+    measure ``mu`` is at most ``mu_stop``.
 
     The SDP in the dual form: ``S_1 = s I - (W - J)``, ``S_2 = s I + (W - J)`` and, for the chain,
     ``w`` and ``r = 1 - diag L`` stay positive, ``S = F_0 + sum_i y_i F_i`` with ``y = (w, s)``;
@@ -51,20 +59,25 @@ def primal_dual(problem: Problem, point: Point, t: float, mu_stop: float, histor
     ``sum_b <F_bi, X_b> = c_i`` (``c = e_s``) and ``X_b S_b = sigma mu I``:
 
     * ``H dy = sigma mu g - c - k``, ``H_ij = sum_b <F_bi, X_b F_bj S_b^{-1}>``, so for edges
-      ``H_kl = sum_b (a_k^T X_b a_l)(a_k^T S_b^{-1} a_l)`` (four [M, M] Gram matrices),
+      ``H_kl = sum_b (a_k^T X_b a_l)(a_k^T S_b^{-1} a_l)`` (Hadamard products of Gram matrices),
       ``g_i = sum_b <F_bi, S_b^{-1}>`` (the barrier gradient), ``k`` Mehrotra's second-order term;
     * ``dX_b = sigma mu S_b^{-1} - X_b - sym(X_b dS_b S_b^{-1}) - sym(dX_b' dS_b' S_b^{-1})`` (primes:
       the affine predictor, ``sigma = 0``), ``sigma = (mu' / mu)^3``;
     * one step length for both sides (separate ones drifted off the central path: 146 against 19
-      steps on a 256-node Erdos-Renyi chain), 0.95 of the largest that keeps every block positive
-      definite (:func:`_step_length`).
+      steps on a 256-node Erdos-Renyi chain, and no end in 12 minutes at 1,024 nodes), 0.95 of the
+      largest that keeps every block positive definite (:func:`_step_length`).
 
-    Dual feasibility is exact (S is computed from y); the multipliers start at the barrier's
-    centre for ``t`` (``X_b = S_b^{-1} / t``), feasible up to its Newton decrement, and their
-    residual shrinks by ``1 - alpha`` per step. Where the barrier method needs 10-20 Newton steps per
-    centering in the middle of the path (weights on their way to 0 on irregular graphs), these steps
-    keep a nearly constant count (15-30 in all, N = 64-1,024). Returns ``(point, iterations, mu)``;
-    the barrier method's last centerings then certify the result.
+    Dual feasibility is exact (S is computed from y); the multipliers start as the barrier's for
+    ``t`` (``X_b = S_b^{-1} / t``), which satisfy the primal equations only at the centre; the
+    residual ``c - sum_b <F_b, X_b>`` shrinks by ``1 - alpha`` per step, so the start need not be
+    centred. Where the barrier method needs 10-20 Newton steps per centering in the middle of the
+    path (weights on their way to 0 on irregular graphs), these steps keep a nearly constant count
+    (20-35 in all, N = 64-1,024). Returns ``(point, iterations, mu)``; the barrier method's last
+    centerings then certify the result.
+
+    Cost of a step: the [M + 1, M + 1] system (its edge block by :func:`schur_lower`, one
+    Cholesky factorization, ``M^3 / 3`` flops: most of a step at M in the thousands), six dense
+    [N, N] products, the two inverses at the new point and the Cholesky tests of the step lengths.
 
     Reference: Helmberg, Rendl, Vanderbei, Wolkowicz, SIAM J. Optim. 6(2), 1996 (the direction);
     Mehrotra, SIAM J. Optim. 2(4), 1992 (predictor-corrector); Todd, Toh, Tutuncu, Math. Program.
@@ -82,34 +95,26 @@ def primal_dual(problem: Problem, point: Point, t: float, mu_stop: float, histor
     )
     c = np.zeros(m + 1)
     c[m] = 1.0
+    hess = None  # [M + 1, M + 1], reused: a fresh one per step costs its page faults
     for iteration in range(max_iters):
         slacks = _slacks(problem, point)
         mu = _measure(dual, slacks, nu)
         if mu <= mu_stop:
             return point, iteration, mu
-        grams = [
-            (gram_rows(problem, dual.upper), gram_rows(problem, inverses[0])),
-            (gram_rows(problem, dual.lower), gram_rows(problem, inverses[1])),
-        ]
-        hess, grad = np.zeros((m + 1, m + 1)), np.zeros(m + 1)
-        for ((x_rows, x_gram), (c_rows, c_gram)), inverse, x, sign in zip(
-            grams, inverses, (dual.upper, dual.lower), (1.0, -1.0)
-        ):
-            hess[:m, :m] += x_gram * c_gram
-            hess[:m, m] += sign * np.einsum("ij,ij->i", x_rows, c_rows)  # a_l^T X S^{-1} a_l
-            hess[m, m] += float(np.sum(x * inverse))
-            grad[:m] += sign * np.diag(c_gram)
-            grad[m] += float(np.trace(inverse))
-        hess[m, :m] = hess[:m, m]
+        hess = np.empty((m + 1, m + 1)) if hess is None else hess
+        dots = schur_lower(problem, [(dual.upper, inverses[0], 1.0), (dual.lower, inverses[1], -1.0)], hess)
+        hess[m, :m] = dots  # a_l^T X_b S_b^{-1} a_l, signed
+        hess[m, m] = sum(float(np.sum(x * inverse)) for x, inverse in zip(dual[:2], inverses))
+        grad = np.zeros(m + 1)
+        grad[:m] = quadratic_forms(problem, inverses[0]) - quadratic_forms(problem, inverses[1])
+        grad[m] = float(np.trace(inverses[0]) + np.trace(inverses[1]))
         if chain:
             inc = problem.incidence
             hess[np.diag_indices(m)] += dual.weights / point.w
-            pairs = (inc.T @ inc.multiply((dual.rows / point.slack)[:, None]).tocsr()).tocoo()
-            hess[pairs.row, pairs.col] += pairs.data
+            add_lower(hess, inc.T @ inc.multiply((dual.rows / point.slack)[:, None]).tocsr())
             grad[:m] += 1.0 / point.w - inc.T @ (1.0 / point.slack)
-        try:
-            factor = scipy.linalg.cho_factor(hess, check_finite=False)
-        except np.linalg.LinAlgError:  # lost to rounding: the barrier method goes on from here
+        factor = cholesky_lower(hess)
+        if factor is None:  # lost to rounding: the barrier method goes on from here
             return point, iteration, mu
         predictor = _direction(problem, point, dual, inverses, factor, -c, 0.0, None)
         alpha = _step_length(problem, point, dual, slacks, predictor, precise=False)
@@ -172,7 +177,7 @@ def _direction(problem, point, dual, inverses, factor, rhs, target, predictor) -
             product = (s_step @ x_step).T @ inverse  # dX' dS' S^{-1} (dS' sparse and symmetric)
             product = 0.5 * (product + product.T)
             corrections[b] = product
-            k[:m] += (1.0 if b == 0 else -1.0) * _quadratic(problem, product)
+            k[:m] += (1.0 if b == 0 else -1.0) * quadratic_forms(problem, product)
             k[m] += float(np.trace(product))
         if problem.nonnegative:
             corrections[2] = predictor.dual.weights * predictor.slacks[2] / point.w
@@ -199,42 +204,30 @@ def _direction(problem, point, dual, inverses, factor, rhs, target, predictor) -
     return _Step(dy, _Dual(*x_steps, weights_step, rows_step), (*s_steps, dw if problem.nonnegative else None, dr))
 
 
-def _quadratic(problem: Problem, matrix: np.ndarray) -> np.ndarray:
-    """``a_l^T P a_l`` [M] of a symmetric [N, N] matrix P."""
-    u, v = problem.u, problem.v
-    return matrix[u, u] + matrix[v, v] - 2.0 * matrix[u, v]
-
-
 def _step_length(problem, point, dual, slacks, step: _Step, precise: bool = True) -> float:
-    """0.95 of the largest step (at most 1 / 0.95) that keeps the multipliers and slacks positive:
-    the linear ones exactly, the four matrices by Cholesky tests (the bound itself, else a
-    bisection to 1/32 of it: a test costs ``N^3 / 3`` flops, an exact eigenvalue bound ten times
-    more)."""
-    top = 1.0 / 0.95
-    pairs = [
+    """``_FRACTION`` of the largest step (at most 1) that keeps the multipliers and slacks
+    positive: the linear ones exactly, the four matrices by Cholesky tests, block by block.
+    Definiteness along ``A + alpha D`` is lost once and for good (the cone is convex), so a block
+    that passes at the current bound needs one test, and a bisection (to 1/256 of the bound; 1/16
+    for the predictor, whose length only sets sigma) runs only for the blocks that bind. A test
+    costs ``N^3 / 3`` flops; an exact eigenvalue bound costs ten times more."""
+    top = 1.0 / _FRACTION
+    linear = [
         (dual.weights, step.dual.weights),
         (dual.rows, step.dual.rows),
         (slacks[2], step.slacks[2]),
         (slacks[3], step.slacks[3]),
     ]
-    for x, dx in pairs:
+    for x, dx in linear:
         if x is not None and np.any(dx < 0):
             top = min(top, float(np.min(x[dx < 0] / -dx[dx < 0])))
-    # the slacks' steps are sparse: made dense once, not at every test
-    matrices = [(a, _dense(d)) for a, d in zip((*dual[:2], *slacks[:2]), (*step.dual[:2], *step.slacks[:2]))]
-
-    def inside(alpha):
-        return _all_definite(a + alpha * d for a, d in matrices)
-
-    if inside(top):
-        return min(1.0, 0.95 * top)
-    if not precise:  # the predictor's length only sets sigma: factors of 0.8 are enough
-        alpha = 0.8 * top
-        while alpha > 1e-9 and not inside(alpha):
-            alpha *= 0.8
-        return min(1.0, 0.95 * alpha)
-    low, high = 0.0, top
-    for _ in range(5):
-        mid = 0.5 * (low + high)
-        low, high = (mid, high) if inside(mid) else (low, mid)
-    return min(1.0, 0.95 * low)
+    for a, d in zip((*dual[:2], *slacks[:2]), (*step.dual[:2], *step.slacks[:2])):
+        d = _dense(d)
+        if _definite(a + top * d):
+            continue
+        low, high = 0.0, top
+        for _ in range(8 if precise else 4):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if _definite(a + mid * d) else (low, mid)
+        top = low
+    return min(1.0, _FRACTION * top)

@@ -21,15 +21,18 @@ middle:
 * each edge enters W as the rank-one term ``w_l a_l a_l^T``, ``a_l = e_u - e_v``, so with
   ``C = F^{-1}`` of each matrix inequality the Hessian entries are ``(a_k^T C a_l)^2`` and the
   gradient entries ``a_l^T C a_l``: no [M, N^2] matrices;
-* the first centering (``t = nu / s_0``) by Newton's method with a backtracking line search that
-  keeps both matrices positive definite (and, for the chain, starts below the largest step that
-  keeps the linear constraints strict);
-* then Mehrotra predictor-corrector steps of the primal-dual method (HKM direction,
-  :func:`jaxgossip.design.primal_dual.primal_dual`) with the multipliers ``X_b = F_b^{-1} / t``
-  of that centre, down to ``mu <= 4 / t_final``. Why: in the middle of the path the barrier method's centerings after
-  ``t <- 2 t`` take 10-20 Newton steps each on irregular graphs (the chain's weights on their way to
-  0), 600 in all on a 1,024-node Erdos-Renyi graph; the primal-dual steps keep a nearly constant
-  count (15-30, N = 64-1,024), each about twice a Newton step's work;
+* Mehrotra predictor-corrector steps of the primal-dual method (HKM direction,
+  :func:`jaxgossip.design.primal_dual.primal_dual`) from the Metropolis weights and
+  ``s_0 = SLEM + 0.1``, with the multipliers ``X_b = F_b^{-1} / t_0``, ``t_0 = nu / s_0`` (the
+  barrier's multipliers at that point, off the central path), down to ``mu <= 4 / t_final``. Why:
+  in the middle of the path the barrier method's centerings after ``t <- 2 t`` take 10-20 Newton
+  steps each on irregular graphs (the chain's weights on their way to 0), 600 in all on a
+  1,024-node Erdos-Renyi graph; the primal-dual steps keep a nearly constant count (20-35,
+  N = 64-1,024), each about twice a Newton step's work, and need no centred start (a first
+  centering took 19 Newton steps there and saved none of the primal-dual ones);
+* then Newton's method with a backtracking line search that keeps both matrices positive definite
+  (and, for the chain, starts below the largest step that keeps the linear constraints strict)
+  for the barrier ``t s + phi``;
 * the last centerings, from ``t = 1 / mu`` doubling up to ``t_final``, give the certificate: at a
   point whose Newton decrement for ``t s + phi`` is ``lambda < 1``,
   ``s - s* <= (nu + (lambda + sqrt(nu)) lambda / (1 - lambda)) / t`` (Nesterov, Introductory
@@ -83,10 +86,13 @@ from jaxgossip.design.primal_dual import primal_dual
 from jaxgossip.design.sdp import (
     Point,
     Problem,
+    add_lower,
+    cholesky_lower,
     feasible_point,
-    gram_rows,
     iterate_slem,
     problem_of,
+    quadratic_forms,
+    schur_lower,
     symmetric_inverse,
 )
 from jaxgossip.design.support import (
@@ -114,10 +120,6 @@ _BETA = 0.3
 # The primal-dual phase stops at mu <= _SWITCH / t_final: the barrier method's last centerings
 # (from t = 1 / mu, two doublings) then give the certificate.
 _SWITCH = 4.0
-# Newton steps of the first centering at most (19 from Metropolis weights on a 1,024-node
-# Erdos-Renyi graph, 96 from a constant weight): the primal-dual steps also start from a point
-# only roughly centred (the residual of its multipliers shrinks by 1 - alpha per step).
-_FIRST_STEPS = 30
 # Newton steps per centering at most.
 _STEPS_PER_CENTERING = 100
 # Armijo fraction and backtracking factor of the line search.
@@ -167,41 +169,36 @@ def _newton_step(problem: Problem, point: Point, t: float) -> tuple[np.ndarray, 
     """Gradient and Newton direction of ``t s + phi`` at ``point``, both [M + 1] (w, then s)."""
     m = len(problem.u)
     grad = np.zeros(m + 1)
-    hess = np.zeros((m + 1, m + 1))
-    hess_ww = hess[:m, :m]  # a view: the products below accumulate in place
+    hess = np.empty((m + 1, m + 1))  # the lower triangle is filled and read
     grad[m] = t
     # d/dw_l of the upper matrix s I - W + J is +a a^T, of the lower one s I + W - J is -a a^T.
-    for factor, sign in zip(point.factors, (1.0, -1.0)):
-        inverse = symmetric_inverse(factor)  # C
-        c_a, gram = gram_rows(problem, inverse)
-        grad[:m] -= sign * np.diag(gram)
-        gram *= gram
-        hess_ww += gram
-        hess[:m, m] += sign * np.einsum("ij,ij->i", c_a, c_a)  # a_l^T C^2 a_l
-        hess[m, m] += float(np.sum(inverse * inverse))  # tr C^2
-        grad[m] -= float(np.trace(inverse))  # tr C
-    hess[m, :m] = hess[:m, m]
+    inverses = [symmetric_inverse(factor) for factor in point.factors]  # C_1, C_2
+    hess[m, :m] = schur_lower(problem, [(inverses[0], inverses[0], 1.0), (inverses[1], inverses[1], -1.0)], hess)
+    grad[:m] = quadratic_forms(problem, inverses[1]) - quadratic_forms(problem, inverses[0])
+    hess[m, m] = sum(float(np.sum(inverse * inverse)) for inverse in inverses)  # tr C^2
+    grad[m] -= sum(float(np.trace(inverse)) for inverse in inverses)  # tr C
     if problem.nonnegative:
         inc = problem.incidence
         grad[:m] += -1.0 / point.w + inc.T @ (1.0 / point.slack)
-        hess_ww[np.diag_indices(m)] += 1.0 / point.w**2
+        hess[np.diag_indices(m)] += 1.0 / point.w**2
         # |A|^T diag(1 / slack^2) |A|: non-zero only between edges that share a node
-        pairs = (inc.T @ inc.multiply(1.0 / point.slack[:, None] ** 2).tocsr()).tocoo()
-        hess_ww[pairs.row, pairs.col] += pairs.data
+        add_lower(hess, inc.T @ inc.multiply(1.0 / point.slack[:, None] ** 2).tocsr())
     return grad, -_solve_psd(hess, grad)
 
 
 def _solve_psd(hess: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """``hess^{-1} rhs`` by Cholesky. Near the optimum rounding can leave the Hessian numerically
-    semidefinite; a diagonal shift of relative size 1e-14, doubled until it factors, then keeps
-    the step a descent direction. NaN when no shift up to 1e-2 helps (the caller stops)."""
+    """``hess^{-1} rhs`` by Cholesky of the lower triangle. Near the optimum rounding can leave
+    the Hessian numerically semidefinite; a diagonal shift of relative size 1e-14, doubled until
+    it factors, then keeps the step a descent direction. NaN when no shift up to 1e-2 helps (the
+    caller stops)."""
     shift, diag = 0.0, np.diag(hess).copy()
     while shift <= 1e-2:
-        try:
-            factor = scipy.linalg.cho_factor(hess + np.diag(shift * diag), check_finite=False)
+        shifted = hess.copy()
+        shifted[np.diag_indices_from(shifted)] += shift * diag
+        factor = cholesky_lower(shifted)
+        if factor is not None:
             return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
-        except (np.linalg.LinAlgError, ValueError):
-            shift = 2.0 * shift if shift else 1e-14
+        shift = 2.0 * shift if shift else 1e-14
     return np.full_like(rhs, np.nan)
 
 
@@ -261,21 +258,17 @@ def _barrier_method(problem: Problem, w0: np.ndarray, tol: float, max_steps: int
     point = feasible_point(problem, w0, s0)
     # the last centering, once its decrement is at most _BETA, certifies gap_bound <= tol
     t, t_final = nu / s0, _gap_bound(nu, tol, _BETA)
-    history, used, middle = [], 0, True
+    history = []
+    # the middle of the path by primal-dual steps, then the last centerings certify
+    point, used, mu = primal_dual(problem, point, t, _SWITCH / t_final, history, max_steps)
+    if used:
+        t = min(max(1.0 / mu, t), t_final)
     while True:
-        limit = _FIRST_STEPS if middle else _STEPS_PER_CENTERING
-        point, steps, decrement = _center(problem, point, t, history, min(limit, max_steps - used))
+        point, steps, decrement = _center(problem, point, t, history, min(_STEPS_PER_CENTERING, max_steps - used))
         used += steps
         gap = _gap_bound(nu, t, decrement)
         if gap <= tol or used >= max_steps or (t >= t_final and steps == 0):
             return point.w, gap, np.asarray(history)
-        if middle:  # the middle of the path by primal-dual steps, then the last centerings certify
-            middle = False
-            point, iterations, mu = primal_dual(problem, point, t, _SWITCH / t_final, history, max_steps - used)
-            used += iterations
-            if iterations:
-                t = min(max(1.0 / mu, t), t_final)
-                continue
         t = min(_MU * t, t_final)
 
 
