@@ -56,6 +56,7 @@ FAMILIES = (
     "ring+drop:0.1",
     "torus+drop:0.1+nodedrop:0.05",
     "random_matching",
+    "random_matching:feistel",
     "random_out:2",
 )
 POWER_OF_TWO_ONLY = ("hypercube",)

@@ -15,8 +15,11 @@ Parts (``--parts``, comma list):
   passes ``--spectral-seconds`` (60) or N reaches ``--spectral-max-log2``; its wall time is printed
   only to say where the tool stops being practical.
 * ``training``: the memory planner's estimate (``jaxgossip.run.plan.plan_memory``) of the largest N
-  of the default digits MLP that fits 24 GB. The training run at that N needs the accelerator and is
-  listed with its command.
+  of the default digits MLP that fits 24 GB, then the training run at that N on this machine
+  (``--train-rounds``), with its peak resident memory beside the planner's compiled size.
+
+Consensus rows of a family and size run earlier are kept (the JSON beside the page); a rerun
+replaces its own rows, so sizes can be added one command at a time.
 
     PYTHONPATH=. python experiments/studies/million_nodes.py --log2-sizes 10,12,14,16 --parts consensus
 """
@@ -109,6 +112,7 @@ def consensus_part(families, log2_sizes, tol, max_rounds, log) -> list[dict]:
                 "graph_bytes": graph_bytes(graph),
                 "x_bytes": n * 4,
                 "round_ms": bench_round_ms(bench, spec, n),
+                "max_rounds": max_rounds,
             }
             rows.append(row)
             log(f"{spec:30s} N=2^{log2}: rounds {rounds if err <= tol else f'> {max_rounds}'} (error {err:.2e})")
@@ -137,7 +141,13 @@ def spectral_part(families, max_log2, seconds, log) -> list[dict]:
     return rows
 
 
-def training_part(log) -> dict:
+def training_part(log, rounds: int) -> dict:
+    """The planner's largest N of the default digits MLP in 24 GB (compiled for cuda and for this
+    CPU), then that training run here, ``rounds`` rounds, with its peak resident memory."""
+    import resource
+    import subprocess
+    import tempfile
+
     from jaxgossip.run.plan import plan_memory
     from jaxgossip.run.runner import TrainConfig
 
@@ -145,14 +155,38 @@ def training_part(log) -> dict:
     plan = plan_memory(config, (("24 GB", GiB24),))
     fit = plan.fits[0]
     log(f"memory plan: {fit}")
-    return {
+    cpu_plan = plan_memory(config.replace(num_nodes=fit.num_nodes), (("24 GB", GiB24),), platform="cpu")
+    row = {
         "num_nodes": fit.num_nodes,
         "bytes": fit.bytes,
+        "cpu_bytes": cpu_plan.measured[fit.num_nodes],
         "predicted_nodes": fit.predicted,
         "limited_by": fit.limited_by,
         "rule": plan.rule,
         "measured": {str(k): v for k, v in plan.measured.items()},
     }
+    with tempfile.TemporaryDirectory() as out:
+        argv = [
+            "train", "--dataset=digits", "--model=mlp", f"--num_nodes={fit.num_nodes}", "--topology=exponential",
+            "--batch_size=1", f"--num_rounds={rounds}", f"--eval_every={rounds // 2}", "--no-progress", "--out", out,
+        ]  # fmt: skip
+        # its own process, so that its peak resident memory is the run's alone
+        command = [sys.executable, "-c", "import sys; from jaxgossip.cli import main; sys.exit(main(sys.argv[1:]))"]
+        command += argv
+        start = time.perf_counter()
+        subprocess.run(command, check=True)
+        wall = time.perf_counter() - start
+        metrics = json.load(open(os.path.join(out, "metrics.json")))
+    # ru_maxrss: the largest resident set of any finished child, in KiB on Linux
+    row["run"] = {
+        "command": " ".join(["jaxgossip", *argv[:-2]]),
+        "rounds": rounds,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        "wall_s": wall,
+        "final": {k: metrics["rows"][-1][k] for k in ("test_acc", "node_acc_mean", "node_acc_min", "consensus")},
+    }
+    log(f"training run: {row['run']}")
+    return row
 
 
 def markdown(args, consensus, spectral, training) -> str:
@@ -170,7 +204,8 @@ def markdown(args, consensus, spectral, training) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in consensus:
-        rounds = r["rounds"] if r["rounds"] is not None else f"> {args.max_rounds} (error {r['error']:.1e})"
+        cap = r.get("max_rounds", args.max_rounds)
+        rounds = r["rounds"] if r["rounds"] is not None else f"> {cap} (error {r['error']:.1e})"
         ms = "" if r["round_ms"] is None else f"{r['round_ms']:.3g}"
         lines.append(
             f"| {r['family']} | {r['log2_nodes']} | {rounds} | {r['graph_bytes'] / 1e6:.3g} | "
@@ -219,15 +254,24 @@ def markdown(args, consensus, spectral, training) -> str:
             f"({(training['bytes'] or 0) / 1e9:.3g} GB compiled), limited by: {training['limited_by']} "
             f"({training['rule']}); the memory line alone predicts {training['predicted_nodes']:.0f} nodes. "
             f"Compiled sizes: {measured}.",
-            "",
-            "The training run at that N is not run here (it needs the accelerator): `jaxgossip train --dataset "
-            f"digits --model mlp --num_nodes {training['num_nodes']} --topology exponential --batch_size 1`.",
         ]
+        run = training.get("run")
+        if run:
+            final = run["final"]
+            lines += [
+                "",
+                f"The run at that N on this CPU: `{run['command']}`. Peak resident memory "
+                f"{run['peak_rss_bytes'] / 1e9:.3g} GB (the whole process: Python, JAX, the data, the "
+                f"checkpoint writer) against the planner's compiled {training['cpu_bytes'] / 1e9:.3g} GB for "
+                f"this CPU and {(training['bytes'] or 0) / 1e9:.3g} GB for cuda; after {run['rounds']} rounds "
+                f"test accuracy of the average model {final['test_acc']:.4f}, of the nodes {final['node_acc_mean']:.4f} "
+                f"(min {final['node_acc_min']:.4f}), consensus distance {final['consensus']:.3g}; "
+                f"{run['wall_s']:.0f} s wall on a loaded 2-core CPU.",
+            ]
     else:
         lines.append(
-            "Not run. The planner's estimate: `PYTHONPATH=. python experiments/studies/million_nodes.py --parts "
-            "training`; the run at that N needs a 24 GB accelerator: `jaxgossip plan` for the config, then "
-            "`jaxgossip train --dataset digits --model mlp --num_nodes N --topology exponential --batch_size 1`."
+            "Not run. The planner's estimate and the run at that N: `PYTHONPATH=. python "
+            "experiments/studies/million_nodes.py --parts training`."
         )
     return "\n".join(lines) + "\n"
 
@@ -241,6 +285,7 @@ def main() -> None:
     parser.add_argument("--max-rounds", type=int, default=10_000)
     parser.add_argument("--spectral-seconds", type=float, default=60.0)
     parser.add_argument("--spectral-max-log2", type=int, default=22)
+    parser.add_argument("--train-rounds", type=int, default=200, help="rounds of the training run")
     parser.add_argument("--out", default=os.path.join(HERE, "million_nodes.md"))
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -250,12 +295,23 @@ def main() -> None:
     saved_path = os.path.splitext(args.out)[0] + ".json"
     saved = json.load(open(saved_path)) if os.path.exists(saved_path) else {}
     if "consensus" in parts:
-        saved["consensus"] = consensus_part(families, sizes, args.tol, args.max_rounds, print)
-        saved["consensus_args"] = {"log2_sizes": args.log2_sizes, "tol": args.tol, "max_rounds": args.max_rounds}
+        # rows of other families and sizes, run earlier, are kept; a rerun replaces its own rows
+        new = consensus_part(families, sizes, args.tol, args.max_rounds, print)
+        keys = {(r["family"], r["log2_nodes"]) for r in new}
+        rows = [r for r in saved.get("consensus", []) if (r["family"], r["log2_nodes"]) not in keys] + new
+        order = {f: i for i, f in enumerate(FAMILIES)}
+        rows.sort(key=lambda r: (order.get(r["family"], len(order)), r["family"], r["log2_nodes"]))
+        saved["consensus"] = rows
+        done = sorted({r["log2_nodes"] for r in rows})
+        saved["consensus_args"] = {
+            "log2_sizes": ",".join(map(str, done)),
+            "tol": args.tol,
+            "max_rounds": args.max_rounds,
+        }
     if "spectral" in parts:
         saved["spectral"] = spectral_part(families, args.spectral_max_log2, args.spectral_seconds, print)
     if "training" in parts:
-        saved["training"] = training_part(print)
+        saved["training"] = training_part(print, args.train_rounds)
     with open(saved_path, "w") as f:
         json.dump(saved, f, indent=1)
     if "consensus_args" in saved:
