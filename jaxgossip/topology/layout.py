@@ -33,6 +33,8 @@ __all__ = [
     "ShiftTerms",
     "slot_transpose_check",
     "regular_transpose_check",
+    "hub_split",
+    "HubSplit",
     "MAX_GATHER_SLOTS",
     "circulant_shift",
     "circulant_shifts",
@@ -297,7 +299,57 @@ def choose_kernel(num_nodes: int, max_edges: int, max_slots: int, gather_free: b
         return "dense"
     if max_slots <= _MAX_SLOTS or gather_free:
         return "slots"
+    # The segment kernel of host tables mixes a round of a few hubs by hub_split (a star).
     return "segment"
+
+
+# Up to this many rows above _MAX_SLOTS in-neighbours a host graph's segment layout mixes by
+# hub_split: one reduction over each hub's in-neighbours plus the slot kernel for the other rows.
+_MAX_HUBS = 16
+
+
+class HubSplit(NamedTuple):
+    """One round as a few dense rows (the hubs) plus a narrow slot table for every other row
+    (:func:`hub_split`): ``(W x)_h = hub_weights[h] . x[hub_senders[h]]`` for each hub h, and
+    ``(W x)_i = sum_k weights[i, k] x[neighbors[i, k]]`` for the other nodes i."""
+
+    hubs: tuple[int, ...]  # H node ids, ascending
+    hub_senders: tuple[np.ndarray, ...]  # per hub [M_h] int32, its in-neighbours in edge order
+    hub_weights: tuple[np.ndarray, ...]  # per hub [M_h], their weights
+    neighbors: np.ndarray  # [N, K] int32: the slot table of the other rows (hub rows: weight 0)
+    weights: np.ndarray  # [N, K]
+
+
+def hub_split(
+    senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int, max_hubs: int = _MAX_HUBS
+) -> HubSplit | None:
+    """One round ``senders, receivers, weights [E]`` as hubs plus a narrow slot table, or None.
+
+    The hubs are the rows with more than 16 live in-edges (self included); the round splits when
+    there are 1 to ``max_hubs`` of them and every other row fits 16 slots (a star: one hub, K = 2).
+    A segment layout's round then mixes in about two reads and one write of x (one reduction per
+    hub, the slot kernel for the rest) instead of a gather of E rows and a scatter. O(E) NumPy.
+    """
+    live = weights != 0
+    s, r, w = (senders, receivers, weights) if live.all() else (senders[live], receivers[live], weights[live])
+    hubs = np.flatnonzero(np.bincount(r, minlength=num_nodes) > _MAX_SLOTS)
+    if hubs.size == 0 or hubs.size > max_hubs:
+        return None
+    is_hub = np.zeros(num_nodes, dtype=bool)
+    is_hub[hubs] = True
+    at_hub = is_hub[r]
+    rest = slot_layout(*(a[~at_hub][None] for a in (s, r, w)), num_nodes)
+    if rest.width > _MAX_SLOTS:
+        return None
+    hs, hr, hw = s[at_hub], r[at_hub], w[at_hub]
+    rows = [np.flatnonzero(hr == h) for h in hubs]
+    return HubSplit(
+        tuple(int(h) for h in hubs),
+        tuple(hs[row].astype(np.int32) for row in rows),
+        tuple(hw[row] for row in rows),
+        rest.neighbors[0],
+        rest.weights[0],
+    )
 
 
 # Above this many slots the slot kernel of a host graph moves x only by shifts and bit flips
