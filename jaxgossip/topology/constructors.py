@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,11 @@ _TOL = 1e-6
 
 
 def from_edges(
-    name: str, n: int, rounds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], directed: bool | None = None
+    name: str,
+    n: int,
+    rounds: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    directed: bool | None = None,
+    shape: tuple[int, int] | None = None,
 ) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
 
@@ -59,17 +63,31 @@ def from_edges(
     :func:`jaxgossip.topology.edges.merge_round`): rounds given in that order cost O(E), others one
     sort. ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
     without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
+
+    With ``shape = (T, E)`` (E the largest merged round) ``rounds`` may be a generator: each round
+    is written into the ``[T, E]`` tables as it comes, so one round's arrays live at a time instead
+    of all T (the same tables, fewer fresh pages).
     """
-    merged = [merge_round(s, r, w, n) for s, r, w in rounds]
-    e = max(x.senders.size for x in merged)
-    period = len(merged)
+    merged = shape is None
+    if merged:
+        rounds = [merge_round(s, r, w, n) for s, r, w in rounds]
+        shape = (len(rounds), max(x.senders.size for x in rounds))
+    period, e = shape
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
     weights = np.zeros((period, e))
-    for t, (s, r, w) in enumerate(merged):
+    symmetric, count, widest = True, 0, 0
+    for t, (s, r, w) in enumerate(rounds):
+        if not merged:
+            s, r, w = merge_round(s, r, w, n)
         senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
+        if directed is None and symmetric:
+            symmetric = transpose_check(s, r, w, n).pattern
+        count, widest = t + 1, max(widest, s.size)
+    if (count, widest) != (period, e):
+        raise ValueError(f"from_edges of {name}: shape={shape} but the rounds give {(count, widest)}")
     if directed is None:
-        directed = not all(transpose_check(s, r, w, n).pattern for s, r, w in merged)
+        directed = not symmetric
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
@@ -211,8 +229,9 @@ def one_peer_exponential(n: int) -> Topology:
     """
     n = check_int("n", n, 2)
     tau = _log2_ceil(n)
-    rounds = [_circulant(n, (2**t,), 0.5) for t in range(tau)]
-    return from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2)
+    # A generator: each round is written into the tables and dropped before the next is made.
+    rounds = (_circulant(n, (2**t,), 0.5) for t in range(tau))
+    return from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2, shape=(tau, 2 * n))
 
 
 def complete(n: int) -> Topology:
