@@ -22,7 +22,15 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from jaxgossip.checks import check_int
-from jaxgossip.topology.edges import Round, circulant_round, count_components, merge_round, sorted_rows, transpose_check
+from jaxgossip.topology.edges import (
+    Round,
+    circulant_round,
+    count_components,
+    is_canonical,
+    merge_round,
+    sorted_rows,
+    transpose_check,
+)
 from jaxgossip.topology.graph import Topology
 
 __all__ = [
@@ -68,21 +76,26 @@ def from_edges(
     is written into the ``[T, E]`` tables as it comes, so one round's arrays live at a time instead
     of all T (the same tables, fewer fresh pages).
     """
-    merged = shape is None
-    if merged:
-        rounds = [merge_round(s, r, w, n) for s, r, w in rounds]
-        shape = (len(rounds), max(x.senders.size for x in rounds))
+    if shape is None:
+        # Canonical rounds stay as given (their weights are added to 0.0 in the tables below),
+        # others are merged first; then the sizes are known.
+        flat = [tuple(np.asarray(a).ravel() for a in edges) for edges in rounds]
+        rounds = [(s, r, w) if is_canonical(s, r) else merge_round(s, r, w, n) for s, r, w in flat]
+        shape = (len(rounds), max(s.size for s, _, _ in rounds))
     period, e = shape
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
     weights = np.zeros((period, e))
     symmetric, count, widest = True, 0, 0
     for t, (s, r, w) in enumerate(rounds):
-        if not merged:
+        s, r, w = (np.asarray(a).ravel() for a in (s, r, w))
+        if not is_canonical(s, r):
             s, r, w = merge_round(s, r, w, n)
-        senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
+        senders[t, : s.size], receivers[t, : s.size] = s, r
+        # merge_round's canonical form, written in place: + 0.0 makes a -0.0 weight read 0.0.
+        np.add(w, 0.0, out=weights[t, : s.size])
         if directed is None and symmetric:
-            symmetric = transpose_check(s, r, w, n).pattern
+            symmetric = transpose_check(s, r, weights[t, : s.size], n).pattern
         count, widest = t + 1, max(widest, s.size)
     if (count, widest) != (period, e):
         raise ValueError(f"from_edges of {name}: shape={shape} but the rounds give {(count, widest)}")
