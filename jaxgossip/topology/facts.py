@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgossip.topology.edges import is_canonical, transpose_check
+from jaxgossip.topology.edges import bincount, is_canonical, transpose_check
 from jaxgossip.topology.layout import (
     FlipTerms,
     ShiftTerms,
@@ -149,10 +149,10 @@ def host_facts(
             if canonical:
                 # Sorted receivers: row i is the slice between the first edges into i and into i + 1.
                 counts = np.diff(np.searchsorted(lr, np.arange(n + 1)))
-                in_degree.set(t, counts - np.bincount(lr[own], minlength=n))
+                in_degree.set(t, counts - bincount(lr[own], n))
             else:
                 in_degree.set(t, count_at(lr, ~own, n))
-            row_sums[...] = np.bincount(lr, weights=lw, minlength=n)
+            row_sums[...] = bincount(lr, n, lw)
             diagonal.set(t, _round_self_weights(lr[own], lw[own], n))
         if isinstance(move, ShiftTerms):
             # Full distinct shifts: each column is a permutation, so every node sends once per
@@ -164,7 +164,7 @@ def host_facts(
         else:
             out_degree.set(t, count_at(ls, ls != lr, n))
         if regular_t is None or not _pair_column_sums(slot_weights, t, move, regular_t.width, col_sums):
-            col_sums[...] = np.bincount(ls, weights=lw, minlength=n)
+            col_sums[...] = bincount(ls, n, lw)
         row_range[t] = np.min(row_sums), np.max(row_sums)
         col_range[t] = np.min(col_sums), np.max(col_sums)
     return HostFacts(symmetric, out_degree.table(), in_degree.table(), diagonal.table(), row_range, col_range)
@@ -209,7 +209,7 @@ def _pair_column_sums(slot_weights, t: int, move, width: int, out: np.ndarray) -
 
 def count_at(endpoint: np.ndarray, keep: np.ndarray, n: int) -> np.ndarray:
     """[N] int64: how many of the kept edges have each node as ``endpoint``."""
-    return np.bincount(endpoint if keep.all() else endpoint[keep], minlength=n).astype(np.int64)
+    return bincount(endpoint if keep.all() else endpoint[keep], n)
 
 
 def _round_self_weights(r: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:

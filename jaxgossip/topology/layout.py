@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from jaxgossip.topology.edges import TransposeCheck, is_canonical
+from jaxgossip.topology.edges import TransposeCheck, bincount, is_canonical
 
 __all__ = [
     "KERNELS",
@@ -237,16 +237,16 @@ def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrd
     if not is_canonical(s, r):
         edge = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
         s, r, w = s[edge], r[edge], w[edge]
-        counts = np.bincount(r, minlength=n)
+        counts = bincount(r, n)
         first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
         position = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
     else:
         edge = np.arange(r.size)
-        counts = np.bincount(r, minlength=n)
+        counts = bincount(r, n)
         first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
-        below = np.bincount(r[s < r], minlength=n)  # senders that come after the wrap
+        below = bincount(r[s < r], n)  # senders that come after the wrap
         index = np.arange(r.size) - first[r]
         position = np.where(s >= r, index - below[r], index + counts[r] - below[r])
         position += (~has_self[r]).astype(np.int64)  # nodes without a self-loop keep slot 0 at weight 0
@@ -332,7 +332,7 @@ def hub_split(
     """
     live = weights != 0
     s, r, w = (senders, receivers, weights) if live.all() else (senders[live], receivers[live], weights[live])
-    hubs = np.flatnonzero(np.bincount(r, minlength=num_nodes) > _MAX_SLOTS)
+    hubs = np.flatnonzero(bincount(r, num_nodes) > _MAX_SLOTS)
     if hubs.size == 0 or hubs.size > max_hubs:
         return None
     is_hub = np.zeros(num_nodes, dtype=bool)
