@@ -23,7 +23,7 @@ import scipy.sparse.csgraph
 
 from jaxgossip.checks import check_int
 from jaxgossip.topology.edges import (
-    Round,
+    Circulant,
     circulant_round,
     count_components,
     is_canonical,
@@ -79,23 +79,23 @@ def from_edges(
     if shape is None:
         # Canonical rounds stay as given (their weights are added to 0.0 in the tables below),
         # others are merged first; then the sizes are known.
-        flat = [tuple(np.asarray(a).ravel() for a in edges) for edges in rounds]
-        rounds = [(s, r, w) if is_canonical(s, r) else merge_round(s, r, w, n) for s, r, w in flat]
-        shape = (len(rounds), max(s.size for s, _, _ in rounds))
+        rounds = [_flat_round(edges, n) for edges in rounds]
+        shape = (len(rounds), max(_round_size(edges, n) for edges in rounds))
     period, e = shape
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
     weights = np.zeros((period, e))
     symmetric, count, widest = True, 0, 0
-    for t, (s, r, w) in enumerate(rounds):
-        s, r, w = (np.asarray(a).ravel() for a in (s, r, w))
-        if not is_canonical(s, r):
-            s, r, w = merge_round(s, r, w, n)
-        senders[t, : s.size], receivers[t, : s.size] = s, r
+    for t, edges in enumerate(rounds):
+        if isinstance(edges, Circulant):
+            s, r, w = circulant_round(n, *edges, out=(senders[t], receivers[t], weights[t]))
+        else:
+            s, r, w = _flat_round(edges, n)
+            senders[t, : s.size], receivers[t, : s.size] = s, r
         # merge_round's canonical form, written in place: + 0.0 makes a -0.0 weight read 0.0.
         np.add(w, 0.0, out=weights[t, : s.size])
         if directed is None and symmetric:
-            symmetric = transpose_check(s, r, weights[t, : s.size], n).pattern
+            symmetric = transpose_check(senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size], n).pattern
         count, widest = t + 1, max(widest, s.size)
     if (count, widest) != (period, e):
         raise ValueError(f"from_edges of {name}: shape={shape} but the rounds give {(count, widest)}")
@@ -104,9 +104,21 @@ def from_edges(
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
-def _circulant(n: int, offsets: Sequence[int], weight: float) -> Round:
+def _flat_round(edges, n: int):
+    """A round as flat canonical arrays (merged when it is not canonical); a Circulant as it is."""
+    if isinstance(edges, Circulant):
+        return edges
+    s, r, w = (np.asarray(a).ravel() for a in edges)
+    return (s, r, w) if is_canonical(s, r) else merge_round(s, r, w, n)
+
+
+def _round_size(edges, n: int) -> int:
+    return edges.num_edges(n) if isinstance(edges, Circulant) else edges[0].size
+
+
+def _circulant(n: int, offsets: Sequence[int], weight: float) -> Circulant:
     """One round where every node i sends to i + o (mod n) for o in offsets, plus a self-loop."""
-    return circulant_round(n, [0] + [-o for o in offsets], weight)
+    return Circulant([0] + [-o for o in offsets], weight)
 
 
 def _check_probability(p: Any, what: str) -> float:
@@ -242,9 +254,8 @@ def one_peer_exponential(n: int) -> Topology:
     """
     n = check_int("n", n, 2)
     tau = _log2_ceil(n)
-    # A generator: each round is written into the tables and dropped before the next is made.
-    rounds = (_circulant(n, (2**t,), 0.5) for t in range(tau))
-    return from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2, shape=(tau, 2 * n))
+    rounds = [_circulant(n, (2**t,), 0.5) for t in range(tau)]
+    return from_edges(f"one_peer_exponential({n})", n, rounds, directed=n > 2)
 
 
 def complete(n: int) -> Topology:

@@ -10,7 +10,7 @@ needed on their build path. Host-side NumPy, not jittable.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse
@@ -28,6 +28,7 @@ __all__ = [
     "bincount",
     "merge_round",
     "circulant_round",
+    "Circulant",
     "sorted_rows",
     "transpose_check",
     "TransposeCheck",
@@ -105,7 +106,20 @@ def merge_round(senders, receivers, weights, n: int) -> Round:
     return Round(uniq % n, uniq // n, summed)
 
 
-def circulant_round(n: int, offsets, weights) -> Round:
+class Circulant(NamedTuple):
+    """A circulant round not yet written out (:func:`circulant_round` of ``n``, these offsets and
+    weights): :func:`jaxgossip.topology.constructors.from_edges` writes it into its tables
+    directly, without a round of fresh arrays."""
+
+    offsets: Any  # [M] int in-offsets (0 is the self-loop)
+    weights: Any  # [M] float, or one float for all
+
+    def num_edges(self, n: int) -> int:
+        """N K: K the distinct offsets mod N."""
+        return n * np.unique(np.asarray(self.offsets, dtype=np.int64) % n).size
+
+
+def circulant_round(n: int, offsets, weights, out: tuple | None = None) -> Round:
     """A circulant round, canonical: receiver i takes ``weights[m]`` from node ``(i + offsets[m])
     mod N``; offsets equal mod N are one edge whose weights are summed in the order given.
 
@@ -117,15 +131,24 @@ def circulant_round(n: int, offsets, weights) -> Round:
       n: N.
       offsets: [M] int in-offsets (0 is the self-loop; negative values count back).
       weights: [M] float, or one float for all.
+      out: optional ``(senders, receivers, weights)`` 1-D arrays of at least N K entries (index
+        arrays of one integer type): the round is written into their first N K entries and the
+        returned Round views them.
     """
     c = np.asarray(offsets, dtype=np.int64) % n
     w = np.broadcast_to(np.asarray(weights, dtype=np.float64), c.shape)
     uniq, inv = np.unique(c, return_inverse=True)
     per_offset = np.bincount(inv, weights=w, minlength=uniq.size)
     k = uniq.size
-    index = np.int32 if 2 * n < 2**31 else np.int64
-    senders = np.empty((n, k), dtype=index)
-    weights_out = np.empty((n, k))
+    if out is None:
+        index = np.int32 if 2 * n < 2**31 else np.int64
+        senders, weights_out = np.empty((n, k), dtype=index), np.empty((n, k))
+        receivers = np.repeat(np.arange(n, dtype=index), k)
+    else:
+        index = out[0].dtype.type
+        senders, weights_out = out[0][: n * k].reshape(n, k), out[2][: n * k].reshape(n, k)
+        receivers = out[1][: n * k]
+        receivers.reshape(n, k)[...] = np.arange(n, dtype=index)[:, None]
     # The rotation (how many offsets do not wrap) is constant between the nodes n - c where an
     # offset c starts to wrap: K + 1 blocks of rows, each one broadcast add, no gather.
     bounds = np.unique(np.concatenate([[0, n], n - uniq[uniq > 0]]))
@@ -142,7 +165,7 @@ def circulant_round(n: int, offsets, weights) -> Round:
         else:
             senders[lo:hi] = np.arange(lo, hi, dtype=index)[:, None] + add.astype(index)[None, :]
             weights_out[lo:hi] = per_offset[order][None, :]
-    return Round(senders.ravel(), np.repeat(np.arange(n, dtype=index), k), weights_out.ravel())
+    return Round(senders.reshape(-1), receivers, weights_out.reshape(-1))
 
 
 def sorted_rows(n: int, table: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -194,8 +194,13 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
                 for j in range(k)
             )
         else:
-            block = nodes[:, None] + add.astype(rows.dtype)[None, :]
-            same = np.array_equal(rows[lo:hi], block) and bool(np.all(weights[lo:hi] == w0[order_k][None, :]))
+            # A block of rows at a time: the broadcast sums stay in cache.
+            shift, expect = add.astype(rows.dtype)[None, :], w0[order_k][None, :]
+            same = all(
+                np.array_equal(rows[a:b], np.arange(a, b, dtype=rows.dtype)[:, None] + shift)
+                and bool(np.all(weights[a:b] == expect))
+                for a, b in _blocks(lo, hi)
+            )
         if not same:
             return None
     nodes = np.arange(n, dtype=np.int32)
@@ -205,9 +210,17 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
             np.add(nodes, np.int32(c[j]), out=nbr[:, j])
             nbr[n - int(c[j]) :, j] -= np.int32(n)  # (i + c) mod N: nodes from N - c on wrap
     else:
-        nbr = nodes[:, None] + c.astype(np.int32)[None, :]
-        nbr -= np.int32(n) * (nbr >= n)
+        nbr = np.empty((n, k), dtype=np.int32)
+        for a, b in _blocks(0, n):
+            block = nbr[a:b]
+            np.add(nodes[a:b, None], c.astype(np.int32)[None, :], out=block)
+            block -= np.int32(n) * (block >= n)
     return nbr, np.broadcast_to(w0, (n, k))
+
+
+def _blocks(lo: int, hi: int):
+    """Consecutive ranges ``(a, b)`` of at most _ROW_BLOCK rows covering ``[lo, hi)``."""
+    return [(a, min(hi, a + _ROW_BLOCK)) for a in range(lo, hi, _ROW_BLOCK)]
 
 
 class _SlotOrder(NamedTuple):
