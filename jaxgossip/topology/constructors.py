@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,6 @@ import scipy.sparse.csgraph
 from jaxgossip.checks import check_int
 from jaxgossip.topology.edges import (
     Circulant,
-    circulant_round,
     count_components,
     is_canonical,
     merge_round,
@@ -58,62 +57,61 @@ _TOL = 1e-6
 # ---- construction helpers -----------------------------------------------------------------------
 
 
-def from_edges(
-    name: str,
-    n: int,
-    rounds: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
-    directed: bool | None = None,
-    shape: tuple[int, int] | None = None,
-) -> Topology:
+def from_edges(name: str, n: int, rounds: Sequence[Any], directed: bool | None = None) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
 
     Each round is stored in canonical order (sorted by receiver, then sender;
     :func:`jaxgossip.topology.edges.merge_round`): rounds given in that order cost O(E), others one
-    sort. ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
-    without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
-
-    With ``shape = (T, E)`` (E the largest merged round) ``rounds`` may be a generator: each round
-    is written into the ``[T, E]`` tables as it comes, so one round's arrays live at a time instead
-    of all T (the same tables, fewer fresh pages).
+    sort. A round may also write itself into the ``[T, E]`` tables (``num_edges(n)`` and
+    ``write(n, rows)``, e.g. :class:`jaxgossip.topology.edges.Circulant`): then it takes no arrays
+    of its own. ``directed=None`` derives it from the pattern: directed iff some round has an edge
+    j -> i without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
     """
-    if shape is None:
-        # Canonical rounds stay as given (their weights are added to 0.0 in the tables below),
-        # others are merged first; then the sizes are known.
-        rounds = [_flat_round(edges, n) for edges in rounds]
-        shape = (len(rounds), max(_round_size(edges, n) for edges in rounds))
-    period, e = shape
+    # Canonical rounds stay as given (their weights are added to 0.0 in the tables below), others
+    # are merged first; then the sizes are known.
+    rounds = [_flat_round(edges, n) for edges in rounds]
+    period, e = len(rounds), max(_round_size(edges, n) for edges in rounds)
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
     weights = np.zeros((period, e))
-    symmetric, count, widest = True, 0, 0
+    symmetric = True
     for t, edges in enumerate(rounds):
-        if isinstance(edges, Circulant):
-            s, r, w = circulant_round(n, *edges, out=(senders[t], receivers[t], weights[t]))
+        if _writes(edges):
+            s, r, w = edges.write(n, (senders[t], receivers[t], weights[t]))
+            if not is_canonical(s, r):
+                s, r, w = merge_round(s, r, w, n)  # new arrays, so the rows may take them
+                senders[t], receivers[t], weights[t] = 0, 0, 0.0
+                senders[t, : s.size], receivers[t, : s.size] = s, r
         else:
-            s, r, w = _flat_round(edges, n)
+            s, r, w = edges
             senders[t, : s.size], receivers[t, : s.size] = s, r
         # merge_round's canonical form, written in place: + 0.0 makes a -0.0 weight read 0.0.
         np.add(w, 0.0, out=weights[t, : s.size])
         if directed is None and symmetric:
             symmetric = transpose_check(senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size], n).pattern
-        count, widest = t + 1, max(widest, s.size)
-    if (count, widest) != (period, e):
-        raise ValueError(f"from_edges of {name}: shape={shape} but the rounds give {(count, widest)}")
     if directed is None:
         directed = not symmetric
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
+def _writes(edges) -> bool:
+    """Whether a round writes itself into from_edges' table rows: ``edges.write(n, (senders,
+    receivers, weights))`` fills their first ``edges.num_edges(n)`` entries, canonical, and returns
+    those views."""
+    return callable(getattr(edges, "write", None)) and callable(getattr(edges, "num_edges", None))
+
+
 def _flat_round(edges, n: int):
-    """A round as flat canonical arrays (merged when it is not canonical); a Circulant as it is."""
-    if isinstance(edges, Circulant):
+    """A round as flat canonical arrays (merged when it is not canonical); a round that writes
+    itself (a Circulant) as it is."""
+    if _writes(edges):
         return edges
     s, r, w = (np.asarray(a).ravel() for a in edges)
     return (s, r, w) if is_canonical(s, r) else merge_round(s, r, w, n)
 
 
 def _round_size(edges, n: int) -> int:
-    return edges.num_edges(n) if isinstance(edges, Circulant) else edges[0].size
+    return edges.num_edges(n) if _writes(edges) else edges[0].size
 
 
 def _circulant(n: int, offsets: Sequence[int], weight: float) -> Circulant:

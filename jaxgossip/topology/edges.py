@@ -108,8 +108,8 @@ def merge_round(senders, receivers, weights, n: int) -> Round:
 
 class Circulant(NamedTuple):
     """A circulant round not yet written out (:func:`circulant_round` of ``n``, these offsets and
-    weights): :func:`jaxgossip.topology.constructors.from_edges` writes it into its tables
-    directly, without a round of fresh arrays."""
+    weights): :func:`jaxgossip.topology.constructors.from_edges` has it write itself into its
+    tables, without a round of fresh arrays."""
 
     offsets: Any  # [M] int in-offsets (0 is the self-loop)
     weights: Any  # [M] float, or one float for all
@@ -117,6 +117,10 @@ class Circulant(NamedTuple):
     def num_edges(self, n: int) -> int:
         """N K: K the distinct offsets mod N."""
         return n * np.unique(np.asarray(self.offsets, dtype=np.int64) % n).size
+
+    def write(self, n: int, out: tuple) -> Round:
+        """The round written into the first N K entries of ``out = (senders, receivers, weights)``."""
+        return circulant_round(n, self.offsets, self.weights, out=out)
 
 
 def circulant_round(n: int, offsets, weights, out: tuple | None = None) -> Round:

@@ -35,6 +35,8 @@ values, so the matrices' product is the same, with fewer messages.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from jaxgossip.checks import check_int
@@ -79,22 +81,60 @@ def _node_ids(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
 
 
-def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list[tuple]:
-    """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one (s, r, w) per factor."""
+class _Clique(NamedTuple):
+    """One round of the hyper-hypercube on the consecutive nodes ``first .. first + m - 1``: node
+    ``a f stride + d stride + b`` (digit d) averages with the f nodes ``a f stride + j stride + b``,
+    j < f, weights ``1 / f``. Canonical as written (rows by node, senders ascending); ``write``
+    puts it into from_edges' table rows without arrays of its own."""
+
+    first: int
+    m: int
+    stride: int
+    f: int
+
+    def num_edges(self, n: int) -> int:
+        return self.m * self.f
+
+    def write(self, n: int, out: tuple) -> tuple:
+        senders, receivers, weights = (row[: self.m * self.f] for row in out)
+        dtype, block = senders.dtype, self.f * self.stride
+        # The table [m, f] as a broadcast over (a, d, b, j), in node order: j's offset added to
+        # each (a, b)'s first member, the same for every digit d.
+        start = np.arange(self.first, self.first + self.m, block, dtype=dtype)[:, None, None, None]
+        start = start + np.arange(self.stride, dtype=dtype)[None, None, :, None]
+        np.add(
+            start,
+            (self.stride * np.arange(self.f)).astype(dtype)[None, None, None, :],
+            out=senders.reshape(-1, self.f, self.stride, self.f),
+        )
+        receivers.reshape(self.m, self.f)[...] = np.arange(self.first, self.first + self.m, dtype=dtype)[:, None]
+        weights[...] = 1.0 / self.f
+        return senders, receivers, weights
+
+    def arrays(self, dtype) -> tuple:
+        size = self.m * self.f
+        return self.write(0, (np.empty(size, dtype), np.empty(size, dtype), np.empty(size)))
+
+
+def _edges(part, dtype) -> tuple:
+    """A round's part as (senders, receivers, weights) arrays."""
+    return part.arrays(dtype) if isinstance(part, _Clique) else part
+
+
+def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list:
+    """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one part per factor, a
+    :class:`_Clique` for consecutive ids (written where it is stored), else (s, r, w) arrays."""
     m = nodes.size
     # Consecutive ids (the whole graph, or one block of it): member j of a clique is an offset
     # from the first node, no gather.
     consecutive = m > 0 and int(nodes[-1]) - int(nodes[0]) == m - 1 and bool(np.all(nodes[1:] > nodes[:-1]))
     rounds, stride = [], 1
     for f in factors:
-        # Node a f stride + d stride + b (digit d) averages with a f stride + j stride + b, j < f:
-        # the table [m, f] as a broadcast over (a, d, b, j), in node order.
-        block = f * stride
-        first = np.arange(0, m, block)[:, None, None, None] + np.arange(stride)[None, None, :, None]
-        members = np.broadcast_to(first + stride * np.arange(f)[None, None, None, :], (m // block, f, stride, f))
-        members = members.reshape(-1)
-        senders = (members + nodes[0]).astype(nodes.dtype, copy=False) if consecutive else nodes[members]
-        rounds.append((senders, np.repeat(nodes, f), np.full(m * f, 1.0 / f)))
+        if consecutive:
+            rounds.append(_Clique(int(nodes[0]), m, stride, f))
+        else:
+            members = _Clique(0, m, stride, f).arrays(np.int64)[0]
+            rounds.append((nodes[members], np.repeat(nodes, f), np.full(m * f, 1.0 / f)))
         stride *= f
     return rounds
 
@@ -207,12 +247,16 @@ def base_graph(n: int, max_degree: int = 1) -> Topology:
     out = []
     for parts in _factored_rounds(n, k):
         busy = np.zeros(n, dtype=bool)
-        for _, r, _ in parts:
-            busy[r] = True
+        for part in parts:
+            if isinstance(part, _Clique):
+                busy[part.first : part.first + part.m] = True
+            else:
+                busy[part[1]] = True
         idle = nodes[~busy]
         if len(parts) == 1 and idle.size == 0:
-            out.append(parts[0])  # one part over every node: its arrays as they are
+            out.append(parts[0])  # one part over every node: as it is (a clique is written in place)
             continue
+        parts = [_edges(part, nodes.dtype) for part in parts]
         s = np.concatenate([p[0] for p in parts] + [idle])
         r = np.concatenate([p[1] for p in parts] + [idle])
         w = np.concatenate([p[2] for p in parts] + [np.ones(idle.size)])
