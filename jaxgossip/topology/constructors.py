@@ -24,10 +24,10 @@ import scipy.sparse.csgraph
 from jaxgossip.checks import check_int
 from jaxgossip.topology.edges import (
     Circulant,
+    SortedRows,
     count_components,
     is_canonical,
     merge_round,
-    sorted_rows,
     transpose_check,
 )
 from jaxgossip.topology.graph import Topology
@@ -74,7 +74,7 @@ def from_edges(name: str, n: int, rounds: Sequence[Any], directed: bool | None =
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
     weights = np.zeros((period, e))
-    symmetric = True
+    symmetric, widest = True, 0
     for t, edges in enumerate(rounds):
         if _writes(edges):
             s, r, w = edges.write(n, (senders[t], receivers[t], weights[t]))
@@ -89,6 +89,10 @@ def from_edges(name: str, n: int, rounds: Sequence[Any], directed: bool | None =
         np.add(w, 0.0, out=weights[t, : s.size])
         if directed is None and symmetric:
             symmetric = transpose_check(senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size], n).pattern
+        widest = max(widest, s.size)
+    if widest < e:
+        # A round that wrote itself merged repeated edges: the tables are as wide as the widest round.
+        senders, receivers, weights = (table[:, :widest].copy() for table in (senders, receivers, weights))
     if directed is None:
         directed = not symmetric
     return Topology(name, n, senders, receivers, weights, bool(directed))
@@ -96,8 +100,8 @@ def from_edges(name: str, n: int, rounds: Sequence[Any], directed: bool | None =
 
 def _writes(edges) -> bool:
     """Whether a round writes itself into from_edges' table rows: ``edges.write(n, (senders,
-    receivers, weights))`` fills their first ``edges.num_edges(n)`` entries, canonical, and returns
-    those views."""
+    receivers, weights))`` fills their first ``edges.num_edges(n)`` entries and returns those views
+    (canonical, or merged by from_edges, which then trims the tables to the widest round)."""
     return callable(getattr(edges, "write", None)) and callable(getattr(edges, "num_edges", None))
 
 
@@ -193,7 +197,7 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
     ]
     # Receiver i takes 1/5 from itself and each neighbour (the graph is symmetric).
     table = np.stack([nodes] + nbrs, axis=1).astype(np.int32)
-    return from_edges(f"torus({rows}x{cols})", n, [sorted_rows(n, table, 0.2)], directed=False)
+    return from_edges(f"torus({rows}x{cols})", n, [SortedRows(table, 0.2)], directed=False)
 
 
 def hypercube(n: int) -> Topology:
@@ -208,7 +212,7 @@ def hypercube(n: int) -> Topology:
     k = n.bit_length() - 1
     nodes = np.arange(n, dtype=np.int32)
     table = nodes[:, None] ^ np.concatenate([[0], 1 << np.arange(k)]).astype(np.int32)[None, :]  # [N, k + 1]
-    return from_edges(f"hypercube({n})", n, [sorted_rows(n, table, 1 / (k + 1))], directed=False)
+    return from_edges(f"hypercube({n})", n, [SortedRows(table, 1 / (k + 1))], directed=False)
 
 
 def _log2_ceil(n: int) -> int:

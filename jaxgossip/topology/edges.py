@@ -30,6 +30,7 @@ __all__ = [
     "circulant_round",
     "Circulant",
     "sorted_rows",
+    "SortedRows",
     "transpose_check",
     "TransposeCheck",
     "count_components",
@@ -179,6 +180,32 @@ def sorted_rows(n: int, table: np.ndarray, weight: float) -> tuple[np.ndarray, n
     rows = np.sort(table, axis=1)
     nodes = np.arange(n, dtype=rows.dtype)
     return rows.ravel(), np.repeat(nodes, table.shape[1]), np.full(rows.size, weight)
+
+
+class SortedRows(NamedTuple):
+    """:func:`sorted_rows` not yet written out: from_edges has it write itself into its tables
+    (each row of ``table`` copied and sorted in place), without a round of fresh arrays; a row
+    that repeats a sender is merged there."""
+
+    table: np.ndarray  # [N, K] in-neighbours
+    weight: float
+
+    def num_edges(self, n: int) -> int:
+        return self.table.size
+
+    def write(self, n: int, out: tuple) -> Round:
+        """The round written into the first N K entries of ``out = (senders, receivers, weights)``."""
+        k = self.table.shape[1]
+        senders, receivers, weights = (row[: n * k] for row in out)
+        rows = senders.reshape(n, k)
+        for lo in range(0, n, _EDGE_BLOCK):
+            # A block of rows at a time: copied, then sorted while in cache.
+            block = rows[lo : lo + _EDGE_BLOCK]
+            block[...] = self.table[lo : lo + _EDGE_BLOCK]
+            block.sort(axis=1)
+        receivers.reshape(n, k)[...] = np.arange(n, dtype=receivers.dtype)[:, None]
+        weights[...] = self.weight
+        return Round(senders, receivers, weights)
 
 
 class TransposeCheck(NamedTuple):
