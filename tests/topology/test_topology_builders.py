@@ -221,3 +221,16 @@ def test_erdos_renyi_draws_networkx_graph_across_chunks():
     got = set(zip(s[off].tolist(), r[off].tolist()))
     want = {(a, b) for a, b in g.edges()} | {(b, a) for a, b in g.edges()}
     assert got == want
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_transpose_check_over_several_blocks_of_edges(symmetric):
+    # 2^17 and more edges: the cube-sum shortcut adds its blocks; the answer is the dense one.
+    n = 1000
+    rng = np.random.default_rng(3)
+    adj = rng.random((n, n)) < 0.15
+    adj = adj | adj.T if symmetric else adj
+    r, s = np.nonzero(adj)
+    w = np.ones(s.size)
+    assert s.size > 2**17 and edges.is_canonical(s, r)
+    assert edges.transpose_check(s, r, w, n) == (symmetric, symmetric)
