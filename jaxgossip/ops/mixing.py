@@ -211,13 +211,22 @@ def _mix_hubs(split, leaf: Array) -> Array:
     x = leaf.astype(acc)
     cast = np.float32 if acc == jnp.float32 else None
     w = split.weights if cast is None else split.weights.astype(cast)
+    # Columns with one sender for every live slot (a star's leaves take from the hub) read that
+    # row broadcast. The rows are fetched inside a conditional whose two branches are the same
+    # (and whose predicate is always true): XLA fuses nothing across it, so they are copied out
+    # before the update, which then may overwrite x in place (a fusion that reads another node's
+    # row of x would make XLA copy all of x).
+    columns = range(1, split.neighbors.shape[1])
+    single = {k: np.unique(split.neighbors[w[:, k] != 0, k]) for k in columns}
+    rows = sorted({int(c[0]) for c in single.values() if c.size == 1})
+    if rows:
+        v = x[(0,) * x.ndim]
+        fetched = lax.cond(jnp.logical_or(v == v, v != v), lambda: x[np.asarray(rows)], lambda: x[np.asarray(rows)])
     out = per_node(jnp.asarray(w[:, 0], acc), x) * x  # slot 0 is the node itself
-    for k in range(1, split.neighbors.shape[1]):
-        column, live = split.neighbors[:, k], w[:, k] != 0
-        senders = np.unique(column[live])
-        if senders.size == 1:
-            # One sender for every live slot (a star's leaves take from the hub): a broadcast row.
-            gathered = x[int(senders[0])][None]
+    for k in columns:
+        column = split.neighbors[:, k]
+        if single[k].size == 1:
+            gathered = fetched[rows.index(int(single[k][0]))][None]
         elif (shift := circulant_shift(column)) is not None:
             gathered = jnp.roll(x, -shift, axis=0)
         else:
@@ -228,7 +237,8 @@ def _mix_hubs(split, leaf: Array) -> Array:
         consecutive = bool(np.all(np.diff(senders) == 1))
         rows = x[first : first + senders.size] if consecutive else x[senders]
         row_w = jnp.asarray(weights if cast is None else weights.astype(cast), acc)
-        total = jnp.tensordot(row_w, rows, axes=1, precision=lax.Precision.HIGHEST)
+        # A fused multiply and reduction over the rows (measured faster than a dot on XLA:CPU).
+        total = jnp.sum(per_node(row_w, rows) * rows, axis=0)
         out = out.at[hub].set(total)
     return out.astype(leaf.dtype)
 
