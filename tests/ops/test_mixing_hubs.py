@@ -77,3 +77,15 @@ def test_hub_split_finds_the_hubs_and_leaves_bounded_rows():
     x = {"a": jnp.arange(64.0), "b": jnp.ones((64, 2))}
     y = jg.mix(star, x)
     np.testing.assert_allclose(np.asarray(y["b"]), 1.0, rtol=1e-6)
+
+
+def test_hub_rounds_under_vmap_and_in_bfloat16():
+    star = T.star(300)
+    xs = np.random.default_rng(2).standard_normal((3, 300, 4)).astype(np.float32)
+    batched = np.asarray(jax.jit(jax.vmap(lambda x: jg.mix(star, x)))(xs))
+    for x, got in zip(xs, batched):
+        np.testing.assert_array_equal(got, np.asarray(jg.mix(star, x)))
+    low = jg.mix(star, jnp.asarray(xs[0], jnp.bfloat16))
+    assert low.dtype == jnp.bfloat16
+    want, scale, _ = loop_mix(star, xs[0])
+    np.testing.assert_allclose(np.asarray(low, np.float64), want, atol=2.0**-7 * (scale.max() + np.abs(xs[0]).max()))
