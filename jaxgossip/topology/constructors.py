@@ -187,16 +187,18 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
     n = rows * cols
     if num_nodes is not None and num_nodes != n:
         raise ValueError(f"torus rows*cols = {rows}*{cols} = {n} does not match num_nodes={num_nodes}")
-    nodes = np.arange(n)
-    row, col = nodes // cols, nodes % cols
-    nbrs = [
-        ((row + 1) % rows) * cols + col,
-        ((row - 1) % rows) * cols + col,
-        row * cols + (col + 1) % cols,
-        row * cols + (col - 1) % cols,
-    ]
+    # In the tables' int32 (int64 beyond it), written column by column: no [N, 5] int64 stack.
+    index = np.int32 if 2 * n < 2**31 else np.int64
+    nodes = np.arange(n, dtype=index)
+    row, col = np.divmod(nodes, index(cols))
+    table = np.empty((n, 5), dtype=index)
+    table[:, 0] = nodes
+    base = row * index(cols)
+    table[:, 1] = np.where(row == rows - 1, col, nodes + index(cols))  # (row + 1) mod rows
+    table[:, 2] = np.where(row == 0, (rows - 1) * cols + col, nodes - index(cols))  # (row - 1) mod rows
+    table[:, 3] = np.where(col == cols - 1, base, nodes + index(1))  # (col + 1) mod cols
+    table[:, 4] = np.where(col == 0, base + index(cols - 1), nodes - index(1))  # (col - 1) mod cols
     # Receiver i takes 1/5 from itself and each neighbour (the graph is symmetric).
-    table = np.stack([nodes] + nbrs, axis=1).astype(np.int32)
     return from_edges(f"torus({rows}x{cols})", n, [SortedRows(table, 0.2)], directed=False)
 
 

@@ -115,15 +115,18 @@ def slot_layout(
             nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
         elif isinstance(order, RegularRound) and order.width <= _NARROW:
             # Row i in sender order is its offset order rotated by the count of senders below i:
-            # slot j takes entry (j + below) mod K of its row: one flat take per slot column.
+            # slot j takes entry (j + below) mod K of its row: one flat take per slot column,
+            # a block of rows at a time (the index arrays stay in cache), straight into the table.
             width = order.width
-            starts = np.arange(0, n * width, width)
-            for j in range(width):
-                pick = order.below + j
-                pick -= width * (pick >= width)
-                pick += starts
-                nbr[t, :, j] = order.senders.reshape(-1).take(pick)
-                slot_w[t, :, j] = order.weights.reshape(-1).take(pick)
+            flat_senders, flat_weights = order.senders.reshape(-1), order.weights.reshape(-1)
+            for lo, hi in _blocks(0, n):
+                starts = np.arange(lo * width, hi * width, width)
+                for j in range(width):
+                    pick = order.below[lo:hi] + j
+                    pick -= width * (pick >= width)
+                    pick += starts
+                    flat_senders.take(pick, out=nbr[t, lo:hi, j], mode="clip")  # pick lies in range
+                    flat_weights.take(pick, out=slot_w[t, lo:hi, j], mode="clip")
         elif isinstance(order, RegularRound):
             # As above, for wide rows by a gather; a block of rows at a time, so that the index
             # arrays stay in cache.
