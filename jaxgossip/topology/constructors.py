@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,15 +57,16 @@ _TOL = 1e-6
 # ---- construction helpers -----------------------------------------------------------------------
 
 
-def from_edges(name: str, n: int, rounds: Sequence[Any], directed: bool | None = None) -> Topology:
+def from_edges(name: str, n: int, rounds: Iterable[Any], directed: bool | None = None) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
 
     Each round is stored in canonical order (sorted by receiver, then sender;
     :func:`jaxgossip.topology.edges.merge_round`): rounds given in that order cost O(E), others one
-    sort. A round may also write itself into the ``[T, E]`` tables (``num_edges(n)`` and
-    ``write(n, rows)``, e.g. :class:`jaxgossip.topology.edges.Circulant`): then it takes no arrays
-    of its own. ``directed=None`` derives it from the pattern: directed iff some round has an edge
-    j -> i without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
+    sort (given by a generator, a round's raw arrays go once it is merged). A round may also write
+    itself into the ``[T, E]`` tables (``num_edges(n)`` and ``write(n, rows)``, e.g.
+    :class:`jaxgossip.topology.edges.Circulant`): then it takes no arrays of its own.
+    ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
+    without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
     """
     # Canonical rounds stay as given (their weights are added to 0.0 in the tables below), others
     # are merged first; then the sizes are known.
@@ -95,6 +96,7 @@ def from_edges(name: str, n: int, rounds: Sequence[Any], directed: bool | None =
         senders, receivers, weights = (table[:, :widest].copy() for table in (senders, receivers, weights))
     if directed is None:
         directed = not symmetric
+    del rounds, s, r, w  # the tables hold the edges now: the round arrays go before the layout is built
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 

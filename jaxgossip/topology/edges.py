@@ -93,15 +93,15 @@ def merge_round(senders, receivers, weights, n: int) -> Round:
     s, r, w = (np.asarray(a).ravel() for a in (senders, receivers, weights))
     if is_canonical(s, r):
         return Round(s, r, np.add(w, 0.0, dtype=np.float64))  # one pass, one new array
-    codes = edge_codes(s, r, n)
     # A counting sort by receiver and a sort within each row (scipy, O(E) plus the rows' sorts);
     # exact when no edge repeats: every weight then stands alone.
-    matrix = scipy.sparse.csr_matrix((w.astype(np.float64), (r, s)), shape=(n, n))
-    if matrix.nnz == codes.size:
+    # (The conversion to CSR makes new arrays, so the input is not copied first.)
+    matrix = scipy.sparse.csr_matrix((w.astype(np.float64, copy=False), (r, s)), shape=(n, n))
+    if matrix.nnz == s.size:
         matrix.sort_indices()
         receivers = np.repeat(np.arange(n, dtype=matrix.indices.dtype), np.diff(matrix.indptr))
-        return Round(matrix.indices, receivers, matrix.data + 0.0)
-    uniq, inv = np.unique(codes, return_inverse=True)
+        return Round(matrix.indices, receivers, np.add(matrix.data, 0.0, out=matrix.data))
+    uniq, inv = np.unique(edge_codes(s, r, n), return_inverse=True)
     # bincount adds in the order of the input, one double at a time: the sums np.add.at gives.
     summed = np.bincount(inv.ravel(), weights=w.astype(np.float64), minlength=uniq.size)
     return Round(uniq % n, uniq // n, summed)

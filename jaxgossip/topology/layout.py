@@ -234,7 +234,7 @@ class _SlotOrder(NamedTuple):
     weights: np.ndarray  # [E']
     position: np.ndarray  # [E'] the slot of the edge in its receiver's row
     width: int  # the row length the round needs (its largest in-degree, self slot included)
-    edge: np.ndarray  # [E'] the index of the edge among the live edges given
+    edge: np.ndarray | None  # [E'] the index of the edge among the live edges given; None: in order
 
 
 def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrder:
@@ -258,14 +258,18 @@ def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrd
         has_self[r[s == r]] = True
         position = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
     else:
-        edge = np.arange(r.size)
+        edge = None  # the edges keep their order
         counts = bincount(r, n)
-        first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
-        below = bincount(r[s < r], n)  # senders that come after the wrap
-        index = np.arange(r.size) - first[r]
-        position = np.where(s >= r, index - below[r], index + counts[r] - below[r])
-        position += (~has_self[r]).astype(np.int64)  # nodes without a self-loop keep slot 0 at weight 0
+        wrap = s < r  # senders that come after the wrap
+        # Rank in the row, less the wrapped senders of the row, plus the row's length for a wrapped
+        # one; in place, in int32 where it fits (the slot of an edge is below K).
+        index = np.int32 if r.size < 2**31 else np.int64
+        position = np.arange(r.size, dtype=index)
+        position -= (np.cumsum(counts) - counts).astype(index)[r]
+        position -= bincount(r[wrap], n).astype(index)[r]
+        np.add(position, counts.astype(index)[r], out=position, where=wrap)
+        position += ~has_self[r]  # nodes without a self-loop keep slot 0 at weight 0
     return _SlotOrder(s, r, w, position, int((counts + ~has_self).max()), edge)
 
 
@@ -293,7 +297,7 @@ def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
             out[t, :, : regular.width] = np.take_along_axis(live.reshape(n, regular.width), slot, axis=1)
         else:
             order = _slot_order(s, r, w, n)
-            out[t, order.receivers, order.position] = live[order.edge]
+            out[t, order.receivers, order.position] = live if order.edge is None else live[order.edge]
     return out
 
 
@@ -394,7 +398,7 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     single = _single_flip(neighbors, weights)
     if single is not None:
         return single
-    by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
+    by_bit = None  # [bits, N], made once the first block of rows turns out to be bit flips
     union = 0
     # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
     # node's neighbours differ.
@@ -411,6 +415,8 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
         if m.size == 0:
             continue
         union |= int(np.bitwise_or.reduce(m, axis=None))
+        if by_bit is None:
+            by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
         # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
         bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
         if every:
