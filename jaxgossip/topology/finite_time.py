@@ -47,6 +47,8 @@ __all__ = ["base_graph", "hyper_hypercube_factors", "smooth_part"]
 
 # One round as (senders, receivers, weights) lists of arrays (duplicates summed by from_edges).
 _Round = list
+# Nodes per block where a clique round is written column by column.
+_NODE_BLOCK = 1 << 16
 
 
 def smooth_part(n: int, k: int) -> int:
@@ -97,18 +99,19 @@ class _Clique(NamedTuple):
 
     def write(self, n: int, out: tuple) -> tuple:
         senders, receivers, weights = (row[: self.m * self.f] for row in out)
-        dtype, block = senders.dtype, self.f * self.stride
-        # The table [m, f] as a broadcast over (a, d, b, j), in node order: j's offset added to
-        # each (a, b)'s first member, the same for every digit d.
-        start = np.arange(self.first, self.first + self.m, block, dtype=dtype)[:, None, None, None]
-        start = start + np.arange(self.stride, dtype=dtype)[None, None, :, None]
-        np.add(
-            start,
-            (self.stride * np.arange(self.f)).astype(dtype)[None, None, None, :],
-            out=senders.reshape(-1, self.f, self.stride, self.f),
-        )
-        receivers.reshape(self.m, self.f)[...] = np.arange(self.first, self.first + self.m, dtype=dtype)[:, None]
-        weights[...] = 1.0 / self.f
+        dtype, f, stride = senders.dtype.type, self.f, self.stride
+        rows, own = senders.reshape(self.m, f), receivers.reshape(self.m, f)
+        for lo in range(0, self.m, _NODE_BLOCK):
+            hi = min(self.m, lo + _NODE_BLOCK)
+            # Node i (digit d at this stride) takes from i + (j - d) stride, j < f: one column
+            # per j over a block of nodes (long inner loops, index arrays in cache).
+            nodes = np.arange(self.first + lo, self.first + hi, dtype=dtype)
+            digit = np.arange(lo, hi, dtype=dtype) // dtype(stride) % dtype(f)
+            start = nodes - digit * dtype(stride)
+            for j in range(f):
+                np.add(start, dtype(j * stride), out=rows[lo:hi, j])
+            own[lo:hi] = nodes[:, None]
+        weights[...] = 1.0 / f
         return senders, receivers, weights
 
     def arrays(self, dtype) -> tuple:
