@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,14 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 from jaxgossip.checks import check_int
-from jaxgossip.topology.edges import Round, circulant_round, count_components, merge_round, sorted_rows, transpose_check
+from jaxgossip.topology.edges import (
+    Circulant,
+    SortedRows,
+    count_components,
+    is_canonical,
+    merge_round,
+    transpose_check,
+)
 from jaxgossip.topology.graph import Topology
 
 __all__ = [
@@ -50,32 +57,72 @@ _TOL = 1e-6
 # ---- construction helpers -----------------------------------------------------------------------
 
 
-def from_edges(
-    name: str, n: int, rounds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], directed: bool | None = None
-) -> Topology:
+def from_edges(name: str, n: int, rounds: Iterable[Any], directed: bool | None = None) -> Topology:
     """Builds a topology from per-round (senders, receivers, weights); duplicate edges are summed.
 
     Each round is stored in canonical order (sorted by receiver, then sender;
     :func:`jaxgossip.topology.edges.merge_round`): rounds given in that order cost O(E), others one
-    sort. ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
+    sort (given by a generator, a round's raw arrays go once it is merged). A round may also write
+    itself into the ``[T, E]`` tables (``num_edges(n)`` and ``write(n, rows)``, e.g.
+    :class:`jaxgossip.topology.edges.Circulant`): then it takes no arrays of its own.
+    ``directed=None`` derives it from the pattern: directed iff some round has an edge j -> i
     without i -> j (O(E), :func:`jaxgossip.topology.edges.transpose_check`).
     """
-    merged = [merge_round(s, r, w, n) for s, r, w in rounds]
-    e = max(x.senders.size for x in merged)
-    period = len(merged)
+    # Canonical rounds stay as given (their weights are added to 0.0 in the tables below), others
+    # are merged first; then the sizes are known.
+    rounds = [_flat_round(edges, n) for edges in rounds]
+    period, e = len(rounds), max(_round_size(edges, n) for edges in rounds)
     senders = np.zeros((period, e), dtype=np.int32)
     receivers = np.zeros((period, e), dtype=np.int32)
     weights = np.zeros((period, e))
-    for t, (s, r, w) in enumerate(merged):
-        senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size] = s, r, w
+    symmetric, widest = True, 0
+    for t, edges in enumerate(rounds):
+        if _writes(edges):
+            s, r, w = edges.write(n, (senders[t], receivers[t], weights[t]))
+            if not is_canonical(s, r):
+                s, r, w = merge_round(s, r, w, n)  # new arrays, so the rows may take them
+                senders[t], receivers[t], weights[t] = 0, 0, 0.0
+                senders[t, : s.size], receivers[t, : s.size] = s, r
+        else:
+            s, r, w = edges
+            senders[t, : s.size], receivers[t, : s.size] = s, r
+        # merge_round's canonical form, written in place: + 0.0 makes a -0.0 weight read 0.0.
+        np.add(w, 0.0, out=weights[t, : s.size])
+        if directed is None and symmetric:
+            symmetric = transpose_check(senders[t, : s.size], receivers[t, : s.size], weights[t, : s.size], n).pattern
+        widest = max(widest, s.size)
+    if widest < e:
+        # A round that wrote itself merged repeated edges: the tables are as wide as the widest round.
+        senders, receivers, weights = (table[:, :widest].copy() for table in (senders, receivers, weights))
     if directed is None:
-        directed = not all(transpose_check(s, r, w, n).pattern for s, r, w in merged)
+        directed = not symmetric
+    del rounds, s, r, w  # the tables hold the edges now: the round arrays go before the layout is built
     return Topology(name, n, senders, receivers, weights, bool(directed))
 
 
-def _circulant(n: int, offsets: Sequence[int], weight: float) -> Round:
+def _writes(edges) -> bool:
+    """Whether a round writes itself into from_edges' table rows: ``edges.write(n, (senders,
+    receivers, weights))`` fills their first ``edges.num_edges(n)`` entries and returns those views
+    (canonical, or merged by from_edges, which then trims the tables to the widest round)."""
+    return callable(getattr(edges, "write", None)) and callable(getattr(edges, "num_edges", None))
+
+
+def _flat_round(edges, n: int):
+    """A round as flat canonical arrays (merged when it is not canonical); a round that writes
+    itself (a Circulant) as it is."""
+    if _writes(edges):
+        return edges
+    s, r, w = (np.asarray(a).ravel() for a in edges)
+    return (s, r, w) if is_canonical(s, r) else merge_round(s, r, w, n)
+
+
+def _round_size(edges, n: int) -> int:
+    return edges.num_edges(n) if _writes(edges) else edges[0].size
+
+
+def _circulant(n: int, offsets: Sequence[int], weight: float) -> Circulant:
     """One round where every node i sends to i + o (mod n) for o in offsets, plus a self-loop."""
-    return circulant_round(n, [0] + [-o for o in offsets], weight)
+    return Circulant([0] + [-o for o in offsets], weight)
 
 
 def _check_probability(p: Any, what: str) -> float:
@@ -142,17 +189,19 @@ def torus(rows: int, cols: int, num_nodes: int | None = None) -> Topology:
     n = rows * cols
     if num_nodes is not None and num_nodes != n:
         raise ValueError(f"torus rows*cols = {rows}*{cols} = {n} does not match num_nodes={num_nodes}")
-    nodes = np.arange(n)
-    row, col = nodes // cols, nodes % cols
-    nbrs = [
-        ((row + 1) % rows) * cols + col,
-        ((row - 1) % rows) * cols + col,
-        row * cols + (col + 1) % cols,
-        row * cols + (col - 1) % cols,
-    ]
+    # In the tables' int32 (int64 beyond it), written column by column: no [N, 5] int64 stack.
+    index = np.int32 if 2 * n < 2**31 else np.int64
+    nodes = np.arange(n, dtype=index)
+    row, col = np.divmod(nodes, index(cols))
+    table = np.empty((n, 5), dtype=index)
+    table[:, 0] = nodes
+    base = row * index(cols)
+    table[:, 1] = np.where(row == rows - 1, col, nodes + index(cols))  # (row + 1) mod rows
+    table[:, 2] = np.where(row == 0, (rows - 1) * cols + col, nodes - index(cols))  # (row - 1) mod rows
+    table[:, 3] = np.where(col == cols - 1, base, nodes + index(1))  # (col + 1) mod cols
+    table[:, 4] = np.where(col == 0, base + index(cols - 1), nodes - index(1))  # (col - 1) mod cols
     # Receiver i takes 1/5 from itself and each neighbour (the graph is symmetric).
-    table = np.stack([nodes] + nbrs, axis=1).astype(np.int32)
-    return from_edges(f"torus({rows}x{cols})", n, [sorted_rows(n, table, 0.2)], directed=False)
+    return from_edges(f"torus({rows}x{cols})", n, [SortedRows(table, 0.2)], directed=False)
 
 
 def hypercube(n: int) -> Topology:
@@ -167,7 +216,7 @@ def hypercube(n: int) -> Topology:
     k = n.bit_length() - 1
     nodes = np.arange(n, dtype=np.int32)
     table = nodes[:, None] ^ np.concatenate([[0], 1 << np.arange(k)]).astype(np.int32)[None, :]  # [N, k + 1]
-    return from_edges(f"hypercube({n})", n, [sorted_rows(n, table, 1 / (k + 1))], directed=False)
+    return from_edges(f"hypercube({n})", n, [SortedRows(table, 1 / (k + 1))], directed=False)
 
 
 def _log2_ceil(n: int) -> int:

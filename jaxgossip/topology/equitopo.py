@@ -42,7 +42,7 @@ import numpy as np
 
 from jaxgossip.checks import check_int
 from jaxgossip.topology.constructors import from_edges
-from jaxgossip.topology.edges import circulant_round
+from jaxgossip.topology.edges import Circulant
 from jaxgossip.topology.graph import GraphRound, Topology
 
 __all__ = ["d_equistatic", "u_equistatic", "od_equidyn", "ou_equidyn", "ou_partners", "default_m", "basis_shifts"]
@@ -101,7 +101,7 @@ def d_equistatic(n: int, m: int | None = None, seed: int = 0) -> Topology:
     n = check_int("n", n, 2)
     m = _check_m(m, n)
     shifts = basis_shifts(n, m, seed)
-    edges = circulant_round(n, *_basis_offsets(n, shifts, 1.0 / m, transpose=False))
+    edges = Circulant(*_basis_offsets(n, shifts, 1.0 / m, transpose=False))
     return from_edges(f"d_equistatic({n}, M={m}, seed={seed})", n, [edges])
 
 
@@ -124,7 +124,7 @@ def u_equistatic(n: int, m: int | None = None, seed: int = 0) -> Topology:
     # Offsets that meet (u and N - u, or u = N / 2) sum their weights in this order, forward first.
     forward = _basis_offsets(n, shifts, 0.5 / m, transpose=False)
     backward = _basis_offsets(n, shifts, 0.5 / m, transpose=True)
-    edges = circulant_round(n, *(np.concatenate([a, b]) for a, b in zip(forward, backward)))
+    edges = Circulant(*(np.concatenate([a, b]) for a, b in zip(forward, backward)))
     return from_edges(f"u_equistatic({n}, M={m}, seed={seed})", n, [edges], directed=False)
 
 

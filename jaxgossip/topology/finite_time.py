@@ -35,6 +35,8 @@ values, so the matrices' product is the same, with fewer messages.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from jaxgossip.checks import check_int
@@ -45,6 +47,8 @@ __all__ = ["base_graph", "hyper_hypercube_factors", "smooth_part"]
 
 # One round as (senders, receivers, weights) lists of arrays (duplicates summed by from_edges).
 _Round = list
+# Nodes per block where a clique round is written column by column.
+_NODE_BLOCK = 1 << 16
 
 
 def smooth_part(n: int, k: int) -> int:
@@ -79,22 +83,61 @@ def _node_ids(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
 
 
-def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list[tuple]:
-    """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one (s, r, w) per factor."""
+class _Clique(NamedTuple):
+    """One round of the hyper-hypercube on the consecutive nodes ``first .. first + m - 1``: node
+    ``a f stride + d stride + b`` (digit d) averages with the f nodes ``a f stride + j stride + b``,
+    j < f, weights ``1 / f``. Canonical as written (rows by node, senders ascending); ``write``
+    puts it into from_edges' table rows without arrays of its own."""
+
+    first: int
+    m: int
+    stride: int
+    f: int
+
+    def num_edges(self, n: int) -> int:
+        return self.m * self.f
+
+    def write(self, n: int, out: tuple) -> tuple:
+        senders, receivers, weights = (row[: self.m * self.f] for row in out)
+        dtype, f, stride = senders.dtype.type, self.f, self.stride
+        rows, own = senders.reshape(self.m, f), receivers.reshape(self.m, f)
+        for lo in range(0, self.m, _NODE_BLOCK):
+            hi = min(self.m, lo + _NODE_BLOCK)
+            # Node i (digit d at this stride) takes from i + (j - d) stride, j < f: one column
+            # per j over a block of nodes (long inner loops, index arrays in cache).
+            nodes = np.arange(self.first + lo, self.first + hi, dtype=dtype)
+            digit = np.arange(lo, hi, dtype=dtype) // dtype(stride) % dtype(f)
+            start = nodes - digit * dtype(stride)
+            for j in range(f):
+                np.add(start, dtype(j * stride), out=rows[lo:hi, j])
+            own[lo:hi] = nodes[:, None]
+        weights[...] = 1.0 / f
+        return senders, receivers, weights
+
+    def arrays(self, dtype) -> tuple:
+        size = self.m * self.f
+        return self.write(0, (np.empty(size, dtype), np.empty(size, dtype), np.empty(size)))
+
+
+def _edges(part, dtype) -> tuple:
+    """A round's part as (senders, receivers, weights) arrays."""
+    return part.arrays(dtype) if isinstance(part, _Clique) else part
+
+
+def _clique_rounds(nodes: np.ndarray, factors: list[int]) -> list:
+    """The hyper-hypercube on ``nodes`` (``len(nodes) = prod(factors)``): one part per factor, a
+    :class:`_Clique` for consecutive ids (written where it is stored), else (s, r, w) arrays."""
     m = nodes.size
     # Consecutive ids (the whole graph, or one block of it): member j of a clique is an offset
     # from the first node, no gather.
     consecutive = m > 0 and int(nodes[-1]) - int(nodes[0]) == m - 1 and bool(np.all(nodes[1:] > nodes[:-1]))
     rounds, stride = [], 1
     for f in factors:
-        # Node a f stride + d stride + b (digit d) averages with a f stride + j stride + b, j < f:
-        # the table [m, f] as a broadcast over (a, d, b, j), in node order.
-        block = f * stride
-        first = np.arange(0, m, block)[:, None, None, None] + np.arange(stride)[None, None, :, None]
-        members = np.broadcast_to(first + stride * np.arange(f)[None, None, None, :], (m // block, f, stride, f))
-        members = members.reshape(-1)
-        senders = (members + nodes[0]).astype(nodes.dtype, copy=False) if consecutive else nodes[members]
-        rounds.append((senders, np.repeat(nodes, f), np.full(m * f, 1.0 / f)))
+        if consecutive:
+            rounds.append(_Clique(int(nodes[0]), m, stride, f))
+        else:
+            members = _Clique(0, m, stride, f).arrays(np.int64)[0]
+            rounds.append((nodes[members], np.repeat(nodes, f), np.full(m * f, 1.0 / f)))
         stride *= f
     return rounds
 
@@ -207,12 +250,16 @@ def base_graph(n: int, max_degree: int = 1) -> Topology:
     out = []
     for parts in _factored_rounds(n, k):
         busy = np.zeros(n, dtype=bool)
-        for _, r, _ in parts:
-            busy[r] = True
+        for part in parts:
+            if isinstance(part, _Clique):
+                busy[part.first : part.first + part.m] = True
+            else:
+                busy[part[1]] = True
         idle = nodes[~busy]
         if len(parts) == 1 and idle.size == 0:
-            out.append(parts[0])  # one part over every node: its arrays as they are
+            out.append(parts[0])  # one part over every node: as it is (a clique is written in place)
             continue
+        parts = [_edges(part, nodes.dtype) for part in parts]
         s = np.concatenate([p[0] for p in parts] + [idle])
         r = np.concatenate([p[1] for p in parts] + [idle])
         w = np.concatenate([p[2] for p in parts] + [np.ones(idle.size)])

@@ -152,8 +152,8 @@ class Topology:
             neighbors=nbr,
             slot_weights=slot_w,
             layout=layout,
-            row_stochastic=_all_one(facts.row_sums),
-            column_stochastic=_all_one(facts.col_sums),
+            row_stochastic=_all_one(facts.row_sum_range),
+            column_stochastic=_all_one(facts.col_sum_range),
         )
         for field, value in derived.items():
             object.__setattr__(self, field, value)
@@ -487,11 +487,12 @@ class TopologyKey:
         return cls(topology.value_key(), topology)
 
 
-def _all_one(sums: np.ndarray) -> bool:
-    """``np.allclose(sums, 1.0, atol=_TOL)`` (rtol 1e-5) in two passes and no temporary; NaN fails.
-    ``max_i |s_i - 1|`` is ``max(max(s) - 1, 1 - min(s))``: rounding ``s - 1`` is monotone in s."""
+def _all_one(ranges: np.ndarray) -> bool:
+    """``np.allclose(sums, 1.0, atol=_TOL)`` (rtol 1e-5) of every round's sums from their least
+    and largest values ``ranges [T, 2]``; NaN fails. ``max_i |s_i - 1|`` is
+    ``max(max(s) - 1, 1 - min(s))``: rounding ``s - 1`` is monotone in s."""
     bound = _TOL + 1e-5
-    return bool(np.max(sums) - 1.0 <= bound) and bool(1.0 - np.min(sums) <= bound)
+    return bool(np.max(ranges[:, 1]) - 1.0 <= bound) and bool(1.0 - np.min(ranges[:, 0]) <= bound)
 
 
 def _is_symmetric(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, n: int) -> bool:

@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from jaxgossip.topology.edges import TransposeCheck, is_canonical
+from jaxgossip.topology.edges import TransposeCheck, bincount, is_canonical
 
 __all__ = [
     "KERNELS",
@@ -32,6 +32,9 @@ __all__ = [
     "shift_terms",
     "ShiftTerms",
     "slot_transpose_check",
+    "regular_transpose_check",
+    "hub_split",
+    "HubSplit",
     "MAX_GATHER_SLOTS",
     "circulant_shift",
     "circulant_shifts",
@@ -112,15 +115,18 @@ def slot_layout(
             nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
         elif isinstance(order, RegularRound) and order.width <= _NARROW:
             # Row i in sender order is its offset order rotated by the count of senders below i:
-            # slot j takes entry (j + below) mod K of its row: one flat take per slot column.
+            # slot j takes entry (j + below) mod K of its row: one flat take per slot column,
+            # a block of rows at a time (the index arrays stay in cache), straight into the table.
             width = order.width
-            starts = np.arange(0, n * width, width)
-            for j in range(width):
-                pick = order.below + j
-                pick -= width * (pick >= width)
-                pick += starts
-                nbr[t, :, j] = order.senders.reshape(-1).take(pick)
-                slot_w[t, :, j] = order.weights.reshape(-1).take(pick)
+            flat_senders, flat_weights = order.senders.reshape(-1), order.weights.reshape(-1)
+            for lo, hi in _blocks(0, n):
+                starts = np.arange(lo * width, hi * width, width)
+                for j in range(width):
+                    pick = order.below[lo:hi] + j
+                    pick -= width * (pick >= width)
+                    pick += starts
+                    flat_senders.take(pick, out=nbr[t, lo:hi, j], mode="clip")  # pick lies in range
+                    flat_weights.take(pick, out=slot_w[t, lo:hi, j], mode="clip")
         elif isinstance(order, RegularRound):
             # As above, for wide rows by a gather; a block of rows at a time, so that the index
             # arrays stay in cache.
@@ -191,8 +197,13 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
                 for j in range(k)
             )
         else:
-            block = nodes[:, None] + add.astype(rows.dtype)[None, :]
-            same = np.array_equal(rows[lo:hi], block) and bool(np.all(weights[lo:hi] == w0[order_k][None, :]))
+            # A block of rows at a time: the broadcast sums stay in cache.
+            shift, expect = add.astype(rows.dtype)[None, :], w0[order_k][None, :]
+            same = all(
+                np.array_equal(rows[a:b], np.arange(a, b, dtype=rows.dtype)[:, None] + shift)
+                and bool(np.all(weights[a:b] == expect))
+                for a, b in _blocks(lo, hi)
+            )
         if not same:
             return None
     nodes = np.arange(n, dtype=np.int32)
@@ -202,9 +213,17 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
             np.add(nodes, np.int32(c[j]), out=nbr[:, j])
             nbr[n - int(c[j]) :, j] -= np.int32(n)  # (i + c) mod N: nodes from N - c on wrap
     else:
-        nbr = nodes[:, None] + c.astype(np.int32)[None, :]
-        nbr -= np.int32(n) * (nbr >= n)
+        nbr = np.empty((n, k), dtype=np.int32)
+        for a, b in _blocks(0, n):
+            block = nbr[a:b]
+            np.add(nodes[a:b, None], c.astype(np.int32)[None, :], out=block)
+            block -= np.int32(n) * (block >= n)
     return nbr, np.broadcast_to(w0, (n, k))
+
+
+def _blocks(lo: int, hi: int):
+    """Consecutive ranges ``(a, b)`` of at most _ROW_BLOCK rows covering ``[lo, hi)``."""
+    return [(a, min(hi, a + _ROW_BLOCK)) for a in range(lo, hi, _ROW_BLOCK)]
 
 
 class _SlotOrder(NamedTuple):
@@ -215,7 +234,7 @@ class _SlotOrder(NamedTuple):
     weights: np.ndarray  # [E']
     position: np.ndarray  # [E'] the slot of the edge in its receiver's row
     width: int  # the row length the round needs (its largest in-degree, self slot included)
-    edge: np.ndarray  # [E'] the index of the edge among the live edges given
+    edge: np.ndarray | None  # [E'] the index of the edge among the live edges given; None: in order
 
 
 def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrder:
@@ -234,19 +253,23 @@ def _slot_order(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> _SlotOrd
     if not is_canonical(s, r):
         edge = np.lexsort(((s.astype(np.int64) - r) % n, s != r, r))
         s, r, w = s[edge], r[edge], w[edge]
-        counts = np.bincount(r, minlength=n)
+        counts = bincount(r, n)
         first = np.cumsum(counts) - counts
         has_self[r[s == r]] = True
         position = np.arange(r.size) - first[r] + (~has_self[r]).astype(np.int64)
     else:
-        edge = np.arange(r.size)
-        counts = np.bincount(r, minlength=n)
-        first = np.cumsum(counts) - counts
+        edge = None  # the edges keep their order
+        counts = bincount(r, n)
         has_self[r[s == r]] = True
-        below = np.bincount(r[s < r], minlength=n)  # senders that come after the wrap
-        index = np.arange(r.size) - first[r]
-        position = np.where(s >= r, index - below[r], index + counts[r] - below[r])
-        position += (~has_self[r]).astype(np.int64)  # nodes without a self-loop keep slot 0 at weight 0
+        wrap = s < r  # senders that come after the wrap
+        # Rank in the row, less the wrapped senders of the row, plus the row's length for a wrapped
+        # one; in place, in int32 where it fits (the slot of an edge is below K).
+        index = np.int32 if r.size < 2**31 else np.int64
+        position = np.arange(r.size, dtype=index)
+        position -= (np.cumsum(counts) - counts).astype(index)[r]
+        position -= bincount(r[wrap], n).astype(index)[r]
+        np.add(position, counts.astype(index)[r], out=position, where=wrap)
+        position += ~has_self[r]  # nodes without a self-loop keep slot 0 at weight 0
     return _SlotOrder(s, r, w, position, int((counts + ~has_self).max()), edge)
 
 
@@ -274,7 +297,7 @@ def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
             out[t, :, : regular.width] = np.take_along_axis(live.reshape(n, regular.width), slot, axis=1)
         else:
             order = _slot_order(s, r, w, n)
-            out[t, order.receivers, order.position] = live[order.edge]
+            out[t, order.receivers, order.position] = live if order.edge is None else live[order.edge]
     return out
 
 
@@ -296,7 +319,57 @@ def choose_kernel(num_nodes: int, max_edges: int, max_slots: int, gather_free: b
         return "dense"
     if max_slots <= _MAX_SLOTS or gather_free:
         return "slots"
+    # The segment kernel of host tables mixes a round of a few hubs by hub_split (a star).
     return "segment"
+
+
+# Up to this many rows above _MAX_SLOTS in-neighbours a host graph's segment layout mixes by
+# hub_split: one reduction over each hub's in-neighbours plus the slot kernel for the other rows.
+_MAX_HUBS = 16
+
+
+class HubSplit(NamedTuple):
+    """One round as a few dense rows (the hubs) plus a narrow slot table for every other row
+    (:func:`hub_split`): ``(W x)_h = hub_weights[h] . x[hub_senders[h]]`` for each hub h, and
+    ``(W x)_i = sum_k weights[i, k] x[neighbors[i, k]]`` for the other nodes i."""
+
+    hubs: tuple[int, ...]  # H node ids, ascending
+    hub_senders: tuple[np.ndarray, ...]  # per hub [M_h] int32, its in-neighbours in edge order
+    hub_weights: tuple[np.ndarray, ...]  # per hub [M_h], their weights
+    neighbors: np.ndarray  # [N, K] int32: the slot table of the other rows (hub rows: weight 0)
+    weights: np.ndarray  # [N, K]
+
+
+def hub_split(
+    senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, num_nodes: int, max_hubs: int = _MAX_HUBS
+) -> HubSplit | None:
+    """One round ``senders, receivers, weights [E]`` as hubs plus a narrow slot table, or None.
+
+    The hubs are the rows with more than 16 live in-edges (self included); the round splits when
+    there are 1 to ``max_hubs`` of them and every other row fits 16 slots (a star: one hub, K = 2).
+    A segment layout's round then mixes in about two reads and one write of x (one reduction per
+    hub, the slot kernel for the rest) instead of a gather of E rows and a scatter. O(E) NumPy.
+    """
+    live = weights != 0
+    s, r, w = (senders, receivers, weights) if live.all() else (senders[live], receivers[live], weights[live])
+    hubs = np.flatnonzero(bincount(r, num_nodes) > _MAX_SLOTS)
+    if hubs.size == 0 or hubs.size > max_hubs:
+        return None
+    is_hub = np.zeros(num_nodes, dtype=bool)
+    is_hub[hubs] = True
+    at_hub = is_hub[r]
+    rest = slot_layout(*(a[~at_hub][None] for a in (s, r, w)), num_nodes)
+    if rest.width > _MAX_SLOTS:
+        return None
+    hs, hr, hw = s[at_hub], r[at_hub], w[at_hub]
+    rows = [np.flatnonzero(hr == h) for h in hubs]
+    return HubSplit(
+        tuple(int(h) for h in hubs),
+        tuple(hs[row].astype(np.int32) for row in rows),
+        tuple(hw[row] for row in rows),
+        rest.neighbors[0],
+        rest.weights[0],
+    )
 
 
 # Above this many slots the slot kernel of a host graph moves x only by shifts and bit flips
@@ -325,7 +398,7 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     single = _single_flip(neighbors, weights)
     if single is not None:
         return single
-    by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
+    by_bit = None  # [bits, N], made once the first block of rows turns out to be bit flips
     union = 0
     # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
     # node's neighbours differ.
@@ -342,6 +415,8 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
         if m.size == 0:
             continue
         union |= int(np.bitwise_or.reduce(m, axis=None))
+        if by_bit is None:
+            by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
         # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
         bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
         if every:
@@ -450,6 +525,37 @@ def slot_transpose_check(
         pattern = pattern and bool(np.array_equal(mirrored != 0, w != 0))
         close = close and (np.array_equal(mirrored, w) or bool(np.allclose(mirrored, w, atol=atol)))
     return TransposeCheck(pattern, pattern and close)
+
+
+def regular_transpose_check(order: RegularRound, atol: float = 1e-6) -> TransposeCheck | None:
+    """:func:`jaxgossip.topology.edges.transpose_check` of a regular round (:func:`regular_rows`)
+    of at most 8 edges per row, by K gathers of whole rows ``[N, K]`` (no CSR or CSC copy of the
+    round); None for wider rows. Entry ``W[i, j]`` in column k of row i meets its transpose
+    ``W[j, i]`` in the column of row j that holds i (rows are canonical: at most one); the weights
+    compare as ``np.allclose(W[j, i], W[i, j], atol)`` does, entry by entry."""
+    rows, weights = order.senders, order.weights
+    n, k = rows.shape
+    if k > _NARROW:
+        return None
+    nodes = np.arange(n, dtype=rows.dtype)
+    found, hit, flat = np.empty(n, bool), np.empty(n, bool), np.empty(n, np.int64)
+    close = True
+    for j in range(k):
+        partner = rows[:, j]
+        theirs = rows.take(partner, axis=0)  # [N, K]: row rows[i, j] for every i
+        np.multiply(partner, k, out=flat, dtype=np.int64)
+        found[...] = False
+        for p in range(k):
+            # Column by column over the nodes (NumPy reduces a row of K entries slowly).
+            np.equal(theirs[:, p], nodes, out=hit)
+            found |= hit
+            if p:
+                np.add(flat, p, out=flat, where=hit)
+        if not found.all():
+            return TransposeCheck(False, False)
+        back, own = weights.reshape(-1).take(flat), weights[:, j]
+        close = close and (np.array_equal(back, own) or bool(np.allclose(back, own, atol=atol)))
+    return TransposeCheck(True, close)
 
 
 def circulant_shift(column: np.ndarray) -> int | None:

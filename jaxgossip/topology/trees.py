@@ -15,6 +15,7 @@ import scipy.sparse.csgraph
 
 from jaxgossip.checks import check_int
 from jaxgossip.topology.constructors import from_edges, from_matrix, metropolis_weights
+from jaxgossip.topology.edges import bincount
 from jaxgossip.topology.graph import Topology
 
 __all__ = ["chain", "binary_tree", "spanning_tree", "dumbbell"]
@@ -23,14 +24,22 @@ __all__ = ["chain", "binary_tree", "spanning_tree", "dumbbell"]
 def _from_undirected_edges(n: int, a: np.ndarray, b: np.ndarray, name: str) -> Topology:
     """Metropolis-Hastings weights on the undirected edges {a_e, b_e} (no duplicates), built from
     the edge list (no [N, N] matrix, so trees of 16,384 nodes build in well under a second)."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    deg = np.bincount(np.concatenate([a, b]), minlength=n)
+    return from_edges(name, n, _undirected_round(n, a, b), directed=False)
+
+
+def _undirected_round(n: int, a: np.ndarray, b: np.ndarray):
+    """The one round of :func:`_from_undirected_edges`, yielded: from_edges takes it and the
+    arrays made on the way are gone before the graph's layout is built."""
+    # Node ids in the tables' int32 (int64 beyond it): half the bytes of every index array.
+    index = np.int32 if 2 * n < 2**31 else np.int64
+    a, b = np.asarray(a, index), np.asarray(b, index)
+    ends = np.concatenate([a, b])
+    deg = bincount(ends, n)
     w = 1.0 / (1.0 + np.maximum(deg[a], deg[b]))
-    kept = 1.0 - np.bincount(np.concatenate([a, b]), np.concatenate([w, w]), minlength=n)
-    nodes = np.arange(n)
-    senders = np.concatenate([nodes, a, b])
-    receivers = np.concatenate([nodes, b, a])
-    return from_edges(name, n, [(senders, receivers, np.concatenate([kept, w, w]))], directed=False)
+    kept = 1.0 - bincount(ends, n, np.concatenate([w, w]))
+    nodes = np.arange(n, dtype=index)
+    del ends, deg
+    yield np.concatenate([nodes, a, b]), np.concatenate([nodes, b, a]), np.concatenate([kept, w, w])
 
 
 def chain(n: int) -> Topology:

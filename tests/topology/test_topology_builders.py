@@ -137,6 +137,21 @@ def test_circulant_round_matches_sorted_edges(n):
     np.testing.assert_array_equal(got.senders, want.senders[0])
     np.testing.assert_array_equal(got.receivers, want.receivers[0])
     assert got.weights.tobytes() == want.weights[0].tobytes()
+    # Written into longer int32 rows, as from_edges hands them over: the same edges, the tail untouched.
+    size = edges.Circulant(offsets, weights).num_edges(n)
+    rows = (np.full(size + 3, -1, np.int32), np.full(size + 3, -1, np.int32), np.full(size + 3, -1.0))
+    into = edges.circulant_round(n, offsets, weights, out=rows)
+    assert into.senders.size == size and all(np.all(row[size:] == -1) for row in rows)
+    for a, b in zip(into, got):
+        assert np.array_equal(a, b) and a.tobytes() == b.astype(a.dtype).tobytes()
+
+
+def test_wide_circulant_slots_over_several_row_blocks():
+    n = 40000  # more than one block of 2^14 rows, K = 2 M + 1 > 8 columns
+    nbr, slot_w = T.u_equistatic(n).slots
+    c = nbr[0, 0]
+    np.testing.assert_array_equal(nbr[0], (np.arange(n)[:, None] + c[None, :]) % n)
+    assert np.all(slot_w[0] == slot_w[0, :1])
 
 
 def test_transpose_check_and_components():
@@ -206,3 +221,16 @@ def test_erdos_renyi_draws_networkx_graph_across_chunks():
     got = set(zip(s[off].tolist(), r[off].tolist()))
     want = {(a, b) for a, b in g.edges()} | {(b, a) for a, b in g.edges()}
     assert got == want
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_transpose_check_over_several_blocks_of_edges(symmetric):
+    # 2^17 and more edges: the cube-sum shortcut adds its blocks; the answer is the dense one.
+    n = 1000
+    rng = np.random.default_rng(3)
+    adj = rng.random((n, n)) < 0.15
+    adj = adj | adj.T if symmetric else adj
+    r, s = np.nonzero(adj)
+    w = np.ones(s.size)
+    assert s.size > 2**17 and edges.is_canonical(s, r)
+    assert edges.transpose_check(s, r, w, n) == (symmetric, symmetric)
