@@ -73,6 +73,10 @@ def topology_for(name: str):
 def build(name: str, options: dict):
     factory = jg.algorithms.REGISTRY[name]
     accepted = set(inspect.signature(factory).parameters)
+    # the options an algorithm's defaults alone are refused without (its metadata; absent in
+    # checkouts whose metadata has none)
+    hooks = getattr(jg.algorithms.info(name), "hooks", None)
+    options = {**dict(getattr(hooks, "example_options", None) or {}), **options}
     kwargs = {k: v for k, v in options.items() if k in accepted}
     return jg.algorithms.make(name, topology_for(name), **kwargs)
 

@@ -112,9 +112,9 @@ def _width_period(spec: str, n: int) -> tuple[int, int]:
     }.get(spec, (3, 1))
 
 
-# Host bytes per edge of a build, measured on the CPU (experiments/bench/million_nodes.py
-# builds at N = 2^20: 80 to 100 bytes per edge at the peak); taken with a margin.
-HOST_BYTES_PER_EDGE = 160
+# Host bytes per edge of a build at its peak, measured on the CPU (tracemalloc, N = 2^18 .. 2^24:
+# 33 to 82 bytes per edge across the fixed families); taken with a margin.
+HOST_BYTES_PER_EDGE = 120
 
 
 def device_rows(
