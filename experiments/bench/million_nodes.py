@@ -13,6 +13,16 @@ on x of shape [N, D] float32:
   bandwidth; the *floor* of a round is its bytes, ``E D 4`` read (one value per edge, self-loops
   included: ``(K + 1) N D 4`` on a K-regular graph) and ``N D 4`` written, at that bandwidth.
 
+A round inside a compiled loop is what every run does (the round driver's ``lax.scan``), and there
+it costs one copy more than the floor: the round's output reads other nodes' rows of x, so XLA
+computes it into a new buffer and copies that into the loop's carried x (the ``copy`` at the root
+of the while body in the compiled HLO), one more read and write of ``N D 4`` bytes. ``loop_floor_s``
+adds that copy to the floor. A round jitted on its own has no such copy but allocates its output on
+every call, which at large ``N D`` costs more than the copy (first touch of fresh pages), so the
+in-loop round is not compared with a standalone one here. Unrolling the loop does not remove the
+copy on XLA:CPU: consecutive rounds fuse into one kernel that recomputes the earlier round for
+every neighbour it reads, which is slower.
+
 Timings are medians of ``--reps`` calls after one warm-up. They mean something only on a quiet
 machine: nothing else running, the same machine for every column.
 
@@ -214,8 +224,10 @@ def measure(spec: str, n: int, dims: list[int], rounds: int, reps: int) -> dict:
             "scipy_round_s": scipy_s,
             "copy_s": copy_s,
             "floor_s": floor_s,
+            "loop_floor_s": floor_s + copy_s,
             "speedup_vs_scipy": scipy_s / ours_s,
             "times_floor": ours_s / floor_s,
+            "times_loop_floor": ours_s / (floor_s + copy_s),
         }
     return row
 

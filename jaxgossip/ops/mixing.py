@@ -8,7 +8,8 @@ counter alike. The layout is chosen per graph from measurements on XLA:CPU (``ex
 
 * ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots
   ``[T, N, K]``, unrolled over K (the degree, not the nodes). A slot column of static tables that
-  is a pure shift of the nodes becomes ``jnp.roll``.
+  is a pure shift of the nodes becomes ``jnp.roll``; with a traced round (inside a scan), a column
+  that is a shift in every round rolls by the round's shift.
 * ``"dense"`` (dense graphs): ``y = W(t) @ x`` as one matmul at full float32 precision.
 * ``"segment"`` (irregular sparse graphs): gather over the edge list ``[T, E]``, weight,
   ``segment_sum``. A round of static tables with a few rows of more than 16 in-neighbours and
@@ -136,7 +137,9 @@ def where_nodes(mask: Array, new: Any, old: Any) -> Any:
 # ---- one kernel per layout -------------------------------------------------------------------------
 
 
-def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
+def _mix_slots(topology: Topology, leaf: Array, idx: Any, round_shifts: dict | None = None) -> Array:
+    """``round_shifts``: :func:`_round_shifts` of each slot column k >= 1 (host tables, traced round),
+    computed once per ``mix`` call for all leaves; None computes them here."""
     nbr, slot_w = topology.slots
     acc = _acc_dtype(leaf.dtype)
     x = leaf.astype(acc)
@@ -153,12 +156,33 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any) -> Array:
     for k in range(1, nbr.shape[-1]):
         if static and (shift := circulant_shift(nbr[idx, :, k])) is not None:
             gathered = jnp.roll(x, -shift, axis=0)
+        elif not static and isinstance(nbr, np.ndarray) and (shifts := _shifts_of(round_shifts, nbr, k)) is not None:
+            # A traced round (inside a scan) of host tables whose slot column is a shift in every
+            # round: roll by the round's shift, contiguous reads of x and no [N] index column read
+            # per slot, instead of a gather. The same values, so the same bits.
+            gathered = jnp.roll(x, -jnp.asarray(shifts)[idx], axis=0)
         else:
             gathered = x[_table(nbr, idx)[:, k]]
         # Product first: XLA:CPU then fuses each step into one multiply-add the same way for host
         # and traced tables (single graph, stack member), so they agree bitwise.
         out = per_node(jnp.asarray(w[:, k], acc), x) * gathered + out
     return out.astype(leaf.dtype)
+
+
+def _shifts_of(round_shifts: dict | None, nbr: np.ndarray, k: int) -> np.ndarray | None:
+    return _round_shifts(nbr, k) if round_shifts is None else round_shifts[k]
+
+
+def _round_shifts(nbr: np.ndarray, k: int) -> np.ndarray | None:
+    """``[T]`` int32: the shift ``c_t`` of slot column k in every round t (``nbr[t, i, k] = (i + c_t)
+    mod N`` for all i), or None when some round's column is not a shift."""
+    shifts = []
+    for t in range(nbr.shape[0]):
+        shift = circulant_shift(nbr[t, :, k])
+        if shift is None:
+            return None
+        shifts.append(shift)
+    return np.asarray(shifts, np.int32)
 
 
 def _flip(x: Array, mask: int) -> Array:
@@ -396,6 +420,9 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
     idx = _round(topology.period, t)
     kernel = _KERNELS[topology.resolved_kernel]
     static_slots = topology.resolved_kernel == "slots" and isinstance(topology.senders, np.ndarray)
+    if static_slots and not isinstance(idx, int):
+        nbr = topology.slots[0]
+        kernel = functools.partial(kernel, round_shifts={k: _round_shifts(nbr, k) for k in range(1, nbr.shape[-1])})
 
     def one(leaf):
         mesh = _node_mesh(leaf, topology.num_nodes) if static_slots else None

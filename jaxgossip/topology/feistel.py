@@ -62,25 +62,47 @@ def _widths(bits: int) -> list[int]:
     return [bits - half if r % 2 == 0 else half for r in range(num_rounds(bits))]
 
 
-def _network(v: Any, round_keys: Any, bits: int, inverse: bool) -> Any:
-    """The Feistel network (or its inverse) on uint32 values in ``[0, 2^bits)``."""
+def _network(v: Any, round_keys: Any, bits: int, inverse: bool, first: tuple | None = None) -> Any:
+    """The Feistel network (or its inverse) on uint32 values in ``[0, 2^bits)``; ``first``, when
+    given, is the split ``(v >> w, v & (2^w - 1))`` of v that the first round applied reads."""
     widths = _widths(bits)
     if not inverse:
         for r, top in enumerate(widths):
-            a, c = v >> (bits - top), v & jnp.uint32((1 << (bits - top)) - 1)
+            if r == 0 and first is not None:
+                a, c = first
+            else:
+                a, c = v >> (bits - top), v & jnp.uint32((1 << (bits - top)) - 1)
             a = a ^ (_hash(c, round_keys[r]) & jnp.uint32((1 << top) - 1))
             v = (c << top) | a
         return v
     for r in reversed(range(len(widths))):
         top = widths[r]
         # The forward round wrote c (bits - top wide) on top of the rewritten a (top wide).
-        c, a = v >> top, v & jnp.uint32((1 << top) - 1)
+        if r == len(widths) - 1 and first is not None:
+            c, a = first
+        else:
+            c, a = v >> top, v & jnp.uint32((1 << top) - 1)
         a = a ^ (_hash(c, round_keys[r]) & jnp.uint32((1 << top) - 1))
         v = (a << (bits - top)) | c
     return v
 
 
-def feistel_permute(key: Any, n: int, i: Any, inverse: bool = False) -> Any:
+def _first_split(n: int, bits: int, inverse: bool) -> tuple:
+    """``(v >> w, v & (2^w - 1))`` for ``v = 0 .. N - 1``, w the low width of the network's first
+    round, read off the two axes of a ``[ceil(N / 2^w), 2^w]`` iota.
+
+    Why not ``arange(N) >> w``: those per-node tables depend on nothing that changes from round to
+    round, so inside a compiled loop XLA hoists them out and reads them back from memory in every
+    round (two N-element uint32 tables) instead of computing them in the fused draw; an iota
+    that is only reshaped and sliced stays inside the draw. Same values, so the same bits.
+    """
+    widths = _widths(bits)
+    low = widths[-1] if inverse else bits - widths[0]
+    shape = (-(-n // (1 << low)), 1 << low)
+    return tuple(jax.lax.broadcasted_iota(jnp.uint32, shape, axis).reshape(-1)[:n] for axis in (0, 1))
+
+
+def feistel_permute(key: Any, n: int, i: Any = None, inverse: bool = False) -> Any:
     """``pi(i)`` (or ``pi^{-1}(i)``) of the keyed pseudo-random permutation pi of ``[0, N)``.
 
     Elementwise: every entry of ``i`` is mapped on its own, O(R) integer operations per
@@ -90,15 +112,24 @@ def feistel_permute(key: Any, n: int, i: Any, inverse: bool = False) -> Any:
     Args:
       key: a PRNG key; it fixes pi (its R 32-bit round keys).
       n: N >= 1, static.
-      i: integer array of indices in ``[0, N)``, any shape.
+      i: integer array of indices in ``[0, N)``, any shape; None: all of them, ``arange(N)``
+        (computed inside the draw, so that a compiled loop does not carry per-node tables).
       inverse: map by ``pi^{-1}`` instead.
 
     Returns:
-      int32 array like ``i``.
+      int32 array like ``i`` (``[N]`` for None).
     """
     bits = feistel_bits(n)
-    round_keys = jax.random.bits(key, (num_rounds(bits),), jnp.uint32)
-    v = _network(jnp.asarray(i).astype(jnp.uint32), round_keys, bits, inverse)
+    return _permute(jax.random.bits(key, (num_rounds(bits),), jnp.uint32), n, i, inverse)
+
+
+def _permute(round_keys: Any, n: int, i: Any, inverse: bool) -> Any:
+    """:func:`feistel_permute` from the network's round keys ``[R]`` uint32."""
+    bits = feistel_bits(n)
+    if i is None:
+        v = _network(None, round_keys, bits, inverse, _first_split(n, bits, inverse))
+    else:
+        v = _network(jnp.asarray(i).astype(jnp.uint32), round_keys, bits, inverse)
     if n != 1 << bits:
         outside = jnp.uint32(n)
 
@@ -123,10 +154,13 @@ def feistel_matching(key: Any, n: int) -> Any:
     Returns:
       partner ``[N]`` int32, an involution of ``[0, N)``: no fixed point for even N, one for odd N.
     """
-    nodes = jnp.arange(n, dtype=jnp.int32)
-    mate = feistel_permute(key, n, nodes, inverse=True) ^ 1
+    # One draw of the round keys for both directions: inside a compiled loop XLA hoists parts of
+    # each draw's key schedule before it could merge two equal draws, and then runs both.
+    round_keys = jax.random.bits(key, (num_rounds(feistel_bits(n)),), jnp.uint32)
+    mate = _permute(round_keys, n, None, inverse=True) ^ 1
     if n % 2 == 0:
-        return feistel_permute(key, n, mate)
+        return _permute(round_keys, n, mate, inverse=False)
     # Odd N: the last position's mate N lies outside the domain; map an in-range stand-in, keep i.
     inside = mate < n
-    return jnp.where(inside, feistel_permute(key, n, jnp.where(inside, mate, 0)), nodes)
+    partner = _permute(round_keys, n, jnp.where(inside, mate, 0), inverse=False)
+    return jnp.where(inside, partner, jnp.arange(n, dtype=jnp.int32))

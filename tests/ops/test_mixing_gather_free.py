@@ -84,3 +84,22 @@ def test_small_graphs_keep_their_kernel():
     assert T.hypercube(2**15).resolved_kernel == "slots"
     assert T.exponential(2**15).max_slots == 16
     assert T.star(40).resolved_kernel == "segment"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: T.one_peer_exponential(64),
+        lambda: T.one_peer_exponential(61),
+        lambda: T.schedule([T.ring(16), T.one_peer_exponential(16)]),
+    ],
+)
+def test_a_traced_round_of_a_circulant_schedule_rolls_and_equals_the_static_round(make):
+    """Inside a scan the round is traced: slot columns that are shifts in every round roll x by the
+    round's shift (no gather through the index table), bitwise equal to the round mixed on its own."""
+    topo = make()
+    x = jax.random.normal(jax.random.key(0), (topo.num_nodes, 3))
+    traced = jax.jit(lambda x, t: jg.mix(topo, x, t))
+    assert " gather(" not in traced.lower(x, 0).compile().as_text()
+    for t in range(2 * topo.period):
+        np.testing.assert_array_equal(np.asarray(traced(x, t)), np.asarray(jax.jit(lambda x: jg.mix(topo, x, t))(x)))

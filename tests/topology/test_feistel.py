@@ -25,6 +25,35 @@ def test_feistel_permute_is_a_bijection_with_its_inverse(n):
     assert feistel_bits(2) == 2 and feistel_bits(1024) == 10 and feistel_bits(1025) == 11
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 13, 100, 1024, 1025])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_feistel_permute_of_all_nodes_equals_the_permutation_of_arange(n, inverse):
+    key = jax.random.key(4)
+    whole = np.asarray(jax.jit(lambda k: feistel_permute(k, n, inverse=inverse))(key))
+    np.testing.assert_array_equal(whole, np.asarray(feistel_permute(key, n, jnp.arange(n), inverse=inverse)))
+
+
+@pytest.mark.parametrize("n", [4096, 4093])
+def test_a_loop_of_feistel_rounds_carries_no_per_node_table(n):
+    """Inside a compiled loop the draw keeps its node indices inside the fused round: the while
+    loop carries the round counter, x and the key schedule's small arrays, no [N] table."""
+    topo = T.random_matching(n, draw="feistel")
+    key = jax.random.key(0)
+
+    def run(x):
+        def body(t, x):
+            return jg.mix(topo.draw(jax.random.fold_in(key, t), t).graph, x, t)
+
+        return jax.lax.fori_loop(0, 4, body, x)
+
+    text = jax.jit(run).lower(jnp.zeros((n, 1), jnp.float32)).compile().as_text()
+    entry = text[text.index("ENTRY") :]
+    loops = [line for line in entry.splitlines() if " while(" in line]
+    assert loops, "no while loop in the compiled run"
+    carried = loops[0].split(" while(")[0]  # the loop's carried shapes
+    assert carried.count(f"[{n}") == 1, carried  # x only
+
+
 @pytest.mark.parametrize("n", [2, 3, 6, 7, 64, 1001])
 def test_every_round_is_a_matching(n):
     for seed in range(5):
