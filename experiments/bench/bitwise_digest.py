@@ -172,7 +172,9 @@ def training_digests() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             run_dir = os.path.join(tmp, name)
-            opts = [f"--algorithm_options.{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in OPTIONS.get(name, {}).items()]
+            hooks = getattr(jg.algorithms.info(name), "hooks", None)
+            options = {**dict(getattr(hooks, "example_options", None) or {}), **OPTIONS.get(name, {})}
+            opts = [f"--algorithm_options.{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in options.items()]
             topo = topology_for(name).name.split("(")[0]
             cmd = [
                 sys.executable, "-m", "jaxgossip.cli", "train", "--dataset=digits", "--model=mlp", f"--algorithm={name}",
