@@ -19,7 +19,8 @@ Parts (``--parts``, comma list):
   (``--train-rounds``), with its peak resident memory beside the planner's compiled size.
 
 Consensus rows of a family and size run earlier are kept (the JSON beside the page); a rerun
-replaces its own rows, so sizes can be added one command at a time.
+replaces its own rows, so sizes can be added one command at a time (``--parts page`` only
+re-renders the page, e.g. after the bench's JSON changed).
 
     PYTHONPATH=. python experiments/studies/million_nodes.py --log2-sizes 10,12,14,16 --parts consensus
 """
@@ -97,7 +98,6 @@ def bench_round_ms(rows: list[dict], family: str, n: int) -> float | None:
 
 
 def consensus_part(families, log2_sizes, tol, max_rounds, log) -> list[dict]:
-    bench = json.load(open(BENCH_JSON))["rows"] if os.path.exists(BENCH_JSON) else []
     rows = []
     for spec in families:
         for log2 in log2_sizes:
@@ -111,7 +111,6 @@ def consensus_part(families, log2_sizes, tol, max_rounds, log) -> list[dict]:
                 "error": err,
                 "graph_bytes": graph_bytes(graph),
                 "x_bytes": n * 4,
-                "round_ms": bench_round_ms(bench, spec, n),
                 "max_rounds": max_rounds,
             }
             rows.append(row)
@@ -190,11 +189,18 @@ def training_part(log, rounds: int) -> dict:
 
 
 def markdown(args, consensus, spectral, training) -> str:
+    by_cap = {}
+    for r in consensus:
+        by_cap.setdefault(r.get("max_rounds", args.max_rounds), set()).add(r["log2_nodes"])
+    caps = "; ".join(
+        f"{cap} at N = {', '.join(f'2^{s}' for s in sorted(sizes))}" for cap, sizes in sorted(by_cap.items(), reverse=True)
+    )
+    bench = json.load(open(BENCH_JSON))["rows"] if os.path.exists(BENCH_JSON) else []
     lines = [
         "# Million-node graphs: consensus, spectral tools, memory",
         "",
-        f"Written by `experiments/studies/million_nodes.py` (`--log2-sizes {args.log2_sizes} --tol {args.tol} "
-        f"--max-rounds {args.max_rounds}`). Gossip x <- W(t) x from x0 ~ N(0, 1) [N, 1] float32; rounds until "
+        f"Written by `experiments/studies/million_nodes.py` (`--log2-sizes {args.log2_sizes} --tol {args.tol}`; "
+        f"round caps {caps}). Gossip x <- W(t) x from x0 ~ N(0, 1) [N, 1] float32; rounds until "
         "||x - mean|| / ||x0 - mean|| <= tol. Time per round: `experiments/bench/million_nodes.json` (D = 1) "
         "where it has the row, else blank; nothing here is timed.",
         "",
@@ -206,7 +212,8 @@ def markdown(args, consensus, spectral, training) -> str:
     for r in consensus:
         cap = r.get("max_rounds", args.max_rounds)
         rounds = r["rounds"] if r["rounds"] is not None else f"> {cap} (error {r['error']:.1e})"
-        ms = "" if r["round_ms"] is None else f"{r['round_ms']:.3g}"
+        round_ms = bench_round_ms(bench, r["family"], 2 ** r["log2_nodes"])  # the bench's latest row
+        ms = "" if round_ms is None else f"{round_ms:.3g}"
         lines.append(
             f"| {r['family']} | {r['log2_nodes']} | {rounds} | {r['graph_bytes'] / 1e6:.3g} | "
             f"{r['x_bytes'] / 1e6:.3g} | {ms} |"
