@@ -316,7 +316,11 @@ def main() -> None:
             "max_rounds": args.max_rounds,
         }
     if "spectral" in parts:
-        saved["spectral"] = spectral_part(families, args.spectral_max_log2, args.spectral_seconds, print)
+        # rows of other families are kept, a rerun replaces its families' rows
+        new = spectral_part(families, args.spectral_max_log2, args.spectral_seconds, print)
+        rows = [r for r in saved.get("spectral", []) if r["family"] not in set(families)] + new
+        order = {f: i for i, f in enumerate(FAMILIES)}
+        saved["spectral"] = sorted(rows, key=lambda r: (order.get(r["family"], len(order)), r["family"], r["log2_nodes"]))
     if "training" in parts:
         saved["training"] = training_part(print, args.train_rounds)
     with open(saved_path, "w") as f:
