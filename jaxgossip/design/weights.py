@@ -12,9 +12,8 @@ problems minimize the second-largest eigenvalue magnitude of W:
 
 a convex problem. Written with the epigraph variable ``s``, the objective is an SDP in ``(w, s)``:
 ``-s I <= W - J <= s I``. This module solves it by interior-point methods written for its
-structure instead of a general SDP solver: the primal barrier method (Boyd and Vandenberghe,
-Convex Optimization, 2004, ch. 11) at both ends of the central path, and primal-dual steps in its
-middle:
+structure instead of a general SDP solver: primal-dual steps along the central path, then the
+primal barrier method (Boyd and Vandenberghe, Convex Optimization, 2004, ch. 11) at its end:
 
 * barrier ``phi(w, s) = -log det(s I - W + J) - log det(s I + W - J) - sum_l log w_l
   - sum_i log(1 - L_ii)`` (the two last terms only for the chain);
@@ -48,11 +47,13 @@ Cost of one Newton step, dense linear algebra on the host in float64:
 * two inverses from those factors at the accepted point (LAPACK potri, ``4 N^3 / 3`` flops). A
   single symmetric eigendecomposition of ``W - J`` would give both inverses, but measured 6x
   slower than the two potri at N = 1024;
-* the [M + 1, M + 1] Newton system: the Gram matrices ``a_k^T C a_l`` by row gathers of C
-  (``O(M N + M^2)`` memory traffic, no products), and one Cholesky solve (``M^3 / 3`` flops);
+* the [M + 1, M + 1] Newton system: its edge block, the squared Gram matrices ``a_k^T C a_l``,
+  by row gathers of C a block of edges at a time into the lower triangle
+  (:func:`jaxgossip.design.sdp.schur_lower`: ``O(M N + M^2)`` memory traffic, no products, no
+  [M, M] temporaries), and one Cholesky solve in place (``M^3 / 3`` flops);
 * the SLEM of the iterate for ``history`` (dense ``eigvalsh``, ``O(N^3)`` with a small constant).
 
-A primal-dual step adds the Gram matrices of the two multipliers, four dense [N, N] products
+A primal-dual step adds the Gram matrices of the two multipliers, six dense [N, N] products
 (``X dS S^{-1}`` for the predictor and the corrector) and the Cholesky tests of its step length,
 so ``O(N^3 + M^3)`` per step either way.
 
@@ -259,7 +260,7 @@ def _barrier_method(problem: Problem, w0: np.ndarray, tol: float, max_steps: int
     # the last centering, once its decrement is at most _BETA, certifies gap_bound <= tol
     t, t_final = nu / s0, _gap_bound(nu, tol, _BETA)
     history = []
-    # the middle of the path by primal-dual steps, then the last centerings certify
+    # the path by primal-dual steps from the start, then the last centerings certify
     point, used, mu = primal_dual(problem, point, t, _SWITCH / t_final, history, max_steps)
     if used:
         t = min(max(1.0 / mu, t), t_final)
@@ -285,9 +286,10 @@ def fastest_mixing(
 
     .. math::  \\min_w \\|I - L(w) - 11^T / N\\|_2, \\qquad L(w) = \\sum_l w_l a_l a_l^T
 
-    Solved exactly by structured interior-point steps (barrier centerings at both ends of the
-    path, primal-dual steps in its middle; see the module docstring): the result is within
-    ``gap_bound <= tol`` of the optimum. Cost per step ``O(N^3 + M^3)``; 20-50 steps.
+    Solved exactly by structured interior-point steps (primal-dual steps along the central path
+    from the Metropolis weights, barrier centerings at its end; see the module docstring): the
+    result is within ``gap_bound <= tol`` of the optimum. Cost per step ``O(N^3 + M^3)``; 15-40
+    steps.
 
     Args:
       topology: a fixed, static graph with an undirected, connected support (the pairs with a
