@@ -35,6 +35,7 @@ from jaxgossip.topology.constructors import (
     torus,
 )
 from jaxgossip.topology.equitopo import d_equistatic, od_equidyn, ou_equidyn, u_equistatic
+from jaxgossip.topology.failures import with_availability, with_failures
 from jaxgossip.topology.finite_time import base_graph
 from jaxgossip.topology.graph import KERNELS, GraphRound, Topology, TopologyKey
 from jaxgossip.topology.random_spectra import (
@@ -56,7 +57,7 @@ from jaxgossip.topology.spectral import (
     spectral_gap,
 )
 from jaxgossip.topology.stack import buckets, group, signature, stack
-from jaxgossip.topology.stochastic import random_matching, random_out, with_availability, with_failures
+from jaxgossip.topology.stochastic import random_matching, random_out
 from jaxgossip.topology.trees import binary_tree, chain, dumbbell, spanning_tree
 
 __all__ = [

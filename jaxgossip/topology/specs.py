@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from jaxgossip.topology import constructors, equitopo, finite_time, stochastic, trees
+from jaxgossip.topology import constructors, equitopo, failures, finite_time, stochastic, trees
 from jaxgossip.topology.graph import Topology
 
 __all__ = ["FAMILIES", "SUFFIXES", "make", "check_spec"]
@@ -108,7 +108,7 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
     base, *suffixes = spec.split("+")
     if suffixes:
         options = _failures(spec, suffixes)
-        return stochastic.with_failures(make(base, num_nodes, seed), **options)
+        return failures.with_failures(make(base, num_nodes, seed), **options)
     name, _, arg = spec.partition(":")
     if name not in FAMILIES:
         raise ValueError(f"unknown topology {name!r}; known topologies: {list(FAMILIES)}")
