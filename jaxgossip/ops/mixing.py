@@ -35,7 +35,8 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from jaxgossip.topology import Topology, TopologyKey
-from jaxgossip.topology.layout import MAX_GATHER_SLOTS, circulant_shift, circulant_shifts, flip_terms, hub_split
+from jaxgossip.topology.layout import MAX_GATHER_SLOTS, hub_split
+from jaxgossip.topology.moves import circulant_shift, circulant_shifts, flip_terms
 from jaxgossip.types import Array, Params
 
 __all__ = [

@@ -32,7 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxgossip.ops import mixing
 from jaxgossip.ops.mixing import NODE_AXIS, check_params
 from jaxgossip.topology import Topology
-from jaxgossip.topology.layout import circulant_shifts
+from jaxgossip.topology.moves import circulant_shifts
 from jaxgossip.types import Params
 
 __all__ = ["node_mesh", "shard_nodes", "replicate", "NODE_AXIS", "circulant_shifts", "mix_ppermute", "to_host"]

@@ -102,7 +102,7 @@ def host_facts(
       senders, receivers, weights: [T, E] host tables (weight-0 edges are padding).
       num_nodes: N.
       neighbors, slot_weights: the slot table ``[T, N, K]``, or None.
-      moves: per round, its :func:`jaxgossip.topology.layout.round_moves` (or None); with the slot
+      moves: per round, its :func:`jaxgossip.topology.moves.round_moves` (or None); with the slot
         table it lets a canonical round compare itself with its transpose by rolls and reversals.
       regular: per round, its :func:`jaxgossip.topology.layout.regular_rows` if already known.
       atol: tolerance of the symmetry of the weights.

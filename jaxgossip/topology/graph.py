@@ -37,7 +37,8 @@ from jaxgossip.checks import is_concrete
 from jaxgossip.topology.edges import transpose_check
 from jaxgossip.topology.facts import HostFacts, count_at, host_facts
 from jaxgossip.topology.facts import self_weights as diagonal_weights
-from jaxgossip.topology.layout import KERNELS, choose_kernel, gather_free, round_moves, slot_layout, slot_table
+from jaxgossip.topology.layout import KERNELS, choose_kernel, slot_layout, slot_table
+from jaxgossip.topology.moves import gather_free, round_moves
 
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 

@@ -1,5 +1,5 @@
-"""Layout policy of a graph's tables: the in-neighbour slot table, the kernel choice and the
-circulant shifts.
+"""Layout policy of a graph's tables: the in-neighbour slot table and the kernel choice (the
+rounds' shifts and bit flips: :mod:`jaxgossip.topology.moves`).
 
 A :class:`~jaxgossip.topology.Topology` stores its mixing matrices in the layout chosen here, and
 :mod:`jaxgossip.ops.mixing` runs one kernel per layout. The choice is measured on XLA:CPU
@@ -10,11 +10,12 @@ plain copy at K = 3 and 0.65x at K = 9, ``segment_sum`` over an edge list about 
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
 from jaxgossip.topology.edges import TransposeCheck, bincount, is_canonical
+from jaxgossip.topology.moves import ROW_BLOCK, FlipTerms, ShiftTerms
 
 __all__ = [
     "KERNELS",
@@ -23,27 +24,16 @@ __all__ = [
     "SlotLayout",
     "slot_edges",
     "choose_kernel",
-    "gather_free",
-    "flip_terms",
-    "FlipTerms",
     "regular_rows",
     "RegularRound",
-    "round_moves",
-    "shift_terms",
-    "ShiftTerms",
     "slot_transpose_check",
     "regular_transpose_check",
     "hub_split",
     "HubSplit",
     "MAX_GATHER_SLOTS",
-    "circulant_shift",
-    "circulant_shifts",
-    "SlotGraph",
 ]
 
 KERNELS = ("auto", "slots", "dense", "segment")
-# Rows per block where a table is rearranged row by row: index arrays of a block stay in cache.
-_ROW_BLOCK = 1 << 14
 # Up to this many columns a table is written column by column (NumPy's inner loop then runs over
 # the nodes, not over a row of a few entries); wider tables by broadcast rows.
 _NARROW = 8
@@ -131,8 +121,8 @@ def slot_layout(
             # As above, for wide rows by a gather; a block of rows at a time, so that the index
             # arrays stay in cache.
             width = order.width
-            for lo in range(0, n, _ROW_BLOCK):
-                hi = min(n, lo + _ROW_BLOCK)
+            for lo in range(0, n, ROW_BLOCK):
+                hi = min(n, lo + ROW_BLOCK)
                 slot = np.arange(width)[None, :] + order.below[lo:hi, None]
                 slot -= width * (slot >= width)
                 nbr[t, lo:hi, :width] = np.take_along_axis(order.senders[lo:hi], slot, axis=1)
@@ -222,8 +212,8 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _blocks(lo: int, hi: int):
-    """Consecutive ranges ``(a, b)`` of at most _ROW_BLOCK rows covering ``[lo, hi)``."""
-    return [(a, min(hi, a + _ROW_BLOCK)) for a in range(lo, hi, _ROW_BLOCK)]
+    """Consecutive ranges ``(a, b)`` of at most ROW_BLOCK rows covering ``[lo, hi)``."""
+    return [(a, min(hi, a + ROW_BLOCK)) for a in range(lo, hi, ROW_BLOCK)]
 
 
 class _SlotOrder(NamedTuple):
@@ -377,128 +367,6 @@ def hub_split(
 MAX_GATHER_SLOTS = _MAX_SLOTS
 
 
-class FlipTerms(NamedTuple):
-    """One round of a graph whose in-neighbours are bit flips, ``(W x)_i = self[i] x_i +
-    sum_b weights[b, i] x_{i XOR masks[b]}`` (:func:`flip_terms`)."""
-
-    masks: tuple[int, ...]  # distinct powers of two, ascending
-    weights: np.ndarray  # [B, N] float, 0 where row i has no neighbour i XOR mask
-
-
-def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
-    """Round ``neighbors, weights [N, K]`` of a slot table as bit flips, or None.
-
-    It is one when N is a power of two and every live slot k >= 1 of node i holds ``i XOR 2^b``
-    (a hypercube, and its subgraphs): then ``x_{i XOR 2^b}`` for all i is a reversal of one axis
-    of x viewed as ``[N / 2^(b+1), 2, 2^b, ...]``, no gather. O(N K) NumPy.
-    """
-    n = neighbors.shape[0]
-    if n & (n - 1) or neighbors.shape[1] < 2:
-        return None
-    single = _single_flip(neighbors, weights)
-    if single is not None:
-        return single
-    by_bit = None  # [bits, N], made once the first block of rows turns out to be bit flips
-    union = 0
-    # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
-    # node's neighbours differ.
-    for lo in range(0, n, _ROW_BLOCK):
-        hi = min(n, lo + _ROW_BLOCK)
-        nodes = np.arange(lo, hi, dtype=neighbors.dtype)
-        mask = neighbors[lo:hi, 1:] ^ nodes[:, None]
-        w = weights[lo:hi, 1:]
-        live = w != 0
-        every = bool(live.all())
-        m = mask if every else mask[live]
-        if np.any(m <= 0) or np.any(m & (m - 1)):
-            return None
-        if m.size == 0:
-            continue
-        union |= int(np.bitwise_or.reduce(m, axis=None))
-        if by_bit is None:
-            by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
-        # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
-        bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
-        if every:
-            by_bit[bits, nodes[:, None]] = w
-        else:
-            by_bit[bits, np.broadcast_to(nodes[:, None], live.shape)[live]] = w[live]
-    if union == 0:
-        return None
-    present = [b for b in range(n.bit_length()) if (union >> b) & 1]
-    return FlipTerms(tuple(1 << b for b in present), by_bit[present])
-
-
-def _single_flip(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
-    """:func:`flip_terms` of a round ``[N, 2]`` (N a power of two) whose second slot is live
-    everywhere and holds ``i XOR m`` for one m: one comparison of that column, mirrored along the
-    flipped axis, with the node ids (no per-entry mask or bit). None when it is not one, to let
-    the general path decide."""
-    n = neighbors.shape[0]
-    m = int(neighbors[0, 1])
-    if neighbors.shape[1] != 2 or m <= 0 or m & (m - 1) or not bool(np.all(weights[:, 1] != 0)):
-        return None
-    shape = (n // (2 * m), 2, m)
-    # column[i] == i XOR m for all i, i.e. column[i XOR m] == i: the column with its flipped axis reversed.
-    if not np.array_equal(neighbors[:, 1].reshape(shape)[:, ::-1], np.arange(n, dtype=neighbors.dtype).reshape(shape)):
-        return None
-    return FlipTerms((m,), weights[:, 1][None].copy())
-
-
-class ShiftTerms(NamedTuple):
-    """One round of a slot table whose every slot column is a shift of the node axis:
-    ``(W x)_i = sum_k weights[i, k] x_{(i + shifts[k]) mod N}`` (:func:`shift_terms`)."""
-
-    shifts: np.ndarray  # [K] int64 in [0, N), distinct
-    weights: np.ndarray  # [N, K]
-
-
-def shift_terms(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | None:
-    """Round ``neighbors, weights [N, K]`` as distinct shifts when every slot is live and each
-    column is one shift ``(i + c_k) mod N``; else None. One pass per column, O(N K)."""
-    n = neighbors.shape[0]
-    if not bool(np.all(weights != 0)):
-        return None
-    nodes = np.arange(n, dtype=neighbors.dtype)
-    shifts = np.empty(neighbors.shape[1], dtype=np.int64)
-    for k in range(neighbors.shape[1]):
-        # Column k is shift c = column[0] when it reads nodes c.. N-1, then 0.. c-1 (ids lie in [0, N)).
-        column = neighbors[:, k]
-        c = int(column[0])
-        if not (np.array_equal(column[: n - c], nodes[c:]) and np.array_equal(column[n - c :], nodes[:c])):
-            return None
-        shifts[k] = c
-    if np.unique(shifts).size != shifts.size:
-        return None
-    return ShiftTerms(shifts, weights)
-
-
-def round_moves(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | FlipTerms | None:
-    """Round ``neighbors, weights [N, K]`` of a slot table as full distinct shifts
-    (:func:`shift_terms`) or else as bit flips (:func:`flip_terms`); None when it is neither."""
-    shifts = shift_terms(neighbors, weights)
-    return shifts if shifts is not None else flip_terms(neighbors, weights)
-
-
-def gather_free(neighbors: np.ndarray, weights: np.ndarray, moves=None) -> bool:
-    """Whether every round of a slot table ``[T, N, K]`` is circulant (each slot column one shift
-    over its live nodes) or bit flips (:func:`flip_terms`): the rounds the slot kernel mixes with
-    shifts and flips only. ``moves``: the rounds' :func:`round_moves` if already known."""
-    n = neighbors.shape[1]
-    nodes = np.arange(n, dtype=np.int64)[:, None]
-    for t, (nbr, w) in enumerate(zip(neighbors, weights)):
-        if (moves[t] if moves is not None else shift_terms(nbr, w)) is not None:
-            continue
-        live = w != 0
-        offsets = nbr - nodes  # in (-N, N); the shift is this mod N
-        offsets += n * (offsets < 0)
-        first = offsets[np.argmax(live, axis=0), np.arange(nbr.shape[1])]  # each column's first live offset
-        circulant = bool(np.all((offsets == first[None, :]) | ~live))
-        if not circulant and flip_terms(nbr, w) is None:
-            return False
-    return True
-
-
 def slot_transpose_check(
     neighbors: np.ndarray, weights: np.ndarray, moves: ShiftTerms | FlipTerms, atol: float = 1e-6
 ) -> TransposeCheck:
@@ -556,71 +424,3 @@ def regular_transpose_check(order: RegularRound, atol: float = 1e-6) -> Transpos
         back, own = weights.reshape(-1).take(flat), weights[:, j]
         close = close and (np.array_equal(back, own) or bool(np.allclose(back, own, atol=atol)))
     return TransposeCheck(True, close)
-
-
-def circulant_shift(column: np.ndarray) -> int | None:
-    """c if ``column[i] == (i + c) mod N`` for all i, else None."""
-    n = column.shape[0]
-    c = int(column[0])
-    return c if np.array_equal(column, (np.arange(n) + c) % n) else None
-
-
-class SlotGraph(Protocol):
-    """What :func:`circulant_shifts` reads of a graph; a :class:`~jaxgossip.topology.Topology` has
-    it all. Named here so that this module, on which the graph type is built, imports nothing of it."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def num_nodes(self) -> int: ...
-
-    @property
-    def period(self) -> int: ...
-
-    @property
-    def slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """The in-neighbour slot table: neighbours and weights, each ``[T, N, K]``."""
-        ...
-
-
-def circulant_shifts(topology: SlotGraph) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
-    """Writes every round of a circulant schedule as weighted shifts of the node axis.
-
-    Round t is ``((c_1, w_1), (c_2, w_2), ...)`` with distinct shifts ``c`` in ``[0, N)`` and
-    per-node weights ``w`` (numpy [N] float64), such that
-
-    .. math::  (W^{(t)} x)_i = \\sum_c w_c[i] \\, x_{(i + c) \\bmod N}.
-
-    Built from ``Topology.slots``: each in-neighbour slot column must be a single shift over the
-    nodes where its weight is non-zero (weight-0 padding may point anywhere). Slots with the same
-    shift are merged; shifts keep slot order (self first), so the sum runs in ``mix``'s order.
-
-    Raises:
-      ValueError: some round of ``topology`` is not circulant in its node labelling (e.g. star,
-        erdos_renyi, torus, hypercube with N >= 4).
-    """
-    nbr, slot_w = topology.slots
-    n = topology.num_nodes
-    nodes = np.arange(n)
-    rounds = []
-    for t in range(topology.period):
-        terms: dict[int, np.ndarray] = {}
-        for k in range(nbr.shape[2]):
-            w = slot_w[t, :, k]
-            live = w != 0
-            if not live.any():
-                continue
-            offsets = (nbr[t, live, k].astype(np.int64) - nodes[live]) % n
-            if np.any(offsets != offsets[0]):
-                raise ValueError(
-                    f"topology {topology.name} is not circulant: in round {t} the in-neighbour slot {k} takes "
-                    f"from offsets {sorted(set(offsets.tolist()))[:6]} (need one offset c with neighbour "
-                    "(i + c) mod N for every node i); mix_ppermute serves circulant graphs only (ring, "
-                    "directed_ring, exponential, one_peer_exponential, complete): use mixing.mix on "
-                    "inputs placed with shard_nodes instead"
-                )
-            c = int(offsets[0])
-            terms[c] = terms.get(c, np.zeros(n)) + w
-        rounds.append(tuple(terms.items()))
-    return tuple(rounds)

@@ -13,7 +13,7 @@ import pytest
 
 import jaxgossip as jg
 from jaxgossip import topology as T
-from jaxgossip.topology import layout
+from jaxgossip.topology import moves
 
 U = 2.0**-24
 
@@ -52,7 +52,7 @@ def test_gather_free_slots_match_loop_and_segment_kernel(name):
     topo = {**GRAPHS, **LARGE}[name]()
     k = topo.max_slots
     assert topo.resolved_kernel == "slots"
-    assert layout.gather_free(*topo.slots)
+    assert moves.gather_free(*topo.slots)
     x = np.random.default_rng(0).standard_normal((topo.num_nodes, 3)).astype(np.float32)
     got = np.asarray(jax.jit(lambda v: jg.mix(topo, v))(x), np.float64)
     segment = T.Topology(
@@ -70,13 +70,13 @@ def test_gather_free_slots_match_loop_and_segment_kernel(name):
 def test_flip_terms_of_a_hypercube_and_refusals():
     topo = T.hypercube(32)
     nbr, w = topo.slots
-    flips = layout.flip_terms(nbr[0], w[0])
+    flips = moves.flip_terms(nbr[0], w[0])
     assert flips.masks == (1, 2, 4, 8, 16)
     np.testing.assert_array_equal(flips.weights, np.full((5, 32), 1 / 6))
     ring = T.ring(32)
-    assert layout.flip_terms(*(a[0] for a in ring.slots)) is None  # i - 1 is no bit flip for even i
-    assert layout.flip_terms(*(a[0] for a in T.ring(12).slots)) is None  # N not a power of two
-    assert layout.gather_free(*ring.slots) and not layout.gather_free(*T.star(9).slots)
+    assert moves.flip_terms(*(a[0] for a in ring.slots)) is None  # i - 1 is no bit flip for even i
+    assert moves.flip_terms(*(a[0] for a in T.ring(12).slots)) is None  # N not a power of two
+    assert moves.gather_free(*ring.slots) and not moves.gather_free(*T.star(9).slots)
 
 
 def test_small_graphs_keep_their_kernel():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxgossip.topology as T
-from jaxgossip.topology import edges, facts, layout
+from jaxgossip.topology import edges, facts, layout, moves
 
 FAMILIES = (
     "ring",
@@ -72,8 +72,8 @@ def test_facts_from_the_slot_table_equal_the_facts_from_the_edges(spec, n):
     topo = T.make(spec, n)
     s, r, w = topo.senders, topo.receivers, topo.weights
     slots = layout.slot_layout(s, r, w, n)
-    moves = [layout.round_moves(a, b) for a, b in zip(slots.neighbors, slots.weights)]
-    fast = facts.host_facts(s, r, w, n, slots.neighbors, slots.weights, moves, slots.regular)
+    round_moves = [moves.round_moves(a, b) for a, b in zip(slots.neighbors, slots.weights)]
+    fast = facts.host_facts(s, r, w, n, slots.neighbors, slots.weights, round_moves, slots.regular)
     plain = facts.host_facts(s, r, w, n)
     assert fast.symmetric == plain.symmetric
     for field in ("out_degree", "in_degree", "self_weights", "row_sum_range", "col_sum_range"):
@@ -89,9 +89,9 @@ def test_one_flip_rounds_equal_the_general_bit_flip_pass(spec):
     n = 1024
     nbr, slot_w = T.make(spec, n).slots
     for a, b in zip(nbr, slot_w):
-        got = layout.flip_terms(a, b)
+        got = moves.flip_terms(a, b)
         # A third, empty slot takes the round off the one-flip shortcut.
-        wide = layout.flip_terms(
+        wide = moves.flip_terms(
             np.concatenate([a, np.arange(n, dtype=a.dtype)[:, None]], axis=1),
             np.concatenate([b, np.zeros((n, 1))], axis=1),
         )
