@@ -124,3 +124,42 @@ def test_regular_transpose_check_equals_the_edge_check(spec, n):
 def test_regular_sums_equal_numpy_row_sums(k):
     rows = np.random.default_rng(k).standard_normal((1000, k))
     _same_bits(facts.regular_sums(rows, np.empty(1000)), np.sum(rows, axis=1), k)
+
+
+def _flips_by_loop(nbr, w):
+    """The bit-flip weights ``[B, N]`` of a slot table, one entry at a time (the reference)."""
+    n = nbr.shape[0]
+    by_bit = {}
+    for i in range(n):
+        for k in range(1, nbr.shape[1]):
+            if w[i, k] != 0:
+                bit = int(nbr[i, k] ^ i).bit_length() - 1
+                by_bit.setdefault(bit, np.zeros(n, dtype=w.dtype))[i] = w[i, k]
+    bits = sorted(by_bit)
+    return tuple(1 << b for b in bits), np.stack([by_bit[b] for b in bits])
+
+
+@pytest.mark.parametrize("change", ["none", "nudge", "drop"])
+def test_bit_flip_weights_equal_a_loop_over_the_slots(change):
+    """Every path of flip_terms (one weight broadcast, every slot live, some slots empty) against
+    the loop."""
+    nbr, slot_w = T.make("hypercube", 64).slots
+    a, b = nbr[0], slot_w[0].copy()
+    if change == "nudge":
+        b[5, 2] += 1e-3
+    elif change == "drop":
+        b[5, 2] = 0.0
+    got = moves.flip_terms(a, b)
+    masks, want = _flips_by_loop(a, b)
+    assert got.masks == masks
+    _same_bits(np.ascontiguousarray(got.weights), want, change)
+
+
+def test_xor_rows_write_the_sorted_rows_of_their_table():
+    n, masks = 64, np.array([0, 4, 1, 32])
+    table = np.arange(n, dtype=np.int32)[:, None] ^ masks.astype(np.int32)[None, :]
+    want = edges.sorted_rows(n, table, 0.25)
+    out = (np.zeros(n * 4, np.int32), np.zeros(n * 4, np.int32), np.zeros(n * 4))
+    got = edges.XorRows(masks, 0.25).write(n, out)
+    for g, w_, name in zip(got, want, ("senders", "receivers", "weights")):
+        _same_bits(g, w_.astype(g.dtype), name)
