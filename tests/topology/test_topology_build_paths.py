@@ -29,6 +29,9 @@ FAMILIES = (
     "u_equistatic:3",
 )
 SIZES = (8, 64, 1024)
+# Base graphs of N other than a power of k + 1: factored schedules (N = 96 and k = 1: N_s = 32
+# simple graphs of 3 nodes; N = 1000 and k = 3), a simple one (N = 997) and a smooth one.
+BASE_SIZES = (("base:1", 96), ("base:3", 1000), ("base:1", 997), ("base:2", 96))
 
 
 def _rounds(topo):
@@ -40,8 +43,7 @@ def _same_bits(got, want, what):
     assert got.tobytes() == want.tobytes(), what
 
 
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("spec", FAMILIES)
+@pytest.mark.parametrize("spec, n", [(spec, n) for spec in FAMILIES for n in SIZES] + list(BASE_SIZES))
 def test_every_table_and_fact_equals_the_reference_build(spec, n):
     topo = T.make(spec, n)
     want = ref.from_edges(n, _rounds(topo), directed=topo.directed)
