@@ -182,11 +182,11 @@ def self_places(order: RegularRound) -> np.ndarray:
 def _circulant_slots(order: RegularRound, n: int, out_nbr: np.ndarray, out_w: np.ndarray) -> bool:
     """Writes the slot table ``[N, K]`` of a regular round that is circulant with one weight per
     offset into the first K columns of ``out_nbr, out_w`` and returns True; False (nothing
-    written) otherwise. Row 0 lists the offsets ``c`` ascending (self first) and their weights; the round is
-    that circulant when every block of rows between two wrap points ``N - c`` is the broadcast sum
-    of its nodes and the rotated offsets (as :func:`jaxgossip.topology.edges.circulant_round`
-    writes them). Then slot k of node i is ``(i + c_k) mod N`` at weight ``w_k``: broadcasts, no
-    gather."""
+    written) otherwise. Row 0 lists the offsets ``c`` ascending (self first) and their weights;
+    the round is that circulant when every block of rows between two wrap points ``N - c`` is the
+    broadcast sum of its nodes and the rotated offsets (as
+    :func:`jaxgossip.topology.edges.circulant_round` writes them). Then slot k of node i is
+    ``(i + c_k) mod N`` at weight ``w_k``: broadcasts, no gather."""
     rows, weights = order.senders, order.weights
     k = order.width
     c = rows[0].astype(np.int64)

@@ -34,7 +34,9 @@ class FlipTerms(NamedTuple):
     sum_b weights[b, i] x_{i XOR masks[b]}`` (:func:`flip_terms`)."""
 
     masks: tuple[int, ...]  # distinct powers of two, ascending
-    weights: np.ndarray  # [B, N] float, 0 where row i has no neighbour i XOR mask
+    # [B, N] float, 0 where row i has no neighbour i XOR mask; not to be written: it may view the
+    # slot table, or broadcast one weight
+    weights: np.ndarray
 
 
 def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:

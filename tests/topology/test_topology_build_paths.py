@@ -1,7 +1,9 @@
 """The shortcuts of a graph's construction against the general path, bit for bit: every family at
-N = 8, 64 and 1024 rebuilt from its own edges by the slow reference (tests/topology/_reference_builders.py),
-the facts from the slot table and the rounds' moves against the facts from the edges alone and
-against the plain per-round sums, and the one-flip recognition against the general bit-flip pass."""
+N = 8, 64 and 1024 (and base graphs of other N) rebuilt from its own edges by the slow reference
+(tests/topology/_reference_builders.py), the facts from the slot table and the rounds' moves against
+the facts from the edges alone and against the plain per-round sums, the one-flip recognition
+against the general bit-flip pass, every bit-flip path against a loop over the slots, and the
+hypercube's rows written by block against the sorted rows of its table."""
 
 import _reference_builders as ref
 import numpy as np
