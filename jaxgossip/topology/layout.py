@@ -414,30 +414,32 @@ def slot_transpose_check(
 
 def regular_transpose_check(order: RegularRound, atol: float = 1e-6) -> TransposeCheck | None:
     """:func:`jaxgossip.topology.edges.transpose_check` of a regular round (:func:`regular_rows`)
-    of at most 8 edges per row, by K gathers of whole rows ``[N, K]`` (no CSR or CSC copy of the
-    round); None for wider rows. Entry ``W[i, j]`` in column k of row i meets its transpose
+    of at most 8 edges per row, by K gathers of whole rows (no CSR or CSC copy of the round);
+    None for wider rows. Entry ``W[i, j]`` in column k of row i meets its transpose
     ``W[j, i]`` in the column of row j that holds i (rows are canonical: at most one); the weights
     compare as ``np.allclose(W[j, i], W[i, j], atol)`` does, entry by entry."""
     rows, weights = order.senders, order.weights
     n, k = rows.shape
     if k > _NARROW:
         return None
-    nodes = np.arange(n, dtype=rows.dtype)
-    found, hit, flat = np.empty(n, bool), np.empty(n, bool), np.empty(n, np.int64)
     close = True
-    for j in range(k):
-        partner = rows[:, j]
-        theirs = rows.take(partner, axis=0)  # [N, K]: row rows[i, j] for every i
-        np.multiply(partner, k, out=flat, dtype=np.int64)
-        found[...] = False
-        for p in range(k):
-            # Column by column over the nodes (NumPy reduces a row of K entries slowly).
-            np.equal(theirs[:, p], nodes, out=hit)
-            found |= hit
-            if p:
-                np.add(flat, p, out=flat, where=hit)
-        if not found.all():
-            return TransposeCheck(False, False)
-        back, own = weights.reshape(-1).take(flat), weights[:, j]
-        close = close and (np.array_equal(back, own) or bool(np.allclose(back, own, atol=atol)))
+    # A block of rows at a time: the gathered rows and the masks stay in cache, no [N, K] copy.
+    for lo, hi in _blocks(0, n):
+        nodes = np.arange(lo, hi, dtype=rows.dtype)
+        found, hit, flat = np.empty(hi - lo, bool), np.empty(hi - lo, bool), np.empty(hi - lo, np.int64)
+        for j in range(k):
+            partner = rows[lo:hi, j]
+            theirs = rows.take(partner, axis=0)  # [B, K]: row rows[i, j] for every i of the block
+            np.multiply(partner, k, out=flat, dtype=np.int64)
+            found[...] = False
+            for p in range(k):
+                # Column by column over the nodes (NumPy reduces a row of K entries slowly).
+                np.equal(theirs[:, p], nodes, out=hit)
+                found |= hit
+                if p:
+                    np.add(flat, p, out=flat, where=hit)
+            if not found.all():
+                return TransposeCheck(False, False)
+            back, own = weights.reshape(-1).take(flat), weights[lo:hi, j]
+            close = close and (np.array_equal(back, own) or bool(np.allclose(back, own, atol=atol)))
     return TransposeCheck(True, close)

@@ -167,3 +167,17 @@ def test_xor_rows_write_the_sorted_rows_of_their_table():
     got = edges.XorRows(masks, 0.25).write(n, out)
     for g, w_, name in zip(got, want, ("senders", "receivers", "weights")):
         _same_bits(g, w_.astype(g.dtype), name)
+
+
+@pytest.mark.parametrize("spec, n", [("torus", 40000), ("base:3", 4**8)])
+def test_regular_transpose_check_over_blocks_of_rows_equals_the_edge_check(spec, n):
+    """Rounds of more rows than one block of the check, nudged in the first and in the last block."""
+    topo = T.make(spec, n)
+    s, r, w = topo.senders[0], topo.receivers[0], topo.weights[0]
+    regular = layout.regular_rows(s, r, w, n)
+    assert layout.regular_transpose_check(regular) == edges.transpose_check(s, r, w, n)
+    for edge in (np.flatnonzero(s != r)[0], np.flatnonzero(s != r)[-1]):
+        nudged = w.copy()
+        nudged[edge] += 1e-3
+        got = layout.regular_transpose_check(layout.regular_rows(s, r, nudged, n))
+        assert got == edges.transpose_check(s, r, nudged, n) == (True, False), (spec, edge)
