@@ -25,6 +25,7 @@ from jaxgossip.checks import check_int
 from jaxgossip.topology.edges import (
     Circulant,
     SortedRows,
+    XorRows,
     count_components,
     is_canonical,
     merge_round,
@@ -214,9 +215,9 @@ def hypercube(n: int) -> Topology:
     if n & (n - 1):
         raise ValueError(f"hypercube needs n to be a power of two, got n={n}")
     k = n.bit_length() - 1
-    nodes = np.arange(n, dtype=np.int32)
-    table = nodes[:, None] ^ np.concatenate([[0], 1 << np.arange(k)]).astype(np.int32)[None, :]  # [N, k + 1]
-    return from_edges(f"hypercube({n})", n, [SortedRows(table, 1 / (k + 1))], directed=False)
+    # Row i is i XOR {0, 2^j}, written into the tables a block of rows at a time.
+    masks = np.concatenate([[0], 1 << np.arange(k)])
+    return from_edges(f"hypercube({n})", n, [XorRows(masks, 1 / (k + 1))], directed=False)
 
 
 def _log2_ceil(n: int) -> int:

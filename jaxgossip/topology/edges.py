@@ -26,11 +26,13 @@ __all__ = [
     "edge_codes",
     "is_canonical",
     "bincount",
+    "all_nonzero",
     "merge_round",
     "circulant_round",
     "Circulant",
     "sorted_rows",
     "SortedRows",
+    "XorRows",
     "transpose_check",
     "TransposeCheck",
     "count_components",
@@ -63,6 +65,14 @@ def is_canonical(senders: np.ndarray, receivers: np.ndarray) -> bool:
         if not step.all():
             return False
     return True
+
+
+def all_nonzero(values: np.ndarray) -> bool:
+    """``bool(np.all(values != 0))``, a block of entries at a time: no [E] mask."""
+    return all(
+        np.count_nonzero(values[lo : lo + _EDGE_BLOCK]) == values[lo : lo + _EDGE_BLOCK].size
+        for lo in range(0, values.size, _EDGE_BLOCK)
+    )
 
 
 def bincount(index: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
@@ -202,6 +212,33 @@ class SortedRows(NamedTuple):
             # A block of rows at a time: copied, then sorted while in cache.
             block = rows[lo : lo + _EDGE_BLOCK]
             block[...] = self.table[lo : lo + _EDGE_BLOCK]
+            block.sort(axis=1)
+        receivers.reshape(n, k)[...] = np.arange(n, dtype=receivers.dtype)[:, None]
+        weights[...] = self.weight
+        return Round(senders, receivers, weights)
+
+
+class XorRows(NamedTuple):
+    """The in-neighbour rows ``i XOR masks`` (receiver i takes ``weight`` from each), each row
+    sorted, written by from_edges into its tables a block of rows at a time: the edges of
+    ``sorted_rows(n, nodes[:, None] ^ masks, weight)`` without an [N, K] table of their own (a
+    hypercube: masks 0 and the powers of two below N)."""
+
+    masks: np.ndarray  # [K] int, distinct, each below N (a power of two)
+    weight: float
+
+    def num_edges(self, n: int) -> int:
+        return n * len(self.masks)
+
+    def write(self, n: int, out: tuple) -> Round:
+        """The round written into the first N K entries of ``out = (senders, receivers, weights)``."""
+        k = len(self.masks)
+        senders, receivers, weights = (row[: n * k] for row in out)
+        rows = senders.reshape(n, k)
+        masks = np.asarray(self.masks).astype(rows.dtype)[None, :]
+        for lo in range(0, n, _EDGE_BLOCK):
+            block = rows[lo : lo + _EDGE_BLOCK]
+            np.bitwise_xor(np.arange(lo, lo + block.shape[0], dtype=rows.dtype)[:, None], masks, out=block)
             block.sort(axis=1)
         receivers.reshape(n, k)[...] = np.arange(n, dtype=receivers.dtype)[:, None]
         weights[...] = self.weight

@@ -25,6 +25,7 @@ from jaxgossip.topology.layout import (
     ShiftTerms,
     regular_rows,
     regular_transpose_check,
+    self_places,
     slot_transpose_check,
 )
 
@@ -142,7 +143,7 @@ def host_facts(
             if neighbors is not None:
                 diagonal.set(t, _uniform(slot_weights[t, :, 0]))  # slot 0 holds the self-loop
             else:
-                own = np.arange(n) * regular_t.width + regular_t.below
+                own = np.arange(n) * regular_t.width + self_places(regular_t)
                 diagonal.set(t, _uniform(regular_t.weights.reshape(-1).take(own)))
         else:
             own = ls == lr

@@ -41,6 +41,7 @@ import numpy as np
 
 from jaxgossip.checks import check_int
 from jaxgossip.topology.constructors import from_edges
+from jaxgossip.topology.edges import merge_round
 from jaxgossip.topology.graph import Topology
 
 __all__ = ["base_graph", "hyper_hypercube_factors", "smooth_part"]
@@ -202,22 +203,85 @@ def _simple_rounds(nodes: np.ndarray, k: int) -> list[_Round]:
     return rounds
 
 
-def _factored_rounds(n: int, k: int) -> list[_Round]:
-    """The Base-(k+1) schedule of n nodes (see the module docstring)."""
+def _simple_period(m: int, k: int) -> int:
+    """T of the simple Base-(k+1) graph of m nodes (the length of :func:`_simple_rounds`)."""
+    if smooth_part(m, k) == m:
+        return len(hyper_hypercube_factors(m, k))
+    digits = _base_digits(m, k)
+    a, p = digits[0]
+    return len(hyper_hypercube_factors(a * (k + 1) ** p, k)) + p + 1
+
+
+class _Tiled(NamedTuple):
+    """A round of ``copies`` disjoint blocks of ``size`` consecutive nodes, each block's edges
+    those of one canonical round ``senders, receivers, weights`` on nodes ``0 .. size - 1``
+    shifted to the block: canonical, and written into from_edges' table rows by broadcasts, so
+    that N / size side-by-side simple graphs take O(E) array operations, not a loop over blocks."""
+
+    senders: np.ndarray  # [M] canonical, ids below size
+    receivers: np.ndarray  # [M]
+    weights: np.ndarray  # [M] float64
+    size: int
+    copies: int
+
+    def num_edges(self, n: int) -> int:
+        return self.copies * self.senders.size
+
+    def write(self, n: int, out: tuple) -> tuple:
+        count = self.senders.size
+        senders, receivers, weights = (row[: self.copies * count].reshape(self.copies, count) for row in out)
+        dtype = senders.dtype.type
+        starts = np.arange(self.copies, dtype=senders.dtype)[:, None] * dtype(self.size)
+        np.add(starts, self.senders.astype(senders.dtype)[None, :], out=senders)
+        np.add(starts, self.receivers.astype(receivers.dtype)[None, :], out=receivers)
+        weights[...] = self.weights[None, :]
+        return senders.reshape(-1), receivers.reshape(-1), weights.reshape(-1)
+
+
+def _factored_rounds(n: int, k: int) -> list:
+    """The Base-(k+1) schedule of n nodes (see the module docstring): per round its parts, or one
+    :class:`_Tiled` or :class:`_Clique` round over all nodes."""
     nodes = _node_ids(n)
-    simple = _simple_rounds(nodes, k)
     smooth = smooth_part(n, k)
     rest = n // smooth
-    if rest == 1:
-        return simple
-    grid = nodes.reshape(smooth, rest)  # row b: block b of rest consecutive nodes
-    inner = [_simple_rounds(row, k) for row in grid]
-    across = [_clique_rounds(col, hyper_hypercube_factors(smooth, k)) for col in grid.T]
-    if len(simple) < len(inner[0]) + len(across[0]):
-        return simple
-    rounds = [[part for block in inner for part in block[t]] for t in range(len(inner[0]))]
-    rounds += [[col[t] for col in across] for t in range(len(across[0]))]
+    if rest == 1 or smooth == 1:
+        return _simple_rounds(nodes, k)
+    factors = hyper_hypercube_factors(smooth, k)
+    if _simple_period(n, k) < _simple_period(rest, k) + len(factors):
+        return _simple_rounds(nodes, k)
+    # Block b (nodes b rest .. b rest + rest - 1) runs the simple graph of rest nodes: its rounds,
+    # written once on nodes 0 .. rest - 1, tiled over the blocks.
+    local = _node_ids(rest)
+    rounds: list = [
+        _Tiled(*merge_round(*_round_edges(parts, local), rest), size=rest, copies=smooth)
+        for parts in _simple_rounds(local, k)
+    ]
+    # Then the hyper-hypercube of the nodes b rest + c (c fixed) across the blocks: node i's
+    # clique differs from i in one digit of b, i.e. one clique round over all N nodes at stride
+    # rest times the digit's.
+    stride = rest
+    for f in factors:
+        rounds.append([_Clique(0, n, stride, f)])
+        stride *= f
     return rounds
+
+
+def _round_edges(parts: list, nodes: np.ndarray) -> tuple:
+    """One round's parts on ``nodes`` (ids 0 .. N - 1) as concatenated (senders, receivers,
+    weights), the nodes no part touches idling with a self-loop of weight 1 (last)."""
+    n = nodes.size
+    busy = np.zeros(n, dtype=bool)
+    for part in parts:
+        if isinstance(part, _Clique):
+            busy[part.first : part.first + part.m] = True
+        else:
+            busy[part[1]] = True
+    idle = nodes[~busy]
+    parts = [_edges(part, nodes.dtype) for part in parts]
+    s = np.concatenate([p[0] for p in parts] + [idle])
+    r = np.concatenate([p[1] for p in parts] + [idle])
+    w = np.concatenate([p[2] for p in parts] + [np.ones(idle.size)])
+    return s, r, w
 
 
 def base_graph(n: int, max_degree: int = 1) -> Topology:
@@ -246,22 +310,12 @@ def base_graph(n: int, max_degree: int = 1) -> Topology:
     """
     n = check_int("n", n, 2)
     k = check_int("max_degree", max_degree, 1)
-    nodes = _node_ids(n)
     out = []
     for parts in _factored_rounds(n, k):
-        busy = np.zeros(n, dtype=bool)
-        for part in parts:
-            if isinstance(part, _Clique):
-                busy[part.first : part.first + part.m] = True
-            else:
-                busy[part[1]] = True
-        idle = nodes[~busy]
-        if len(parts) == 1 and idle.size == 0:
-            out.append(parts[0])  # one part over every node: as it is (a clique is written in place)
-            continue
-        parts = [_edges(part, nodes.dtype) for part in parts]
-        s = np.concatenate([p[0] for p in parts] + [idle])
-        r = np.concatenate([p[1] for p in parts] + [idle])
-        w = np.concatenate([p[2] for p in parts] + [np.ones(idle.size)])
-        out.append((s, r, w))
+        if isinstance(parts, _Tiled):
+            out.append(parts)
+        elif len(parts) == 1 and isinstance(parts[0], _Clique) and parts[0].m == n:
+            out.append(parts[0])  # one clique round over every node: written in place
+        else:
+            out.append(_round_edges(parts, _node_ids(n)))
     return from_edges(f"base_graph({n}, k={k})", n, out, directed=False)

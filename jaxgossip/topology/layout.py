@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxgossip.topology.edges import TransposeCheck, bincount, is_canonical
+from jaxgossip.topology.edges import TransposeCheck, all_nonzero, bincount, is_canonical
 from jaxgossip.topology.moves import ROW_BLOCK, FlipTerms, ShiftTerms
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "slot_edges",
     "choose_kernel",
     "regular_rows",
+    "self_places",
     "RegularRound",
     "slot_transpose_check",
     "regular_transpose_check",
@@ -40,6 +41,8 @@ _NARROW = 8
 # Bounded-degree graphs up to this many in-neighbour slots (self included) use the slot kernel;
 # measured on XLA:CPU (experiments/bench_mixing.py): 0.86x copy bandwidth at K=3, 0.65x at K=9.
 _MAX_SLOTS = 16
+# Edges per block of a pass whose temporaries should stay in cache.
+_EDGE_BLOCK = 1 << 16
 # Above this edge density a dense matmul beats gathers (6x at N=64, K=64 on XLA:CPU).
 _DENSE_FRACTION = 0.25
 
@@ -84,8 +87,8 @@ def slot_layout(
     n, period = num_nodes, senders.shape[0]
     rounds = []
     for s, r, w in zip(senders, receivers, weights):
-        live = w != 0
-        if not live.all():
+        if not all_nonzero(w):
+            live = w != 0
             s, r, w = s[live], r[live], w[live]
         regular = regular_rows(s, r, w, n)
         rounds.append(_slot_order(s, r, w, n) if regular is None else regular)
@@ -100,19 +103,18 @@ def slot_layout(
         nbr = np.tile(np.arange(n, dtype=np.int32)[None, :, None], (period, 1, k))
         slot_w = np.zeros((period, n, k), dtype=weights.dtype)
     for t, order in enumerate(rounds):
-        shifted = _circulant_slots(order, n) if isinstance(order, RegularRound) else None
-        if shifted is not None:
-            nbr[t, :, : order.width], slot_w[t, :, : order.width] = shifted
-        elif isinstance(order, RegularRound) and order.width <= _NARROW:
+        if isinstance(order, RegularRound) and _circulant_slots(order, n, nbr[t, :, : order.width], slot_w[t]):
+            continue
+        if isinstance(order, RegularRound) and order.width <= _NARROW:
             # Row i in sender order is its offset order rotated by the count of senders below i:
             # slot j takes entry (j + below) mod K of its row: one flat take per slot column,
             # a block of rows at a time (the index arrays stay in cache), straight into the table.
-            width = order.width
+            width, below = order.width, self_places(order)
             flat_senders, flat_weights = order.senders.reshape(-1), order.weights.reshape(-1)
             for lo, hi in _blocks(0, n):
                 starts = np.arange(lo * width, hi * width, width)
                 for j in range(width):
-                    pick = order.below[lo:hi] + j
+                    pick = below[lo:hi] + j
                     pick -= width * (pick >= width)
                     pick += starts
                     flat_senders.take(pick, out=nbr[t, lo:hi, j], mode="clip")  # pick lies in range
@@ -120,10 +122,10 @@ def slot_layout(
         elif isinstance(order, RegularRound):
             # As above, for wide rows by a gather; a block of rows at a time, so that the index
             # arrays stay in cache.
-            width = order.width
+            width, below = order.width, self_places(order)
             for lo in range(0, n, ROW_BLOCK):
                 hi = min(n, lo + ROW_BLOCK)
-                slot = np.arange(width)[None, :] + order.below[lo:hi, None]
+                slot = np.arange(width)[None, :] + below[lo:hi, None]
                 slot -= width * (slot >= width)
                 nbr[t, lo:hi, :width] = np.take_along_axis(order.senders[lo:hi], slot, axis=1)
                 slot_w[t, lo:hi, :width] = np.take_along_axis(order.weights[lo:hi], slot, axis=1)
@@ -138,7 +140,6 @@ class RegularRound(NamedTuple):
 
     senders: np.ndarray  # [N, K] each row ascending
     weights: np.ndarray  # [N, K]
-    below: np.ndarray  # [N] the senders of row i below i (the self-loop's place in the row)
 
     @property
     def width(self) -> int:
@@ -149,27 +150,43 @@ def regular_rows(s: np.ndarray, r: np.ndarray, w: np.ndarray, n: int) -> Regular
     """The round as rows ``[N, K]`` if its live edges are canonical (sorted by receiver, then
     sender, no duplicate) with K edges into every node, its self-loop among them; else None.
     A few O(E) passes, no sort: in canonical order the rows are regular when each row's first and
-    last receiver is its node, and a row holds its self-loop at most once."""
+    last receiver is its node, and a row holds its self-loop at most once, so N self-loops are
+    one per row."""
     if s.size == 0 or s.size % n or not is_canonical(s, r):
         return None
     k = s.size // n
     nodes = np.arange(n, dtype=r.dtype)
     if not (np.array_equal(r[::k], nodes) and np.array_equal(r[k - 1 :: k], nodes)):
         return None
-    own = np.flatnonzero(s == r)
-    if own.size != n:
-        return None
-    # The self-loop's place in row i is the number of its senders below i.
-    return RegularRound(s.reshape(n, k), w.reshape(n, k), own - k * np.arange(n))
+    # A block of edges at a time: no [E] mask.
+    own = sum(
+        int(np.count_nonzero(s[lo : lo + _EDGE_BLOCK] == r[lo : lo + _EDGE_BLOCK]))
+        for lo in range(0, s.size, _EDGE_BLOCK)
+    )
+    return RegularRound(s.reshape(n, k), w.reshape(n, k)) if own == n else None
 
 
-def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The slot table ``[N, K]`` of a regular round that is circulant with one weight per offset,
-    else None. Row 0 lists the offsets ``c`` ascending (self first) and their weights; the round is
-    that circulant when every block of rows between two wrap points ``N - c`` is the broadcast sum
-    of its nodes and the rotated offsets (as :func:`jaxgossip.topology.edges.circulant_round`
-    writes them). Then slot k of node i is ``(i + c_k) mod N`` at weight ``w_k``: broadcasts, no
-    gather."""
+def self_places(order: RegularRound) -> np.ndarray:
+    """[N] int64: the place of row i's self-loop in a regular round (:func:`regular_rows`), the
+    number of its senders below i. Found when a round needs it, a block of rows at a time: a
+    graph's rounds do not hold [N] each."""
+    rows = order.senders
+    n, k = rows.shape
+    below = np.empty(n, dtype=np.int64)
+    for lo, hi in _blocks(0, n):
+        own = np.flatnonzero(rows[lo:hi] == np.arange(lo, hi, dtype=rows.dtype)[:, None])
+        np.subtract(own, k * np.arange(hi - lo), out=below[lo:hi])
+    return below
+
+
+def _circulant_slots(order: RegularRound, n: int, out_nbr: np.ndarray, out_w: np.ndarray) -> bool:
+    """Writes the slot table ``[N, K]`` of a regular round that is circulant with one weight per
+    offset into the first K columns of ``out_nbr, out_w`` and returns True; False (nothing
+    written) otherwise. Row 0 lists the offsets ``c`` ascending (self first) and their weights;
+    the round is that circulant when every block of rows between two wrap points ``N - c`` is the
+    broadcast sum of its nodes and the rotated offsets (as
+    :func:`jaxgossip.topology.edges.circulant_round` writes them). Then slot k of node i is
+    ``(i + c_k) mod N`` at weight ``w_k``: broadcasts, no gather."""
     rows, weights = order.senders, order.weights
     k = order.width
     c = rows[0].astype(np.int64)
@@ -195,20 +212,20 @@ def _circulant_slots(order: RegularRound, n: int) -> tuple[np.ndarray, np.ndarra
                 for a, b in _blocks(lo, hi)
             )
         if not same:
-            return None
+            return False
+    # Written in place, a column or a block of rows at a time: no [N, K] table of its own.
     nodes = np.arange(n, dtype=np.int32)
     if k <= _NARROW:
-        nbr = np.empty((n, k), dtype=np.int32)
         for j in range(k):
-            np.add(nodes, np.int32(c[j]), out=nbr[:, j])
-            nbr[n - int(c[j]) :, j] -= np.int32(n)  # (i + c) mod N: nodes from N - c on wrap
+            np.add(nodes, np.int32(c[j]), out=out_nbr[:, j])
+            out_nbr[n - int(c[j]) :, j] -= np.int32(n)  # (i + c) mod N: nodes from N - c on wrap
     else:
-        nbr = np.empty((n, k), dtype=np.int32)
         for a, b in _blocks(0, n):
-            block = nbr[a:b]
+            block = out_nbr[a:b]
             np.add(nodes[a:b, None], c.astype(np.int32)[None, :], out=block)
             block -= np.int32(n) * (block >= n)
-    return nbr, np.broadcast_to(w0, (n, k))
+    out_w[:, :k] = w0[None, :]
+    return True
 
 
 def _blocks(lo: int, hi: int):
@@ -282,7 +299,7 @@ def slot_edges(senders: np.ndarray, receivers: np.ndarray, weights: np.ndarray, 
         out[t, r[own]] = live[own][:, None]
         regular = regular_rows(s, r, w, n)
         if regular is not None:
-            slot = np.arange(regular.width)[None, :] + regular.below[:, None]
+            slot = np.arange(regular.width)[None, :] + self_places(regular)[:, None]
             slot -= regular.width * (slot >= regular.width)
             out[t, :, : regular.width] = np.take_along_axis(live.reshape(n, regular.width), slot, axis=1)
         else:
@@ -397,30 +414,32 @@ def slot_transpose_check(
 
 def regular_transpose_check(order: RegularRound, atol: float = 1e-6) -> TransposeCheck | None:
     """:func:`jaxgossip.topology.edges.transpose_check` of a regular round (:func:`regular_rows`)
-    of at most 8 edges per row, by K gathers of whole rows ``[N, K]`` (no CSR or CSC copy of the
-    round); None for wider rows. Entry ``W[i, j]`` in column k of row i meets its transpose
+    of at most 8 edges per row, by K gathers of whole rows (no CSR or CSC copy of the round);
+    None for wider rows. Entry ``W[i, j]`` in column k of row i meets its transpose
     ``W[j, i]`` in the column of row j that holds i (rows are canonical: at most one); the weights
     compare as ``np.allclose(W[j, i], W[i, j], atol)`` does, entry by entry."""
     rows, weights = order.senders, order.weights
     n, k = rows.shape
     if k > _NARROW:
         return None
-    nodes = np.arange(n, dtype=rows.dtype)
-    found, hit, flat = np.empty(n, bool), np.empty(n, bool), np.empty(n, np.int64)
     close = True
-    for j in range(k):
-        partner = rows[:, j]
-        theirs = rows.take(partner, axis=0)  # [N, K]: row rows[i, j] for every i
-        np.multiply(partner, k, out=flat, dtype=np.int64)
-        found[...] = False
-        for p in range(k):
-            # Column by column over the nodes (NumPy reduces a row of K entries slowly).
-            np.equal(theirs[:, p], nodes, out=hit)
-            found |= hit
-            if p:
-                np.add(flat, p, out=flat, where=hit)
-        if not found.all():
-            return TransposeCheck(False, False)
-        back, own = weights.reshape(-1).take(flat), weights[:, j]
-        close = close and (np.array_equal(back, own) or bool(np.allclose(back, own, atol=atol)))
+    # A block of rows at a time: the gathered rows and the masks stay in cache, no [N, K] copy.
+    for lo, hi in _blocks(0, n):
+        nodes = np.arange(lo, hi, dtype=rows.dtype)
+        found, hit, flat = np.empty(hi - lo, bool), np.empty(hi - lo, bool), np.empty(hi - lo, np.int64)
+        for j in range(k):
+            partner = rows[lo:hi, j]
+            theirs = rows.take(partner, axis=0)  # [B, K]: row rows[i, j] for every i of the block
+            np.multiply(partner, k, out=flat, dtype=np.int64)
+            found[...] = False
+            for p in range(k):
+                # Column by column over the nodes (NumPy reduces a row of K entries slowly).
+                np.equal(theirs[:, p], nodes, out=hit)
+                found |= hit
+                if p:
+                    np.add(flat, p, out=flat, where=hit)
+            if not found.all():
+                return TransposeCheck(False, False)
+            back, own = weights.reshape(-1).take(flat), weights[lo:hi, j]
+            close = close and (np.array_equal(back, own) or bool(np.allclose(back, own, atol=atol)))
     return TransposeCheck(True, close)

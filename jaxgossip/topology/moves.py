@@ -10,6 +10,8 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from jaxgossip.topology.edges import all_nonzero
+
 __all__ = [
     "FlipTerms",
     "flip_terms",
@@ -32,7 +34,9 @@ class FlipTerms(NamedTuple):
     sum_b weights[b, i] x_{i XOR masks[b]}`` (:func:`flip_terms`)."""
 
     masks: tuple[int, ...]  # distinct powers of two, ascending
-    weights: np.ndarray  # [B, N] float, 0 where row i has no neighbour i XOR mask
+    # [B, N] float, 0 where row i has no neighbour i XOR mask; not to be written: it may view the
+    # slot table, or broadcast one weight
+    weights: np.ndarray
 
 
 def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
@@ -48,35 +52,61 @@ def flip_terms(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
     single = _single_flip(neighbors, weights)
     if single is not None:
         return single
-    by_bit = None  # [bits, N], made once the first block of rows turns out to be bit flips
-    union = 0
-    # A block of rows at a time (index arrays in cache); each (bit, node) is written once, as a
-    # node's neighbours differ.
+    # A first pass checks the pattern without a [bits, N] table: when every slot is live at one
+    # weight and every row holds the same bits (a hypercube), the weights are that value
+    # broadcast, which takes no memory; a second pass writes them otherwise.
+    union, uniform = 0, True
+    first = weights[0, 1] if neighbors.shape[1] > 1 else None
     for lo in range(0, n, ROW_BLOCK):
-        hi = min(n, lo + ROW_BLOCK)
-        nodes = np.arange(lo, hi, dtype=neighbors.dtype)
-        mask = neighbors[lo:hi, 1:] ^ nodes[:, None]
-        w = weights[lo:hi, 1:]
-        live = w != 0
-        every = bool(live.all())
-        m = mask if every else mask[live]
-        if np.any(m <= 0) or np.any(m & (m - 1)):
+        m, w, every = _block_masks(neighbors, weights, lo, min(n, lo + ROW_BLOCK))
+        if m is None:
             return None
         if m.size == 0:
+            uniform = False
             continue
         union |= int(np.bitwise_or.reduce(m, axis=None))
-        if by_bit is None:
-            by_bit = np.zeros((max(n.bit_length(), 1), n), dtype=weights.dtype)
-        # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
-        bits = (m.astype(np.float32).view(np.int32) >> 23) - 127
-        if every:
-            by_bit[bits, nodes[:, None]] = w
-        else:
-            by_bit[bits, np.broadcast_to(nodes[:, None], live.shape)[live]] = w[live]
+        uniform = uniform and every and bool(np.all(w == first))
     if union == 0:
         return None
     present = [b for b in range(n.bit_length()) if (union >> b) & 1]
-    return FlipTerms(tuple(1 << b for b in present), by_bit[present])
+    masks = tuple(1 << b for b in present)
+    # A row's neighbours are distinct, so K - 1 live bits per row and K - 1 bits in all mean
+    # every row holds every bit.
+    if uniform and len(present) == neighbors.shape[1] - 1:
+        return FlipTerms(masks, np.broadcast_to(np.asarray(first), (len(present), n)))
+    by_bit = np.zeros((len(present), n), dtype=weights.dtype)
+    row_of_bit = np.zeros(max(n.bit_length(), 1), dtype=np.int64)
+    row_of_bit[present] = np.arange(len(present))
+    # Each (bit, node) is written once, as a node's neighbours differ.
+    for lo in range(0, n, ROW_BLOCK):
+        hi = min(n, lo + ROW_BLOCK)
+        m, w, every = _block_masks(neighbors, weights, lo, hi)
+        if m.size == 0:
+            continue
+        # The bit of a power of two is the exponent field of its float32 value (exact below 2^31).
+        rows = row_of_bit[(m.astype(np.float32).view(np.int32) >> 23) - 127]
+        nodes = np.arange(lo, hi)[:, None]
+        if every:
+            by_bit[rows, nodes] = w
+        else:
+            live = w != 0
+            by_bit[rows, np.broadcast_to(nodes, live.shape)[live]] = w[live]
+    return FlipTerms(masks, by_bit)
+
+
+def _block_masks(neighbors: np.ndarray, weights: np.ndarray, lo: int, hi: int):
+    """Rows ``lo:hi`` of a slot table as flips: ``(masks, weights [B, K - 1], every)`` with
+    ``masks`` the live slots' ``i XOR neighbour`` (all of them ``[B, K - 1]`` when ``every`` slot
+    is live, else flat), or ``(None, None, False)`` when one is not a power of two."""
+    nodes = np.arange(lo, hi, dtype=neighbors.dtype)
+    mask = neighbors[lo:hi, 1:] ^ nodes[:, None]
+    w = weights[lo:hi, 1:]
+    live = w != 0
+    every = bool(live.all())
+    m = mask if every else mask[live]
+    if np.any(m <= 0) or np.any(m & (m - 1)):
+        return None, None, False
+    return m, w, every
 
 
 def _single_flip(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None:
@@ -92,7 +122,7 @@ def _single_flip(neighbors: np.ndarray, weights: np.ndarray) -> FlipTerms | None
     # column[i] == i XOR m for all i, i.e. column[i XOR m] == i: the column with its flipped axis reversed.
     if not np.array_equal(neighbors[:, 1].reshape(shape)[:, ::-1], np.arange(n, dtype=neighbors.dtype).reshape(shape)):
         return None
-    return FlipTerms((m,), weights[:, 1][None].copy())
+    return FlipTerms((m,), weights[:, 1][None])  # a view: the slot table is kept anyway
 
 
 class ShiftTerms(NamedTuple):
@@ -107,7 +137,7 @@ def shift_terms(neighbors: np.ndarray, weights: np.ndarray) -> ShiftTerms | None
     """Round ``neighbors, weights [N, K]`` as distinct shifts when every slot is live and each
     column is one shift ``(i + c_k) mod N``; else None. One pass per column, O(N K)."""
     n = neighbors.shape[0]
-    if not bool(np.all(weights != 0)):
+    if not all_nonzero(weights.reshape(-1)):
         return None
     nodes = np.arange(n, dtype=neighbors.dtype)
     shifts = np.empty(neighbors.shape[1], dtype=np.int64)

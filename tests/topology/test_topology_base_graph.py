@@ -192,3 +192,19 @@ def test_check_spec_refuses_without_a_size_and_make_agrees(spec, message):
     assert repr(spec) in str(caught.value) or repr(spec.split(":", 1)[1]) in str(caught.value)
     with pytest.raises(ValueError):
         T.make(spec, 8)
+
+
+@pytest.mark.parametrize("n, k", [(12, 1), (40, 1), (96, 1), (45, 2), (60, 3), (210, 4)])
+def test_a_factored_schedule_is_the_blocks_simple_graphs_then_the_hypercube_across(n, k):
+    """N = N_s N_r: the first rounds are N_s simple graphs of N_r consecutive nodes side by side,
+    ``kron(I, W_r(t))``; then the hyper-hypercube of N_s nodes across the blocks,
+    ``kron(W_s(t), I)``: the same matrices exactly (N_r has no factor <= k + 1, so its graph is
+    the simple one)."""
+    smooth = smooth_part(n, k)
+    rest = n // smooth
+    inner, across = T.base_graph(rest, k).matrices(), T.base_graph(smooth, k).matrices()
+    topo = T.base_graph(n, k)
+    assert topo.period == len(inner) + len(across), (n, k)
+    want = [np.kron(np.eye(smooth), w) for w in inner] + [np.kron(w, np.eye(rest)) for w in across]
+    for t, (got, w) in enumerate(zip(topo.matrices(), want)):
+        np.testing.assert_array_equal(got, w, err_msg=f"n={n}, k={k}, round {t}")

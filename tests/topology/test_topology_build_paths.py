@@ -1,7 +1,9 @@
 """The shortcuts of a graph's construction against the general path, bit for bit: every family at
-N = 8, 64 and 1024 rebuilt from its own edges by the slow reference (tests/topology/_reference_builders.py),
-the facts from the slot table and the rounds' moves against the facts from the edges alone and
-against the plain per-round sums, and the one-flip recognition against the general bit-flip pass."""
+N = 8, 64 and 1024 (and base graphs of other N) rebuilt from its own edges by the slow reference
+(tests/topology/_reference_builders.py), the facts from the slot table and the rounds' moves against
+the facts from the edges alone and against the plain per-round sums, the one-flip recognition
+against the general bit-flip pass, every bit-flip path against a loop over the slots, and the
+hypercube's rows written by block against the sorted rows of its table."""
 
 import _reference_builders as ref
 import numpy as np
@@ -29,6 +31,9 @@ FAMILIES = (
     "u_equistatic:3",
 )
 SIZES = (8, 64, 1024)
+# Base graphs of N other than a power of k + 1: factored schedules (N = 96 and k = 1: N_s = 32
+# simple graphs of 3 nodes; N = 1000 and k = 3), a simple one (N = 997) and a smooth one.
+BASE_SIZES = (("base:1", 96), ("base:3", 1000), ("base:1", 997), ("base:2", 96))
 
 
 def _rounds(topo):
@@ -40,8 +45,7 @@ def _same_bits(got, want, what):
     assert got.tobytes() == want.tobytes(), what
 
 
-@pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("spec", FAMILIES)
+@pytest.mark.parametrize("spec, n", [(spec, n) for spec in FAMILIES for n in SIZES] + list(BASE_SIZES))
 def test_every_table_and_fact_equals_the_reference_build(spec, n):
     topo = T.make(spec, n)
     want = ref.from_edges(n, _rounds(topo), directed=topo.directed)
@@ -124,3 +128,56 @@ def test_regular_transpose_check_equals_the_edge_check(spec, n):
 def test_regular_sums_equal_numpy_row_sums(k):
     rows = np.random.default_rng(k).standard_normal((1000, k))
     _same_bits(facts.regular_sums(rows, np.empty(1000)), np.sum(rows, axis=1), k)
+
+
+def _flips_by_loop(nbr, w):
+    """The bit-flip weights ``[B, N]`` of a slot table, one entry at a time (the reference)."""
+    n = nbr.shape[0]
+    by_bit = {}
+    for i in range(n):
+        for k in range(1, nbr.shape[1]):
+            if w[i, k] != 0:
+                bit = int(nbr[i, k] ^ i).bit_length() - 1
+                by_bit.setdefault(bit, np.zeros(n, dtype=w.dtype))[i] = w[i, k]
+    bits = sorted(by_bit)
+    return tuple(1 << b for b in bits), np.stack([by_bit[b] for b in bits])
+
+
+@pytest.mark.parametrize("change", ["none", "nudge", "drop"])
+def test_bit_flip_weights_equal_a_loop_over_the_slots(change):
+    """Every path of flip_terms (one weight broadcast, every slot live, some slots empty) against
+    the loop."""
+    nbr, slot_w = T.make("hypercube", 64).slots
+    a, b = nbr[0], slot_w[0].copy()
+    if change == "nudge":
+        b[5, 2] += 1e-3
+    elif change == "drop":
+        b[5, 2] = 0.0
+    got = moves.flip_terms(a, b)
+    masks, want = _flips_by_loop(a, b)
+    assert got.masks == masks
+    _same_bits(np.ascontiguousarray(got.weights), want, change)
+
+
+def test_xor_rows_write_the_sorted_rows_of_their_table():
+    n, masks = 64, np.array([0, 4, 1, 32])
+    table = np.arange(n, dtype=np.int32)[:, None] ^ masks.astype(np.int32)[None, :]
+    want = edges.sorted_rows(n, table, 0.25)
+    out = (np.zeros(n * 4, np.int32), np.zeros(n * 4, np.int32), np.zeros(n * 4))
+    got = edges.XorRows(masks, 0.25).write(n, out)
+    for g, w_, name in zip(got, want, ("senders", "receivers", "weights")):
+        _same_bits(g, w_.astype(g.dtype), name)
+
+
+@pytest.mark.parametrize("spec, n", [("torus", 40000), ("base:3", 4**8)])
+def test_regular_transpose_check_over_blocks_of_rows_equals_the_edge_check(spec, n):
+    """Rounds of more rows than one block of the check, nudged in the first and in the last block."""
+    topo = T.make(spec, n)
+    s, r, w = topo.senders[0], topo.receivers[0], topo.weights[0]
+    regular = layout.regular_rows(s, r, w, n)
+    assert layout.regular_transpose_check(regular) == edges.transpose_check(s, r, w, n)
+    for edge in (np.flatnonzero(s != r)[0], np.flatnonzero(s != r)[-1]):
+        nudged = w.copy()
+        nudged[edge] += 1e-3
+        got = layout.regular_transpose_check(layout.regular_rows(s, r, nudged, n))
+        assert got == edges.transpose_check(s, r, nudged, n) == (True, False), (spec, edge)
