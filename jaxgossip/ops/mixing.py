@@ -244,7 +244,9 @@ class _TracedPlan(NamedTuple):
 
     shifts: tuple  # per slot column k, its shift in every round ([T] int32), or None
     uniform: np.ndarray  # [T, K]: the weight of column k in round t when it is one for all nodes, else NaN
-    branches: bool  # every round moves x by shifts and group rotations only (and T <= _MAX_BRANCHES)
+    # Every round moves x by shifts and group rotations only, some column is no shift in every
+    # round (those roll by the round's shift), and T <= _MAX_BRANCHES.
+    branches: bool
 
 
 def _traced_plan(nbr: np.ndarray, slot_w: np.ndarray) -> _TracedPlan:
@@ -256,10 +258,14 @@ def _traced_plan(nbr: np.ndarray, slot_w: np.ndarray) -> _TracedPlan:
             column = slot_w[t, :, k]
             if bool(np.all(column == column[0])):
                 uniform[t, k] = column[0]
-    branches = period <= _MAX_BRANCHES and all(
-        circulant_shift(nbr[t, :, k]) is not None or group_roll(nbr[t, :, k]) is not None
-        for t in range(period)
-        for k in range(1, width)
+    branches = (
+        period <= _MAX_BRANCHES
+        and any(s is None for s in shifts[1:])
+        and all(
+            circulant_shift(nbr[t, :, k]) is not None or group_roll(nbr[t, :, k]) is not None
+            for t in range(period)
+            for k in range(1, width)
+        )
     )
     return _TracedPlan(shifts, uniform, branches)
 
