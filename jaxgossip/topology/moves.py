@@ -21,6 +21,8 @@ __all__ = [
     "gather_free",
     "circulant_shift",
     "circulant_shifts",
+    "GroupRoll",
+    "group_roll",
     "SlotGraph",
 ]
 
@@ -184,6 +186,47 @@ def circulant_shift(column: np.ndarray) -> int | None:
     n = column.shape[0]
     c = int(column[0])
     return c if np.array_equal(column, (np.arange(n) + c) % n) else None
+
+
+class GroupRoll(NamedTuple):
+    """A slot column that rotates every group of G nodes spaced S apart: with x viewed as
+    ``[N / (G S), G, S, ...]``, node ``(b, p, s)`` takes from ``(b, (p + step) mod G, s)``
+    (:func:`group_roll`). A circulant shift c is ``G S = N``; a bit flip ``i XOR S`` is G = 2,
+    step 1; the cliques of consecutive nodes of a Base-(k+1) round are ``G = k + 1``, S = 1."""
+
+    stride: int  # S
+    size: int  # G
+    step: int  # in [0, G)
+
+
+def group_roll(column: np.ndarray) -> GroupRoll | None:
+    """Slot column ``[N]`` (node i takes from ``column[i]``) as a :class:`GroupRoll`, or None.
+
+    Node 0 sits at place 0 of its group, so ``column[0] = step S``; the first node whose offset
+    differs is the first to wrap, at offset ``(step - G) S``: their difference is ``G S`` and S
+    their greatest common divisor (a rotation by ``step`` of G groups of stride S equals one by
+    ``step / d`` of ``G / d`` groups of stride ``d S``). Then one O(N) comparison of the column
+    with that rotation of the node ids decides. An identity column is ``GroupRoll(1, 1, 0)``."""
+    n = column.shape[0]
+    nodes = np.arange(n, dtype=column.dtype)
+    ahead = int(column[0])
+    offsets = column - nodes
+    wrapped = offsets != ahead
+    first = int(np.argmax(wrapped))
+    if not wrapped[first]:
+        return GroupRoll(1, 1, 0) if ahead == 0 else None
+    back = int(offsets[first])
+    if ahead <= 0 or back >= 0 or n % (ahead - back):
+        return None
+    stride = int(np.gcd(ahead, -back))
+    size, step = (ahead - back) // stride, ahead // stride
+    shape = (n // (size * stride), size, stride)
+    grouped, ids = column.reshape(shape), nodes.reshape(shape)
+    if np.array_equal(grouped[:, : size - step], ids[:, step:]) and np.array_equal(
+        grouped[:, size - step :], ids[:, :step]
+    ):
+        return GroupRoll(stride, size, step)
+    return None
 
 
 class SlotGraph(Protocol):

@@ -103,3 +103,61 @@ def test_a_traced_round_of_a_circulant_schedule_rolls_and_equals_the_static_roun
     assert " gather(" not in traced.lower(x, 0).compile().as_text()
     for t in range(2 * topo.period):
         np.testing.assert_array_equal(np.asarray(traced(x, t)), np.asarray(jax.jit(lambda x: jg.mix(topo, x, t))(x)))
+
+
+def test_group_roll_finds_rotations_of_groups_and_refuses_the_rest():
+    n = 72
+    i = np.arange(n, dtype=np.int32)
+    assert moves.group_roll((i + 5) % n) == moves.GroupRoll(1, n, 5)  # a circulant shift
+    assert moves.group_roll(i ^ 4) == moves.GroupRoll(4, 2, 1)  # a bit flip (72 = 9 * 8)
+    place = (i // 3) % 4
+    assert moves.group_roll(i + ((place + 3) % 4 - place) * 3) == moves.GroupRoll(3, 4, 3)
+    # Step 2 of groups of 4 is step 1 of groups of 2 at twice the stride.
+    place = i % 4
+    assert moves.group_roll(i + ((place + 2) % 4 - place)) == moves.GroupRoll(2, 2, 1)
+    assert moves.group_roll(i) == moves.GroupRoll(1, 1, 0)
+    assert moves.group_roll(np.random.default_rng(0).permutation(n).astype(np.int32)) is None
+    broken = (i + 5) % n
+    broken[40] = 0
+    assert moves.group_roll(broken) is None
+    place = i % 5  # groups of 5 do not tile 72 nodes
+    assert moves.group_roll(np.where(i < 70, i + ((place + 1) % 5 - place), i)) is None
+
+
+def loop_round(topo, x, t):
+    """Round t of ``topo`` one node at a time in float64, and each node's sum of |terms|."""
+    t %= topo.period
+    s, r, w = topo.senders[t], topo.receivers[t], topo.weights[t]
+    x64 = x.astype(np.float64)
+    y, scale = np.zeros_like(x64), np.zeros_like(x64)
+    for i in range(topo.num_nodes):
+        edges = np.flatnonzero(r == i)
+        terms = w[edges, None] * x64[s[edges]]
+        y[i], scale[i] = terms.sum(axis=0), np.abs(terms).sum(axis=0)
+    return y, scale
+
+
+@pytest.mark.parametrize("spec, n", [("base:3", 256), ("base:2", 243), ("base:1", 64), ("base:3", 60), ("base:2", 100)])
+def test_base_rounds_rotate_groups_and_equal_a_loop(spec, n):
+    """Base-(k+1) rounds are cliques of k + 1 nodes spaced (k + 1)^t apart: when N is a power of
+    k + 1 every slot column rotates those groups, and a traced round (inside a scan) runs each
+    round's rotations in a switch, reading no index or weight table; other N keep gathers for the
+    rounds that are not rotations. Either way each round is within ``K u sum |w x|`` of the
+    float64 loop (the same terms; XLA may contract a product and its sum into one rounding),
+    keeps the mean, and the traced round equals the round mixed on its own bit for bit."""
+    topo = T.make(spec, n)
+    x = np.random.default_rng(1).standard_normal((n, 3)).astype(np.float32)
+    traced = jax.jit(lambda x, t: jg.mix(topo, x, t))
+    rotations = all(
+        moves.group_roll(topo.slots[0][t, :, k]) is not None for t in range(topo.period) for k in range(topo.max_slots)
+    )
+    assert rotations == (n in (256, 243, 64))
+    if rotations:
+        assert " gather(" not in traced.lower(x, 0).compile().as_text()
+    for t in range(topo.period + 1):
+        got = np.asarray(traced(x, t))
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(lambda x: jg.mix(topo, x, t))(x)))
+        want, scale = loop_round(topo, x, t)
+        bound = topo.max_slots * U * scale + 1e-30
+        assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
+        np.testing.assert_allclose(got.mean(0), x.astype(np.float64).mean(0), atol=1e-6)
