@@ -8,8 +8,11 @@ counter alike. The layout is chosen per graph from measurements on XLA:CPU (``ex
 
 * ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots
   ``[T, N, K]``, unrolled over K (the degree, not the nodes). A slot column of static tables that
-  is a pure shift of the nodes becomes ``jnp.roll``; with a traced round (inside a scan), a column
-  that is a shift in every round rolls by the round's shift.
+  is a shift of the nodes reads a slice of x padded by its wrapped rows, one that rotates groups of
+  nodes (:func:`jaxgossip.topology.moves.group_roll`) rolls an axis of x, and beyond 16 slots a
+  hypercube's bit flips reverse one (or, for narrow rows, pick between two padded slices). With a
+  traced round (inside a scan), a column that is a shift in every round rolls by the round's
+  shift, and tables whose every round moves x so switch between the static rounds.
 * ``"dense"`` (dense graphs): ``y = W(t) @ x`` as one matmul at full float32 precision.
 * ``"segment"`` (irregular sparse graphs): gather over the edge list ``[T, E]``, weight,
   ``segment_sum``. A round of static tables with a few rows of more than 16 in-neighbours and
