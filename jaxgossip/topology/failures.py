@@ -17,9 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import any_traced, is_concrete
+from jaxgossip.topology.coins import coins as draw_coins
 from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import slot_edges
+from jaxgossip.topology.moves import circulant_shift
 from jaxgossip.topology.random_spectra import SparseGram
 from jaxgossip.topology.stochastic import one_round
 
@@ -77,6 +79,11 @@ class _FailureSampler:
     ``num_units`` per round. Stochastic base: a symmetric edge's coin is drawn from its pair code
     ``min * N + max`` (both directions agree), a directed edge's from its slot. ``slot_edge[t, i, k]``
     is the edge behind slot k of node i (slot layout only). See :func:`with_failures`.
+
+    ``slot_unit[t, i, k]`` (fixed symmetric base on the slot layout) is the coin of the edge in
+    slot k of node i, -1 where the slot holds no real edge: the slot weights are drawn from it
+    directly, without the edge list; ``slot_order`` says whether a row's lost weights must be
+    summed in edge order (:func:`_slot_order_matters`).
     """
 
     identity: tuple  # (repair, _base_identity(base))
@@ -88,6 +95,8 @@ class _FailureSampler:
     pair_codes: np.ndarray | None = dataclasses.field(compare=False)  # [P] int64 sorted a * N + b
     pair_ends: tuple | None = dataclasses.field(compare=False)  # ([P], [P]) int32 endpoints a < b
     slot_edge: np.ndarray | None = dataclasses.field(compare=False)  # [T, N, K] int32
+    slot_unit: np.ndarray | None = dataclasses.field(default=None, compare=False)  # [T, N, K] int32
+    slot_order: bool = dataclasses.field(default=True, compare=False)
 
     @property
     def support(self) -> Topology | None:
@@ -147,7 +156,7 @@ class _FailureSampler:
         # A probability known to be 0 at trace time draws nothing: a uniform in [0, 1) is always
         # >= 0, so skipping its draw (and the gathers of its all-true mask) leaves every bit as is.
         all_alive = _known_zero(node_drop)
-        alive = jnp.ones((n,), bool) if all_alive else jax.random.uniform(key_node, (n,)) >= node_drop
+        alive = jnp.ones((n,), bool) if all_alive else draw_coins(key_node, n, node_drop)
         available = draw_args.get("available")
         if available is not None:  # the nodes online in round t (with_availability), row t mod R
             alive = alive & (jnp.asarray(available)[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0)
@@ -165,41 +174,55 @@ class _FailureSampler:
         def row(table, dtype):
             return jnp.asarray(table, dtype)[idx]
 
+        # The edge list's tables (and ``lost``) are built whenever asked for; a round only mixed by
+        # the slot kernel reads the slot tables, and XLA drops the rest.
         senders, receivers = row(graph.senders, jnp.int32), row(graph.receivers, jnp.int32)
         weights = row(graph.weights, jnp.float32)
         real = (senders != receivers) & (weights != 0)
-        if _known_zero(link_drop):
+        no_links = _known_zero(link_drop)
+        if no_links:
             coins = jnp.ones((self.num_units,), bool)
             edge_up = jnp.ones(senders.shape, bool)
         elif self.unit is not None:
-            coins = jax.random.uniform(key_link, (self.num_units,)) >= link_drop
+            coins = draw_coins(key_link, self.num_units, link_drop)
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
             codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
             draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
             edge_up = draw_code(codes) >= link_drop
         else:
-            edge_up = jax.random.uniform(key_link, senders.shape) >= link_drop
+            edge_up = draw_coins(key_link, senders.shape[0], link_drop)
         up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]
         keep = jnp.where(real, up, True)
         kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
         # Symmetric W: the receiver takes back the weight it put on the lost edge (row sums stay 1;
         # the reverse edge fails with it, so columns too). Column stochastic: the undelivered mass
         # stays with the sender (column sums stay 1).
-        slot_w = sw = None
+        slot_w = sw = neighbors = None
         if graph.resolved_kernel == "slots":
-            slot_keep = keep[row(self.slot_edge, jnp.int32)]
             slot_w = row(graph.slot_weights, jnp.float32)
-            sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
+            # Host neighbours stay host arrays: the slot kernel then rolls x along the slot columns
+            # that are shifts instead of gathering it (the same values, so the same bits).
+            static = isinstance(graph.neighbors, np.ndarray) and isinstance(idx, int)
+            neighbors = graph.neighbors[idx].astype(np.int32) if static else row(graph.neighbors, jnp.int32)
+            if self.slot_unit is not None:
+                up_coins = None if no_links else coins
+                sw = _slot_draw(self.slot_unit, idx, slot_w, neighbors, None if all_alive else alive, up_coins)
+            else:
+                slot_keep = keep[row(self.slot_edge, jnp.int32)]
+                sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
         if sw is not None and self.repair == "symmetric":
             # A receiver's lost weights lie in its own slot row: sum them there, in edge order (the
             # order segment_sum adds them in, so the bits agree), instead of a scatter over E.
-            # Slots without an edge lose 0, wherever they fall in the order.
-            order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
-            ordered = jnp.take_along_axis(slot_w - sw, row(order, jnp.int32), axis=1)
+            # Slots without an edge lose 0, wherever they fall in the order; where each row's
+            # losses are the same values in slot order as in edge order, the slot order is it.
+            lost_w = slot_w - sw
+            if self.slot_order:
+                order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
+                lost_w = jnp.take_along_axis(lost_w, row(order, jnp.int32), axis=1)
             repair = jnp.zeros((n,), jnp.float32)
-            for k in range(ordered.shape[1]):
-                repair = repair + ordered[:, k]
+            for k in range(lost_w.shape[1]):
+                repair = repair + lost_w[:, k]
         else:
             owner = receivers if self.repair == "symmetric" else senders
             repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
@@ -208,7 +231,7 @@ class _FailureSampler:
         tables = dict(edges, weights=jnp.concatenate([kept, repair]))
         lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
         if sw is not None:
-            tables["neighbors"] = lost["neighbors"] = row(graph.neighbors, jnp.int32)
+            tables["neighbors"] = lost["neighbors"] = neighbors
             tables["slot_weights"] = sw.at[:, 0].add(repair)  # slot 0 is the node itself
             lost["slot_weights"] = (slot_w - sw).at[:, 0].add(-repair)
         facts = (n, self.name, graph.resolved_kernel, base.directed)
@@ -218,6 +241,54 @@ class _FailureSampler:
             a, b = self.pair_ends
             pair_keep = coins if all_alive else coins & alive[a] & alive[b]
         return GraphRound(out, alive, pair_keep, one_round(lost, *facts, False, False))
+
+
+def _slot_draw(slot_unit, idx, slot_w, neighbors, alive, coins):
+    """The slot weights ``[N, K]`` of a failed round of a fixed symmetric graph, drawn in its slot
+    table: slot k of node i keeps its weight unless it holds a real edge (``slot_unit >= 0``) and
+    the edge's coin says down or one of its two nodes is down.
+
+    Args:
+      slot_unit: [T, N, K] int32 host table, the coin of each slot's edge, -1 for none.
+      idx: the round's row of the tables (Python int, or traced for a schedule).
+      slot_w, neighbors: the round's slot weights and neighbours ``[N, K]``.
+      alive: [N] bool, or None when every node is up.
+      coins: [P] bool, whether each undirected pair is up, or None when no link fails.
+    """
+    static = isinstance(idx, int)
+    unit = slot_unit[idx] if static else jnp.asarray(slot_unit)[idx]
+    real = unit >= 0
+    # Column by column (measured faster on XLA:CPU than one [N, K] gather), skipping the columns
+    # of a host table without a real edge (the self column).
+    columns = []
+    for k in range(unit.shape[1]):
+        up = jnp.ones(unit.shape[:1], bool)
+        if static and not real[:, k].any():
+            columns.append(up)
+            continue
+        if coins is not None:
+            up = coins[jnp.where(real[:, k], unit[:, k], 0)]
+        if alive is not None:
+            column = neighbors[:, k]
+            shift = circulant_shift(column) if isinstance(column, np.ndarray) else None
+            # A neighbour column that is a shift of the nodes reads alive rolled, not gathered.
+            up = up & alive & (alive[column] if shift is None else jnp.roll(alive, -shift))
+        columns.append(up)
+    return jnp.where(real & ~jnp.stack(columns, axis=1), jnp.zeros((), jnp.float32), slot_w)
+
+
+def _slot_order_matters(slot_edge: np.ndarray, slot_unit: np.ndarray, slot_w: np.ndarray) -> bool:
+    """Whether the repair must sum some row's lost weights in edge order: False when in every row
+    the real slots' weights (the only losses that are not 0) read the same in slot order as in
+    edge order, e.g. equal weights (a regular graph's Metropolis weights) or slots in edge order.
+    Host NumPy, O(T N K log K)."""
+    real_w = np.where(slot_unit >= 0, slot_w, 0.0)
+    in_edge_order = np.take_along_axis(real_w, np.argsort(slot_edge, axis=-1, kind="stable"), axis=-1)
+
+    def packed(a):  # each row's non-zero entries first, in their order
+        return np.take_along_axis(a, np.argsort(a == 0, axis=-1, kind="stable"), axis=-1)
+
+    return not np.array_equal(packed(real_w), packed(in_edge_order))
 
 
 def with_availability(topology: Topology, available: Any) -> Topology:
@@ -355,6 +426,7 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
             f"column-stochastic graph (repaired at the sender); {topology.name} is neither"
         )
     unit, num_units, pair_codes, pair_ends = None, 0, None, None
+    slot_unit, slot_order = None, True
     if topology.stochastic:
         slot_edge = getattr(topology.sampler, "slot_edge", None)
     else:
@@ -374,6 +446,12 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
             unit = np.broadcast_to(np.arange(topology.num_edges, dtype=np.int32), senders.shape).copy()
             num_units = topology.num_edges
         slot_edge = _slot_edges(topology) if topology.resolved_kernel == "slots" else None
+        if slot_edge is not None and repair == "symmetric":
+            nbr, slot_w = topology.slots
+            edge_unit = np.take_along_axis(unit, slot_edge.reshape(unit.shape[0], -1), axis=1).reshape(nbr.shape)
+            slot_real = (nbr != np.arange(n, dtype=nbr.dtype)[:, None]) & (slot_w != 0)
+            slot_unit = np.where(slot_real, edge_unit, -1).astype(np.int32)
+            slot_order = _slot_order_matters(slot_edge, slot_unit, slot_w)
 
     def show(value):
         return f"{float(value):g}" if is_concrete(value) else "traced"
@@ -382,7 +460,17 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
     name = f"{topology.name}+failures({', '.join(parts)})"
     identity = (repair, _base_identity(topology))
     sampler = _FailureSampler(
-        identity, topology, repair, f"{topology.name}+failures", unit, num_units, pair_codes, pair_ends, slot_edge
+        identity,
+        topology,
+        repair,
+        f"{topology.name}+failures",
+        unit,
+        num_units,
+        pair_codes,
+        pair_ends,
+        slot_edge,
+        slot_unit,
+        slot_order,
     )
     return Topology.from_sampler(
         sampler,
