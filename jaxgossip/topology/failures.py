@@ -232,8 +232,11 @@ class _FailureSampler:
         lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
         if sw is not None:
             tables["neighbors"] = lost["neighbors"] = neighbors
-            tables["slot_weights"] = sw.at[:, 0].add(repair)  # slot 0 is the node itself
-            lost["slot_weights"] = (slot_w - sw).at[:, 0].add(-repair)
+            # Slot 0 is the node itself. Joined rather than updated in place (.at[:, 0].add), so that
+            # XLA can compute the table inside the kernel that reads it instead of writing it out.
+            tables["slot_weights"] = jnp.concatenate([sw[:, :1] + repair[:, None], sw[:, 1:]], axis=1)
+            lost_w = slot_w - sw
+            lost["slot_weights"] = jnp.concatenate([lost_w[:, :1] - repair[:, None], lost_w[:, 1:]], axis=1)
         facts = (n, self.name, graph.resolved_kernel, base.directed)
         out = one_round(tables, *facts, self.repair == "symmetric", base.is_column_stochastic)
         pair_keep = None
