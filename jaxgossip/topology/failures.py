@@ -206,8 +206,15 @@ class _FailureSampler:
             static = isinstance(graph.neighbors, np.ndarray) and isinstance(idx, int)
             neighbors = graph.neighbors[idx].astype(np.int32) if static else row(graph.neighbors, jnp.int32)
             if self.slot_unit is not None:
+                # Column by column: XLA then computes each slot column of the table inside the slot
+                # kernel that reads it, without an [N, K] table in memory.
                 up_coins = None if no_links else coins
-                sw = _slot_draw(self.slot_unit, idx, slot_w, neighbors, None if all_alive else alive, up_coins)
+                down = _slot_down(self.slot_unit, idx, neighbors, None if all_alive else alive, up_coins)
+                zero = jnp.zeros((), jnp.float32)
+                sw_columns = [
+                    slot_w[:, k] if d is None else jnp.where(d, zero, slot_w[:, k]) for k, d in enumerate(down)
+                ]
+                sw = jnp.stack(sw_columns, axis=1)
             else:
                 slot_keep = keep[row(self.slot_edge, jnp.int32)]
                 sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
@@ -216,13 +223,15 @@ class _FailureSampler:
             # order segment_sum adds them in, so the bits agree), instead of a scatter over E.
             # Slots without an edge lose 0, wherever they fall in the order; where each row's
             # losses are the same values in slot order as in edge order, the slot order is it.
-            lost_w = slot_w - sw
-            if self.slot_order:
+            if self.slot_unit is not None and not self.slot_order:
+                losses = [slot_w[:, k] - sw_columns[k] for k in range(len(sw_columns))]
+            else:
                 order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
-                lost_w = jnp.take_along_axis(lost_w, row(order, jnp.int32), axis=1)
+                losses = jnp.take_along_axis(slot_w - sw, row(order, jnp.int32), axis=1)
+                losses = [losses[:, k] for k in range(losses.shape[1])]
             repair = jnp.zeros((n,), jnp.float32)
-            for k in range(lost_w.shape[1]):
-                repair = repair + lost_w[:, k]
+            for loss in losses:
+                repair = repair + loss
         else:
             owner = receivers if self.repair == "symmetric" else senders
             repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
@@ -246,38 +255,39 @@ class _FailureSampler:
         return GraphRound(out, alive, pair_keep, one_round(lost, *facts, False, False))
 
 
-def _slot_draw(slot_unit, idx, slot_w, neighbors, alive, coins):
-    """The slot weights ``[N, K]`` of a failed round of a fixed symmetric graph, drawn in its slot
-    table: slot k of node i keeps its weight unless it holds a real edge (``slot_unit >= 0``) and
-    the edge's coin says down or one of its two nodes is down.
+def _slot_down(slot_unit, idx, neighbors, alive, coins) -> list:
+    """Which slots of a failed round of a fixed symmetric graph lose their weight, drawn in its
+    slot table: slot k of node i does when it holds a real edge (``slot_unit >= 0``) and the edge's
+    coin says down or one of its two nodes is down.
 
     Args:
       slot_unit: [T, N, K] int32 host table, the coin of each slot's edge, -1 for none.
       idx: the round's row of the tables (Python int, or traced for a schedule).
-      slot_w, neighbors: the round's slot weights and neighbours ``[N, K]``.
+      neighbors: the round's neighbours ``[N, K]``.
       alive: [N] bool, or None when every node is up.
       coins: [P] bool, whether each undirected pair is up, or None when no link fails.
+
+    Returns:
+      K entries: [N] bool, or None for a column of a host table without a real edge (the self
+      column), which loses nothing.
     """
     static = isinstance(idx, int)
     unit = slot_unit[idx] if static else jnp.asarray(slot_unit)[idx]
     real = unit >= 0
-    # Column by column (measured faster on XLA:CPU than one [N, K] gather), skipping the columns
-    # of a host table without a real edge (the self column).
-    columns = []
+    down = []
     for k in range(unit.shape[1]):
-        up = jnp.ones(unit.shape[:1], bool)
         if static and not real[:, k].any():
-            columns.append(up)
+            down.append(None)
             continue
-        if coins is not None:
-            up = coins[jnp.where(real[:, k], unit[:, k], 0)]
+        # One gather per column (measured faster on XLA:CPU than one [N, K] gather).
+        up = jnp.ones(unit.shape[:1], bool) if coins is None else coins[jnp.where(real[:, k], unit[:, k], 0)]
         if alive is not None:
             column = neighbors[:, k]
             shift = circulant_shift(column) if isinstance(column, np.ndarray) else None
             # A neighbour column that is a shift of the nodes reads alive rolled, not gathered.
             up = up & alive & (alive[column] if shift is None else jnp.roll(alive, -shift))
-        columns.append(up)
-    return jnp.where(real & ~jnp.stack(columns, axis=1), jnp.zeros((), jnp.float32), slot_w)
+        down.append(real[:, k] & ~up)
+    return down
 
 
 def _slot_order_matters(slot_edge: np.ndarray, slot_unit: np.ndarray, slot_w: np.ndarray) -> bool:
