@@ -294,9 +294,15 @@ def _slot_order_matters(slot_edge: np.ndarray, slot_unit: np.ndarray, slot_w: np
     """Whether the repair must sum some row's lost weights in edge order: False when in every row
     the real slots' weights (the only losses that are not 0) read the same in slot order as in
     edge order, e.g. equal weights (a regular graph's Metropolis weights) or slots in edge order.
-    Host NumPy, O(T N K log K)."""
-    real_w = np.where(slot_unit >= 0, slot_w, 0.0)
-    in_edge_order = np.take_along_axis(real_w, np.argsort(slot_edge, axis=-1, kind="stable"), axis=-1)
+    Host NumPy, O(T N K) for rows of equal weights, a sort of the others' slots."""
+    real = slot_unit >= 0
+    lowest = np.where(real, slot_w, np.inf).min(axis=-1)
+    highest = np.where(real, slot_w, -np.inf).max(axis=-1)
+    rows = ~((lowest == highest) | ~real.any(axis=-1))  # [T, N]: rows of unequal weights
+    if not rows.any():
+        return False
+    real_w = np.where(real, slot_w, 0.0)[rows]
+    in_edge_order = np.take_along_axis(real_w, np.argsort(slot_edge[rows], axis=-1, kind="stable"), axis=-1)
 
     def packed(a):  # each row's non-zero entries first, in their order
         return np.take_along_axis(a, np.argsort(a == 0, axis=-1, kind="stable"), axis=-1)
