@@ -4,7 +4,8 @@ failed graph next to the round of the graph itself, at one N, side by side in on
 For every M in ``--coins`` (multiples of N) the script times, in a jitted ``lax.fori_loop`` of
 ``--rounds`` rounds, ``jax.random.uniform(key, (M,)) >= p`` against the same bits from
 :func:`jaxgossip.topology.coins.coins` (the threefry hash unrolled into one fused loop, computed
-into memory). Then for every spec and D in ``--dims``, on x of shape [N, D] float32, one round of
+into memory) and against the cheaper coins of :func:`jaxgossip.topology.coins.hashed_coins`
+(other bits, ``+coins:hash``). Then for every spec and D in ``--dims``, on x of shape [N, D] float32, one round of
 ``jaxgossip.mix(g.draw(key, t).graph, x, t)`` (as ``experiments/bench/million_nodes.py`` times it)
 and the round of the spec's base graph without failures. Medians of ``--reps`` calls after one
 warm-up, per round, wall and CPU time (``time.process_time``, all threads): on a loaded machine
@@ -48,7 +49,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log2-n", type=int, default=20)
     parser.add_argument("--coins", default="1,2,3", help="coin counts, in multiples of N")
-    parser.add_argument("--specs", default="ring+drop:0.1,torus+drop:0.1+nodedrop:0.05")
+    parser.add_argument(
+        "--specs",
+        default="ring+drop:0.1,ring+drop:0.1+coins:hash,torus+drop:0.1+nodedrop:0.05,torus+drop:0.1+nodedrop:0.05+coins:hash",
+    )
     parser.add_argument("--dims", default="1,4")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--reps", type=int, default=5)
@@ -65,6 +69,7 @@ def main() -> None:
         draws = {
             "jax.random.uniform": lambda k: jax.random.uniform(k, (num,)) >= 0.1,
             "coins.coins": lambda k: coins.coins(k, num, 0.1),
+            "coins.hashed_coins (other bits)": lambda k: coins.hashed_coins(k, num, 0.1),
         }
         for name, draw in draws.items():
             # Each round reads every coin (a sum), so that none is left undrawn.
@@ -74,7 +79,7 @@ def main() -> None:
         x = jnp.ones((n, dim), jnp.float32)
         for spec in args.specs.split(","):
             graph = topology.make(spec, n)
-            for label, g in ((spec, graph), (spec.split("+")[0], graph.sampler.base)):
+            for label, g in ((spec, graph), (spec.split("+")[0] + " (no failures)", graph.sampler.base)):
                 body = lambda t, x, g=g: jg.mix(g.draw(jax.random.fold_in(key, t), t).graph, x, t)  # noqa: E731
                 show(f"D={dim} {label}", per_round(loop(body, rounds), x, rounds, reps))
 

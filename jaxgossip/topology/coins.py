@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["fused_draw", "uniform", "uniform_at", "coins"]
+__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "hashed_coins"]
 
 # Rotations of the 2x32 threefry rounds (Random123), four per step, alternating.
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -103,8 +103,41 @@ def _in_memory(key: Any, fused: Any, plain: Any) -> Any:
     """``fused()`` computed into a buffer for a key :func:`fused_draw` takes, else ``plain()``."""
     if not fused_draw(key):
         return plain()
+    return _buffered(jax.random.key_data(key)[..., 0], fused)
 
-    # Always true (a float is equal to itself or NaN), but not known to XLA: the two branches are
-    # the same, and the conditional's output is a buffer that consumers read.
-    witness = lax.bitcast_convert_type(jax.random.key_data(key)[..., 0], jnp.float32)
-    return lax.cond((witness == witness) | (witness != witness), fused, fused)
+
+def _buffered(word: Any, compute: Any) -> Any:
+    """``compute()`` inside a conditional on the uint32 scalar ``word``, which XLA neither fuses
+    into the conditional's consumers nor removes: its output is a buffer that they read."""
+    # Always true (a float is equal to itself or NaN), but not known to XLA; the branches agree.
+    witness = lax.bitcast_convert_type(word, jnp.float32)
+    return lax.cond((witness == witness) | (witness != witness), compute, compute)
+
+
+def _mix32(h: Any) -> Any:
+    """murmur3's 32-bit finaliser, a bijection of uint32 that spreads every input bit."""
+    h = (h ^ (h >> np.uint32(16))) * np.uint32(0x85EBCA6B)
+    h = (h ^ (h >> np.uint32(13))) * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def hashed_coins(key: Any, num: int, p: Any) -> Any:
+    """Coins up with probability 1 - p, bool [M] (M = ``num``), from a cheap keyed hash instead of
+    threefry: not ``jax.random``'s bits, about 5x cheaper to draw (``with_failures(...,
+    coins="hash")``).
+
+    Coin i is up iff ``u_i >= p``, ``u_i`` the top 23 bits of ``h_i`` as a float in [0, 1), with
+
+    .. math::  h_i = \\mathrm{fmix}(\\mathrm{fmix}((i \\phi) \\oplus a) \\oplus b)
+
+    fmix murmur3's finaliser, phi the golden-ratio constant 0x9E3779B9 and (a, b) two words drawn
+    from ``key`` by ``jax.random.bits``: a new pair every round, and i -> h_i a bijection of the
+    32-bit counters for each pair (no two coins of a round share their hash).
+    """
+    a, b = jax.random.bits(key, (2,), jnp.uint32)
+
+    def compute():
+        h = _mix32(_mix32(lax.iota(jnp.uint32, num) * np.uint32(0x9E3779B9) ^ a) ^ b)
+        return _to_unit(h) >= p
+
+    return _buffered(a, compute)

@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxgossip.checks import any_traced, is_concrete
 from jaxgossip.topology.coins import coins as draw_coins
+from jaxgossip.topology.coins import hashed_coins
 from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import slot_edges
@@ -97,6 +98,7 @@ class _FailureSampler:
     slot_edge: np.ndarray | None = dataclasses.field(compare=False)  # [T, N, K] int32
     slot_unit: np.ndarray | None = dataclasses.field(default=None, compare=False)  # [T, N, K] int32
     slot_order: bool = dataclasses.field(default=True, compare=False)
+    coins: str = dataclasses.field(default="threefry", compare=False)  # or "hash" (part of identity)
 
     @property
     def support(self) -> Topology | None:
@@ -153,10 +155,11 @@ class _FailureSampler:
         n = base.num_nodes
         link_drop, node_drop = draw_args["link_drop"], draw_args["node_drop"]
         key_link, key_node, key_base = jax.random.split(key, 3)
+        flip = draw_coins if self.coins == "threefry" else hashed_coins
         # A probability known to be 0 at trace time draws nothing: a uniform in [0, 1) is always
         # >= 0, so skipping its draw (and the gathers of its all-true mask) leaves every bit as is.
         all_alive = _known_zero(node_drop)
-        alive = jnp.ones((n,), bool) if all_alive else draw_coins(key_node, n, node_drop)
+        alive = jnp.ones((n,), bool) if all_alive else flip(key_node, n, node_drop)
         available = draw_args.get("available")
         if available is not None:  # the nodes online in round t (with_availability), row t mod R
             alive = alive & (jnp.asarray(available)[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0)
@@ -184,14 +187,14 @@ class _FailureSampler:
             coins = jnp.ones((self.num_units,), bool)
             edge_up = jnp.ones(senders.shape, bool)
         elif self.unit is not None:
-            coins = draw_coins(key_link, self.num_units, link_drop)
+            coins = flip(key_link, self.num_units, link_drop)
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
             codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
             draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
             edge_up = draw_code(codes) >= link_drop
         else:
-            edge_up = draw_coins(key_link, senders.shape[0], link_drop)
+            edge_up = flip(key_link, senders.shape[0], link_drop)
         up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]
         keep = jnp.where(real, up, True)
         kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
@@ -383,7 +386,9 @@ def _pair_units(senders: np.ndarray, receivers: np.ndarray, real: np.ndarray, n:
     return codes, unit
 
 
-def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float = 0.0) -> Topology:
+def with_failures(
+    topology: Topology, link_drop: float = 0.0, node_drop: float = 0.0, coins: str = "threefry"
+) -> Topology:
     """A fixed graph whose links and nodes fail at random every round, weights repaired.
 
     Every round, independently: each edge fails with probability ``link_drop`` (on an undirected
@@ -417,7 +422,14 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
       link_drop: p in [0, 1), the probability that an edge (undirected pair) fails in a round.
       node_drop: q in [0, 1), the probability that a node does not communicate in a round.
 
-    Both are pytree leaves of the result (``draw_args``), not compile-time constants: failures of
+      coins: how the coins are drawn: ``"threefry"`` (default), ``jax.random.uniform``'s bits (the
+        same bits for every implementation of the draw); ``"hash"``, a keyed 32-bit hash about 5x
+        cheaper per coin (:func:`jaxgossip.topology.coins.hashed_coins`), other bits with the same
+        law: independent Bernoulli(1 - p) coins per undirected pair (directed edge) and
+        Bernoulli(1 - q) per node, new every round. The coins of a stochastic undirected base's
+        pairs are threefry either way.
+
+    Both probabilities are pytree leaves of the result (``draw_args``), not compile-time constants: failures of
     one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program that
     ``jax.vmap`` runs for every p (``jaxgossip.engine.sweeps.map_topologies`` does this for a list of
     them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
@@ -434,6 +446,8 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         raise TypeError("with_failures needs a graph built on the host (not a stack or a stack member)")
     p = _check_drop("link_drop", link_drop)
     q = _check_drop("node_drop", node_drop)
+    if coins not in ("threefry", "hash"):
+        raise ValueError(f"coins={coins!r}: the coins are drawn by 'threefry' (default) or 'hash'")
     n = topology.num_nodes
     if topology.is_doubly_stochastic and topology.is_symmetric:
         repair = "symmetric"
@@ -476,8 +490,9 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         return f"{float(value):g}" if is_concrete(value) else "traced"
 
     parts = [f"link_drop={show(p)}"] + ([f"node_drop={show(q)}"] if not is_concrete(q) or q else [])
+    parts += [f"coins={coins}"] if coins != "threefry" else []
     name = f"{topology.name}+failures({', '.join(parts)})"
-    identity = (repair, _base_identity(topology))
+    identity = (repair, _base_identity(topology)) + ((coins,) if coins != "threefry" else ())
     sampler = _FailureSampler(
         identity,
         topology,
@@ -490,6 +505,7 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         slot_edge,
         slot_unit,
         slot_order,
+        coins,
     )
     return Topology.from_sampler(
         sampler,

@@ -1,7 +1,9 @@
 """The failures' coins: the fused threefry draw of :mod:`jaxgossip.topology.coins` equals
 ``jax.random.uniform`` bit for bit, and the slot-table draw of a fixed symmetric graph equals the
 edge-list draw with ``jax.random.uniform``'s coins bit for bit (every table of the round, the
-repaired weights and a mix), over several rounds."""
+repaired weights and a mix), over several rounds. The opt-in hashed coins (``+coins:hash``) have
+the law of the default ones: Bernoulli(1 - p), independent across coins and rounds, and the
+rounds they make keep W(t) symmetric and doubly stochastic."""
 
 import dataclasses
 
@@ -55,6 +57,7 @@ GRAPHS = {
     "random_nodes_only": lambda: T.with_failures(T.erdos_renyi(40, 0.2, 3), 0.0, 0.2),
     "star": lambda: T.with_failures(T.make("star", 40), 0.3, 0.1),
     "directed_ring": lambda: T.with_failures(T.make("directed_ring", 32), 0.3, 0.1),
+    "torus_hash": lambda: T.make("torus+drop:0.3+nodedrop:0.1+coins:hash", 64),
     "availability": lambda: T.with_availability(
         T.make("torus+drop:0.2", 16), np.random.default_rng(0).integers(0, 2, (3, 16))
     ),
@@ -118,3 +121,61 @@ def test_slot_tables_and_summation_order():
         assert sampler.pair_codes[sampler.slot_unit[0, i, k]] == min(i, j) * base.num_nodes + max(i, j)
         assert sampler.slot_unit[0, i, k] in sampler.slot_unit[0, j]
     assert np.all(sampler.slot_unit[0, :, 0] == -1)  # the self slot holds no coin
+
+
+def test_hashed_coins_are_independent_bernoulli_coins():
+    p, num, rounds = 0.3, 4096, 200
+    keys = jax.random.split(jax.random.key(8), rounds)
+    up = np.asarray(jax.jit(jax.vmap(lambda k: coins.hashed_coins(k, num, p)))(keys), dtype=np.float64)  # [R, M]
+    total = up.size
+    assert abs(up.mean() - (1 - p)) < 5 * np.sqrt(p * (1 - p) / total)
+    # Each coin's frequency over the rounds, and each round's over the coins: binomial spreads.
+    per_coin, per_round = up.mean(axis=0), up.mean(axis=1)
+    assert abs(per_coin.std() / np.sqrt(p * (1 - p) / rounds) - 1) < 0.1
+    assert abs(per_round.std() / np.sqrt(p * (1 - p) / num) - 1) < 0.25
+    # No correlation between consecutive rounds, or between neighbouring coins of a round.
+    centred = up - (1 - p)
+    bound = 5 / np.sqrt(total)
+    for a, b in ((centred[1:], centred[:-1]), (centred[:, 1:], centred[:, :-1]), (centred[:, 2:], centred[:, :-2])):
+        assert abs((a * b).mean() / (p * (1 - p))) < bound
+    # Traced p, the same coins.
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(coins.hashed_coins, static_argnums=1)(keys[0], num, jnp.float32(p))), up[0] > 0
+    )
+
+
+def test_hashed_failures_keep_the_law_and_the_invariants():
+    p, q, rounds = 0.3, 0.1, 400
+    for spec in ("ring+drop:0.3+nodedrop:0.1+coins:hash", "torus+drop:0.3+nodedrop:0.1+coins:hash"):
+        topo = T.make(spec, 16)
+        assert topo.sampler.coins == "hash" and "coins=hash" in topo.name
+        keys = jax.random.split(jax.random.key(2), rounds)
+        w = T.sample_matrices(topo, keys)  # [R, N, N]
+        n = topo.num_nodes
+        np.testing.assert_array_equal(w, w.transpose(0, 2, 1))
+        np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-6)
+        np.testing.assert_allclose(w.sum(axis=2), 1.0, atol=1e-6)
+        assert np.all(w >= 0)
+        # Each edge of the support kept with probability (1 - p)(1 - q)^2.
+        base = topo.sampler.base.matrix() * (1 - np.eye(n)) > 0
+        kept = ((w * (1 - np.eye(n))) > 0)[:, base].astype(np.float64)
+        law = (1 - p) * (1 - q) ** 2
+        assert abs(kept.mean() - law) < 5 * np.sqrt(law * (1 - law) / kept.size * 4)
+        # The slot kernel mixes by W(t) and keeps the mean.
+        x = np.random.default_rng(0).normal(size=(n, 2)).astype(np.float32)
+        for r in range(3):
+            mixed = np.asarray(jg.mix(topo.draw(keys[r], r).graph, jnp.asarray(x), r))
+            np.testing.assert_allclose(mixed, w[r] @ x, atol=1e-5)
+            np.testing.assert_allclose(mixed.mean(axis=0), x.mean(axis=0), atol=1e-5)
+
+
+def test_coins_option_is_checked_and_names_the_graph():
+    ring = T.make("ring", 8)
+    default, hashed = T.with_failures(ring, 0.2), T.with_failures(ring, 0.2, coins="hash")
+    assert default.sampler != hashed.sampler and hashed.name.endswith("coins=hash)")
+    assert T.make("ring+drop:0.2+coins:hash", 8).sampler == hashed.sampler
+    with pytest.raises(ValueError, match="coins"):
+        T.with_failures(ring, 0.2, coins="philox")
+    with pytest.raises(ValueError, match="coins"):
+        T.make("ring+drop:0.2+coins:fast", 8)
+    T.check_spec("ring+drop:0.2+coins:hash")
