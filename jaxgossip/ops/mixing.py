@@ -147,7 +147,9 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any, round_shifts: dict | N
     w = _table(slot_w, idx, np.float32 if acc == jnp.float32 else None)
     static = isinstance(nbr, np.ndarray) and isinstance(idx, int)
     out = per_node(jnp.asarray(w[:, 0], acc), x) * x  # slot 0 is the node itself
-    flips = flip_terms(nbr[idx], w) if static and nbr.shape[-1] > MAX_GATHER_SLOTS else None
+    # Bit flips need the live slots, known for host weights only (a drawn round's are traced).
+    host_w = isinstance(w, np.ndarray)
+    flips = flip_terms(nbr[idx], w) if static and host_w and nbr.shape[-1] > MAX_GATHER_SLOTS else None
     if flips is not None:
         # Beyond 16 slots a hypercube mixes by bit flips (reversals of one axis), one per bit, in
         # one fused loop: the sum runs over the bits instead of the slots.

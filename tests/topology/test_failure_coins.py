@@ -179,3 +179,15 @@ def test_coins_option_is_checked_and_names_the_graph():
     with pytest.raises(ValueError, match="coins"):
         T.make("ring+drop:0.2+coins:fast", 8)
     T.check_spec("ring+drop:0.2+coins:hash")
+
+
+def test_failed_round_of_more_than_16_slots_mixes_by_its_edges():
+    # K = 18 slots (beyond the slot kernel's bit-flip threshold) with traced slot weights.
+    topo = T.make("hypercube+drop:0.2+nodedrop:0.1", 1 << 17)
+    x = jax.random.normal(jax.random.key(3), (topo.num_nodes, 1))
+    key = jax.random.key(6)
+    mixed, edges = jax.jit(lambda k, x: (jg.mix(topo.draw(k, 2).graph, x, 2), topo.draw(k, 2).graph))(key, x)
+    s, r, w = (np.asarray(a[0]) for a in (edges.senders, edges.receivers, edges.weights))
+    expected = np.zeros(x.shape)
+    np.add.at(expected, r, w[:, None] * np.asarray(x)[s])
+    np.testing.assert_allclose(np.asarray(mixed), expected, atol=1e-5)
