@@ -1,9 +1,10 @@
 """``jax.random.uniform`` of a 1-D shape, bit for bit, as one fused elementwise program, and any
-of its elements on their own: the coins of the failures in :mod:`jaxgossip.topology.failures`.
+of its elements on their own: the coins of the failures in :mod:`jaxgossip.topology.failures`;
+and :func:`hashed_coins`, cheaper coins of the same law from other bits, for those who opt in.
 
 On XLA:CPU ``jax.random.uniform`` lowers the threefry hash as a rolled loop of five steps, each a
-pass over arrays of the output's size, and a draw of 2^20 values costs 2.5x (3 2^20 values: 4x)
-the same hash unrolled into one fused loop (measured, ``experiments/bench/failure_draws.py``).
+pass over arrays of the output's size, and a draw of 2^20 to 3 2^20 values costs 2.5x to 8x the
+same hash unrolled into one fused loop (measured, ``experiments/bench/failure_draws.py``).
 The unrolled hash here computes the same values: element i of ``uniform(key, (M,))`` is, with
 JAX's partitionable threefry (``jax_threefry_partitionable``, the default), the 2x32 threefry
 hash of the counter ``(0, i)`` under the key, its two words XOR-ed, its top 23 bits taken as the
@@ -13,8 +14,8 @@ mantissa of a float in ``[1, 2)``, minus 1 (Salmon et al., *Parallel random numb
 Because element i depends on i alone, :func:`uniform_at` draws any elements of that array where
 they are needed without drawing the rest. :func:`uniform` computes the whole array into memory
 (inside a conditional, which XLA does not fuse across): XLA:CPU would otherwise fuse the hash into
-each gather that reads the array and evaluate it once per read, element by element (8x slower
-than the draw itself at 2^20). Keys of another implementation, or the non-partitionable threefry,
+each gather that reads the array and evaluate it once per read, element by element (a failed
+torus round at 2^20 took 3.7x longer so). Keys of another implementation, or the non-partitionable threefry,
 take ``jax.random.uniform`` itself.
 """
 
@@ -123,8 +124,8 @@ def _mix32(h: Any) -> Any:
 
 def hashed_coins(key: Any, num: int, p: Any) -> Any:
     """Coins up with probability 1 - p, bool [M] (M = ``num``), from a cheap keyed hash instead of
-    threefry: not ``jax.random``'s bits, about 5x cheaper to draw (``with_failures(...,
-    coins="hash")``).
+    threefry: not ``jax.random``'s bits, about half the cost of :func:`coins` per coin on XLA:CPU
+    (``with_failures(..., coins="hash")``).
 
     Coin i is up iff ``u_i >= p``, ``u_i`` the top 23 bits of ``h_i`` as a float in [0, 1), with
 

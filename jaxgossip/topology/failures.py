@@ -87,7 +87,7 @@ class _FailureSampler:
     summed in edge order (:func:`_slot_order_matters`).
     """
 
-    identity: tuple  # (repair, _base_identity(base))
+    identity: tuple  # (repair, _base_identity(base)), then ("hash",) for hashed coins
     base: Topology = dataclasses.field(compare=False)
     repair: str = dataclasses.field(compare=False)  # "symmetric" (doubly stochastic) or "sender" (column)
     name: str = dataclasses.field(compare=False)
@@ -421,18 +421,16 @@ def with_failures(
         (``random_matching``, ``random_out``: its round is drawn first, then failed).
       link_drop: p in [0, 1), the probability that an edge (undirected pair) fails in a round.
       node_drop: q in [0, 1), the probability that a node does not communicate in a round.
+      coins: ``"threefry"`` (default): the coins are ``jax.random.uniform``'s bits; ``"hash"``:
+        a keyed 32-bit hash, cheaper per coin (:func:`jaxgossip.topology.coins.hashed_coins`),
+        other bits of the same law (independent Bernoulli(1 - p) coins per undirected pair or
+        directed edge, Bernoulli(1 - q) per node, new every round). The pairs of a stochastic
+        undirected base draw threefry coins either way.
 
-      coins: how the coins are drawn: ``"threefry"`` (default), ``jax.random.uniform``'s bits (the
-        same bits for every implementation of the draw); ``"hash"``, a keyed 32-bit hash about 5x
-        cheaper per coin (:func:`jaxgossip.topology.coins.hashed_coins`), other bits with the same
-        law: independent Bernoulli(1 - p) coins per undirected pair (directed edge) and
-        Bernoulli(1 - q) per node, new every round. The coins of a stochastic undirected base's
-        pairs are threefry either way.
-
-    Both probabilities are pytree leaves of the result (``draw_args``), not compile-time constants: failures of
-    one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program that
-    ``jax.vmap`` runs for every p (``jaxgossip.engine.sweeps.map_topologies`` does this for a list of
-    them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
+    Both probabilities are pytree leaves of the result (``draw_args``), not compile-time constants:
+    failures of one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program
+    that ``jax.vmap`` runs for every p (``jaxgossip.engine.sweeps.map_topologies`` does this for a
+    list of them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
 
     Returns:
       A stochastic :class:`Topology` with the wrapped graph's layout, period and E + N edges per
