@@ -181,9 +181,9 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any, plan: _TracedPlan | No
 
 def _slot_round(nbr: np.ndarray, w: np.ndarray, x: Array) -> Array:
     """One round of host neighbours ``nbr [N, K]`` and weights ``w [N, K]`` (host, or traced for a
-    drawn round) on x ``[N, ...]`` (accumulation dtype): each slot
-    column moves x by a shift, a group rotation (:func:`jaxgossip.topology.moves.group_roll`) or,
-    failing both, a gather; a column of one weight multiplies by a scalar (no [N] weight read)."""
+    drawn round) on x ``[N, ...]`` (accumulation dtype): ``y = sum_k w[:, k] * x[nbr[:, k]]``, each
+    slot column moving x by a shift, a group rotation (:func:`jaxgossip.topology.moves.group_roll`)
+    or, failing both, a gather."""
     n = x.shape[0]
     # Bit flips need the live slots, known for host weights only (a drawn round's are traced).
     flips = flip_terms(nbr, w) if isinstance(w, np.ndarray) and nbr.shape[-1] > MAX_GATHER_SLOTS else None
@@ -220,9 +220,8 @@ def _slot_round(nbr: np.ndarray, w: np.ndarray, x: Array) -> Array:
 
 
 def _weights(columns: list[np.ndarray], x: Array) -> list[Array]:
-    """Host weight columns ``[N]`` as factors of x: a scalar for a column of one weight (XLA folds
-    such a constant to a scalar broadcast either way; said here so that the traced round's plan
-    and this agree), else per node."""
+    """Weight columns ``[N]`` as factors of x: a scalar for a host column of one weight (XLA would
+    fold that constant into a broadcast scalar anyway), else per node."""
     return [
         jnp.asarray(c[0], x.dtype)
         if isinstance(c, np.ndarray) and c.size and c[0] == c[-1] and bool(np.all(c == c[0]))
