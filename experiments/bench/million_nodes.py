@@ -28,6 +28,7 @@ machine: nothing else running, the same machine for every column.
 
     python experiments/bench/million_nodes.py --out experiments/bench/million_nodes.json
     python experiments/bench/million_nodes.py --log2-sizes 6,8 --dims 1,4 --rounds 2 --reps 1  # smoke
+    python experiments/bench/million_nodes.py --builds-only --log2-sizes 24 --out builds.json  # peak RSS
 """
 
 from __future__ import annotations
@@ -232,6 +233,53 @@ def measure(spec: str, n: int, dims: list[int], rounds: int, reps: int) -> dict:
     return row
 
 
+def build_only(spec: str, n: int) -> dict:
+    """One build in this process: wall seconds, live edges E, and the process's peak resident memory
+    (``ru_maxrss``, so run each build in a fresh process: :func:`build_rows`)."""
+    import resource
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    graph, build_s = build(spec, n)
+    edges = int(sum(np.count_nonzero(w) for w in graph.weights)) if not graph.stochastic else 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "family": spec,
+        "num_nodes": n,
+        "build_s": build_s,
+        "edges": edges,
+        "peak_rss_bytes": peak,
+        "peak_rss_before_bytes": base,
+        "bytes_per_edge": (peak - base) / edges if edges else None,
+    }
+
+
+def build_rows(families, log2_sizes) -> list[dict]:
+    """:func:`build_only` of every family and size, each in a fresh Python process."""
+    import subprocess
+
+    rows = []
+    for spec in families:
+        for log2 in log2_sizes:
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--build-one", f"{spec}@{log2}"],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode:
+                tail = (done.stderr.strip().splitlines() or ["killed"])[-1]
+                rows.append({"family": spec, "num_nodes": 2**log2, "failed": tail})
+                print(f"{spec:28s} N=2^{log2}: failed ({tail})", flush=True)
+                continue
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(
+                f"{spec:28s} N=2^{log2} E={row['edges']} build {row['build_s']:.2f} s, "
+                f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB",
+                flush=True,
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log2-sizes", default="10,12,14,16,18,20,22", help="comma-separated log2 N")
@@ -241,7 +289,19 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="timed calls per measurement (median)")
     parser.add_argument("--max-gib", type=float, default=16.0, help="skip N D combinations whose x exceeds this")
     parser.add_argument("--out", help="write the rows to this JSON file")
+    parser.add_argument("--builds-only", action="store_true", help="only builds, each in a fresh process (peak RSS)")
+    parser.add_argument("--build-one", help=argparse.SUPPRESS)  # "spec@log2": one build_only row as JSON
     args = parser.parse_args()
+    if args.build_one:
+        spec, log2 = args.build_one.rsplit("@", 1)
+        print(json.dumps(build_only(spec, 2 ** int(log2))))
+        return
+    if args.builds_only:
+        rows = build_rows(args.families.split(","), [int(v) for v in args.log2_sizes.split(",")])
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"machine": machine_info(), "rows": rows}, f, indent=1)
+        return
     info = machine_info()
     print(header_line(info), flush=True)
     dims = [int(d) for d in args.dims.split(",")]

@@ -8,8 +8,11 @@ counter alike. The layout is chosen per graph from measurements on XLA:CPU (``ex
 
 * ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots
   ``[T, N, K]``, unrolled over K (the degree, not the nodes). A slot column of static tables that
-  is a pure shift of the nodes becomes ``jnp.roll``; with a traced round (inside a scan), a column
-  that is a shift in every round rolls by the round's shift.
+  is a shift of the nodes reads a slice of x padded by its wrapped rows, one that rotates groups of
+  nodes (:func:`jaxgossip.topology.moves.group_roll`) rolls an axis of x, and beyond 16 slots a
+  hypercube's bit flips reverse one (or, for narrow rows, pick between two padded slices). With a
+  traced round (inside a scan), a column that is a shift in every round rolls by the round's
+  shift, and tables whose every round moves x so switch between the static rounds.
 * ``"dense"`` (dense graphs): ``y = W(t) @ x`` as one matmul at full float32 precision.
 * ``"segment"`` (irregular sparse graphs): gather over the edge list ``[T, E]``, weight,
   ``segment_sum``. A round of static tables with a few rows of more than 16 in-neighbours and
@@ -148,7 +151,7 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any, plan: _TracedPlan | No
     if isinstance(nbr, np.ndarray) and isinstance(idx, int):
         w = slot_w[idx] if cast is None else slot_w[idx].astype(cast)
         return _slot_round(nbr[idx], w, x).astype(leaf.dtype)
-    if isinstance(nbr, np.ndarray):
+    if isinstance(nbr, np.ndarray) and isinstance(slot_w, np.ndarray):
         plan = _traced_plan(nbr, slot_w) if plan is None else plan
         if plan.branches:
             # Every round moves x by shifts and group rotations only (a Base-(k+1) round rotates
@@ -177,11 +180,13 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any, plan: _TracedPlan | No
 
 
 def _slot_round(nbr: np.ndarray, w: np.ndarray, x: Array) -> Array:
-    """One round of host tables ``nbr, w [N, K]`` on x ``[N, ...]`` (accumulation dtype): each slot
-    column moves x by a shift, a group rotation (:func:`jaxgossip.topology.moves.group_roll`) or,
-    failing both, a gather; a column of one weight multiplies by a scalar (no [N] weight read)."""
+    """One round of host neighbours ``nbr [N, K]`` and weights ``w [N, K]`` (host, or traced for a
+    drawn round) on x ``[N, ...]`` (accumulation dtype): ``y = sum_k w[:, k] * x[nbr[:, k]]``, each
+    slot column moving x by a shift, a group rotation (:func:`jaxgossip.topology.moves.group_roll`)
+    or, failing both, a gather."""
     n = x.shape[0]
-    flips = flip_terms(nbr, w) if nbr.shape[-1] > MAX_GATHER_SLOTS else None
+    # Bit flips need the live slots, known for host weights only (a drawn round's are traced).
+    flips = flip_terms(nbr, w) if isinstance(w, np.ndarray) and nbr.shape[-1] > MAX_GATHER_SLOTS else None
     columns = [w[:, 0]] + (list(flips.weights) if flips is not None else [w[:, k] for k in range(1, nbr.shape[-1])])
     weights = _weights(columns, x)
     out = weights[0] * x  # slot 0 is the node itself
@@ -215,12 +220,11 @@ def _slot_round(nbr: np.ndarray, w: np.ndarray, x: Array) -> Array:
 
 
 def _weights(columns: list[np.ndarray], x: Array) -> list[Array]:
-    """Host weight columns ``[N]`` as factors of x: a scalar for a column of one weight (XLA folds
-    such a constant to a scalar broadcast either way; said here so that the traced round's plan
-    and this agree), else per node."""
+    """Weight columns ``[N]`` as factors of x: a scalar for a host column of one weight (XLA would
+    fold that constant into a broadcast scalar anyway), else per node."""
     return [
         jnp.asarray(c[0], x.dtype)
-        if c.size and c[0] == c[-1] and bool(np.all(c == c[0]))
+        if isinstance(c, np.ndarray) and c.size and c[0] == c[-1] and bool(np.all(c == c[0]))
         else per_node(jnp.asarray(c, x.dtype), x)
         for c in columns
     ]
@@ -543,7 +547,7 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
     idx = _round(topology.period, t)
     kernel = _KERNELS[topology.resolved_kernel]
     static_slots = topology.resolved_kernel == "slots" and isinstance(topology.senders, np.ndarray)
-    if static_slots and not isinstance(idx, int):
+    if static_slots and not isinstance(idx, int) and isinstance(topology.slots[1], np.ndarray):
         nbr, slot_w = topology.slots
         kernel = functools.partial(kernel, plan=_traced_plan(nbr, slot_w))
 

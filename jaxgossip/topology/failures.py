@@ -17,9 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import any_traced, is_concrete
+from jaxgossip.topology.coins import coins as draw_coins
+from jaxgossip.topology.coins import hashed_coins
 from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import slot_edges
+from jaxgossip.topology.moves import circulant_shift
 from jaxgossip.topology.random_spectra import SparseGram
 from jaxgossip.topology.stochastic import one_round
 
@@ -77,9 +80,14 @@ class _FailureSampler:
     ``num_units`` per round. Stochastic base: a symmetric edge's coin is drawn from its pair code
     ``min * N + max`` (both directions agree), a directed edge's from its slot. ``slot_edge[t, i, k]``
     is the edge behind slot k of node i (slot layout only). See :func:`with_failures`.
+
+    ``slot_unit[t, i, k]`` (fixed symmetric base on the slot layout) is the coin of the edge in
+    slot k of node i, -1 where the slot holds no real edge: the slot weights are drawn from it
+    directly, without the edge list; ``slot_order`` says whether a row's lost weights must be
+    summed in edge order (:func:`_slot_order_matters`).
     """
 
-    identity: tuple  # (repair, _base_identity(base))
+    identity: tuple  # (repair, _base_identity(base)), then ("hash",) for hashed coins
     base: Topology = dataclasses.field(compare=False)
     repair: str = dataclasses.field(compare=False)  # "symmetric" (doubly stochastic) or "sender" (column)
     name: str = dataclasses.field(compare=False)
@@ -88,6 +96,9 @@ class _FailureSampler:
     pair_codes: np.ndarray | None = dataclasses.field(compare=False)  # [P] int64 sorted a * N + b
     pair_ends: tuple | None = dataclasses.field(compare=False)  # ([P], [P]) int32 endpoints a < b
     slot_edge: np.ndarray | None = dataclasses.field(compare=False)  # [T, N, K] int32
+    slot_unit: np.ndarray | None = dataclasses.field(default=None, compare=False)  # [T, N, K] int32
+    slot_order: bool = dataclasses.field(default=True, compare=False)
+    coins: str = dataclasses.field(default="threefry", compare=False)  # or "hash" (part of identity)
 
     @property
     def support(self) -> Topology | None:
@@ -144,10 +155,11 @@ class _FailureSampler:
         n = base.num_nodes
         link_drop, node_drop = draw_args["link_drop"], draw_args["node_drop"]
         key_link, key_node, key_base = jax.random.split(key, 3)
+        flip = draw_coins if self.coins == "threefry" else hashed_coins
         # A probability known to be 0 at trace time draws nothing: a uniform in [0, 1) is always
         # >= 0, so skipping its draw (and the gathers of its all-true mask) leaves every bit as is.
         all_alive = _known_zero(node_drop)
-        alive = jnp.ones((n,), bool) if all_alive else jax.random.uniform(key_node, (n,)) >= node_drop
+        alive = jnp.ones((n,), bool) if all_alive else flip(key_node, n, node_drop)
         available = draw_args.get("available")
         if available is not None:  # the nodes online in round t (with_availability), row t mod R
             alive = alive & (jnp.asarray(available)[jnp.asarray(t, jnp.int32) % available.shape[0]] > 0)
@@ -165,41 +177,64 @@ class _FailureSampler:
         def row(table, dtype):
             return jnp.asarray(table, dtype)[idx]
 
+        # The edge list's tables (and ``lost``) are built whenever asked for; a round only mixed by
+        # the slot kernel reads the slot tables, and XLA drops the rest.
         senders, receivers = row(graph.senders, jnp.int32), row(graph.receivers, jnp.int32)
         weights = row(graph.weights, jnp.float32)
         real = (senders != receivers) & (weights != 0)
-        if _known_zero(link_drop):
+        no_links = _known_zero(link_drop)
+        if no_links:
             coins = jnp.ones((self.num_units,), bool)
             edge_up = jnp.ones(senders.shape, bool)
         elif self.unit is not None:
-            coins = jax.random.uniform(key_link, (self.num_units,)) >= link_drop
+            coins = flip(key_link, self.num_units, link_drop)
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
             codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
             draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
             edge_up = draw_code(codes) >= link_drop
         else:
-            edge_up = jax.random.uniform(key_link, senders.shape) >= link_drop
+            edge_up = flip(key_link, senders.shape[0], link_drop)
         up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]
         keep = jnp.where(real, up, True)
         kept = jnp.where(keep, weights, jnp.zeros((), jnp.float32))
         # Symmetric W: the receiver takes back the weight it put on the lost edge (row sums stay 1;
         # the reverse edge fails with it, so columns too). Column stochastic: the undelivered mass
         # stays with the sender (column sums stay 1).
-        slot_w = sw = None
+        slot_w = sw = neighbors = None
         if graph.resolved_kernel == "slots":
-            slot_keep = keep[row(self.slot_edge, jnp.int32)]
             slot_w = row(graph.slot_weights, jnp.float32)
-            sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
+            # Host neighbours stay host arrays: the slot kernel then rolls x along the slot columns
+            # that are shifts instead of gathering it (the same values, so the same bits).
+            static = isinstance(graph.neighbors, np.ndarray) and isinstance(idx, int)
+            neighbors = graph.neighbors[idx].astype(np.int32) if static else row(graph.neighbors, jnp.int32)
+            if self.slot_unit is not None:
+                # Column by column: XLA then computes each slot column of the table inside the slot
+                # kernel that reads it, without an [N, K] table in memory.
+                up_coins = None if no_links else coins
+                down = _slot_down(self.slot_unit, idx, neighbors, None if all_alive else alive, up_coins)
+                zero = jnp.zeros((), jnp.float32)
+                sw_columns = [
+                    slot_w[:, k] if d is None else jnp.where(d, zero, slot_w[:, k]) for k, d in enumerate(down)
+                ]
+                sw = jnp.stack(sw_columns, axis=1)
+            else:
+                slot_keep = keep[row(self.slot_edge, jnp.int32)]
+                sw = jnp.where(slot_keep, slot_w, jnp.zeros((), jnp.float32))
         if sw is not None and self.repair == "symmetric":
             # A receiver's lost weights lie in its own slot row: sum them there, in edge order (the
             # order segment_sum adds them in, so the bits agree), instead of a scatter over E.
-            # Slots without an edge lose 0, wherever they fall in the order.
-            order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
-            ordered = jnp.take_along_axis(slot_w - sw, row(order, jnp.int32), axis=1)
+            # Slots without an edge lose 0, wherever they fall in the order; where each row's
+            # losses are the same values in slot order as in edge order, the slot order is it.
+            if self.slot_unit is not None and not self.slot_order:
+                losses = [slot_w[:, k] - sw_columns[k] for k in range(len(sw_columns))]
+            else:
+                order = np.argsort(self.slot_edge, axis=-1, kind="stable")  # [T, N, K]
+                losses = jnp.take_along_axis(slot_w - sw, row(order, jnp.int32), axis=1)
+                losses = [losses[:, k] for k in range(losses.shape[1])]
             repair = jnp.zeros((n,), jnp.float32)
-            for k in range(ordered.shape[1]):
-                repair = repair + ordered[:, k]
+            for loss in losses:
+                repair = repair + loss
         else:
             owner = receivers if self.repair == "symmetric" else senders
             repair = jax.ops.segment_sum(weights - kept, owner, num_segments=n)
@@ -208,9 +243,12 @@ class _FailureSampler:
         tables = dict(edges, weights=jnp.concatenate([kept, repair]))
         lost = dict(edges, weights=jnp.concatenate([weights - kept, -repair]))
         if sw is not None:
-            tables["neighbors"] = lost["neighbors"] = row(graph.neighbors, jnp.int32)
-            tables["slot_weights"] = sw.at[:, 0].add(repair)  # slot 0 is the node itself
-            lost["slot_weights"] = (slot_w - sw).at[:, 0].add(-repair)
+            tables["neighbors"] = lost["neighbors"] = neighbors
+            # Slot 0 is the node itself. Joined rather than updated in place (.at[:, 0].add), so that
+            # XLA can compute the table inside the kernel that reads it instead of writing it out.
+            tables["slot_weights"] = jnp.concatenate([sw[:, :1] + repair[:, None], sw[:, 1:]], axis=1)
+            lost_w = slot_w - sw
+            lost["slot_weights"] = jnp.concatenate([lost_w[:, :1] - repair[:, None], lost_w[:, 1:]], axis=1)
         facts = (n, self.name, graph.resolved_kernel, base.directed)
         out = one_round(tables, *facts, self.repair == "symmetric", base.is_column_stochastic)
         pair_keep = None
@@ -218,6 +256,61 @@ class _FailureSampler:
             a, b = self.pair_ends
             pair_keep = coins if all_alive else coins & alive[a] & alive[b]
         return GraphRound(out, alive, pair_keep, one_round(lost, *facts, False, False))
+
+
+def _slot_down(slot_unit, idx, neighbors, alive, coins) -> list:
+    """Which slots of a failed round of a fixed symmetric graph lose their weight, drawn in its
+    slot table: slot k of node i does when it holds a real edge (``slot_unit >= 0``) and the edge's
+    coin says down or one of its two nodes is down.
+
+    Args:
+      slot_unit: [T, N, K] int32 host table, the coin of each slot's edge, -1 for none.
+      idx: the round's row of the tables (Python int, or traced for a schedule).
+      neighbors: the round's neighbours ``[N, K]``.
+      alive: [N] bool, or None when every node is up.
+      coins: [P] bool, whether each undirected pair is up, or None when no link fails.
+
+    Returns:
+      K entries: [N] bool, or None for a column of a host table without a real edge (the self
+      column), which loses nothing.
+    """
+    static = isinstance(idx, int)
+    unit = slot_unit[idx] if static else jnp.asarray(slot_unit)[idx]
+    real = unit >= 0
+    down = []
+    for k in range(unit.shape[1]):
+        if static and not real[:, k].any():
+            down.append(None)
+            continue
+        # One gather per column (measured faster on XLA:CPU than one [N, K] gather).
+        up = jnp.ones(unit.shape[:1], bool) if coins is None else coins[jnp.where(real[:, k], unit[:, k], 0)]
+        if alive is not None:
+            column = neighbors[:, k]
+            shift = circulant_shift(column) if isinstance(column, np.ndarray) else None
+            # A neighbour column that is a shift of the nodes reads alive rolled, not gathered.
+            up = up & alive & (alive[column] if shift is None else jnp.roll(alive, -shift))
+        down.append(real[:, k] & ~up)
+    return down
+
+
+def _slot_order_matters(slot_edge: np.ndarray, slot_unit: np.ndarray, slot_w: np.ndarray) -> bool:
+    """Whether the repair must sum some row's lost weights in edge order: False when in every row
+    the real slots' weights (the only losses that are not 0) read the same in slot order as in
+    edge order, e.g. equal weights (a regular graph's Metropolis weights) or slots in edge order.
+    Host NumPy, O(T N K) for rows of equal weights, a sort of the others' slots."""
+    real = slot_unit >= 0
+    lowest = np.where(real, slot_w, np.inf).min(axis=-1)
+    highest = np.where(real, slot_w, -np.inf).max(axis=-1)
+    rows = ~((lowest == highest) | ~real.any(axis=-1))  # [T, N]: rows of unequal weights
+    if not rows.any():
+        return False
+    real_w = np.where(real, slot_w, 0.0)[rows]
+    in_edge_order = np.take_along_axis(real_w, np.argsort(slot_edge[rows], axis=-1, kind="stable"), axis=-1)
+
+    def packed(a):  # each row's non-zero entries first, in their order
+        return np.take_along_axis(a, np.argsort(a == 0, axis=-1, kind="stable"), axis=-1)
+
+    return not np.array_equal(packed(real_w), packed(in_edge_order))
 
 
 def with_availability(topology: Topology, available: Any) -> Topology:
@@ -293,7 +386,9 @@ def _pair_units(senders: np.ndarray, receivers: np.ndarray, real: np.ndarray, n:
     return codes, unit
 
 
-def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float = 0.0) -> Topology:
+def with_failures(
+    topology: Topology, link_drop: float = 0.0, node_drop: float = 0.0, coins: str = "threefry"
+) -> Topology:
     """A fixed graph whose links and nodes fail at random every round, weights repaired.
 
     Every round, independently: each edge fails with probability ``link_drop`` (on an undirected
@@ -326,11 +421,16 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         (``random_matching``, ``random_out``: its round is drawn first, then failed).
       link_drop: p in [0, 1), the probability that an edge (undirected pair) fails in a round.
       node_drop: q in [0, 1), the probability that a node does not communicate in a round.
+      coins: ``"threefry"`` (default): the coins are ``jax.random.uniform``'s bits; ``"hash"``:
+        a keyed 32-bit hash, cheaper per coin (:func:`jaxgossip.topology.coins.hashed_coins`),
+        other bits of the same law (independent Bernoulli(1 - p) coins per undirected pair or
+        directed edge, Bernoulli(1 - q) per node, new every round). The pairs of a stochastic
+        undirected base draw threefry coins either way.
 
-    Both are pytree leaves of the result (``draw_args``), not compile-time constants: failures of
-    one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program that
-    ``jax.vmap`` runs for every p (``jaxgossip.engine.sweeps.map_topologies`` does this for a list of
-    them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
+    Both probabilities are pytree leaves of the result (``draw_args``), not compile-time constants:
+    failures of one graph at several p stack (:func:`jaxgossip.topology.stack`) into one program
+    that ``jax.vmap`` runs for every p (``jaxgossip.engine.sweeps.map_topologies`` does this for a
+    list of them); a traced p or q (``with_failures`` inside ``vmap``) is accepted unchecked.
 
     Returns:
       A stochastic :class:`Topology` with the wrapped graph's layout, period and E + N edges per
@@ -344,6 +444,8 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
         raise TypeError("with_failures needs a graph built on the host (not a stack or a stack member)")
     p = _check_drop("link_drop", link_drop)
     q = _check_drop("node_drop", node_drop)
+    if coins not in ("threefry", "hash"):
+        raise ValueError(f"coins={coins!r}: the coins are drawn by 'threefry' (default) or 'hash'")
     n = topology.num_nodes
     if topology.is_doubly_stochastic and topology.is_symmetric:
         repair = "symmetric"
@@ -355,6 +457,7 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
             f"column-stochastic graph (repaired at the sender); {topology.name} is neither"
         )
     unit, num_units, pair_codes, pair_ends = None, 0, None, None
+    slot_unit, slot_order = None, True
     if topology.stochastic:
         slot_edge = getattr(topology.sampler, "slot_edge", None)
     else:
@@ -374,15 +477,33 @@ def with_failures(topology: Topology, link_drop: float = 0.0, node_drop: float =
             unit = np.broadcast_to(np.arange(topology.num_edges, dtype=np.int32), senders.shape).copy()
             num_units = topology.num_edges
         slot_edge = _slot_edges(topology) if topology.resolved_kernel == "slots" else None
+        if slot_edge is not None and repair == "symmetric":
+            nbr, slot_w = topology.slots
+            edge_unit = np.take_along_axis(unit, slot_edge.reshape(unit.shape[0], -1), axis=1).reshape(nbr.shape)
+            slot_real = (nbr != np.arange(n, dtype=nbr.dtype)[:, None]) & (slot_w != 0)
+            slot_unit = np.where(slot_real, edge_unit, -1).astype(np.int32)
+            slot_order = _slot_order_matters(slot_edge, slot_unit, slot_w)
 
     def show(value):
         return f"{float(value):g}" if is_concrete(value) else "traced"
 
     parts = [f"link_drop={show(p)}"] + ([f"node_drop={show(q)}"] if not is_concrete(q) or q else [])
+    parts += [f"coins={coins}"] if coins != "threefry" else []
     name = f"{topology.name}+failures({', '.join(parts)})"
-    identity = (repair, _base_identity(topology))
+    identity = (repair, _base_identity(topology)) + ((coins,) if coins != "threefry" else ())
     sampler = _FailureSampler(
-        identity, topology, repair, f"{topology.name}+failures", unit, num_units, pair_codes, pair_ends, slot_edge
+        identity,
+        topology,
+        repair,
+        f"{topology.name}+failures",
+        unit,
+        num_units,
+        pair_codes,
+        pair_ends,
+        slot_edge,
+        slot_unit,
+        slot_order,
+        coins,
     )
     return Topology.from_sampler(
         sampler,

@@ -55,8 +55,15 @@ def _failures(spec: str, suffixes: list[str]) -> dict:
     out = {}
     for suffix in suffixes:
         kind, _, arg = suffix.partition(":")
+        if kind == "coins":  # +coins:hash, the cheaper draw of with_failures
+            if "coins" in out or arg not in ("threefry", "hash"):
+                raise ValueError(f"topology spec {spec!r}: the coins are written +coins:hash or +coins:threefry")
+            out["coins"] = arg
+            continue
         if kind not in SUFFIXES:
-            raise ValueError(f"unknown topology suffix {'+' + kind!r} in {spec!r}; known: +drop:P, +nodedrop:Q")
+            raise ValueError(
+                f"unknown topology suffix {'+' + kind!r} in {spec!r}; known: +drop:P, +nodedrop:Q, +coins:hash"
+            )
         if SUFFIXES[kind] in out or not arg:
             raise ValueError(usage)
         try:
@@ -101,7 +108,8 @@ def make(spec: str, num_nodes: int, seed: int = 0) -> Topology:
     use ``seed``; ``od_equidyn`` / ``ou_equidyn`` take an optional eta in (0, 1] (default 0.5);
     ``spanning_tree:SPEC`` is the BFS tree (root 0) of the graph SPEC. A
     suffix ``+drop:P`` (link failures) and/or ``+nodedrop:Q`` (node failures) wraps the graph in
-    :func:`~jaxgossip.topology.with_failures` (e.g. ``"torus:4x4+drop:0.3"``, ``"ring+nodedrop:0.1"``).
+    :func:`~jaxgossip.topology.with_failures` (e.g. ``"torus:4x4+drop:0.3"``, ``"ring+nodedrop:0.1"``);
+    ``+coins:hash`` draws its coins by the cheaper hash (``with_failures(..., coins="hash")``).
     """
     if not isinstance(spec, str):
         raise TypeError(f"topology spec must be a string, got {spec!r}")
@@ -189,7 +197,7 @@ def check_spec(spec: str) -> None:
         raise TypeError(f"topology spec must be a string, got {spec!r}")
     base, *suffixes = spec.split("+")
     for kind, value in _failures(spec, suffixes).items():
-        if not 0.0 <= value < 1.0:
+        if kind != "coins" and not 0.0 <= value < 1.0:
             raise ValueError(f"topology spec {spec!r}: {kind}={value!r} must be a probability in [0, 1)")
     name, _, arg = base.partition(":")
     if name not in FAMILIES:

@@ -1,0 +1,144 @@
+"""``jax.random.uniform`` of a 1-D shape, bit for bit, as one fused elementwise program, and any
+of its elements on their own: the coins of the failures in :mod:`jaxgossip.topology.failures`;
+and :func:`hashed_coins`, cheaper coins of the same law from other bits, for those who opt in.
+
+On XLA:CPU ``jax.random.uniform`` lowers the threefry hash as a rolled loop of five steps, each a
+pass over arrays of the output's size, and a draw of 2^20 to 3 2^20 values costs 2.5x to 8x the
+same hash unrolled into one fused loop (measured, ``experiments/bench/failure_draws.py``).
+The unrolled hash here computes the same values: element i of ``uniform(key, (M,))`` is, with
+JAX's partitionable threefry (``jax_threefry_partitionable``, the default), the 2x32 threefry
+hash of the counter ``(0, i)`` under the key, its two words XOR-ed, its top 23 bits taken as the
+mantissa of a float in ``[1, 2)``, minus 1 (Salmon et al., *Parallel random numbers: as easy as
+1, 2, 3*, SC 2011).
+
+Because element i depends on i alone, :func:`uniform_at` draws any elements of that array where
+they are needed without drawing the rest. :func:`uniform` computes the whole array into memory
+(inside a conditional, which XLA does not fuse across): XLA:CPU would otherwise fuse the hash into
+each gather that reads the array and evaluate it once per read, element by element (a failed
+torus round at 2^20 took 3.7x longer so). Keys of another implementation, or the non-partitionable threefry,
+take ``jax.random.uniform`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "hashed_coins"]
+
+# Rotations of the 2x32 threefry rounds (Random123), four per step, alternating.
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+def fused_draw(key: Any) -> bool:
+    """Whether ``key`` (one typed PRNG key) is drawn here by the fused hash: a threefry key under
+    JAX's partitionable threefry; otherwise :func:`uniform` is ``jax.random.uniform``."""
+    if not jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+        return False
+    return str(jax.random.key_impl(key)) == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
+
+
+def _rotate(v: Any, r: int) -> Any:
+    return (v << np.uint32(r)) | (v >> np.uint32(32 - r))
+
+
+def _threefry(k1: Any, k2: Any, x1: Any) -> Any:
+    """``x0 XOR x1`` of the 20-round threefry 2x32 hash of the counters ``(0, x1)`` (uint32)."""
+    ks = (k1, k2, k1 ^ k2 ^ _PARITY)
+    x0 = jnp.broadcast_to(ks[0], jnp.shape(x1))
+    x1 = x1 + ks[1]
+    for step in range(5):
+        for r in _ROTATIONS[step % 2]:
+            x0 = x0 + x1
+            x1 = x0 ^ _rotate(x1, r)
+        x0 = x0 + ks[(step + 1) % 3]
+        x1 = x1 + ks[(step + 2) % 3] + np.uint32(step + 1)
+    return x0 ^ x1
+
+
+def _to_unit(bits: Any) -> Any:
+    """uint32 bits -> float32 in [0, 1): the top 23 bits as the mantissa of [1, 2), minus 1."""
+    return lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - np.float32(1)
+
+
+def uniform_at(key: Any, counters: Any, num: int) -> Any:
+    """Elements ``counters`` of ``jax.random.uniform(key, (num,))``, bit for bit.
+
+    Args:
+      key: one PRNG key.
+      counters: integer array of any shape, values in ``[0, num)``, num below 2^32.
+      num: M, the length of the array the elements are taken from.
+
+    Returns:
+      float32 array of the shape of ``counters``.
+    """
+    if not fused_draw(key):
+        return jax.random.uniform(key, (num,))[counters]
+    k1, k2 = (jax.random.key_data(key)[..., i] for i in range(2))
+    return _to_unit(_threefry(k1, k2, jnp.asarray(counters).astype(jnp.uint32)))
+
+
+def uniform(key: Any, num: int) -> Any:
+    """``jax.random.uniform(key, (num,))`` (float32 [M], M = ``num``), bit for bit, in memory."""
+    return _in_memory(
+        key, lambda: uniform_at(key, lax.iota(jnp.uint32, num), num), lambda: jax.random.uniform(key, (num,))
+    )
+
+
+def coins(key: Any, num: int, p: Any) -> Any:
+    """``jax.random.uniform(key, (num,)) >= p`` (bool [M]: each up with probability 1 - p), bit for
+    bit, in memory (one byte a coin for the gathers that read them)."""
+    return _in_memory(
+        key,
+        lambda: uniform_at(key, lax.iota(jnp.uint32, num), num) >= p,
+        lambda: jax.random.uniform(key, (num,)) >= p,
+    )
+
+
+def _in_memory(key: Any, fused: Any, plain: Any) -> Any:
+    """``fused()`` computed into a buffer for a key :func:`fused_draw` takes, else ``plain()``."""
+    if not fused_draw(key):
+        return plain()
+    return _buffered(jax.random.key_data(key)[..., 0], fused)
+
+
+def _buffered(word: Any, compute: Any) -> Any:
+    """``compute()`` inside a conditional on the uint32 scalar ``word``, which XLA neither fuses
+    into the conditional's consumers nor removes: its output is a buffer that they read."""
+    # Always true (a float is equal to itself or NaN), but not known to XLA; the branches agree.
+    witness = lax.bitcast_convert_type(word, jnp.float32)
+    return lax.cond((witness == witness) | (witness != witness), compute, compute)
+
+
+def _mix32(h: Any) -> Any:
+    """murmur3's 32-bit finaliser, a bijection of uint32 that spreads every input bit."""
+    h = (h ^ (h >> np.uint32(16))) * np.uint32(0x85EBCA6B)
+    h = (h ^ (h >> np.uint32(13))) * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def hashed_coins(key: Any, num: int, p: Any) -> Any:
+    """Coins up with probability 1 - p, bool [M] (M = ``num``), from a cheap keyed hash instead of
+    threefry: not ``jax.random``'s bits, about half the cost of :func:`coins` per coin on XLA:CPU
+    (``with_failures(..., coins="hash")``).
+
+    Coin i is up iff ``u_i >= p``, ``u_i`` the top 23 bits of ``h_i`` as a float in [0, 1), with
+
+    .. math::  h_i = \\mathrm{fmix}(\\mathrm{fmix}((i \\phi) \\oplus a) \\oplus b)
+
+    fmix murmur3's finaliser, phi the golden-ratio constant 0x9E3779B9 and (a, b) two words drawn
+    from ``key`` by ``jax.random.bits``: a new pair every round, and i -> h_i a bijection of the
+    32-bit counters for each pair (no two coins of a round share their hash).
+    """
+    a, b = jax.random.bits(key, (2,), jnp.uint32)
+
+    def compute():
+        h = _mix32(_mix32(lax.iota(jnp.uint32, num) * np.uint32(0x9E3779B9) ^ a) ^ b)
+        return _to_unit(h) >= p
+
+    return _buffered(a, compute)
