@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import check_int
+from jaxgossip.topology import coins
 from jaxgossip.topology.feistel import feistel_matching
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import choose_kernel
@@ -209,7 +210,7 @@ class _OutSampler:
         # Floyd: for j = m - s, ..., m - 1 (m = N - 1 candidates) draw r in [0, j]; take j if r is
         # already chosen. Each s-subset of the m candidates is equally likely.
         for step, j in enumerate(range(n - 1 - s, n - 1)):
-            r = jax.random.randint(keys[step], (n,), 0, j + 1, dtype=jnp.int32)
+            r = coins.randint(keys[step], n, 0, j + 1)  # jax.random.randint, bit for bit
             if chosen:
                 dup = jnp.any(jnp.stack(chosen, axis=1) == r[:, None], axis=1)
                 r = jnp.where(dup, j, r)
