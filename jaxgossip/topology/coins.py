@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "randint", "hashed_coins"]
+__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "folded_uniform", "randint", "hashed_coins"]
 
 # Rotations of the 2x32 threefry rounds (Random123), four per step, alternating.
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -108,6 +108,35 @@ def coins(key: Any, num: int, p: Any) -> Any:
         lambda: uniform_at(key, lax.iota(jnp.uint32, num), num) >= p,
         lambda: jax.random.uniform(key, (num,)) >= p,
     )
+
+
+def folded_uniform(key: Any, data: Any) -> Any:
+    """``jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)``, bit for bit,
+    in memory: one uniform per datum, a function of the datum alone (the coin of an undirected
+    pair drawn from its code, the same from both ends).
+
+    ``fold_in(key, d)`` is the key of both words of the hash of the counter ``(0, uint32(d))``,
+    and a uniform of shape () under it is :func:`uniform`'s element 0: two hashes per datum, here
+    one fused elementwise program. Keys :func:`fused_draw` refuses take ``jax.random`` itself.
+
+    Args:
+      key: one PRNG key.
+      data: integer array [M] (int32 wraps to uint32, as ``fold_in`` converts it).
+
+    Returns:
+      float32 array [M].
+    """
+
+    def plain():
+        return jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)
+
+    def fused():
+        k = jax.random.key_data(key)
+        d = jnp.asarray(data).astype(jnp.uint32)
+        zero = jnp.zeros(d.shape, jnp.uint32)
+        return _to_unit(_threefry(*_threefry2(k[..., 0], k[..., 1], zero, d), zero))
+
+    return _in_memory(key, fused, plain)
 
 
 def randint(key: Any, num: int, minval: Any, maxval: Any) -> Any:
