@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "folded_uniform", "randint", "hashed_coins"]
+__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "folded_uniform", "randint", "hashed_coins", "buffered"]
 
 # Rotations of the 2x32 threefry rounds (Random123), four per step, alternating.
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -190,19 +190,21 @@ def randint(key: Any, num: int, minval: Any, maxval: Any) -> Any:
     # The bits go to memory and the remainders run in a pass of their own: fused with the hash,
     # the integer divisions keep XLA:CPU from vectorizing the whole loop (measured 1.3x slower for
     # a constant span, 2.2x for a traced one).
-    return reduce(*_buffered(data[..., 0], bits))
+    return reduce(*buffered(data[..., 0], bits))
 
 
 def _in_memory(key: Any, fused: Any, plain: Any) -> Any:
     """``fused()`` computed into a buffer for a key :func:`fused_draw` takes, else ``plain()``."""
     if not fused_draw(key):
         return plain()
-    return _buffered(jax.random.key_data(key)[..., 0], fused)
+    return buffered(jax.random.key_data(key)[..., 0], fused)
 
 
-def _buffered(word: Any, compute: Any) -> Any:
-    """``compute()`` inside a conditional on the uint32 scalar ``word``, which XLA neither fuses
-    into the conditional's consumers nor removes: its output is a buffer that they read."""
+def buffered(word: Any, compute: Any) -> Any:
+    """``compute()`` computed into memory: inside a conditional on the uint32 scalar ``word`` (a
+    value XLA does not know at compile time, e.g. a word of the round's key), which XLA neither
+    fuses into the conditional's consumers nor removes, so its output is a buffer that they read
+    instead of an elementwise program they each evaluate again per element they read."""
     # Always true (a float is equal to itself or NaN), but not known to XLA; the branches agree.
     witness = lax.bitcast_convert_type(word, jnp.float32)
     return lax.cond((witness == witness) | (witness != witness), compute, compute)
@@ -234,4 +236,4 @@ def hashed_coins(key: Any, num: int, p: Any) -> Any:
         h = _mix32(_mix32(lax.iota(jnp.uint32, num) * np.uint32(0x9E3779B9) ^ a) ^ b)
         return _to_unit(h) >= p
 
-    return _buffered(a, compute)
+    return buffered(a, compute)

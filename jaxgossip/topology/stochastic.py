@@ -91,7 +91,10 @@ class _MatchingSampler:
         del t, draw_args
         n = self.n
         if self.method == "feistel":
-            partner = feistel_matching(key, n)
+            # In memory: the round's tables interleave the partner with the nodes, and XLA:CPU
+            # would evaluate the Feistel hash in each of them per element, unvectorized (a failed
+            # round at 2^20 took 3.9x longer so).
+            partner = coins.buffered(jax.random.key_data(key)[..., 0], lambda: feistel_matching(key, n))
         else:
             perm = jax.random.permutation(key, n)
             half = n // 2
