@@ -55,6 +55,12 @@ def test_fused_randint_under_vmap_and_other_keys():
         np.testing.assert_array_equal(
             np.asarray(coins.randint(key, 9, 0, 5)), np.asarray(jax.random.randint(key, (9,), 0, 5, dtype=jnp.int32))
         )
+    with jax.threefry_partitionable(False):
+        key = jax.random.key(1)
+        assert not coins.fused_draw(key)
+        np.testing.assert_array_equal(
+            np.asarray(coins.randint(key, 9, 0, 5)), np.asarray(jax.random.randint(key, (9,), 0, 5, dtype=jnp.int32))
+        )
 
 
 def _floyd_targets(key, n, s):
