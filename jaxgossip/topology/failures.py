@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxgossip.checks import any_traced, is_concrete
 from jaxgossip.topology.coins import coins as draw_coins
-from jaxgossip.topology.coins import hashed_coins
+from jaxgossip.topology.coins import folded_uniform, hashed_coins
 from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import slot_edges
@@ -191,8 +191,7 @@ class _FailureSampler:
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
             codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
-            draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
-            edge_up = draw_code(codes) >= link_drop
+            edge_up = folded_uniform(key_link, codes) >= link_drop
         else:
             edge_up = flip(key_link, senders.shape[0], link_drop)
         up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]

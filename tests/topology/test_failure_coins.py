@@ -48,6 +48,26 @@ def test_fused_uniform_under_vmap_and_other_keys():
         np.testing.assert_array_equal(_bits(coins.uniform(key, 9)), _bits(jax.random.uniform(key, (9,))))
 
 
+def test_folded_uniform_is_jax_fold_in_uniform_bitwise():
+    # Pair codes min * N + max, int32, wrapping past 2^31 as they do at large N.
+    data = jnp.array([0, 1, 7, 2**20 + 3, 2**31 - 1, -1, -(2**31), 123456789], jnp.int32)
+
+    def plain(key, d):
+        return jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key, c)))(d)
+
+    keys = [jax.random.fold_in(jax.random.key(seed), 3) for seed in range(3)]
+    for key in keys:
+        assert coins.fused_draw(key)
+        np.testing.assert_array_equal(_bits(jax.jit(coins.folded_uniform)(key, data)), _bits(plain(key, data)))
+    stacked = jnp.stack(keys)
+    np.testing.assert_array_equal(
+        _bits(jax.vmap(coins.folded_uniform, in_axes=(0, None))(stacked, data)),
+        _bits(jax.vmap(plain, in_axes=(0, None))(stacked, data)),
+    )
+    rbg = jax.random.key(1, impl="rbg")
+    np.testing.assert_array_equal(_bits(coins.folded_uniform(rbg, data)), _bits(plain(rbg, data)))
+
+
 GRAPHS = {
     "ring": lambda: T.make("ring+drop:0.3", 64),
     "ring_nodes": lambda: T.make("ring+drop:0.3+nodedrop:0.2", 64),
