@@ -110,31 +110,42 @@ def coins(key: Any, num: int, p: Any) -> Any:
     )
 
 
-def folded_uniform(key: Any, data: Any) -> Any:
+def folded_uniform(key: Any, data: Any, second: Any = None) -> Any:
     """``jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)``, bit for bit,
     in memory: one uniform per datum, a function of the datum alone (the coin of an undirected
-    pair drawn from its code, the same from both ends).
+    pair drawn from its code, the same from both ends). With ``second``, the key is folded twice,
+    ``fold_in(fold_in(key, data[m]), second[m])`` (a pair of nodes as two data, where one code
+    ``a N + b`` would not fit 32 bits).
 
     ``fold_in(key, d)`` is the key of both words of the hash of the counter ``(0, uint32(d))``,
-    and a uniform of shape () under it is :func:`uniform`'s element 0: two hashes per datum, here
-    one fused elementwise program. Keys :func:`fused_draw` refuses take ``jax.random`` itself.
+    and a uniform of shape () under it is :func:`uniform`'s element 0: two hashes per datum (three
+    with ``second``), here one fused elementwise program. Keys :func:`fused_draw` refuses take
+    ``jax.random`` itself.
 
     Args:
       key: one PRNG key.
       data: integer array [M] (int32 wraps to uint32, as ``fold_in`` converts it).
+      second: None, or an integer array [M].
 
     Returns:
       float32 array [M].
     """
 
     def plain():
-        return jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)
+        if second is None:
+            return jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)
+        return jax.vmap(lambda d, e: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, d), e)))(
+            data, second
+        )
 
     def fused():
         k = jax.random.key_data(key)
         d = jnp.asarray(data).astype(jnp.uint32)
         zero = jnp.zeros(d.shape, jnp.uint32)
-        return _to_unit(_threefry(*_threefry2(k[..., 0], k[..., 1], zero, d), zero))
+        k1, k2 = _threefry2(k[..., 0], k[..., 1], zero, d)
+        if second is not None:
+            k1, k2 = _threefry2(k1, k2, zero, jnp.asarray(second).astype(jnp.uint32))
+        return _to_unit(_threefry(k1, k2, zero))
 
     return _in_memory(key, fused, plain)
 
