@@ -1,6 +1,8 @@
 """``jax.random.uniform`` of a 1-D shape, bit for bit, as one fused elementwise program, and any
 of its elements on their own: the coins of the failures in :mod:`jaxgossip.topology.failures`;
-and :func:`hashed_coins`, cheaper coins of the same law from other bits, for those who opt in.
+``jax.random.randint`` of a 1-D int32 shape, bit for bit (:func:`randint`): the out-neighbours of
+:func:`jaxgossip.topology.random_out`; and :func:`hashed_coins`, cheaper coins of the same law
+from other bits, for those who opt in.
 
 On XLA:CPU ``jax.random.uniform`` lowers the threefry hash as a rolled loop of five steps, each a
 pass over arrays of the output's size, and a draw of 2^20 to 3 2^20 values costs 2.5x to 8x the
@@ -15,8 +17,8 @@ Because element i depends on i alone, :func:`uniform_at` draws any elements of t
 they are needed without drawing the rest. :func:`uniform` computes the whole array into memory
 (inside a conditional, which XLA does not fuse across): XLA:CPU would otherwise fuse the hash into
 each gather that reads the array and evaluate it once per read, element by element (a failed
-torus round at 2^20 took 3.7x longer so). Keys of another implementation, or the non-partitionable threefry,
-take ``jax.random.uniform`` itself.
+torus round at 2^20 took 3.7x longer so). Keys of another implementation, or the
+non-partitionable threefry, take ``jax.random.uniform`` (``jax.random.randint``) itself.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "hashed_coins"]
+__all__ = ["fused_draw", "uniform", "uniform_at", "coins", "folded_uniform", "randint", "hashed_coins", "buffered"]
 
 # Rotations of the 2x32 threefry rounds (Random123), four per step, alternating.
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -47,10 +49,11 @@ def _rotate(v: Any, r: int) -> Any:
     return (v << np.uint32(r)) | (v >> np.uint32(32 - r))
 
 
-def _threefry(k1: Any, k2: Any, x1: Any) -> Any:
-    """``x0 XOR x1`` of the 20-round threefry 2x32 hash of the counters ``(0, x1)`` (uint32)."""
+def _threefry2(k1: Any, k2: Any, x0: Any, x1: Any) -> tuple[Any, Any]:
+    """The 20-round threefry 2x32 hash of the counters ``(x0, x1)`` under the key ``(k1, k2)``,
+    both words (uint32, broadcast shapes)."""
     ks = (k1, k2, k1 ^ k2 ^ _PARITY)
-    x0 = jnp.broadcast_to(ks[0], jnp.shape(x1))
+    x0 = x0 + ks[0]
     x1 = x1 + ks[1]
     for step in range(5):
         for r in _ROTATIONS[step % 2]:
@@ -58,6 +61,13 @@ def _threefry(k1: Any, k2: Any, x1: Any) -> Any:
             x1 = x0 ^ _rotate(x1, r)
         x0 = x0 + ks[(step + 1) % 3]
         x1 = x1 + ks[(step + 2) % 3] + np.uint32(step + 1)
+    return x0, x1
+
+
+def _threefry(k1: Any, k2: Any, x1: Any) -> Any:
+    """``x0 XOR x1`` of the 20-round threefry 2x32 hash of the counters ``(0, x1)`` (uint32): the
+    32 random bits of element x1 (partitionable threefry)."""
+    x0, x1 = _threefry2(k1, k2, jnp.zeros(jnp.shape(x1), jnp.uint32), x1)
     return x0 ^ x1
 
 
@@ -100,16 +110,112 @@ def coins(key: Any, num: int, p: Any) -> Any:
     )
 
 
+def folded_uniform(key: Any, data: Any, second: Any = None) -> Any:
+    """``jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)``, bit for bit,
+    in memory: one uniform per datum, a function of the datum alone (the coin of an undirected
+    pair drawn from its code, the same from both ends). With ``second``, the key is folded twice,
+    ``fold_in(fold_in(key, data[m]), second[m])`` (a pair of nodes as two data, where one code
+    ``a N + b`` would not fit 32 bits).
+
+    ``fold_in(key, d)`` is the key of both words of the hash of the counter ``(0, uint32(d))``,
+    and a uniform of shape () under it is :func:`uniform`'s element 0: two hashes per datum (three
+    with ``second``), here one fused elementwise program. Keys :func:`fused_draw` refuses take
+    ``jax.random`` itself.
+
+    Args:
+      key: one PRNG key.
+      data: integer array [M] (int32 wraps to uint32, as ``fold_in`` converts it).
+      second: None, or an integer array [M].
+
+    Returns:
+      float32 array [M].
+    """
+
+    def plain():
+        if second is None:
+            return jax.vmap(lambda d: jax.random.uniform(jax.random.fold_in(key, d)))(data)
+        return jax.vmap(lambda d, e: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, d), e)))(
+            data, second
+        )
+
+    def fused():
+        k = jax.random.key_data(key)
+        d = jnp.asarray(data).astype(jnp.uint32)
+        zero = jnp.zeros(d.shape, jnp.uint32)
+        k1, k2 = _threefry2(k[..., 0], k[..., 1], zero, d)
+        if second is not None:
+            k1, k2 = _threefry2(k1, k2, zero, jnp.asarray(second).astype(jnp.uint32))
+        return _to_unit(_threefry(k1, k2, zero))
+
+    return _in_memory(key, fused, plain)
+
+
+def randint(key: Any, num: int, minval: Any, maxval: Any) -> Any:
+    """``jax.random.randint(key, (num,), minval, maxval, dtype=jnp.int32)`` (int32 [M],
+    M = ``num``), bit for bit, in memory.
+
+    JAX's rule, for int32 bounds: the key is split in two, ``(a, b) = split(key)`` (key i of a
+    split is both words of the hash of the counter ``(0, i)``), element i takes the 32-bit draws
+    ``h_i`` under a and ``l_i`` under b (element i of :func:`jax.random.bits`, as in
+    :func:`uniform`), and with the span ``S = uint32(maxval - minval)`` (1 if ``maxval <= minval``)
+    and ``c = (2^16 mod S)^2 mod S`` (uint32 arithmetic, wrapping mod 2^32 as JAX's does)
+
+    .. math::  r_i = \\mathrm{minval} + \\big(((h_i \\bmod S)\\, c + l_i \\bmod S) \\bmod S\\big)
+
+    Here both draws are one fused elementwise program, computed into memory, and the remainders
+    a second elementwise pass (a division by a constant when the bounds are). Raw uint32 keys are
+    taken as keys of the default implementation, as ``jax.random.randint`` takes them; keys
+    :func:`fused_draw` refuses, and bounds that are not int32 scalars (Python ints in range,
+    int32 arrays of shape ()), take ``jax.random.randint`` itself.
+
+    Args:
+      key: one PRNG key, typed or raw.
+      num: M, the number of draws.
+      minval, maxval: int32 scalars (Python ints or traced), the range ``[minval, maxval)``.
+
+    Returns:
+      int32 array [M].
+    """
+    if not jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    lo, hi = jnp.asarray(minval), jnp.asarray(maxval)
+    if not fused_draw(key) or any(v.dtype != jnp.int32 or v.ndim for v in (lo, hi)):
+        return jax.random.randint(key, (num,), minval, maxval, dtype=jnp.int32)
+
+    data = jax.random.key_data(key)
+
+    def bits():
+        # split(key): key j is both words of the hash of the counter (0, j).
+        a = _threefry2(data[..., 0], data[..., 1], np.uint32(0), np.uint32(0))
+        b = _threefry2(data[..., 0], data[..., 1], np.uint32(0), np.uint32(1))
+        i = lax.iota(jnp.uint32, num)
+        return _threefry(*a, i), _threefry(*b, i)
+
+    def reduce(high, low):
+        span = jnp.where(hi <= lo, np.uint32(1), lax.convert_element_type(hi - lo, jnp.uint32))
+        c = lax.rem(np.uint32(1 << 16), span)
+        c = lax.rem(c * c, span)
+        offset = lax.rem(lax.rem(high, span) * c + lax.rem(low, span), span)
+        return lo + lax.convert_element_type(offset, jnp.int32)
+
+    # The bits go to memory and the remainders run in a pass of their own: fused with the hash,
+    # the integer divisions keep XLA:CPU from vectorizing the whole loop (measured 1.3x slower for
+    # a constant span, 2.2x for a traced one).
+    return reduce(*buffered(data[..., 0], bits))
+
+
 def _in_memory(key: Any, fused: Any, plain: Any) -> Any:
     """``fused()`` computed into a buffer for a key :func:`fused_draw` takes, else ``plain()``."""
     if not fused_draw(key):
         return plain()
-    return _buffered(jax.random.key_data(key)[..., 0], fused)
+    return buffered(jax.random.key_data(key)[..., 0], fused)
 
 
-def _buffered(word: Any, compute: Any) -> Any:
-    """``compute()`` inside a conditional on the uint32 scalar ``word``, which XLA neither fuses
-    into the conditional's consumers nor removes: its output is a buffer that they read."""
+def buffered(word: Any, compute: Any) -> Any:
+    """``compute()`` computed into memory: inside a conditional on the uint32 scalar ``word`` (a
+    value XLA does not know at compile time, e.g. a word of the round's key), which XLA neither
+    fuses into the conditional's consumers nor removes, so its output is a buffer that they read
+    instead of an elementwise program they each evaluate again per element they read."""
     # Always true (a float is equal to itself or NaN), but not known to XLA; the branches agree.
     witness = lax.bitcast_convert_type(word, jnp.float32)
     return lax.cond((witness == witness) | (witness != witness), compute, compute)
@@ -141,4 +247,4 @@ def hashed_coins(key: Any, num: int, p: Any) -> Any:
         h = _mix32(_mix32(lax.iota(jnp.uint32, num) * np.uint32(0x9E3779B9) ^ a) ^ b)
         return _to_unit(h) >= p
 
-    return _buffered(a, compute)
+    return buffered(a, compute)

@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxgossip.checks import any_traced, is_concrete
 from jaxgossip.topology.coins import coins as draw_coins
-from jaxgossip.topology.coins import hashed_coins
+from jaxgossip.topology.coins import folded_uniform, hashed_coins
 from jaxgossip.topology.edges import is_canonical
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import slot_edges
@@ -30,6 +30,9 @@ __all__ = ["with_failures", "with_availability"]
 
 
 # ---- failures ------------------------------------------------------------------------------------
+
+# Up to N^2 = this, the pair code ``min * N + max`` of a drawn undirected edge fits int32 (N <= 46,340).
+_CODE_LIMIT = 2**31 - 1
 
 
 def _known_zero(probability: Any) -> bool:
@@ -78,7 +81,8 @@ class _FailureSampler:
     Fixed base: ``unit[t, e]`` is the coin an edge uses (its undirected pair for
     ``repair="symmetric"``, its own slot e for ``repair="sender"``), one uniform draw of
     ``num_units`` per round. Stochastic base: a symmetric edge's coin is drawn from its pair code
-    ``min * N + max`` (both directions agree), a directed edge's from its slot. ``slot_edge[t, i, k]``
+    ``min * N + max`` (both directions agree; above N = 46,340, where that code would wrap in int32,
+    from ``min`` and ``max`` folded into the key in turn), a directed edge's from its slot. ``slot_edge[t, i, k]``
     is the edge behind slot k of node i (slot layout only). See :func:`with_failures`.
 
     ``slot_unit[t, i, k]`` (fixed symmetric base on the slot layout) is the coin of the edge in
@@ -190,9 +194,12 @@ class _FailureSampler:
             coins = flip(key_link, self.num_units, link_drop)
             edge_up = coins[row(self.unit, jnp.int32)]
         elif self.repair == "symmetric":
-            codes = jnp.minimum(senders, receivers) * n + jnp.maximum(senders, receivers)
-            draw_code = jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key_link, c)))
-            edge_up = draw_code(codes) >= link_drop
+            low, high = jnp.minimum(senders, receivers), jnp.maximum(senders, receivers)
+            if n * n <= _CODE_LIMIT:
+                edge_up = folded_uniform(key_link, low * n + high) >= link_drop
+            else:
+                # The code a N + b would wrap in int32 (and two pairs share a coin): fold both.
+                edge_up = folded_uniform(key_link, low, high) >= link_drop
         else:
             edge_up = flip(key_link, senders.shape[0], link_drop)
         up = edge_up if all_alive else edge_up & alive[senders] & alive[receivers]

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import check_int
+from jaxgossip.topology import coins
 from jaxgossip.topology.feistel import feistel_matching
 from jaxgossip.topology.graph import GraphRound, Topology
 from jaxgossip.topology.layout import choose_kernel
@@ -90,7 +91,10 @@ class _MatchingSampler:
         del t, draw_args
         n = self.n
         if self.method == "feistel":
-            partner = feistel_matching(key, n)
+            # In memory: the round's tables interleave the partner with the nodes, and XLA:CPU
+            # would evaluate the Feistel hash in each of them per element, unvectorized (a failed
+            # round at 2^20 took 3.9x longer so).
+            partner = coins.buffered(jax.random.key_data(key)[..., 0], lambda: feistel_matching(key, n))
         else:
             perm = jax.random.permutation(key, n)
             half = n // 2
@@ -204,18 +208,24 @@ class _OutSampler:
     def draw(self, key, t, draw_args=None):
         del t, draw_args
         n, s = self.n, self.s
-        chosen = []
         keys = jax.random.split(key, s)
-        # Floyd: for j = m - s, ..., m - 1 (m = N - 1 candidates) draw r in [0, j]; take j if r is
-        # already chosen. Each s-subset of the m candidates is equally likely.
-        for step, j in enumerate(range(n - 1 - s, n - 1)):
-            r = jax.random.randint(keys[step], (n,), 0, j + 1, dtype=jnp.int32)
-            if chosen:
-                dup = jnp.any(jnp.stack(chosen, axis=1) == r[:, None], axis=1)
-                r = jnp.where(dup, j, r)
-            chosen.append(r)
         nodes = jnp.arange(n, dtype=jnp.int32)
-        targets = (nodes[:, None] + 1 + jnp.stack(chosen, axis=1)) % n  # [N, s]
+
+        def floyd():
+            chosen = []
+            # Floyd: for j = m - s, ..., m - 1 (m = N - 1 candidates) draw r in [0, j]; take j if r is
+            # already chosen. Each s-subset of the m candidates is equally likely.
+            for step, j in enumerate(range(n - 1 - s, n - 1)):
+                r = coins.randint(keys[step], n, 0, j + 1)  # jax.random.randint, bit for bit
+                if chosen:
+                    dup = jnp.any(jnp.stack(chosen, axis=1) == r[:, None], axis=1)
+                    r = jnp.where(dup, j, r)
+                chosen.append(r)
+            return (nodes[:, None] + 1 + jnp.stack(chosen, axis=1)) % n  # [N, s]
+
+        # In memory: the receivers interleave the s targets of each node, and XLA:CPU would
+        # evaluate the remainders and duplicate checks per element of that table, unvectorized.
+        targets = coins.buffered(jax.random.key_data(key)[..., 0], floyd)
         tables = {
             "senders": jnp.concatenate([nodes, jnp.repeat(nodes, s)]),
             "receivers": jnp.concatenate([nodes, targets.reshape(-1)]),

@@ -48,6 +48,26 @@ def test_fused_uniform_under_vmap_and_other_keys():
         np.testing.assert_array_equal(_bits(coins.uniform(key, 9)), _bits(jax.random.uniform(key, (9,))))
 
 
+def test_folded_uniform_is_jax_fold_in_uniform_bitwise():
+    # Pair codes min * N + max, int32, wrapping past 2^31 as they do at large N.
+    data = jnp.array([0, 1, 7, 2**20 + 3, 2**31 - 1, -1, -(2**31), 123456789], jnp.int32)
+
+    def plain(key, d):
+        return jax.vmap(lambda c: jax.random.uniform(jax.random.fold_in(key, c)))(d)
+
+    keys = [jax.random.fold_in(jax.random.key(seed), 3) for seed in range(3)]
+    for key in keys:
+        assert coins.fused_draw(key)
+        np.testing.assert_array_equal(_bits(jax.jit(coins.folded_uniform)(key, data)), _bits(plain(key, data)))
+    stacked = jnp.stack(keys)
+    np.testing.assert_array_equal(
+        _bits(jax.vmap(coins.folded_uniform, in_axes=(0, None))(stacked, data)),
+        _bits(jax.vmap(plain, in_axes=(0, None))(stacked, data)),
+    )
+    rbg = jax.random.key(1, impl="rbg")
+    np.testing.assert_array_equal(_bits(coins.folded_uniform(rbg, data)), _bits(plain(rbg, data)))
+
+
 GRAPHS = {
     "ring": lambda: T.make("ring+drop:0.3", 64),
     "ring_nodes": lambda: T.make("ring+drop:0.3+nodedrop:0.2", 64),
@@ -191,3 +211,29 @@ def test_failed_round_of_more_than_16_slots_mixes_by_its_edges():
     expected = np.zeros(x.shape)
     np.add.at(expected, r, w[:, None] * np.asarray(x)[s])
     np.testing.assert_allclose(np.asarray(mixed), expected, atol=1e-5)
+
+
+def test_pairs_of_a_drawn_graph_beyond_46340_nodes_get_their_own_coins():
+    """Above N = 46,340 the code ``min N + max`` of an undirected pair would wrap in int32 (two
+    pairs could share a coin): the coin then comes from min and max folded in turn, bit for bit the
+    vmapped ``fold_in`` draw, and distinct pairs whose wrapped codes collide draw independently."""
+    from jaxgossip.topology import coins
+
+    key = jax.random.key(3)
+    n = 2**20
+    low = jnp.asarray([1, 5, 2**19, 7], jnp.int32)
+    high = jnp.asarray([2**20 - 1, 9, 2**19 + 1, 4096 + 7], jnp.int32)
+    want = jax.vmap(lambda a, b: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, a), b)))(low, high)
+    got = coins.folded_uniform(key, low, high)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda: coins.folded_uniform(key, low, high))()), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # (0, 5000) and (4096, 5000) have the same int32 code a N + b at N = 2^20 (4096 N = 2^32).
+    codes = (np.array([0, 4096], np.int64) * n + 5000).astype(np.int32)
+    assert codes[0] == codes[1]
+    pairs = coins.folded_uniform(key, jnp.asarray([0, 4096]), jnp.asarray([5000, 5000]))
+    assert float(pairs[0]) != float(pairs[1])
+    topo = T.with_failures(T.random_matching(n), 0.5)
+    round_ = topo.draw(jax.random.key(0), 0).graph
+    s, r, w = (np.asarray(v[0]) for v in (round_.senders, round_.receivers, round_.weights))
+    kept = (s != r) & (w != 0)
+    assert 0.45 < kept.sum() / (s != r).sum() < 0.55  # each pair kept with probability 1 - p
