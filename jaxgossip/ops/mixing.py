@@ -153,10 +153,13 @@ def _mix_slots(topology: Topology, leaf: Array, idx: Any, plan: _TracedPlan | No
         return _slot_round(nbr[idx], w, x).astype(leaf.dtype)
     if isinstance(nbr, np.ndarray) and isinstance(slot_w, np.ndarray):
         plan = _traced_plan(nbr, slot_w) if plan is None else plan
-        if plan.branches:
+        if plan.branches and x.size <= _MAX_SWITCH_ROW * x.shape[0]:
             # Every round moves x by shifts and group rotations only (a Base-(k+1) round rotates
             # groups of a different stride each round): one static round per branch, no table
-            # read, and the same program as the round mixed on its own.
+            # read, and the same program as the round mixed on its own. Only for narrow rows: the
+            # branch's output is one more copy of x, which for wide rows costs more than the
+            # tables' reads it saves (measured at N = 2^20: 3.2x faster at D = 1, 1.3x slower at
+            # D = 64).
             rounds = [
                 functools.partial(_slot_round, nbr[t], slot_w[t] if cast is None else slot_w[t].astype(cast))
                 for t in range(nbr.shape[0])
@@ -238,9 +241,10 @@ def _traced_weight(uniform: np.ndarray | None, w: Any, idx: Any, k: int, acc: An
     return per_node(jnp.asarray(w[:, k], acc), x)
 
 
-# Up to this many rounds a traced round of gather-free host tables switches between the static
-# rounds (one compiled branch per round).
+# Up to this many rounds, and this many values per node, a traced round of gather-free host
+# tables switches between the static rounds (one compiled branch per round).
 _MAX_BRANCHES = 64
+_MAX_SWITCH_ROW = 2
 
 
 class _TracedPlan(NamedTuple):
