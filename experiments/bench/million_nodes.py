@@ -123,8 +123,8 @@ def _width_period(spec: str, n: int) -> tuple[int, int]:
     }.get(spec, (3, 1))
 
 
-# Host bytes per edge of a build at its peak, measured on the CPU (tracemalloc, N = 2^18 .. 2^24:
-# 33 to 82 bytes per edge across the fixed families); taken with a margin.
+# Host bytes per edge of a build at its peak, measured on the CPU (tracemalloc and peak RSS,
+# N = 2^20 .. 2^24: 28 to 40 bytes per edge across the fixed families); taken with a margin.
 HOST_BYTES_PER_EDGE = 120
 
 
