@@ -105,3 +105,21 @@ def linen_sgd_step(fns, opt):
         return optax.apply_updates(p, upd), new_bs, o, loss
 
     return step
+
+
+def per_round(fn, x, rounds: int, reps: int) -> tuple[float, float]:
+    """(wall, cpu) seconds per round of the jitted loop ``fn`` of ``rounds`` rounds on x: medians
+    of ``reps`` calls after one warm-up; cpu is ``time.process_time`` (all threads)."""
+    jax.block_until_ready(fn(x))
+    walls, cpus = [], []
+    for _ in range(reps):
+        wall, cpu = time.perf_counter(), time.process_time()
+        jax.block_until_ready(fn(x))
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls) / rounds, statistics.median(cpus) / rounds
+
+
+def round_loop(body, rounds: int):
+    """``x -> lax.fori_loop(0, rounds, body, x)``, jitted."""
+    return jax.jit(lambda x: jax.lax.fori_loop(0, rounds, body, x))

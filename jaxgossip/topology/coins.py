@@ -6,7 +6,7 @@ from other bits, for those who opt in.
 
 On XLA:CPU ``jax.random.uniform`` lowers the threefry hash as a rolled loop of five steps, each a
 pass over arrays of the output's size, and a draw of 2^20 to 3 2^20 values costs 2.5x to 8x the
-same hash unrolled into one fused loop (measured, ``experiments/bench/failure_draws.py``).
+same hash unrolled into one fused loop (measured, ``experiments/bench/stochastic_draws.py``).
 The unrolled hash here computes the same values: element i of ``uniform(key, (M,))`` is, with
 JAX's partitionable threefry (``jax_threefry_partitionable``, the default), the 2x32 threefry
 hash of the counter ``(0, i)`` under the key, its two words XOR-ed, its top 23 bits taken as the
