@@ -163,3 +163,39 @@ def test_base_rounds_rotate_groups_and_equal_a_loop(spec, n, dim):
         bound = topo.max_slots * U * scale + 1e-30
         assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
         np.testing.assert_allclose(got.mean(0), x.astype(np.float64).mean(0), atol=1e-6)
+
+
+@pytest.mark.parametrize("dim", [1, 3])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: T.ring(64),
+        lambda: T.ring(1001),
+        lambda: T.directed_ring(100),
+        lambda: T.from_matrix(
+            np.roll(np.eye(40), 1, axis=1) * np.linspace(0.1, 0.5, 40)[:, None]
+            + np.roll(np.eye(40), -2, axis=1) * 0.2
+            + np.eye(40) * (0.8 - np.linspace(0.1, 0.5, 40))[:, None],
+            name="short shifts, per-node weights",
+        ),
+    ],
+)
+def test_short_shift_rounds_equal_a_loop(make, dim):
+    """A round of short shifts only (a ring) mixes the rows that do not wrap from slices of x and
+    the wrapped rows from a small copy: within ``K u sum |w x|`` of the float64 per-node loop (the
+    same terms in slot order; XLA may contract a product and its sum into one rounding), mean kept
+    where W is doubly stochastic, and a scan's rounds equal the round mixed on its own."""
+    topo = make()
+    n = topo.num_nodes
+    x = np.random.default_rng(2).standard_normal((n, dim)).astype(np.float32)
+    got = np.asarray(jax.jit(lambda v: jg.mix(topo, v))(x))
+    want, scale = loop_round(topo, x, 0)
+    bound = topo.max_slots * U * scale + 1e-30
+    assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
+    if topo.is_row_stochastic and topo.is_column_stochastic:
+        np.testing.assert_allclose(got.mean(0), x.astype(np.float64).mean(0), atol=1e-6)
+    looped = jax.jit(lambda v: jax.lax.fori_loop(0, 3, lambda t, v: jg.mix(topo, v, t), v))(x)
+    once = x
+    for _ in range(3):
+        once = jax.jit(lambda v: jg.mix(topo, v))(once)
+    np.testing.assert_allclose(np.asarray(looped), np.asarray(once), rtol=0, atol=1e-5)
