@@ -7,12 +7,8 @@ counter alike. The layout is chosen per graph from measurements on XLA:CPU (``ex
 :mod:`jaxgossip.topology.layout`):
 
 * ``"slots"`` (bounded degree): ``y = sum_k w[:, k] * x[nbr[:, k]]`` over the K in-neighbour slots
-  ``[T, N, K]``, unrolled over K (the degree, not the nodes). A slot column of static tables that
-  is a shift of the nodes reads a slice of x padded by its wrapped rows, one that rotates groups of
-  nodes (:func:`jaxgossip.topology.moves.group_roll`) rolls an axis of x, and beyond 16 slots a
-  hypercube's bit flips reverse one (or, for narrow rows, pick between two padded slices). With a
-  traced round (inside a scan), a column that is a shift in every round rolls by the round's
-  shift, and tables whose every round moves x so switch between the static rounds.
+  ``[T, N, K]``, unrolled over K (the degree, not the nodes), in :mod:`jaxgossip.ops.slots`
+  (slot columns that are shifts, group rotations or bit flips move x without a gather).
 * ``"dense"`` (dense graphs): ``y = W(t) @ x`` as one matmul at full float32 precision.
 * ``"segment"`` (irregular sparse graphs): gather over the edge list ``[T, E]``, weight,
   ``segment_sum``. A round of static tables with a few rows of more than 16 in-neighbours and
@@ -29,7 +25,7 @@ one-peer exponential graph with a traced round, the same speed for static rounds
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +33,10 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec
 
+from jaxgossip.ops.slots import acc_dtype, mix_slots, per_node, round_table, traced_plan
 from jaxgossip.topology import Topology, TopologyKey
-from jaxgossip.topology.layout import MAX_GATHER_SLOTS, hub_split
-from jaxgossip.topology.moves import GroupRoll, circulant_shift, circulant_shifts, flip_terms, group_roll
+from jaxgossip.topology.layout import hub_split
+from jaxgossip.topology.moves import circulant_shift, circulant_shifts
 from jaxgossip.types import Array, Params
 
 __all__ = [
@@ -111,27 +108,6 @@ def _round(period: int, t: Any):
     return jnp.asarray(t, dtype=jnp.int32) % period
 
 
-def _table(array: Any, idx: Any, dtype=None) -> Any:
-    """Round ``idx`` of a ``[T, ...]`` table: a NumPy slice when both are static, else traced."""
-    if isinstance(array, np.ndarray) and isinstance(idx, int):
-        return array[idx] if dtype is None else array[idx].astype(dtype)
-    table = jnp.asarray(array, dtype)
-    return table[idx]
-
-
-def _acc_dtype(dtype) -> Any:
-    # Low-precision leaves accumulate in float32 so that mixing many neighbours does not drift.
-    return jnp.promote_types(dtype, jnp.float32)
-
-
-def per_node(v: Array, leaf: Array, cast: bool = False) -> Array:
-    """``v`` with leading axes ``[N]`` (or ``[N, K]``) reshaped to broadcast against ``leaf``
-    ``[N, ...]``: one trailing axis of size 1 per axis of the leaf after the node axis; with
-    ``cast``, in the leaf's dtype (so that a product with the leaf stays in it)."""
-    v = jnp.reshape(v, jnp.shape(v) + (1,) * (jnp.ndim(leaf) - 1))
-    return v.astype(jnp.result_type(leaf)) if cast else v
-
-
 def where_nodes(mask: Array, new: Any, old: Any) -> Any:
     """``new`` for the nodes where ``mask`` ``[N]`` is true, ``old`` for the others (pytrees of
     leaves ``[N, ...]``), e.g. the online nodes' update and the offline nodes' unchanged state."""
@@ -141,228 +117,9 @@ def where_nodes(mask: Array, new: Any, old: Any) -> Any:
 # ---- one kernel per layout -------------------------------------------------------------------------
 
 
-def _mix_slots(topology: Topology, leaf: Array, idx: Any, plan: _TracedPlan | None = None) -> Array:
-    """``plan``: :func:`_traced_plan` of host tables mixed at a traced round, computed once per
-    ``mix`` call for all leaves; None computes it here."""
-    nbr, slot_w = topology.slots
-    acc = _acc_dtype(leaf.dtype)
-    x = leaf.astype(acc)
-    cast = np.float32 if acc == jnp.float32 else None
-    if isinstance(nbr, np.ndarray) and isinstance(idx, int):
-        w = slot_w[idx] if cast is None else slot_w[idx].astype(cast)
-        return _slot_round(nbr[idx], w, x).astype(leaf.dtype)
-    if isinstance(nbr, np.ndarray) and isinstance(slot_w, np.ndarray):
-        plan = _traced_plan(nbr, slot_w) if plan is None else plan
-        if plan.branches and x.size <= _MAX_SWITCH_ROW * x.shape[0]:
-            # Every round moves x by shifts and group rotations only (a Base-(k+1) round rotates
-            # groups of a different stride each round): one static round per branch, no table
-            # read, and the same program as the round mixed on its own. Only for narrow rows: the
-            # branch's output is one more copy of x, which for wide rows costs more than the
-            # tables' reads it saves (measured at N = 2^20: 3.2x faster at D = 1, 1.3x slower at
-            # D = 64).
-            rounds = [
-                functools.partial(_slot_round, nbr[t], slot_w[t] if cast is None else slot_w[t].astype(cast))
-                for t in range(nbr.shape[0])
-            ]
-            return lax.switch(idx, rounds, x).astype(leaf.dtype)
-    w = _table(slot_w, idx, cast)
-    uniform = None if plan is None else plan.uniform
-    out = _traced_weight(uniform, w, idx, 0, acc, x) * x  # slot 0 is the node itself
-    for k in range(1, nbr.shape[-1]):
-        if plan is not None and (shifts := plan.shifts[k]) is not None:
-            # A traced round (inside a scan) of host tables whose slot column is a shift in every
-            # round: roll by the round's shift, contiguous reads of x and no [N] index column read
-            # per slot, instead of a gather. The same values, so the same bits.
-            gathered = jnp.roll(x, -jnp.asarray(shifts)[idx], axis=0)
-        else:
-            gathered = x[_table(nbr, idx)[:, k]]
-        # Product first: XLA:CPU then fuses each step into one multiply-add the same way for host
-        # and traced tables (single graph, stack member), so they agree bitwise.
-        out = _traced_weight(uniform, w, idx, k, acc, x) * gathered + out
-    return out.astype(leaf.dtype)
-
-
-def _slot_round(nbr: np.ndarray, w: np.ndarray, x: Array) -> Array:
-    """One round of host neighbours ``nbr [N, K]`` and weights ``w [N, K]`` (host, or traced for a
-    drawn round) on x ``[N, ...]`` (accumulation dtype): ``y = sum_k w[:, k] * x[nbr[:, k]]``, each
-    slot column moving x by a shift, a group rotation (:func:`jaxgossip.topology.moves.group_roll`)
-    or, failing both, a gather."""
-    n = x.shape[0]
-    # Bit flips need the live slots, known for host weights only (a drawn round's are traced).
-    flips = flip_terms(nbr, w) if isinstance(w, np.ndarray) and nbr.shape[-1] > MAX_GATHER_SLOTS else None
-    columns = [w[:, 0]] + (list(flips.weights) if flips is not None else [w[:, k] for k in range(1, nbr.shape[-1])])
-    weights = _weights(columns, x)
-    out = weights[0] * x  # slot 0 is the node itself
-    if flips is not None:
-        # Beyond 16 slots a hypercube mixes by bit flips, one per bit, in one fused loop: the sum
-        # runs over the bits instead of the slots. A flip is a reversal of one axis; for rows of
-        # at most 4 values it is instead a choice per node between two contiguous slices of x
-        # padded by its wrapped rows, which XLA:CPU vectorises (measured 11x faster at N = 2^20,
-        # D = 1, the same values; a reversal is faster for wide rows, where the padded copy costs).
-        flipped = _flip if x.size // max(n, 1) > 4 else _padded_flips(x, max(flips.masks))
-        for mask, w_mask in zip(flips.masks, weights[1:]):
-            out = w_mask * flipped(x, mask) + out
-        return out
-    shifts = {k: circulant_shift(nbr[:, k]) for k in range(1, nbr.shape[-1])}
-    signed = {k: c - n * (c > n // 2) for k, c in shifts.items() if c is not None}
-    if signed:
-        # The shifted columns are slices of one copy of x padded at both ends by its wrapped rows:
-        # contiguous reads that XLA:CPU vectorises in the fused sum, where a roll per column is a
-        # concatenation per element (measured 2.5-10x slower at N = 2^20 for 20 shifts).
-        below, above = max(0, -min(signed.values())), max(0, max(signed.values()))
-        if len(signed) == nbr.shape[-1] - 1 and 0 < below + above <= n // 4:
-            # Short shifts only (a ring): few rows wrap, so the rows in between read slices of x
-            # itself and only the wrapped rows a small padded copy; no copy of x at all
-            # (measured 2x faster at N = 2^20, D = 1; the same products in the same order).
-            return _short_shifts(x, weights, [signed[k] for k in range(1, nbr.shape[-1])], below, above)
-        padded = jnp.concatenate([x[n - below :], x, x[:above]], axis=0) if below or above else x
-    for k in range(1, nbr.shape[-1]):
-        if k in signed:
-            gathered = lax.slice_in_dim(padded, below + signed[k], below + signed[k] + n, axis=0)
-        elif (rotation := group_roll(nbr[:, k])) is not None:
-            gathered = _rotate_groups(x, rotation)
-        else:
-            gathered = x[nbr[:, k]]
-        out = weights[k] * gathered + out
-    return out
-
-
-def _short_shifts(x: Array, weights: list, shifts: list[int], below: int, above: int) -> Array:
-    """``sum_k weights[k] * x[(i + shifts[k - 1]) mod N]`` (slot 0 the node itself) in three row
-    ranges: ``[0, below)`` and ``[N - above, N)``, whose shifted rows wrap, from small copies of
-    the rows they read, and the rows in between from slices of x; every row sums its terms in slot
-    order."""
-    n = x.shape[0]
-
-    def rows(source: Array, start: int, lo: int, hi: int) -> Array:
-        # Rows [lo, hi) of the round; source holds x[j] at j - start for the rows they read.
-        def take(shift):
-            return lax.slice_in_dim(source, lo + shift - start, hi + shift - start, axis=0)
-
-        def weight(w):
-            return w if jnp.ndim(w) == 0 else lax.slice_in_dim(w, lo, hi, axis=0)
-
-        out = weight(weights[0]) * take(0)
-        for w, shift in zip(weights[1:], shifts):
-            out = weight(w) * take(shift) + out
-        return out
-
-    pieces = []
-    if below:
-        head = jnp.concatenate([x[n - below :], x[: below + above]], axis=0)  # x[-below, below + above)
-        pieces.append(rows(head, -below, 0, below))
-    pieces.append(rows(x, 0, below, n - above))
-    if above:
-        tail = jnp.concatenate([x[n - above - below :], x[:above]], axis=0)  # x[N - above - below, N + above)
-        pieces.append(rows(tail, n - above - below, n - above, n))
-    return jnp.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
-
-
-def _weights(columns: list[np.ndarray], x: Array) -> list[Array]:
-    """Weight columns ``[N]`` as factors of x: a scalar for a host column of one weight (XLA would
-    fold that constant into a broadcast scalar anyway), else per node."""
-    return [
-        jnp.asarray(c[0], x.dtype)
-        if isinstance(c, np.ndarray) and c.size and c[0] == c[-1] and bool(np.all(c == c[0]))
-        else per_node(jnp.asarray(c, x.dtype), x)
-        for c in columns
-    ]
-
-
-def _traced_weight(uniform: np.ndarray | None, w: Any, idx: Any, k: int, acc: Any, x: Array) -> Array:
-    """Slot k's weight at a traced round: the round's scalar where column k has one weight in every
-    round (``uniform [T, K]``, NaN elsewhere), else the round's column."""
-    if uniform is not None and not np.isnan(uniform[:, k]).any():
-        return jnp.asarray(uniform[:, k], acc)[idx]
-    return per_node(jnp.asarray(w[:, k], acc), x)
-
-
-# Up to this many rounds, and this many values per node, a traced round of gather-free host
-# tables switches between the static rounds (one compiled branch per round).
-_MAX_BRANCHES = 64
-_MAX_SWITCH_ROW = 2
-
-
-class _TracedPlan(NamedTuple):
-    """What a traced round of host slot tables ``[T, N, K]`` can skip reading (:func:`_traced_plan`)."""
-
-    shifts: tuple  # per slot column k, its shift in every round ([T] int32), or None
-    uniform: np.ndarray  # [T, K]: the weight of column k in round t when it is one for all nodes, else NaN
-    # Every round moves x by shifts and group rotations only, some column is no shift in every
-    # round (those roll by the round's shift), and T <= _MAX_BRANCHES.
-    branches: bool
-
-
-def _traced_plan(nbr: np.ndarray, slot_w: np.ndarray) -> _TracedPlan:
-    period, _, width = nbr.shape
-    shifts = (None,) + tuple(_round_shifts(nbr, k) for k in range(1, width))
-    uniform = np.full((period, width), np.nan)
-    for t in range(period):
-        for k in range(width):
-            column = slot_w[t, :, k]
-            if bool(np.all(column == column[0])):
-                uniform[t, k] = column[0]
-    branches = (
-        period <= _MAX_BRANCHES
-        and any(s is None for s in shifts[1:])
-        and all(
-            circulant_shift(nbr[t, :, k]) is not None or group_roll(nbr[t, :, k]) is not None
-            for t in range(period)
-            for k in range(1, width)
-        )
-    )
-    return _TracedPlan(shifts, uniform, branches)
-
-
-def _round_shifts(nbr: np.ndarray, k: int) -> np.ndarray | None:
-    """``[T]`` int32: the shift ``c_t`` of slot column k in every round t (``nbr[t, i, k] = (i + c_t)
-    mod N`` for all i), or None when some round's column is not a shift."""
-    shifts = []
-    for t in range(nbr.shape[0]):
-        shift = circulant_shift(nbr[t, :, k])
-        if shift is None:
-            return None
-        shifts.append(shift)
-    return np.asarray(shifts, np.int32)
-
-
-def _padded_flips(x: Array, largest: int):
-    """``flip(x, mask)`` for masks up to ``largest``: ``x[i XOR mask]`` is ``x[i + mask]`` where bit
-    ``mask`` of i is clear and ``x[i - mask]`` where it is set, two slices of one copy of x padded
-    by ``largest`` wrapped rows at both ends (the wrapped rows are never chosen)."""
-    n = x.shape[0]
-    padded = jnp.concatenate([x[n - largest :], x, x[:largest]], axis=0)
-    node = lax.broadcasted_iota(jnp.int32, x.shape, 0)
-
-    def flipped(_, mask):
-        up = lax.slice_in_dim(padded, largest + mask, largest + mask + n, axis=0)
-        down = lax.slice_in_dim(padded, largest - mask, largest - mask + n, axis=0)
-        return jnp.where((node & mask) == 0, up, down)
-
-    return flipped
-
-
-def _rotate_groups(x: Array, rotation: GroupRoll) -> Array:
-    """``x`` with every group of ``rotation.size`` nodes spaced ``rotation.stride`` apart rotated by
-    ``rotation.step``: a roll of one axis of x viewed as ``[N / (G S), G, S, ...]``, no gather."""
-    n, size, stride = x.shape[0], rotation.size, rotation.stride
-    if size == 2:
-        return _flip(x, stride)  # a reversal: one op, where a roll is two slices and a concatenation
-    blocks = jnp.reshape(x, (n // (size * stride), size, stride) + x.shape[1:])
-    return jnp.reshape(jnp.roll(blocks, -rotation.step, axis=1), x.shape)
-
-
-def _flip(x: Array, mask: int) -> Array:
-    """``x[i XOR mask]`` for every node i (mask a power of two): reverses one axis of x viewed as
-    ``[N / (2 mask), 2, mask, ...]``, a permutation without a gather."""
-    n = x.shape[0]
-    blocks = jnp.reshape(x, (n // (2 * mask), 2, mask) + x.shape[1:])
-    return jnp.reshape(jnp.flip(blocks, axis=1), x.shape)
-
-
 def _dense_matrix(topology: Topology, idx: Any, acc: Any) -> Array:
     if isinstance(topology.senders, np.ndarray):
-        return jnp.asarray(_table(topology.matrices(), idx), acc)
+        return jnp.asarray(round_table(topology.matrices(), idx), acc)
     # Traced tables: scatter the round's edges; edges are unique (receiver, sender) pairs, so every
     # entry is one weight (plus weight-0 padding), exactly as in the host matrices.
     n = topology.num_nodes
@@ -371,7 +128,7 @@ def _dense_matrix(topology: Topology, idx: Any, acc: Any) -> Array:
 
 
 def _mix_dense(topology: Topology, leaf: Array, idx: Any) -> Array:
-    acc = _acc_dtype(leaf.dtype)
+    acc = acc_dtype(leaf.dtype)
     w = _dense_matrix(topology, idx, acc)
     flat = leaf.reshape(leaf.shape[0], -1).astype(acc)
     out = jnp.matmul(w, flat, precision=jax.lax.Precision.HIGHEST)
@@ -379,14 +136,14 @@ def _mix_dense(topology: Topology, leaf: Array, idx: Any) -> Array:
 
 
 def _mix_segment(topology: Topology, leaf: Array, idx: Any) -> Array:
-    acc = _acc_dtype(leaf.dtype)
+    acc = acc_dtype(leaf.dtype)
     if isinstance(topology.senders, np.ndarray) and isinstance(idx, int):
         split = _cached_hubs(TopologyKey.of(topology), idx)
         if split is not None:
             return _mix_hubs(split, leaf)
-    senders = _table(topology.senders, idx)
-    receivers = _table(topology.receivers, idx)
-    w = jnp.asarray(_table(topology.weights, idx), acc)
+    senders = round_table(topology.senders, idx)
+    receivers = round_table(topology.receivers, idx)
+    w = jnp.asarray(round_table(topology.weights, idx), acc)
     msgs = per_node(w, leaf) * leaf.astype(acc)[senders]
     out = jax.ops.segment_sum(msgs, receivers, num_segments=topology.num_nodes)
     return out.astype(leaf.dtype)
@@ -398,7 +155,7 @@ def _mix_hubs(split, leaf: Array) -> Array:
     of x when they are consecutive nodes, else a gather), written into its row. The other rows
     sum as the segment kernel does up to the order of their few terms; a hub's row sums its M_h
     terms in the reduction's order."""
-    acc = _acc_dtype(leaf.dtype)
+    acc = acc_dtype(leaf.dtype)
     x = leaf.astype(acc)
     cast = np.float32 if acc == jnp.float32 else None
     w = split.weights if cast is None else split.weights.astype(cast)
@@ -434,7 +191,7 @@ def _mix_hubs(split, leaf: Array) -> Array:
     return out.astype(leaf.dtype)
 
 
-_KERNELS = {"slots": _mix_slots, "dense": _mix_dense, "segment": _mix_segment}
+_KERNELS = {"slots": mix_slots, "dense": _mix_dense, "segment": _mix_segment}
 
 
 # ---- the slot kernel with the node axis over devices ------------------------------------------------
@@ -474,7 +231,7 @@ def _local_weights(w: np.ndarray, acc: Any, n_local: int) -> Array | float:
 
 def _mix_round_local(terms, n_local: int, num_devices: int, leaf: Array) -> Array:
     """One round on one device's block ``[n_local, ...]`` of a leaf."""
-    acc = _acc_dtype(leaf.dtype)
+    acc = acc_dtype(leaf.dtype)
     out = None
     for shift, w in terms:
         # Shift in the leaf's own dtype (bfloat16 sends half the bytes); accumulate in float32.
@@ -483,7 +240,7 @@ def _mix_round_local(terms, n_local: int, num_devices: int, leaf: Array) -> Arra
         if not isinstance(wl, float):
             wl = per_node(wl, leaf)
         term = wl * shifted
-        out = term if out is None else term + out  # product first, as in _mix_slots
+        out = term if out is None else term + out  # product first, as in the slot kernel
     if out is None:  # a round with no edges at all
         out = jnp.zeros(leaf.shape, acc)
     return out.astype(leaf.dtype)
@@ -589,7 +346,7 @@ def mix(topology: Topology, x: Params, t: Any = 0) -> Params:
     static_slots = topology.resolved_kernel == "slots" and isinstance(topology.senders, np.ndarray)
     if static_slots and not isinstance(idx, int) and isinstance(topology.slots[1], np.ndarray):
         nbr, slot_w = topology.slots
-        kernel = functools.partial(kernel, plan=_traced_plan(nbr, slot_w))
+        kernel = functools.partial(kernel, plan=traced_plan(nbr, slot_w))
 
     def one(leaf):
         mesh = _node_mesh(leaf, topology.num_nodes) if static_slots else None
@@ -629,7 +386,7 @@ def mix_on_mesh(topology: Topology, x: Params, t: Any, mesh: Any) -> Params:
 
 def node_mean(x: Params) -> Params:
     """The average model ``x_bar = (1/N) sum_i x_i`` per leaf (leaves ``[...]``, no node axis)."""
-    return jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf.astype(_acc_dtype(leaf.dtype)), axis=0), x)
+    return jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf.astype(acc_dtype(leaf.dtype)), axis=0), x)
 
 
 def consensus_distance(x: Params, target: Params | None = None) -> Array:
@@ -644,7 +401,7 @@ def consensus_distance(x: Params, target: Params | None = None) -> Array:
         target = node_mean(x)
 
     def per_leaf(leaf, ref):
-        diff = leaf.astype(_acc_dtype(leaf.dtype)) - ref[None]
+        diff = leaf.astype(acc_dtype(leaf.dtype)) - ref[None]
         return jnp.sum(diff * diff) / leaf.shape[0]
 
     return sum(jax.tree_util.tree_leaves(jax.tree_util.tree_map(per_leaf, x, target)))
