@@ -35,6 +35,7 @@ from jax.sharding import PartitionSpec
 
 from jaxgossip.ops.slots import acc_dtype, mix_slots, per_node, round_table, traced_plan
 from jaxgossip.topology import Topology, TopologyKey
+from jaxgossip.topology.coins import buffered
 from jaxgossip.topology.layout import hub_split
 from jaxgossip.topology.moves import circulant_shift, circulant_shifts
 from jaxgossip.types import Array, Params
@@ -160,16 +161,14 @@ def _mix_hubs(split, leaf: Array) -> Array:
     cast = np.float32 if acc == jnp.float32 else None
     w = split.weights if cast is None else split.weights.astype(cast)
     # Columns with one sender for every live slot (a star's leaves take from the hub) read that
-    # row broadcast. The rows are fetched inside a conditional whose two branches are the same
-    # (and whose predicate is always true): XLA fuses nothing across it, so they are copied out
-    # before the update, which then may overwrite x in place (a fusion that reads another node's
-    # row of x would make XLA copy all of x).
+    # row broadcast. The rows are fetched into memory (coins.buffered): XLA fuses nothing across
+    # it, so they are copied out before the update, which then may overwrite x in place (a fusion
+    # that reads another node's row of x would make XLA copy all of x).
     columns = range(1, split.neighbors.shape[1])
     single = {k: np.unique(split.neighbors[w[:, k] != 0, k]) for k in columns}
     rows = sorted({int(c[0]) for c in single.values() if c.size == 1})
     if rows:
-        v = x[(0,) * x.ndim]
-        fetched = lax.cond(jnp.logical_or(v == v, v != v), lambda: x[np.asarray(rows)], lambda: x[np.asarray(rows)])
+        fetched = buffered(x[(0,) * x.ndim], lambda: x[np.asarray(rows)])
     out = per_node(jnp.asarray(w[:, 0], acc), x) * x  # slot 0 is the node itself
     for k in columns:
         column = split.neighbors[:, k]

@@ -212,12 +212,14 @@ def _in_memory(key: Any, fused: Any, plain: Any) -> Any:
 
 
 def buffered(word: Any, compute: Any) -> Any:
-    """``compute()`` computed into memory: inside a conditional on the uint32 scalar ``word`` (a
-    value XLA does not know at compile time, e.g. a word of the round's key), which XLA neither
-    fuses into the conditional's consumers nor removes, so its output is a buffer that they read
-    instead of an elementwise program they each evaluate again per element they read."""
+    """``compute()`` computed into memory: inside a conditional on the scalar ``word`` (uint32 or
+    float32; a value XLA does not know at compile time, e.g. a word of the round's key or an entry
+    of x), which XLA neither fuses into the conditional's consumers nor removes, so its output is a
+    buffer that they read instead of an elementwise program they each evaluate again per element
+    they read (or, for rows of x, a copy taken before x is overwritten in place)."""
     # Always true (a float is equal to itself or NaN), but not known to XLA; the branches agree.
-    witness = lax.bitcast_convert_type(word, jnp.float32)
+    floating = jnp.issubdtype(jnp.result_type(word), jnp.floating)
+    witness = word if floating else lax.bitcast_convert_type(word, jnp.float32)
     return lax.cond((witness == witness) | (witness != witness), compute, compute)
 
 
