@@ -152,8 +152,9 @@ def _mix_segment(topology: Topology, leaf: Array, idx: Any) -> Array:
 
 def _mix_hubs(split, leaf: Array) -> Array:
     """A round of a few hubs (:func:`jaxgossip.topology.layout.hub_split`): the slot kernel for
-    the other rows, then each hub's row as one weighted reduction over its in-neighbours (a slice
-    of x when they are consecutive nodes, else a gather), written into its row. The other rows
+    the other rows, then each hub's row as one reduction over its in-neighbours (a slice of x when
+    they are consecutive nodes, else a gather; of the weighted rows, or of the rows times their
+    one weight when the hub weighs them equally), written into its row. The other rows
     sum as the segment kernel does up to the order of their few terms; a hub's row sums its M_h
     terms in the reduction's order."""
     acc = acc_dtype(leaf.dtype)
@@ -183,9 +184,15 @@ def _mix_hubs(split, leaf: Array) -> Array:
         first = int(senders[0])
         consecutive = bool(np.all(np.diff(senders) == 1))
         rows = x[first : first + senders.size] if consecutive else x[senders]
-        row_w = jnp.asarray(weights if cast is None else weights.astype(cast), acc)
-        # A fused multiply and reduction over the rows (measured faster than a dot on XLA:CPU).
-        total = jnp.sum(per_node(row_w, rows) * rows, axis=0)
+        row_w = weights if cast is None else weights.astype(cast)
+        if np.all(row_w == row_w[0]):
+            # Equal weights (Metropolis or max-degree weights on a star) scale the sum once: on
+            # XLA:CPU a reduction of x alone runs ~4x faster than one of a product with a
+            # constant of N values (measured at N = 2^20, D = 1).
+            total = jnp.asarray(row_w[0], acc) * jnp.sum(rows, axis=0)
+        else:
+            # A fused multiply and reduction over the rows (measured faster than a dot).
+            total = jnp.sum(per_node(jnp.asarray(row_w, acc), rows) * rows, axis=0)
         out = out.at[hub].set(total)
     return out.astype(leaf.dtype)
 

@@ -44,10 +44,22 @@ def two_hubs(n):
     return T.from_adjacency(adj)
 
 
+def uneven_star(n):
+    """A star whose hub puts a different weight on every leaf (symmetric, so doubly stochastic):
+    the hub's row is not one weight times a sum, as it is for Metropolis weights."""
+    leaves = np.arange(1, n)
+    w = np.random.default_rng(0).uniform(0.1, 1.0, n - 1) / n
+    senders = np.concatenate([[0], leaves, np.zeros(n - 1, int), leaves])
+    receivers = np.concatenate([[0], np.zeros(n - 1, int), leaves, leaves])
+    weights = np.concatenate([[1 - w.sum()], w, w, 1 - w])
+    return T.from_weights(senders[None], receivers[None], weights[None], n)
+
+
 GRAPHS = {
     "star(1024)": lambda: T.star(1024),
     "star(300)": lambda: T.star(300),
     "two_hubs(200)": lambda: two_hubs(200),
+    "uneven_star(500)": lambda: uneven_star(500),
 }
 
 
@@ -57,6 +69,8 @@ def test_hub_rounds_equal_the_per_node_loop(name, shape):
     topo = GRAPHS[name]()
     split = layout.hub_split(topo.senders[0], topo.receivers[0], topo.weights[0], topo.num_nodes)
     assert topo.resolved_kernel == "segment" and split is not None
+    uniform = [np.unique(w.astype(np.float32)).size == 1 for w in split.hub_weights]
+    assert all(uniform) == (name != "uneven_star(500)")  # both reductions of a hub row are met
     x = np.random.default_rng(1).standard_normal((topo.num_nodes,) + shape).astype(np.float32)
     got = np.asarray(jax.jit(lambda x: jg.mix(topo, x))(x), np.float64)
     want, scale, count = loop_mix(topo, x)
