@@ -28,6 +28,7 @@ machine: nothing else running, the same machine for every column.
 
     python experiments/bench/million_nodes.py --out experiments/bench/million_nodes.json
     python experiments/bench/million_nodes.py --log2-sizes 6,8 --dims 1,4 --rounds 2 --reps 1  # smoke
+    python experiments/bench/million_nodes.py --log2-sizes 22 --rounds 5 --merge --out experiments/bench/million_nodes.json
     python experiments/bench/million_nodes.py --builds-only --log2-sizes 24 --out builds.json  # peak RSS
 """
 
@@ -188,7 +189,7 @@ def device_rows(
                 floor_ms=floor_s * 1e3,
                 times_floor=mix_s / floor_s,
             )
-            rows.append(row)
+            rows.append(dict(row, rounds=args.rounds, reps=args.reps, date=info["date"]))
             last = (time.perf_counter() - start, edges)
             del graph, x
     return rows
@@ -271,7 +272,7 @@ def build_rows(families, log2_sizes) -> list[dict]:
                 print(f"{spec:28s} N=2^{log2}: failed ({tail})", flush=True)
                 continue
             row = json.loads(done.stdout.strip().splitlines()[-1])
-            rows.append(row)
+            rows.append(dict(row, rounds=args.rounds, reps=args.reps, date=info["date"]))
             print(
                 f"{spec:28s} N=2^{log2} E={row['edges']} build {row['build_s']:.2f} s, "
                 f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB",
@@ -289,6 +290,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="timed calls per measurement (median)")
     parser.add_argument("--max-gib", type=float, default=16.0, help="skip N D combinations whose x exceeds this")
     parser.add_argument("--out", help="write the rows to this JSON file")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the rows of --out for other (family, N) pairs (each row says its options)"
+    )
     parser.add_argument("--builds-only", action="store_true", help="only builds, each in a fresh process (peak RSS)")
     parser.add_argument("--build-one", help=argparse.SUPPRESS)  # "spec@log2": one build_only row as JSON
     args = parser.parse_args()
@@ -315,7 +319,7 @@ def main() -> None:
             except (ValueError, MemoryError) as err:
                 print(f"{spec:28s} N=2^{log2}: skipped ({err})", flush=True)
                 continue
-            rows.append(row)
+            rows.append(dict(row, rounds=args.rounds, reps=args.reps, date=info["date"]))
             cells = "  ".join(
                 f"D={d}: {v['jaxgossip_round_s'] * 1e3:.2f} ms vs scipy {v['scipy_round_s'] * 1e3:.2f} ms, "
                 f"{v['times_floor']:.1f}x floor"
@@ -323,8 +327,14 @@ def main() -> None:
             )
             print(f"{spec:28s} N=2^{log2} E={row['edges']} build {row['build_s']:.2f} s  {cells}", flush=True)
     if args.out:
+        if args.merge and os.path.exists(args.out):
+            with open(args.out) as f:
+                kept = json.load(f)["rows"]
+            ours = {(r["family"], r["num_nodes"]) for r in rows}
+            rows = [r for r in kept if (r["family"], r["num_nodes"]) not in ours] + rows
+            rows.sort(key=lambda r: (FAMILIES.index(r["family"]) if r["family"] in FAMILIES else len(FAMILIES), r["num_nodes"]))
         with open(args.out, "w") as f:
-            json.dump({"machine": info, "rounds": args.rounds, "rows": rows}, f, indent=1)
+            json.dump({"machine": info, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
