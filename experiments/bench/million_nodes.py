@@ -189,7 +189,7 @@ def device_rows(
                 floor_ms=floor_s * 1e3,
                 times_floor=mix_s / floor_s,
             )
-            rows.append(dict(row, rounds=args.rounds, reps=args.reps, date=info["date"]))
+            rows.append(dict(row, rounds=rounds))
             last = (time.perf_counter() - start, edges)
             del graph, x
     return rows
@@ -272,7 +272,7 @@ def build_rows(families, log2_sizes) -> list[dict]:
                 print(f"{spec:28s} N=2^{log2}: failed ({tail})", flush=True)
                 continue
             row = json.loads(done.stdout.strip().splitlines()[-1])
-            rows.append(dict(row, rounds=args.rounds, reps=args.reps, date=info["date"]))
+            rows.append(row)
             print(
                 f"{spec:28s} N=2^{log2} E={row['edges']} build {row['build_s']:.2f} s, "
                 f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB",
