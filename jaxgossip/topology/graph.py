@@ -43,8 +43,11 @@ from jaxgossip.topology.moves import gather_free, round_moves
 __all__ = ["Topology", "TopologyKey", "GraphRound", "KERNELS"]
 
 _TOL = 1e-6
-# Slot tables up to this many entries are always built (beyond it only when no larger than 8 E, or
-# for kernel="slots"): 2^24 entries are 200 MB of neighbours and weights.
+# A graph keeps its slot table when it holds at most this many entries per edge, or for
+# kernel="slots": a hub's in-degree (a star) makes T N K grow as N^2 while E grows as N.
+_SLOT_ENTRIES_PER_EDGE = 8
+# Beyond the graph's own table, :attr:`Topology.slots` builds one on first use up to this many
+# entries (2^24 entries are 200 MB of neighbours and weights) and refuses a larger one.
 _MAX_SLOT_ENTRIES = 2**24
 # The stream of a round's key that draws a stochastic graph: the step key itself stays with the
 # algorithm (random compressors), so fixed graphs see exactly the keys they saw before.
@@ -132,8 +135,9 @@ class Topology:
                 f"{senders.shape}, {receivers.shape}, {weights.shape}"
             )
         # A slot table far larger than the edge list (a hub's in-degree, e.g. a star) is left out
-        # unless the slot kernel is asked for: the dense and segment kernels do not read it.
-        cap = None if self.kernel == "slots" else max(_MAX_SLOT_ENTRIES, 8 * weights.size)
+        # unless the slot kernel is asked for: the dense and segment kernels do not read it, and
+        # the algorithms that do get it from ``slots`` when they ask.
+        cap = None if self.kernel == "slots" else _SLOT_ENTRIES_PER_EDGE * weights.size
         slots = slot_layout(senders, receivers, weights, self.num_nodes, max_entries=cap)
         nbr, slot_w = slots.neighbors, slots.weights
         moves = None if nbr is None else [round_moves(a, b) for a, b in zip(nbr, slot_w)]
@@ -162,6 +166,7 @@ class Topology:
         # instance (not pytree data: a graph rebuilt from its leaves, e.g. a traced one, derives
         # them from its tables on access).
         object.__setattr__(self, "_host_facts", facts)
+        object.__setattr__(self, "_slot_width", slots.width)
 
     @classmethod
     def from_tables(cls, tables: dict[str, Any], **facts: Any) -> Topology:
@@ -217,20 +222,16 @@ class Topology:
             raise ValueError(
                 f"with_weights needs weights of shape {self.weights.shape} (T, E) of {self.name}; got {weights.shape}"
             )
-        # The slot of every edge: the slot table of the edge ids (1-based; 0 marks an empty slot).
-        period, num_edges = self.weights.shape
-        ids = np.where(self.weights != 0, np.arange(1, num_edges + 1, dtype=np.float64)[None], 0.0)
-        _, slot_ids = slot_table(self.senders, self.receivers, ids, self.num_nodes)
-        slot_ids = slot_ids.astype(np.int64)
-        flat = np.where(slot_ids > 0, np.arange(period)[:, None, None] * num_edges + slot_ids - 1, 0)
-        slot_weights = jnp.where(slot_ids > 0, weights.reshape(-1)[flat], 0)
-        tables = dict(
-            senders=jnp.asarray(self.senders),
-            receivers=jnp.asarray(self.receivers),
-            weights=weights,
-            neighbors=jnp.asarray(self.neighbors),
-            slot_weights=slot_weights,
-        )
+        tables = dict(senders=jnp.asarray(self.senders), receivers=jnp.asarray(self.receivers), weights=weights)
+        if self.neighbors is not None:
+            # The slot of every edge: the slot table of the edge ids (1-based; 0 marks an empty slot).
+            period, num_edges = self.weights.shape
+            ids = np.where(self.weights != 0, np.arange(1, num_edges + 1, dtype=np.float64)[None], 0.0)
+            _, slot_ids = slot_table(self.senders, self.receivers, ids, self.num_nodes)
+            slot_ids = slot_ids.astype(np.int64)
+            flat = np.where(slot_ids > 0, np.arange(period)[:, None, None] * num_edges + slot_ids - 1, 0)
+            tables["neighbors"] = jnp.asarray(self.neighbors)
+            tables["slot_weights"] = jnp.where(slot_ids > 0, weights.reshape(-1)[flat], 0)
         facts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _LEAVES}
         return Topology._assemble(tables, facts)
 
@@ -362,16 +363,32 @@ class Topology:
         weight 0. Slot 0 always holds the self-loop.
         """
         if self.neighbors is None and self.host_tables and self.num_graphs is None:
-            raise ValueError(
-                f"{self.name} was built without its slot table (N K = {self.num_nodes} x K would dwarf its "
-                f"{self.num_edges} edges); build it with kernel='slots' to have one"
-            )
+            table = self._late_slots()
+            if table.neighbors is None:
+                raise ValueError(
+                    f"{self.name} has no slot table: T N K = {self.period} x {self.num_nodes} x {table.width} "
+                    f"entries (K the largest in-degree, self included) would dwarf its {self.num_edges} edges; "
+                    "build it with kernel='slots' to have one"
+                )
+            return table.neighbors, table.weights
         return self.neighbors, self.slot_weights
+
+    def _late_slots(self):
+        """The slot table of a host graph built without one (:attr:`slots`), made on first use and
+        kept on the instance (not pytree data); its tables are None beyond ``_MAX_SLOT_ENTRIES``."""
+        table = self.__dict__.get("_late_slot_table")
+        if table is None:
+            table = slot_layout(self.senders, self.receivers, self.weights, self.num_nodes, _MAX_SLOT_ENTRIES)
+            object.__setattr__(self, "_late_slot_table", table)
+        return table
 
     @property
     def max_slots(self) -> int:
         """K of the slot table: the largest in-degree, self included."""
         self._fixed("slot table")
+        if self.neighbors is None and self.host_tables and self.num_graphs is None:
+            width = self.__dict__.get("_slot_width")
+            return self._late_slots().width if width is None else width
         return int(jnp.shape(self.slots[0])[-1])
 
     def __repr__(self) -> str:

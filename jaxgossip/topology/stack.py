@@ -152,12 +152,8 @@ def stack(topologies: Sequence[Topology], kernel: str | None = None) -> Topology
     if kernel == "slots":
         k = max(t.max_slots for t in topologies)
         self_ids = np.broadcast_to(np.arange(n, dtype=np.int32), (period, n))
-        tables["neighbors"] = [
-            _pad_last(_repeat(t.neighbors, period).astype(np.int32), k, self_ids) for t in topologies
-        ]
-        tables["slot_weights"] = [
-            _pad_last(_repeat(t.slot_weights, period).astype(np.float32), k, 0.0) for t in topologies
-        ]
+        tables["neighbors"] = [_pad_last(_repeat(t.slots[0], period).astype(np.int32), k, self_ids) for t in topologies]
+        tables["slot_weights"] = [_pad_last(_repeat(t.slots[1], period).astype(np.float32), k, 0.0) for t in topologies]
     return Topology.from_tables(
         {name: jnp.asarray(np.stack(values)) for name, values in tables.items()},
         name="stack(" + ", ".join(t.name for t in topologies) + ")",

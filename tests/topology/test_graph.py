@@ -166,7 +166,9 @@ def test_value_key_is_equal_for_graphs_built_apart_and_facts_are_plain_values():
         jax.jit(lambda t: t.value_key())(T.stack([a]))
 
 
-@pytest.mark.parametrize("make", [lambda: T.ring(8), lambda: T.one_peer_exponential(8), lambda: T.complete(5)])
+@pytest.mark.parametrize(
+    "make", [lambda: T.ring(8), lambda: T.one_peer_exponential(8), lambda: T.complete(5), lambda: T.star(40)]
+)
 def test_with_weights_mixes_with_the_new_weights(make):
     """with_weights(v) mixes with W(v) on every layout: the dense reference of the new table."""
     topo = make()
@@ -193,3 +195,29 @@ def test_with_weights_refuses_another_shape_and_stochastic_graphs():
         jg.topology.random_matching(6).with_weights(np.ones((1, 6)))
     with pytest.raises(ValueError, match="traced"):
         topo.with_weights(topo.weights).with_weights(topo.weights)
+
+
+def test_a_hub_graph_keeps_tables_of_order_e_and_makes_its_slot_table_on_demand():
+    """A star's slot table is N x N: the graph holds only its edge list (memory proportional to E),
+    ``slots`` makes the table on first use (equal to a kernel='slots' build), ``max_slots`` is K
+    without it, the algorithms that read slots get it, and a table beyond 2^24 entries is refused
+    by its size."""
+    star = T.star(4096)
+    assert star.neighbors is None and star.slot_weights is None
+    held = sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(star))
+    assert held <= 16 * star.num_edges  # senders, receivers int32 and weights float64
+    assert star.max_slots == 4096 and "_late_slot_table" not in star.__dict__
+    small = T.star(64)
+    own = T.Topology(small.name, 64, small.senders, small.receivers, small.weights, False, kernel="slots")
+    for got, want in zip(small.slots, own.slots):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert small.slots[0] is small.slots[0]  # made once
+    from jaxgossip.algorithms._shared import messages
+
+    assert messages.check_fixed_graph(small, "clipped_gossip") is small
+    received = messages.received_models(small, {"w": jnp.ones((64, 2))}, 0)
+    assert received.neighbors.shape == (64, 64)
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jg.mix(small, x)), np.asarray(jg.mix(own, x)), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"1 x 8192 x 8192 entries"):
+        _ = T.star(8192).slots

@@ -66,11 +66,13 @@ def check_fixed_graph(topology: Any, algorithm: str) -> Topology:
             f"{algorithm} reads the graph's in-neighbour slot table; {topology.name} is stochastic (drawn every "
             "round) and has none. Use a fixed or time-varying graph"
         )
-    if not topology.host_tables or topology.neighbors is None:
+    if not topology.host_tables or topology.num_graphs is not None:
         raise TypeError(
             f"{algorithm} builds its slot tables on the host; {topology.name} has traced or stacked tables. "
             "Give it a graph built on the host"
         )
+    if topology.neighbors is None:
+        _ = topology.slots  # a hub graph keeps no table of its own: made here, or its size refused
     return topology
 
 
