@@ -143,6 +143,16 @@ def test_16384_node_ring_and_exponential():
     assert T.spectral_gap(T.one_peer_exponential(n)) == pytest.approx(1.0, abs=1e-9)
 
 
+def test_a_million_node_ring_gap_is_the_closed_form():
+    """1 - lambda_2 of ring(2^20) is 1.2e-11: the circulant row must be one node's weights, not an
+    average of N rows (whose rounding, ~N eps, is of the gap's size)."""
+    n = 2**20
+    # (2/3)(1 - cos(2 pi / n)) without the cancellation: (4/3) sin^2(pi / n)
+    assert T.spectral_gap(T.ring(n)) == pytest.approx(4 / 3 * np.sin(np.pi / n) ** 2, rel=1e-4)
+    # |lambda_2| of (I + P) / 2 is cos(pi / n): 1 - cos(pi / n) = 2 sin^2(pi / (2 n))
+    assert T.spectral_gap(T.directed_ring(n)) == pytest.approx(2 * np.sin(np.pi / (2 * n)) ** 2, rel=1e-4)
+
+
 @pytest.mark.parametrize(
     "topo", [T.random_matching(15), T.random_out(16, 2), T.with_failures(T.ring(16), 0.3, 0.1)], ids=lambda t: t.name
 )
