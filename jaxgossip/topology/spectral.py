@@ -149,14 +149,23 @@ def _circulant_rows(topo: Topology) -> np.ndarray | None:
         keep = w != 0
         receivers, weights = r[keep].astype(np.int64), w[keep]
         offset = (s[keep].astype(np.int64) - receivers) % n
-        if np.unique(receivers * n + offset).size != offset.size:
-            return None
         # Node 0's row, copied rather than averaged over the N rows: a sum of N weights rounds
         # about N times, and at N = 2^20 that moved a ring's gap of 1.2e-11 by half.
         first = receivers == 0
         rows[t, offset[first]] = weights[first]
-        # circulant iff every node has each of node 0's offsets once, with node 0's weight
-        if offset.size != n * np.count_nonzero(rows[t]) or not np.allclose(weights, rows[t][offset], atol=1e-12):
+        # Circulant iff every node has each of node 0's M offsets once, with node 0's weight: the
+        # E = N M codes (receiver, offset's place among the M) then cover [0, N M) (no sort).
+        support = np.flatnonzero(rows[t])
+        if offset.size != n * support.size:
+            return None
+        place = np.full(n, -1, np.int64)
+        place[support] = np.arange(support.size)
+        where = place[offset]
+        if (where < 0).any():
+            return None
+        seen = np.zeros(offset.size, bool)
+        seen[receivers * support.size + where] = True
+        if not seen.all() or not np.allclose(weights, rows[t][offset], atol=1e-12):
             return None
     return rows
 

@@ -182,3 +182,23 @@ def test_effective_neighbors_of_a_16384_node_sparse_graph():
     # ... and the refusals name the rule.
     with pytest.raises(ValueError, match="sampled effective_neighbors needs a static symmetric graph"):
         T.neighbors_estimate(T.one_peer_exponential(16), 0.99, sampled=True)
+
+
+def test_a_graph_that_is_circulant_but_for_one_row_takes_the_general_path():
+    """The circulant test is exact: a ring with one lighter edge, or with one chord (doubly
+    stochastic still), is not circulant, and its gap is the dense eigenvalues', not the ring's."""
+    n = 300
+    ring = T.ring(n).matrix(0)
+    uneven = ring.copy()
+    uneven[[7, 8], [8, 7]] = 0.2  # one edge lighter, its ends keep the weight on themselves
+    uneven[7, 7] += 1 / 3 - 0.2
+    uneven[8, 8] += 1 / 3 - 0.2
+    chord = ring.copy()  # a chord 0-150 of weight 0.1, taken from the edges 0-1 and 150-151
+    chord[[0, 1, 150, 151], [1, 0, 151, 150]] -= 0.1
+    chord[[1, 151], [1, 151]] += 0.1
+    chord[[0, 150], [150, 0]] = 0.1
+    for w in (uneven, chord):
+        topo = T.from_matrix(w[None])
+        assert T.spectral_gap(topo) == pytest.approx(_dense_gap(topo), abs=1e-9)
+        assert abs(_dense_gap(topo) - 4 / 3 * np.sin(np.pi / n) ** 2) > 1e-7
+    assert T.spectral_gap(T.from_matrix(ring[None])) == pytest.approx(4 / 3 * np.sin(np.pi / n) ** 2, rel=1e-9)
