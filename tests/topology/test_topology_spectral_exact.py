@@ -176,9 +176,12 @@ def test_sampled_effective_neighbors_agree_with_the_exact_value_within_their_err
 
 def test_effective_neighbors_of_a_16384_node_sparse_graph():
     topo = T.make("hypercube", 16384)
-    est = T.neighbors_estimate(topo, 0.99)
+    # the hypercube's Walsh-Hadamard modes give the exact value; Hutchinson's estimate brackets it
+    exact = T.neighbors_estimate(topo, 0.99)
+    assert exact.exact and T.effective_neighbors(topo, 0.99) == exact.value
+    est = T.neighbors_estimate(topo, 0.99, sampled=True)
     assert not est.exact and est.stderr < 0.01 * est.value
-    assert T.effective_neighbors(topo, 0.99) == pytest.approx(est.value)
+    assert abs(est.value - exact.value) < 4 * est.stderr
     # ... and the refusals name the rule.
     with pytest.raises(ValueError, match="sampled effective_neighbors needs a static symmetric graph"):
         T.neighbors_estimate(T.one_peer_exponential(16), 0.99, sampled=True)
@@ -202,3 +205,28 @@ def test_a_graph_that_is_circulant_but_for_one_row_takes_the_general_path():
         assert T.spectral_gap(topo) == pytest.approx(_dense_gap(topo), abs=1e-9)
         assert abs(_dense_gap(topo) - 4 / 3 * np.sin(np.pi / n) ** 2) > 1e-7
     assert T.spectral_gap(T.from_matrix(ring[None])) == pytest.approx(4 / 3 * np.sin(np.pi / n) ** 2, rel=1e-9)
+
+
+def test_million_node_torus_and_hypercube_gaps_are_their_closed_forms():
+    """The torus and the hypercube are convolutions on Z_a x Z_b and Z_2^d: their gaps come from
+    one 2-D FFT / Walsh-Hadamard transform of node 0's row, equal to the closed forms at 2^20."""
+    # torus(a, b), weights 1/5: lambda = (1 + 2 cos(2 pi j / a) + 2 cos(2 pi k / b)) / 5
+    assert T.spectral_gap(T.torus(1024, 1024)) == pytest.approx(4 / 5 * np.sin(np.pi / 1024) ** 2, rel=1e-6)
+    assert T.spectral_gap(T.torus(256, 4096)) == pytest.approx(4 / 5 * np.sin(np.pi / 4096) ** 2, rel=1e-5)
+    # hypercube(2^d), weights 1 / (d + 1): lambda = (1 + sum_b +-1) / (d + 1), lambda_2 = (d - 1) / (d + 1)
+    assert T.spectral_gap(T.hypercube(2**20)) == pytest.approx(2 / 21, rel=1e-9)
+    assert T.effective_neighbors(T.torus(128, 128), 0.9) == pytest.approx(
+        _circulant_effective_neighbors(np.fft.fft2(_torus_kernel(128, 128)), 0.9), rel=1e-9
+    )
+
+
+def _torus_kernel(a, b):
+    c = np.zeros((a, b))
+    c[0, 0] = c[1, 0] = c[-1, 0] = c[0, 1] = c[0, -1] = 0.2
+    return c
+
+
+def _circulant_effective_neighbors(modes, gamma):
+    """N / ((1 - gamma) tr Sigma), tr Sigma = sum_k 1 / (1 - gamma |lambda_k|^2) of a static graph."""
+    gain = np.abs(modes.ravel()) ** 2
+    return gain.size / ((1 - gamma) * np.sum(gain / (1 - gamma * gain)))
