@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgossip.checks import any_traced
+from jaxgossip.topology.convolution import group_modes
 from jaxgossip.topology.graph import Topology, TopologyKey
 from jaxgossip.types import Array
 
@@ -71,10 +72,16 @@ class SparseGram(NamedTuple):
 
     def second_eigenvalue(self) -> float:
         """``lambda_2``: the largest eigenvalue on the vectors orthogonal to 1 (dense up to
-        N = 256, else Lanczos on ``G - J``)."""
+        N = 256; a convolution on a group, e.g. the Gram of a ring or torus with failures, by its
+        Fourier transform; else Lanczos on ``G - J``)."""
         n = self.num_nodes
         if n <= 1:
             return 0.0
+        if n > 256:
+            coo = self.sparse.tocoo()
+            modes = group_modes(coo.col[None], coo.row[None], coo.data[None], n)
+            if modes is not None:  # a symmetric kernel: real eigenvalues, index 0 the ones vector's
+                return float(np.max(modes[0, 1:].real))
         if n <= 256:
             proj = np.eye(n) - 1.0 / n
             return float(np.linalg.eigvalsh(proj @ self.sparse.toarray() @ proj)[-1])

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxgossip.topology.convolution import group_modes
 from jaxgossip.topology.graph import Topology
 from jaxgossip.topology.random_spectra import GapEstimate
 
@@ -91,7 +92,7 @@ def _second_magnitude(topo: Topology) -> float:
     n = topo.num_nodes
     if n == 1:
         return 0.0
-    modes = _group_modes(topo)
+    modes = _modes(topo)
     if modes is not None:  # the rounds share the group's characters: eigenvalues multiply per mode
         modes = np.prod(modes, axis=0)
         return float(np.max(np.abs(modes[1:])))
@@ -140,79 +141,9 @@ def optimal_gamma(topo: Topology) -> float:
     return float(2.0 / ((1.0 - lam[1]) + (1.0 - lam[-1])))
 
 
-def _circulant_rows(topo: Topology) -> np.ndarray | None:
-    """[T, N] with ``W(t)[i, j] = c[t, (j - i) mod N]`` when every round is circulant, else None."""
-    n = topo.num_nodes
-    return _group_rows(topo, lambda senders, receivers: (senders - receivers) % n)
-
-
-def _group_rows(topo: Topology, difference) -> np.ndarray | None:
-    """[T, N] with ``W(t)[i, j] = c[t, difference(j, i)]`` when every round is a convolution on the
-    group that ``difference`` names (``j - i`` of Z_N, of Z_a x Z_b on the flat index, ``i XOR j`` of
-    Z_2^d), else None. ``difference(j, 0) = j``, so c is node 0's row."""
-    n = topo.num_nodes
-    rows = np.zeros((topo.period, n))
-    for t in range(topo.period):
-        s, r, w = topo.senders[t], topo.receivers[t], topo.weights[t]
-        keep = w != 0
-        receivers, weights = r[keep].astype(np.int64), w[keep]
-        offset = difference(s[keep].astype(np.int64), receivers)
-        # Node 0's row, copied rather than averaged over the N rows: a sum of N weights rounds
-        # about N times, and at N = 2^20 that moved a ring's gap of 1.2e-11 by half.
-        first = receivers == 0
-        rows[t, offset[first]] = weights[first]
-        # A convolution iff every node has each of node 0's M offsets once, with node 0's weight:
-        # the E = N M codes (receiver, offset's place among the M) then cover [0, N M) (no sort).
-        support = np.flatnonzero(rows[t])
-        if offset.size != n * support.size:
-            return None
-        place = np.full(n, -1, np.int64)
-        place[support] = np.arange(support.size)
-        where = place[offset]
-        if (where < 0).any():
-            return None
-        seen = np.zeros(offset.size, bool)
-        seen[receivers * support.size + where] = True
-        if not seen.all() or not np.allclose(weights, rows[t][offset], atol=1e-12):
-            return None
-    return rows
-
-
-# Grid sides of a torus tried per graph (from node 0's offsets), each an O(E) test.
-_MAX_GRID_SIDES = 8
-
-
-def _group_modes(topo: Topology) -> np.ndarray | None:
-    """[T, N] eigenvalues of every round (complex; mode 0 is the all-ones vector's 1) when every round
-    is a convolution on one abelian group: circulant (Z_N: ring, exponential, one-peer exponential,
-    EquiTopo), a 2-D torus grid (Z_a x Z_b) or the hypercube's Z_2^d (``W[i, j] = c[i XOR j]``).
-    Its characters diagonalise every round at once, so a round's eigenvalues are the Fourier
-    transform of c on the group (the Walsh-Hadamard transform on Z_2^d) in O(T N log N); else None."""
-    n, period = topo.num_nodes, topo.period
-    rows = _circulant_rows(topo)
-    if rows is not None:
-        return np.fft.fft(rows, axis=1)
-    if n >= 4 and n & (n - 1) == 0:
-        rows = _group_rows(topo, np.bitwise_xor)
-        if rows is not None:
-            # The d-dimensional transform of size-2 axes is the Walsh-Hadamard transform.
-            shape = (period,) + (2,) * (n.bit_length() - 1)
-            return np.fft.fftn(rows.reshape(shape), axes=range(1, len(shape))).reshape(period, n)
-    first = topo.weights[0] != 0
-    first &= topo.receivers[0] == 0
-    offsets = np.unique((topo.senders[0][first].astype(np.int64)) % n)
-    sides = [int(b) for b in offsets if 2 <= b <= n // 2 and n % b == 0][:_MAX_GRID_SIDES]
-    for b in sides:
-        a = n // b
-
-        def grid(senders, receivers, a=a, b=b):
-            rows_, cols = (senders // b - receivers // b) % a, (senders % b - receivers % b) % b
-            return rows_ * b + cols
-
-        rows = _group_rows(topo, grid)
-        if rows is not None:
-            return np.fft.fft2(rows.reshape(period, a, b)).reshape(period, n)
-    return None
+def _modes(topo: Topology) -> np.ndarray | None:
+    """:func:`jaxgossip.topology.convolution.group_modes` of a fixed graph's tables."""
+    return group_modes(topo.senders, topo.receivers, topo.weights, topo.num_nodes)
 
 
 def _projected_trace(topo: Topology, gamma: float, order: list[int]) -> float:
@@ -296,7 +227,7 @@ def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> floa
     gamma = float(gamma)
     n, period = topo.num_nodes, topo.period
     order = [(t + s) % period for s in range(period)]  # the rounds of one period ending before t
-    modes = _group_modes(topo)
+    modes = _modes(topo)
     if modes is not None:
         gain = np.abs(modes) ** 2  # [T, N] |lambda_k(W(t))|^2
         sigma, through = np.zeros(n), np.ones(n)
@@ -366,7 +297,7 @@ def neighbors_estimate(
     """
     n = topo.num_nodes
     if not sampled:
-        exact = n <= _DENSE_LIMIT or topo.stochastic or _group_modes(topo) is not None
+        exact = n <= _DENSE_LIMIT or topo.stochastic or _modes(topo) is not None
         if exact or topo.period != 1 or not topo.is_symmetric:  # the last two raise: no method
             return NeighborsEstimate(effective_neighbors(topo, gamma), 0.0, True)
     elif topo.stochastic or topo.period != 1 or not topo.is_symmetric:
