@@ -238,7 +238,9 @@ def markdown(args, consensus, spectral, training) -> str:
             "`jaxgossip.topology.spectral_gap` per family from N = 2^6 up, by 4x, until one call passes "
             f"{args.spectral_seconds:.0f} s, N passes 2^{args.spectral_max_log2} or the tool fails (the failure is "
             "the last row). Seconds: wall time of the call on a loaded 2-core CPU, only to tell where the tool "
-            "stops being practical.",
+            "stops being practical. Graphs whose rounds are convolutions on a group (circulant families, torus, "
+            "hypercube, and failures of the ring and torus through their expected Gram matrix) take the group's "
+            "Fourier transform (`jaxgossip/topology/convolution.py`), the others Lanczos.",
             "",
             "| family | log2 N | gap | seconds |",
             "|---|---|---|---|",
