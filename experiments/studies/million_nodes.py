@@ -240,7 +240,8 @@ def markdown(args, consensus, spectral, training) -> str:
             "the last row). Seconds: wall time of the call on a loaded 2-core CPU, only to tell where the tool "
             "stops being practical. Graphs whose rounds are convolutions on a group (circulant families, torus, "
             "hypercube, and failures of the ring and torus through their expected Gram matrix) take the group's "
-            "Fourier transform (`jaxgossip/topology/convolution.py`), the others Lanczos.",
+            "Fourier transform (`jaxgossip/topology/convolution.py`), trees (chain, binary tree, star) shift-invert "
+            "Lanczos, the others Lanczos.",
             "",
             "| family | log2 N | gap | seconds |",
             "|---|---|---|---|",

@@ -26,6 +26,8 @@ _TOL = 1e-6
 _DENSE_LIMIT = 4096
 # Fixed graphs up to this N take their spectral gap from dense eigenvalues; larger ones by Lanczos.
 _EIGSH_FROM = 256
+# How far past +-1 the shift-invert shifts sit: W - s I stays invertible on the ones vector too.
+_SHIFT = 1e-14
 
 
 def spectral_gap(topo: Topology) -> float:
@@ -115,10 +117,50 @@ def _second_magnitude(topo: Topology) -> float:
     v0 = np.cos(np.arange(n) + 0.5)
     op = scipy.sparse.linalg.LinearOperator((n, n), matvec=apply, dtype=np.float64)
     if topo.period == 1 and topo.is_symmetric:
-        vals = scipy.sparse.linalg.eigsh(op, k=2, which="BE", v0=v0, tol=1e-12, return_eigenvectors=False)
+        w = rounds[0]
+        links = (w.nnz - np.count_nonzero(w.diagonal())) // 2
+        if links < n:  # a tree (a chain, a binary tree, a star): its LU has no fill
+            return _shift_invert_magnitude(w, v0)
+        try:
+            vals = scipy.sparse.linalg.eigsh(op, k=2, which="BE", v0=v0, tol=1e-12, return_eigenvectors=False)
+        except scipy.sparse.linalg.ArpackNoConvergence:
+            return _shift_invert_magnitude(w, v0)
     else:
         vals = scipy.sparse.linalg.eigs(op, k=2, which="LM", v0=v0, tol=1e-12, return_eigenvectors=False)
     return float(np.max(np.abs(vals)))
+
+
+def _shift_invert_magnitude(w, v0: np.ndarray) -> float:
+    """``max(lambda_2, -lambda_N)`` of a symmetric doubly stochastic sparse W by shift-invert
+    Lanczos: the largest ``|mu|`` of ``(W - s I)^{-1}`` on the vectors orthogonal to 1 is
+    ``1 / (lambda - s)`` at the eigenvalue nearest s, so ``s = 1 + d`` finds lambda_2 from one
+    sparse LU (little fill on chains and trees, whose gaps of 1e-7 to 1e-12 leave plain Lanczos
+    without convergence). lambda_N is bounded by Gershgorin's discs, ``lambda_N >= min_i (2 W_ii -
+    1)`` for non-negative rows that sum to 1, and only computed (``s = -1 - d``) when that bound
+    does not settle which end is larger."""
+    import scipy.sparse
+    import scipy.sparse.linalg
+
+    n = w.shape[0]
+    eye = scipy.sparse.identity(n, format="csc")
+
+    def nearest(shift):
+        lu = scipy.sparse.linalg.splu((w - shift * eye).tocsc())
+
+        def apply(x):
+            x = np.asarray(x, dtype=np.float64).ravel()
+            y = lu.solve(x - x.mean())
+            return y - y.mean()  # W - s I maps 1 to (1 - s) 1: the ones direction is projected out
+
+        op = scipy.sparse.linalg.LinearOperator((n, n), matvec=apply, dtype=np.float64)
+        mu = scipy.sparse.linalg.eigsh(op, k=1, which="LM", v0=v0, tol=1e-10, return_eigenvectors=False)[0]
+        return shift + 1.0 / mu
+
+    top = nearest(1.0 + _SHIFT)
+    floor = 2.0 * w.diagonal().min() - 1.0
+    if (w.data >= 0).all() and -floor <= abs(top):
+        return float(abs(top))
+    return float(max(abs(top), abs(nearest(-1.0 - _SHIFT))))
 
 
 def optimal_gamma(topo: Topology) -> float:

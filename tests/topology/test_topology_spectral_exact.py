@@ -230,3 +230,17 @@ def _circulant_effective_neighbors(modes, gamma):
     """N / ((1 - gamma) tr Sigma), tr Sigma = sum_k 1 / (1 - gamma |lambda_k|^2) of a static graph."""
     gain = np.abs(modes.ravel()) ** 2
     return gain.size / ((1 - gamma) * np.sum(gain / (1 - gamma * gain)))
+
+
+@pytest.mark.parametrize("make", [lambda: T.chain(700), lambda: T.binary_tree(1023), lambda: T.star(600)])
+def test_tree_gaps_by_shift_invert_equal_dense_eigenvalues(make):
+    """Trees take shift-invert Lanczos (no fill in their LU); the star's most negative eigenvalue
+    is not settled by Gershgorin's bound and is computed too."""
+    topo = make()
+    assert T.spectral_gap(topo) == pytest.approx(_dense_gap(topo), abs=1e-9)
+
+
+def test_chain_gaps_where_lanczos_did_not_converge_are_the_closed_form():
+    # chain(n), weights 1/3: lambda_2 = 1/3 + 2/3 cos(pi / n), 1 - lambda_2 = (4/3) sin^2(pi / (2 n))
+    for n in (4096, 2**18):
+        assert T.spectral_gap(T.chain(n)) == pytest.approx(4 / 3 * np.sin(np.pi / (2 * n)) ** 2, rel=1e-4)
