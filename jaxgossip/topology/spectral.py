@@ -54,10 +54,13 @@ def spectral_gap(topo: Topology) -> float:
 def gap_estimate(topo: Topology) -> GapEstimate:
     """:func:`spectral_gap` with its error bar, a :class:`GapEstimate` ``(value, stderr, exact)``.
 
-    Fixed graphs are exact: circulant rounds (ring, exponential, one-peer exponential, ...) by the
-    FFT of their rows in O(T N log N); other graphs with N <= 256 by dense eigenvalues; larger
-    ones by Lanczos/Arnoldi (``scipy.sparse.linalg``) on ``W - J`` (the period's product for a
-    schedule) applied from the sparse tables, to about 1e-9. Stochastic graphs:
+    Fixed graphs are exact: rounds that are convolutions on a group (circulant: ring, exponential,
+    one-peer exponential, ...; the torus; the hypercube) by the group's Fourier transform of node
+    0's row in O(T N log N) (:mod:`jaxgossip.topology.convolution`); other graphs with N <= 256 by
+    dense eigenvalues; larger ones by Lanczos/Arnoldi (``scipy.sparse.linalg``) on ``W - J`` (the
+    period's product for a schedule) applied from the sparse tables, to about 1e-9, and static
+    trees (or static symmetric graphs where Lanczos does not converge) by shift-invert Lanczos.
+    Stochastic graphs:
     :func:`jaxgossip.topology.random_spectra.expected_gap` (exact for a closed form, else sampled with
     a standard error).
 
