@@ -77,14 +77,13 @@ class SparseGram(NamedTuple):
         n = self.num_nodes
         if n <= 1:
             return 0.0
-        if n > 256:
-            coo = self.sparse.tocoo()
-            modes = group_modes(coo.col[None], coo.row[None], coo.data[None], n)
-            if modes is not None:  # a symmetric kernel: real eigenvalues, index 0 the ones vector's
-                return float(np.max(modes[0, 1:].real))
         if n <= 256:
             proj = np.eye(n) - 1.0 / n
             return float(np.linalg.eigvalsh(proj @ self.sparse.toarray() @ proj)[-1])
+        coo = self.sparse.tocoo()
+        modes = group_modes(coo.col[None], coo.row[None], coo.data[None], n)
+        if modes is not None:  # a symmetric kernel: real eigenvalues, index 0 the ones vector's
+            return float(np.max(modes[0, 1:].real))
         import scipy.sparse.linalg
 
         def apply(x):

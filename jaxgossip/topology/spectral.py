@@ -260,6 +260,12 @@ def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> floa
       Vogels, Hendrikx, Jaggi, "Beyond spectral gap: The role of the topology in decentralized
       learning", NeurIPS 2022 (arXiv:2206.03093); code epfml/topology-in-decentralized-learning.
     """
+    return _effective_neighbors(topo, gamma, t, None)
+
+
+def _effective_neighbors(topo: Topology, gamma: float, t: int, modes: np.ndarray | None) -> float:
+    """:func:`effective_neighbors`, given the graph's :func:`_modes` when already computed (None:
+    computed here)."""
     if topo.stochastic:
         raise ValueError(
             f"effective_neighbors needs a fixed graph; {topo.name} is drawn anew every round (its covariance "
@@ -272,7 +278,7 @@ def effective_neighbors(topo: Topology, gamma: float = 0.99, t: int = 0) -> floa
     gamma = float(gamma)
     n, period = topo.num_nodes, topo.period
     order = [(t + s) % period for s in range(period)]  # the rounds of one period ending before t
-    modes = _modes(topo)
+    modes = _modes(topo) if modes is None else modes
     if modes is not None:
         gain = np.abs(modes) ** 2  # [T, N] |lambda_k(W(t))|^2
         sigma, through = np.zeros(n), np.ones(n)
@@ -342,9 +348,10 @@ def neighbors_estimate(
     """
     n = topo.num_nodes
     if not sampled:
-        exact = n <= _DENSE_LIMIT or topo.stochastic or _modes(topo) is not None
+        modes = None if n <= _DENSE_LIMIT or topo.stochastic else _modes(topo)
+        exact = n <= _DENSE_LIMIT or topo.stochastic or modes is not None
         if exact or topo.period != 1 or not topo.is_symmetric:  # the last two raise: no method
-            return NeighborsEstimate(effective_neighbors(topo, gamma), 0.0, True)
+            return NeighborsEstimate(_effective_neighbors(topo, gamma, 0, modes), 0.0, True)
     elif topo.stochastic or topo.period != 1 or not topo.is_symmetric:
         raise ValueError(f"the sampled effective_neighbors needs a static symmetric graph; {topo.name} is not")
     if not topo.is_doubly_stochastic:
